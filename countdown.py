@@ -1,0 +1,355 @@
+"""Problems, prompts and scoring for the study. Plain Python: no torch, no model.
+
+Tasks (each a generator seeded by an explicit argument, identical on every machine):
+  arith-3x2   a * b - c, a 3-digit, b 2-digit, c 3-digit   (the study's task, e.g. 413 * 41 - 882)
+  arith-2x2   a * b - c, a 2-digit, b 2-digit, c 3-digit   (the easier variant of the base-rate probe)
+  arith-2x1   a * b - c, a 2-digit, b 1-digit, c 2-digit   (the CPU world: a tiny model can learn it)
+  countdown   three numbers and a target reachable with + - * / using each number once
+
+Scoring decisions (every one is tested in tests/test_countdown.py):
+  * An integer is a run of ASCII digits 0-9. Other Unicode digits ("١٦") are not digits: the
+    prompt asks for an integer and the tokenizer sees them as other symbols.
+  * Thousands separators count only in the exact form 1,234 or 16,051,000 (groups of three);
+    "1,2,3" is three integers. Spaces are never inside a number: "16 051" is 16 and then 51,
+    so a number split by a space is read as its last part (and scores wrong).
+  * A minus sign (ASCII '-', U+2212, the dashes U+2012-2014, U+FE63, U+FF0D) makes the number
+    negative when it is unary: glued to the digits and not itself glued to a digit, letter or ')'
+    before it ("is -5", "(-5", "= −16051"), or spaced from the digits with nothing but an operator
+    or the start before it ("= - 5"). Otherwise it is the binary operator: the last integer of
+    "3 - 5" and of "3-5" is 5. A '+' sign changes nothing.
+  * A number with a decimal part counts as that integer only if the part is all zeros
+    ("16051.0" is 16051); "16051.5" is a number but not an integer, and as the last number
+    it makes the answer wrong rather than letting an earlier integer stand in.
+  * The answer block is the LAST "<answer>" and the first "</answer>" after it. Text after
+    "</answer>" (including repeated closing tags) is ignored by the strict score. An "<answer>"
+    that is never closed is no answer block: strict 0, format not ok (loose may still pass).
+    Tags are matched exactly, lower case, as the prompt asks for them.
+  * Every scan is a single left-to-right regular-expression pass without backtracking
+    blow-ups, so scoring is linear in the response length.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import random
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+
+# ----------------------------------------------------------------------------- problems
+
+# task name -> (digits of a, digits of b, digits of c) for a * b - c
+ARITH_DIGITS = {
+    "arith-3x2": (3, 2, 3),
+    "arith-2x2": (2, 2, 3),
+    "arith-2x1": (2, 1, 2),
+}
+TASKS = tuple(ARITH_DIGITS) + ("countdown",)
+
+COUNTDOWN_MAX_NUMBER = 99  # the three numbers are drawn from 1..99
+COUNTDOWN_MAX_TARGET = 999  # targets are kept in 1..999
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str  # e.g. "arith-3x2/train/17"; unique inside a split
+    task: str
+    question: str  # the expression or the Countdown statement, as shown to the model
+    answer: int  # the true value (Countdown: the target)
+    numbers: tuple[int, ...] = field(default_factory=tuple)  # operands (Countdown: the three numbers)
+    solution: str = ""  # one known expression (Countdown only)
+
+
+def _rng(*parts) -> random.Random:
+    """A generator seeded from explicit parts. sha256 of the text, so it is the same on every
+    machine and Python version (Python's own str hashing is salted per process)."""
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def _digits(rng: random.Random, n: int) -> int:
+    return rng.randint(10 ** (n - 1), 10**n - 1)
+
+
+def _arith_problem(rng: random.Random, task: str) -> tuple[str, int, tuple[int, ...], str]:
+    da, db, dc = ARITH_DIGITS[task]
+    a, b, c = _digits(rng, da), _digits(rng, db), _digits(rng, dc)
+    return f"{a} * {b} - {c}", a * b - c, (a, b, c), ""
+
+
+_OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y, "/": lambda x, y: x / y}
+
+
+def _countdown_problem(rng: random.Random) -> tuple[str, int, tuple[int, ...], str]:
+    """Draw three numbers in 1..99 and a random expression over all three (random order, two
+    random operators, random bracketing); the target is its value. Redraw until the value is a
+    whole number in 1..999 and every division is exact, so each target has a known solution."""
+    while True:
+        nums = [rng.randint(1, COUNTDOWN_MAX_NUMBER) for _ in range(3)]
+        x, y, z = rng.sample(nums, 3)
+        op1, op2 = rng.choice("+-*/"), rng.choice("+-*/")
+        if rng.random() < 0.5:
+            inner = _OPS[op1](Fraction(x), Fraction(y)) if not (op1 == "/" and y == 0) else None
+            expr = f"({x} {op1} {y}) {op2} {z}"
+            value = None if inner is None else _OPS[op2](inner, Fraction(z))
+            exact = inner is not None and inner.denominator == 1
+        else:
+            inner = _OPS[op2](Fraction(y), Fraction(z))
+            expr = f"{x} {op1} ({y} {op2} {z})"
+            value = _OPS[op1](Fraction(x), inner)
+            exact = inner.denominator == 1
+        if value is not None and exact and value.denominator == 1 and 1 <= value <= COUNTDOWN_MAX_TARGET:
+            target = int(value)
+            q = f"Using the numbers {nums[0]}, {nums[1]}, {nums[2]} exactly once each, with + - * /, make {target}"
+            return q, target, tuple(nums), expr
+
+
+def generate(task: str, n: int, seed: int, split: str = "train", n_test: int = 128) -> list[Problem]:
+    """The first n problems of one split, as make_splits(task, ..., n_test, seed) draws them."""
+    if split == "test":
+        return make_splits(task, 0, n, seed)[1]
+    return make_splits(task, n, n_test, seed)[0]
+
+
+def make_splits(task: str, n_train: int, n_test: int, seed: int) -> tuple[list[Problem], list[Problem]]:
+    """Train and test problems for `task`: all distinct (no identical question in both, none
+    repeated) and fixed by (task, seed). The test set is drawn first, so changing n_train
+    leaves the test set unchanged, and the first train problems do not depend on n_train."""
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+    if n_train < 0 or n_test < 0:
+        raise ValueError("problem counts must be >= 0")
+    rng = _rng("problems", task, seed)
+    seen: set[str] = set()
+    out: dict[str, list[Problem]] = {"test": [], "train": []}
+    for split, count in (("test", n_test), ("train", n_train)):
+        tries = 0
+        while len(out[split]) < count:
+            tries += 1
+            if tries > 100 * count + 1000:
+                raise ValueError(f"{task} has too few distinct problems for {n_test} test + {n_train} train")
+            q, ans, nums, sol = _countdown_problem(rng) if task == "countdown" else _arith_problem(rng, task)
+            if q in seen:
+                continue
+            seen.add(q)
+            out[split].append(Problem(f"{task}/{split}/{len(out[split])}", task, q, ans, nums, sol))
+    return out["train"], out["test"]
+
+
+# ----------------------------------------------------------------------------- prompts
+
+SYSTEM_PROMPT = "You are a helpful assistant."
+ARITH_INSTRUCTION = (
+    "Compute {q}. Show your working inside <think> </think> tags, then give the final answer "
+    "as a single integer inside <answer> </answer> tags."
+)
+COUNTDOWN_INSTRUCTION = (
+    "{q}. Show your working inside <think> </think> tags, then give one expression that equals "
+    "the target inside <answer> </answer> tags, for example <answer>(1 + 2) * 3</answer>."
+)
+PROMPT_STYLES = ("instruct", "bare")
+
+
+def prompt_messages(problem: Problem, style: str = "instruct") -> list[dict]:
+    """The chat messages for one problem; the model's chat template renders them later.
+
+    "instruct": the study's prompt (system + user asking for <think> and <answer> tags).
+    "bare": just the question as the user turn, for the CPU world's tiny model, whose own chat
+    template carries the format; it keeps prompts short enough for a character-level model."""
+    if style == "bare":
+        return [{"role": "user", "content": problem.question}]
+    if style != "instruct":
+        raise ValueError(f"unknown prompt style {style!r}; choose one of {', '.join(PROMPT_STYLES)}")
+    text = (COUNTDOWN_INSTRUCTION if problem.task == "countdown" else ARITH_INSTRUCTION).format(q=problem.question)
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": text}]
+
+
+# ----------------------------------------------------------------------------- scoring
+
+_MINUS = "-\u2212\u2012\u2013\u2014\ufe63\uff0d"
+# One number: an optional sign (with optional spaces after it), then digits with exact
+# thousands groups or a plain run, then an optional decimal part. `(?<![0-9])` keeps a match
+# from starting inside a run of digits. All quantifiers are possessive-free but unambiguous,
+# so the scan is linear.
+_NUMBER = re.compile(
+    rf"(?P<sign>[{_MINUS}+][ \t]*)?"
+    r"(?<![0-9])(?P<int>[0-9]{1,3}(?:,[0-9]{3})+(?![0-9])|[0-9]+)"
+    r"(?:\.(?P<frac>[0-9]+))?"
+)
+
+
+def _numbers(text: str) -> list[tuple[int | None, int]]:
+    """Every number in `text` as (value or None if not an integer, start position)."""
+    out = []
+    for m in _NUMBER.finditer(text):
+        value = int(m["int"].replace(",", ""))
+        sign = m["sign"]
+        if sign is not None and sign[0] in _MINUS and _is_unary(text, m.start(), attached=len(sign) == 1):
+            value = -value
+        frac = m["frac"]
+        out.append((value if frac is None or set(frac) == {"0"} else None, m.start()))
+    return out
+
+
+def _is_unary(text: str, at: int, attached: bool) -> bool:
+    """Is the sign at text[at] a unary minus? Binary if glued to a digit, letter or ')' before it
+    ("3-5"); unary if glued to its digits ("is -5", "(-5"); with spaces on both sides ("3 - 5",
+    "= - 5") it is unary only when what precedes is not a digit, letter or ')'."""
+    def operand(ch: str) -> bool:
+        return ch.isalnum() or ch == ")"
+    just_before = text[at - 1 : at]
+    if just_before and operand(just_before):
+        return False
+    if attached:
+        return True
+    before = text[:at].rstrip(" \t")[-1:]
+    return not (before and operand(before))
+
+
+def last_integer(text: str) -> int | None:
+    """The last number in `text` if it is an integer, else None (see the module docstring)."""
+    nums = _numbers(text)
+    return nums[-1][0] if nums else None
+
+
+def answer_block(response: str) -> str | None:
+    """The text of the last complete <answer>…</answer> block, or None."""
+    start = response.rfind("<answer>")
+    if start < 0:
+        return None
+    end = response.find("</answer>", start)
+    return None if end < 0 else response[start + len("<answer>") : end]
+
+
+def format_ok(response: str) -> bool:
+    """The response has a complete <answer>…</answer> block whose last number is an integer."""
+    block = answer_block(response)
+    return block is not None and last_integer(block) is not None
+
+
+def score_strict(response: str, answer: int) -> bool:
+    """The training reward: the last integer inside the last <answer>…</answer> equals `answer`."""
+    block = answer_block(response)
+    return block is not None and last_integer(block) == answer
+
+
+def score_loose(response: str, answer: int) -> bool:
+    """Evaluation only: strict, or the last integer of the whole response equals `answer`.
+    Separates "can compute" from "follows the output format"."""
+    return score_strict(response, answer) or last_integer(response) == answer
+
+
+# --- Countdown: parse the expression with ast and exact fractions; never eval.
+
+COUNTDOWN_MAX_ABS = 10**6  # refuse any intermediate value (numerator or denominator) beyond this
+COUNTDOWN_MAX_CHARS = 200
+
+
+class _Refused(Exception):
+    pass
+
+
+def _eval_node(node: ast.AST, used: list[int]) -> Fraction:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        used.append(node.value)
+        return Fraction(node.value)
+    if isinstance(node, ast.BinOp) and type(node.op) in (ast.Add, ast.Sub, ast.Mult, ast.Div):
+        left, right = _eval_node(node.left, used), _eval_node(node.right, used)
+        if isinstance(node.op, ast.Div):
+            if right == 0:
+                raise _Refused("division by zero")
+            value = left / right
+        else:
+            value = {ast.Add: left + right, ast.Sub: left - right, ast.Mult: left * right}[type(node.op)]
+        if abs(value.numerator) > COUNTDOWN_MAX_ABS or value.denominator > COUNTDOWN_MAX_ABS:
+            raise _Refused("intermediate value too large")
+        return value
+    raise _Refused(f"not allowed: {type(node).__name__}")  # powers, unary minus, names, calls, floats
+
+
+def countdown_value(expression: str, numbers: tuple[int, ...] | list[int]) -> Fraction | None:
+    """The exact value of `expression` if it is made of + - * / and brackets over `numbers`,
+    each used exactly once; None otherwise. Accepts × ÷ and Unicode minus signs. If the text
+    holds "=", only the part before the first "=" is read (models often write "... = 24")."""
+    text = expression.split("=", 1)[0].strip()
+    if not text or len(text) > COUNTDOWN_MAX_CHARS:
+        return None
+    text = text.replace("×", "*").replace("÷", "/").replace("x", "*")
+    for ch in _MINUS[1:]:
+        text = text.replace(ch, "-")
+    try:
+        tree = ast.parse(text, mode="eval")
+        used: list[int] = []
+        value = _eval_node(tree.body, used)
+    except (SyntaxError, ValueError, _Refused, RecursionError):
+        return None
+    return value if sorted(used) == sorted(numbers) else None
+
+
+def score_countdown(response: str, numbers, target: int) -> bool:
+    """The expression in the last <answer>…</answer> uses each number once and equals target."""
+    block = answer_block(response)
+    return block is not None and countdown_value(block, numbers) == target
+
+
+def score(problem: Problem, response: str) -> dict[str, bool]:
+    """strict, loose and format for one response. For Countdown, loose = strict (there is no
+    'last integer' reading of an expression) and format = a block that parses."""
+    if problem.task == "countdown":
+        ok = score_countdown(response, problem.numbers, problem.answer)
+        block = answer_block(response)
+        parses = block is not None and countdown_value(block, sorted(_ints_in(block))) is not None
+        return {"strict": ok, "loose": ok, "format": parses}
+    return {
+        "strict": score_strict(response, problem.answer),
+        "loose": score_loose(response, problem.answer),
+        "format": format_ok(response),
+    }
+
+
+def _ints_in(text: str) -> list[int]:
+    return [int(m) for m in re.findall(r"[0-9]+", text.split("=", 1)[0])]
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Print problems, answers and prompts of a task.")
+    p.add_argument("--task", default="arith-3x2")
+    p.add_argument("--n", default="5")
+    p.add_argument("--seed", default="0")
+    p.add_argument("--split", default="train", choices=("train", "test"))
+    p.add_argument("--n-test", default=128, type=int, help="size of the test split drawn before train")
+    p.add_argument("--style", default="instruct")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    a = p.parse_args(argv)
+    try:
+        n, seed = int(a.n), int(a.seed)
+        if n < 1:
+            raise ValueError
+    except ValueError:
+        print(f"countdown.py: --n and --seed must be integers (n >= 1), got --n {a.n!r} --seed {a.seed!r}", file=sys.stderr)
+        return 2
+    if a.task not in TASKS:
+        print(f"countdown.py: unknown --task {a.task!r}; choose one of {', '.join(TASKS)}", file=sys.stderr)
+        return 2
+    if a.style not in PROMPT_STYLES:
+        print(f"countdown.py: unknown --style {a.style!r}; choose one of {', '.join(PROMPT_STYLES)}", file=sys.stderr)
+        return 2
+    for prob in generate(a.task, n, seed, a.split, a.n_test):
+        msgs = prompt_messages(prob, a.style)
+        if a.json:
+            print(json.dumps({**asdict(prob), "messages": msgs}))
+        else:
+            print(f"{prob.id}: {prob.question} = {prob.answer}" + (f"   (e.g. {prob.solution})" if prob.solution else ""))
+            for m in msgs:
+                print(f"  [{m['role']}] {m['content']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
