@@ -4,6 +4,7 @@ Tasks (each a generator seeded by an explicit argument, identical on every machi
   arith-3x2   a * b - c, a 3-digit, b 2-digit, c 3-digit   (the study's task, e.g. 413 * 41 - 882)
   arith-2x2   a * b - c, a 2-digit, b 2-digit, c 3-digit   (the easier variant of the base-rate probe)
   arith-2x1   a * b - c, a 2-digit, b 1-digit, c 2-digit   (the CPU world: a tiny model can learn it)
+  arith-1x1   a * b - c, all 1-digit                       (the smoke test: learnable in seconds)
   countdown   three numbers and a target reachable with + - * / using each number once
 
 Scoring decisions (every one is tested in tests/test_countdown.py):
@@ -46,6 +47,7 @@ ARITH_DIGITS = {
     "arith-3x2": (3, 2, 3),
     "arith-2x2": (2, 2, 3),
     "arith-2x1": (2, 1, 2),
+    "arith-1x1": (1, 1, 1),
 }
 TASKS = tuple(ARITH_DIGITS) + ("countdown",)
 

@@ -1,0 +1,323 @@
+"""The study's settings: one typed set of defaults (the report's, on Qwen2.5-0.5B-Instruct),
+overridden by a YAML file and then by `--set a.b=value` on the command line.
+
+An unknown key, a wrong type or an impossible value is a ConfigError naming the key; the
+scripts print it on one line and exit with code 2 before any work starts.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+
+import yaml
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass
+class TinyBaseCfg:
+    """The CPU world's own base model, trained from scratch by the `base` stage (tiny_base.py)."""
+    hidden: int = 128
+    layers: int = 3
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int = 512
+    steps: int = 2000  # supervised steps on synthetic working traces
+    batch: int = 48
+    lr: float = 3e-3
+    n_traces: int = 20000
+    p_decomposed: float = 0.6  # share of traces that multiply digit by digit (else one-shot)
+    p_slip: float = 0.05  # chance a decomposed partial product is off by a small amount
+    p_oneshot_wrong: float = 0.6  # chance a one-shot product is wrong
+    p_tags: float = 0.3  # share of traces that end with <answer>…</answer> (the others: plain endings)
+
+
+@dataclass
+class ModelCfg:
+    path: str = "Qwen/Qwen2.5-0.5B-Instruct"  # hub id or local folder
+    revision: str = "7ae557604adf67be50417f59c2c2f167def9a775"  # pinned; ignored for local folders
+    dtype: str = "bfloat16"  # bfloat16 | float16 | float32
+    build: TinyBaseCfg | None = None  # set: the `base` stage trains this model into RUN/base_model
+
+
+@dataclass
+class TaskCfg:
+    name: str = "arith-3x2"
+    n_train: int = 4000
+    n_test: int = 128
+    prompt_style: str = "instruct"  # instruct | bare (see countdown.prompt_messages)
+
+
+@dataclass
+class LoraCfg:
+    r: int = 32
+    alpha: int = 64
+    targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+
+
+@dataclass
+class SamplingCfg:
+    """Every sampling setting, explicit. top_k 0 and top_p 1.0 switch those filters off;
+    temperature 0 is greedy. There is deliberately no repetition penalty."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 384
+
+
+@dataclass
+class TrainCfg:
+    problems_per_step: int = 16
+    group_size: int = 8
+    steps: int = 150
+    lr: float | None = None  # None: taken from the lr-sweep stage's lr_choice.json
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
+    weight_decay: float = 0.0
+    eps: float = 1e-8
+    checkpoints: list[int] = field(default_factory=lambda: [75, 150])
+    save_last_every: int = 10  # steps between rolling "last" checkpoints (resume points)
+    conditions: list[str] = field(default_factory=lambda: ["many", "16", "1"])
+    sampling: SamplingCfg = field(default_factory=SamplingCfg)
+
+
+@dataclass
+class EvalCfg:
+    n: int = 32
+    k_max: int = 32
+    sampling: SamplingCfg = field(default_factory=lambda: SamplingCfg(temperature=0.6, top_p=0.95))
+    problems_per_batch: int = 4  # problems decoded together (each with its n samples)
+    keep_responses: bool = True
+
+
+@dataclass
+class SelectCfg:
+    n_problems: int = 128  # the first train problems the base answers
+    samples: int = 16
+    temperature: float = 1.0
+    sizes: list[int] = field(default_factory=lambda: [16, 1])  # the "16" and "1" conditions
+
+
+@dataclass
+class LrSweepCfg:
+    candidates: list[float] = field(default_factory=lambda: [1e-5, 5e-5, 2e-4])
+    steps: int = 30
+    last: int = 10  # the choice: highest mean reward over the last `last` steps
+
+
+@dataclass
+class ProbeCfg:
+    tasks: list[str] = field(default_factory=lambda: ["countdown", "arith-2x2", "arith-3x2"])
+    n_problems: int = 32
+    samples: int = 16  # Countdown pass@16 on 32 x 16; the arithmetic probes use k_max below
+    arith_problems: int = 128
+    arith_samples: int = 32
+
+
+@dataclass
+class AnalyzeCfg:
+    resamples: int = 2000
+    ci: float = 0.95
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    threads: int = 0  # torch CPU threads; 0 = torch's default
+    device: str = "auto"  # auto | cpu | cuda
+    micro_batch: int = 8  # sequences per forward/backward micro-batch (bounds the logits in memory)
+    model: ModelCfg = field(default_factory=ModelCfg)
+    task: TaskCfg = field(default_factory=TaskCfg)
+    lora: LoraCfg = field(default_factory=LoraCfg)
+    train: TrainCfg = field(default_factory=TrainCfg)
+    eval: EvalCfg = field(default_factory=EvalCfg)
+    select: SelectCfg = field(default_factory=SelectCfg)
+    lr_sweep: LrSweepCfg = field(default_factory=LrSweepCfg)
+    probe: ProbeCfg = field(default_factory=ProbeCfg)
+    analyze: AnalyzeCfg = field(default_factory=AnalyzeCfg)
+
+
+# ----------------------------------------------------------------------------- building
+
+
+def _coerce(value, tp, key: str):
+    """Check `value` against the annotated type `tp`; ints are accepted where floats are."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, key)
+            except ConfigError as e:
+                errors.append(e)
+        raise errors[0]
+    if dataclasses.is_dataclass(tp):
+        if value is None:
+            value = {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return _build(tp, value, key)
+    if origin is list:
+        (inner,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{key}: unsupported type {tp}")
+
+
+def _build(cls, data: dict, prefix: str = ""):
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for k in data:
+        if k not in names:
+            where = f"{prefix}.{k}" if prefix else k
+            raise ConfigError(f"unknown key {where!r} (known here: {', '.join(sorted(names))})")
+    obj = cls()
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            where = f"{prefix}.{f.name}" if prefix else f.name
+            setattr(obj, f.name, _coerce(data[f.name], hints[f.name], where))
+    return obj
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def parse_set(items: list[str]) -> dict:
+    """["train.steps=10", "model.dtype=float32"] -> nested dict; values parsed as YAML scalars."""
+    out: dict = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key=value, e.g. train.steps=10")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    return out
+
+
+def load(path: str | None, overrides: list[str] | None = None) -> Config:
+    """Defaults <- YAML file <- --set overrides, then validated."""
+    data: dict = {}
+    if path is not None:
+        try:
+            with open(path) as f:
+                data = yaml.safe_load(f) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such config file")
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" (line {mark.line + 1})" if mark else ""
+            raise ConfigError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}")
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping of settings at the top level")
+    data = _merge(data, parse_set(overrides or []))
+    if isinstance(data.get("model"), dict) and data["model"].get("build") is True:
+        data["model"]["build"] = {}  # `build: true` = the tiny base with its defaults
+    cfg = _build(Config, data)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config) -> None:
+    from countdown import PROMPT_STYLES, TASKS  # no torch: cheap
+
+    def need(ok: bool, key: str, msg: str):
+        if not ok:
+            raise ConfigError(f"{key}: {msg}")
+
+    need(cfg.threads >= 0, "threads", "must be >= 0 (0 = torch's default)")
+    need(cfg.device in ("auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda")
+    need(cfg.micro_batch >= 1, "micro_batch", "must be >= 1")
+    need(cfg.model.dtype in ("bfloat16", "float16", "float32"), "model.dtype", "must be bfloat16, float16 or float32")
+    if cfg.model.build is None:
+        looks_local = cfg.model.path.startswith((".", "/", "~")) or os.sep in cfg.model.path.strip("/").split("/", 1)[-1]
+        need(not looks_local or os.path.isdir(os.path.expanduser(cfg.model.path)), "model.path",
+             f"no model folder at {cfg.model.path!r}")
+    need(cfg.task.name in TASKS and cfg.task.name != "countdown", "task.name", f"must be one of {', '.join(t for t in TASKS if t != 'countdown')}")
+    need(cfg.task.n_train >= 1, "task.n_train", "must be >= 1")
+    need(cfg.task.n_test >= 1, "task.n_test", "must be >= 1")
+    need(cfg.task.prompt_style in PROMPT_STYLES, "task.prompt_style", f"must be one of {', '.join(PROMPT_STYLES)}")
+    need(cfg.lora.r >= 1, "lora.r", "must be >= 1")
+    need(len(cfg.lora.targets) > 0, "lora.targets", "must name at least one module")
+    for name, s in (("train.sampling", cfg.train.sampling), ("eval.sampling", cfg.eval.sampling)):
+        need(s.temperature >= 0, f"{name}.temperature", "must be >= 0 (0 = greedy)")
+        need(0 < s.top_p <= 1, f"{name}.top_p", "must be in (0, 1]")
+        need(s.top_k >= 0, f"{name}.top_k", "must be >= 0 (0 = off)")
+        need(s.max_new_tokens >= 1, f"{name}.max_new_tokens", "must be >= 1")
+    t = cfg.train
+    need(t.problems_per_step >= 1, "train.problems_per_step", "must be >= 1")
+    need(t.group_size >= 2, "train.group_size", "must be >= 2 (advantages are relative to the group)")
+    need(t.steps >= 1, "train.steps", "must be >= 1")
+    need(t.lr is None or t.lr > 0, "train.lr", "must be > 0, or null to use the lr-sweep's choice")
+    need(len(t.betas) == 2 and all(0 <= b < 1 for b in t.betas), "train.betas", "must be two numbers in [0, 1)")
+    need(all(1 <= c <= t.steps for c in t.checkpoints), "train.checkpoints", f"every checkpoint must be in 1..train.steps ({t.steps})")
+    need(t.save_last_every >= 1, "train.save_last_every", "must be >= 1")
+    need(all(c in ("many", "16", "1") for c in t.conditions) and t.conditions, "train.conditions", "must be a list drawn from many, 16, 1")
+    need(cfg.eval.n >= 1, "eval.n", "must be >= 1")
+    need(1 <= cfg.eval.k_max <= cfg.eval.n, "eval.k_max", f"must be in 1..eval.n ({cfg.eval.n}): pass@k needs k <= n")
+    need(cfg.eval.problems_per_batch >= 1, "eval.problems_per_batch", "must be >= 1")
+    s = cfg.select
+    need(1 <= s.n_problems <= cfg.task.n_train, "select.n_problems", "must be in 1..task.n_train")
+    need(s.samples >= 2, "select.samples", "must be >= 2")
+    need(all(z >= 1 for z in s.sizes), "select.sizes", "must be >= 1")
+    need(len(cfg.lr_sweep.candidates) >= 1 and all(c > 0 for c in cfg.lr_sweep.candidates), "lr_sweep.candidates", "must be positive numbers")
+    need(1 <= cfg.lr_sweep.last <= cfg.lr_sweep.steps, "lr_sweep.last", "must be in 1..lr_sweep.steps")
+    need(all(x in TASKS for x in cfg.probe.tasks), "probe.tasks", f"must be drawn from {', '.join(TASKS)}")
+    need(cfg.probe.arith_samples >= 1 and cfg.probe.samples >= 1, "probe.samples", "must be >= 1")
+    need(cfg.analyze.resamples >= 100, "analyze.resamples", "must be >= 100")
+    need(0 < cfg.analyze.ci < 1, "analyze.ci", "must be in (0, 1)")
+    if cfg.model.build is not None:
+        b = cfg.model.build
+        need(b.hidden % b.heads == 0 and b.heads % b.kv_heads == 0, "model.build.heads", "hidden must divide by heads, heads by kv_heads")
+        need(b.steps >= 1 and b.batch >= 1, "model.build.steps", "steps and batch must be >= 1")
+
+
+def to_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def digest(obj) -> str:
+    """sha256 (first 16 hex digits) of a JSON-able object, keys sorted."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]

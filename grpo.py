@@ -1,0 +1,874 @@
+"""LoRA, sampling, Dr. GRPO training, pass@k evaluation, problem selection and the LR sweep.
+
+Dr. GRPO (Liu et al., arXiv 2503.20783) as this study runs it. Departures from GRPO
+(Shao et al., arXiv 2402.03300), each tagged [D1]..[D5] at the line that makes it:
+
+  1. [D1] Advantage = reward - group mean. No division by the group's std, which up-weights
+          groups that are nearly all right or all wrong.
+  2. [D2] The loss is summed over response tokens and divided by a constant,
+          problems x group size x max_new_tokens, not by each response's length, which
+          rewards long wrong answers and short right ones.
+  3. [D3] No KL term to a reference model.
+  4. [D4] One sampling, one update: the policy that sampled is the policy being updated, so
+          the PPO ratio is exactly 1 and clipping never acts; the loss is the plain
+          policy-gradient surrogate -A * log pi.
+  5. [D5] The reward is the strict score only (answer inside <answer> tags); no format reward.
+
+LoRA and the sampler are written by hand so that every line of the method can be read here;
+tests check them against PEFT and `model.generate`.
+
+    python grpo.py train   --config configs/smoke.yaml --condition many
+    python grpo.py eval    --config configs/smoke.yaml [--adapter RUN/train_many/step_075]
+    python grpo.py select | lr-sweep | probe --config ...
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import io
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import config as C
+import countdown
+
+ROOT = Path(__file__).resolve().parent
+
+# ============================================================================= files & provenance
+
+
+def seed_for(*parts) -> int:
+    """A 63-bit seed from explicit parts (config seed, stage, step, problem id, ...)."""
+    return int.from_bytes(hashlib.sha256(":".join(map(str, parts)).encode()).digest()[:8], "big") >> 1
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write to a temporary file in the same folder, then rename: never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: str | Path, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=False) + "\n")
+
+
+def atomic_replace_dir(tmp_dir: Path, final: Path) -> None:
+    """Swap a fully written folder into place (old one removed only after the new one is whole)."""
+    old = final.with_name(f".{final.name}.old")
+    if old.exists():
+        shutil.rmtree(old)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp_dir, final)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def file_sha256(path: str | Path) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def code_revision() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+        return (rev or "unknown") + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def versions() -> dict:
+    import numpy
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__, "numpy": numpy.__version__}
+
+
+# Which config keys each stage's results depend on. A stage is done when its outputs record
+# the same hash of these keys (threads and device are how, not what, so they are left out).
+STAGE_KEYS = {
+    "base": ["seed", "model.build", "task.name"],
+    "probe": ["seed", "model", "task.prompt_style", "probe", "eval", "micro_batch"],
+    "select": ["seed", "model", "task", "select", "train.sampling", "micro_batch"],
+    "lr-sweep": ["seed", "model", "task", "lora", "train", "lr_sweep", "micro_batch"],
+    "train": ["seed", "model", "task", "lora", "train", "micro_batch"],
+    "eval": ["seed", "model", "task", "eval", "micro_batch"],
+}
+_NOT_IN_TRAIN_HASH = ("conditions",)  # adding a condition does not change another's results
+
+
+def stage_hash(cfg: C.Config, stage: str, extra=None) -> str:
+    d = C.to_dict(cfg)
+    picked = {}
+    for key in STAGE_KEYS[stage]:
+        node = d
+        for part in key.split("."):
+            node = node[part]
+        picked[key] = node
+    if stage in ("train", "lr-sweep"):
+        picked["train"] = {k: v for k, v in picked["train"].items() if k not in _NOT_IN_TRAIN_HASH}
+    if stage == "lr-sweep":
+        picked["train"] = {k: v for k, v in picked["train"].items() if k not in ("lr", "checkpoints", "steps")}
+    picked["extra"] = extra
+    return C.digest(picked)
+
+
+def provenance(cfg: C.Config, stage: str, extra=None, device: str | None = None) -> dict:
+    return {
+        "stage": stage,
+        "stage_hash": stage_hash(cfg, stage, extra),
+        "config_hash": C.digest(C.to_dict(cfg)),
+        "config": C.to_dict(cfg),
+        "inputs": extra,
+        "plan_sha256": file_sha256(ROOT / "PLAN.md"),
+        "revision": code_revision(),
+        "versions": versions(),
+        "device": device,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+# ============================================================================= model & tokenizer
+
+
+def pick_device(cfg: C.Config) -> torch.device:
+    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def setup_torch(cfg: C.Config) -> None:
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def model_path(cfg: C.Config, run: str | Path | None) -> str:
+    """The base model: the run's own `base_model/` when the config builds one, else model.path."""
+    if cfg.model.build is not None:
+        if run is None:
+            raise C.ConfigError("model.build: this config trains its own base model; pass --run RUN (the folder holding base_model/)")
+        path = Path(run) / "base_model"
+        if not (path / "config.json").exists():
+            raise C.ConfigError(f"model.build: no base model at {path}; run `pipeline.py --stage base` first")
+        return str(path)
+    return cfg.model.path
+
+
+def load_tokenizer(path: str, revision: str | None = None):
+    """The model's tokenizer. A folder whose tokenizer_config names PreTrainedTokenizerFast is
+    loaded as exactly that class: AutoTokenizer would pick Qwen2's class from config.json and
+    silently change how a character-level vocabulary splits text (FACTS.md)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    tc = Path(path) / "tokenizer_config.json"
+    if tc.exists() and json.loads(tc.read_text()).get("tokenizer_class") in ("PreTrainedTokenizerFast", "TokenizersBackend"):
+        return PreTrainedTokenizerFast.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path, revision=None if os.path.isdir(path) else revision)
+
+
+def load_model(cfg: C.Config, path: str, device: torch.device):
+    """A frozen causal LM and its tokenizer. Its generation_config is never consulted: the
+    sampler below takes every setting from our config (see sample())."""
+    from transformers import AutoModelForCausalLM
+
+    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[cfg.model.dtype]
+    revision = None if os.path.isdir(path) else cfg.model.revision
+    model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=dtype).to(device)
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    tok = load_tokenizer(path, revision)
+    return model, tok
+
+
+def stop_ids(model, tok) -> list[int]:
+    """Token ids that end a response: the tokenizer's EOS and the model config's EOS."""
+    ids = set()
+    for x in (tok.eos_token_id, getattr(model.config, "eos_token_id", None)):
+        if isinstance(x, int):
+            ids.add(x)
+        elif isinstance(x, (list, tuple)):
+            ids.update(x)
+    if not ids:
+        raise ValueError("the tokenizer and model config name no EOS token")
+    return sorted(ids)
+
+
+def pad_id(tok) -> int:
+    return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+
+
+def render_prompts(tok, problems, style: str) -> list[list[int]]:
+    """Token ids of each problem's chat prompt, with the assistant turn opened."""
+    out = []
+    for p in problems:
+        text = tok.apply_chat_template(countdown.prompt_messages(p, style), tokenize=False, add_generation_prompt=True)
+        out.append(tok(text, add_special_tokens=False)["input_ids"])
+    return out
+
+
+# ============================================================================= LoRA
+
+
+class LoRALinear(nn.Module):
+    """y = W x + (alpha / r) * B A x, with W frozen, A (r, in) random, B (out, r) zero, so the
+    wrapped layer starts out exactly equal to W. Sub-module names follow PEFT (base_layer,
+    lora_A, lora_B) so our state_dict keys are PEFT's keys."""
+
+    def __init__(self, base: nn.Linear, r: int, alpha: float, generator: torch.Generator):
+        super().__init__()
+        self.base_layer = base
+        self.lora_A = nn.Linear(base.in_features, r, bias=False, device=base.weight.device, dtype=torch.float32)
+        self.lora_B = nn.Linear(r, base.out_features, bias=False, device=base.weight.device, dtype=torch.float32)
+        self.scaling = alpha / r
+        # A: PEFT's default init (kaiming-uniform with a = sqrt(5)), drawn from our own generator
+        bound = 1.0 / math.sqrt(base.in_features)
+        with torch.no_grad():
+            a = torch.rand(r, base.in_features, generator=generator) * 2 * bound - bound
+            self.lora_A.weight.copy_(a)
+            self.lora_B.weight.zero_()
+
+    def forward(self, x):  # x: (..., in)
+        y = self.base_layer(x)  # (..., out), base dtype
+        delta = self.lora_B(self.lora_A(x.to(self.lora_A.weight.dtype)))  # (..., out), fp32 LoRA
+        return y + (self.scaling * delta).to(y.dtype)
+
+
+def apply_lora(model: nn.Module, r: int, alpha: float, targets: list[str], seed: int) -> list[str]:
+    """Wrap every nn.Linear whose name ends in one of `targets`; returns the wrapped names.
+    LoRA weights are kept in fp32 even on a bf16 base: AdamW updates of ~1e-5 relative size
+    vanish in bf16's 8-bit mantissa."""
+    g = torch.Generator().manual_seed(seed)
+    wrapped = []
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            full = f"{name}.{child_name}" if name else child_name
+            if isinstance(child, nn.Linear) and child_name in targets:
+                setattr(module, child_name, LoRALinear(child, r, alpha, g))
+                wrapped.append(full)
+    if not wrapped:
+        raise ValueError(f"lora.targets {targets} match no linear layer of the model")
+    for n, p in model.named_parameters():
+        p.requires_grad_("lora_" in n)
+    return wrapped
+
+
+def lora_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach() for k, v in model.state_dict().items() if ".lora_A." in k or ".lora_B." in k}
+
+
+def save_adapter(model: nn.Module, folder: Path, cfg: C.Config, base_path: str) -> None:
+    """PEFT's adapter format: adapter_config.json + adapter_model.safetensors with PEFT's key
+    names (base_model.model.<module>.lora_A.weight), so PeftModel.from_pretrained loads it."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {f"base_model.model.{k}": v.contiguous().cpu() for k, v in lora_state(model).items()}
+    save_file(tensors, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
+    adapter_cfg = {
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_path,
+        "revision": None if os.path.isdir(base_path) else cfg.model.revision,
+        "r": cfg.lora.r, "lora_alpha": cfg.lora.alpha, "lora_dropout": 0.0, "target_modules": cfg.lora.targets,
+        "bias": "none", "fan_in_fan_out": False, "use_rslora": False, "init_lora_weights": True, "modules_to_save": None,
+    }
+    (folder / "adapter_config.json").write_text(json.dumps(adapter_cfg, indent=1) + "\n")
+
+
+def load_adapter(model: nn.Module, folder: str | Path) -> None:
+    """Load a PEFT-format adapter into a model already wrapped by apply_lora (same r, targets)."""
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(Path(folder) / "adapter_model.safetensors"))
+    own = lora_state(model)
+    state = {k.removeprefix("base_model.model."): v for k, v in tensors.items()}
+    missing, unexpected = set(own) - set(state), set(state) - set(own)
+    if missing or unexpected:
+        raise ValueError(f"{folder}: adapter does not fit the model (missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
+    model.load_state_dict(state, strict=False)
+
+
+def adapter_config(folder: str | Path) -> dict:
+    return json.loads((Path(folder) / "adapter_config.json").read_text())
+
+
+# ============================================================================= sampling
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Set to -inf every logit outside the top-k and outside the top-p nucleus.
+    logits: (B, V), already divided by the temperature. top_k 0 and top_p 1.0 are off.
+    The nucleus is the smallest set of most likely tokens whose probability reaches top_p
+    (the token that crosses the threshold is kept); the most likely token is always kept."""
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (B, V)
+        probs = sorted_logits.softmax(-1)
+        mass_before = probs.cumsum(-1) - probs  # (B, V): probability of the tokens ranked above
+        drop_sorted = mass_before >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+@dataclass
+class Samples:
+    tokens: list[list[int]]  # one list of completion ids per sample (EOS included if emitted)
+    truncated: list[bool]  # hit max_new_tokens without an EOS
+
+
+def left_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    L = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), L), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), L), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, L - len(s) :] = torch.tensor(s, dtype=torch.long)
+        mask[i, L - len(s) :] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def sample(model, prompts: list[list[int]], n: int, s: C.SamplingCfg, seed: int, stops: list[int], pad: int) -> Samples:
+    """n completions for each prompt (prompt-major order: prompt 0's n samples first).
+
+    Written by hand so that exactly these settings apply and nothing else: temperature
+    (0 = greedy), top_k, top_p, max_new_tokens. No repetition penalty, and nothing is read from
+    the model's generation_config.json (Qwen's would add repetition_penalty 1.1, top_k 20,
+    top_p 0.8, temperature 0.7; the policy gradient assumes samples from the policy itself).
+
+    Speed, with identical results: the prompt is run once and its KV cache copied to its n
+    samples; finished sequences leave the batch. One generator seeded by `seed` draws all tokens."""
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    ids, mask = left_pad(prompts, pad)  # (P, Lp)
+    ids, mask = ids.to(device), mask.to(device)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # (P, Lp): positions count real tokens only
+    cache = DynamicCache(config=model.config)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]  # (P, V)
+    cache.batch_repeat_interleave(n)  # (P*n, ...) every sample starts from its prompt's cache
+    logits = logits.repeat_interleave(n, 0)  # (B, V), B = P*n
+    mask = mask.repeat_interleave(n, 0)  # (B, Lp)
+    next_pos = pos[:, -1:].repeat_interleave(n, 0) + 1  # (B, 1)
+    B = logits.shape[0]
+    out = [[] for _ in range(B)]
+    truncated = [False] * B
+    alive = torch.arange(B, device=device)  # row -> sample index
+    stop = torch.tensor(stops, device=device)
+    for t in range(s.max_new_tokens):
+        logits = logits.float()
+        if s.temperature == 0:
+            tok = logits.argmax(-1)  # (b,)
+        else:
+            logits = filter_logits(logits / s.temperature, s.top_k, s.top_p)
+            tok = torch.multinomial(logits.softmax(-1), 1, generator=gen).squeeze(1)  # (b,)
+        for row, (i, t_id) in enumerate(zip(alive.tolist(), tok.tolist())):
+            out[i].append(t_id)
+        finished = torch.isin(tok, stop)  # (b,)
+        if t == s.max_new_tokens - 1:
+            for i, f in zip(alive.tolist(), finished.tolist()):
+                truncated[i] = not f
+            break
+        if finished.any():
+            keep = (~finished).nonzero().squeeze(1)  # rows still decoding
+            if keep.numel() == 0:
+                break
+            cache.batch_select_indices(keep)
+            alive, tok, mask, next_pos = alive[keep], tok[keep], mask[keep], next_pos[keep]
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)  # (b, L+1)
+        logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, cache=cache, use_cache=True).logits[:, -1]  # (b, V)
+        next_pos = next_pos + 1
+    return Samples(out, truncated)
+
+
+# ============================================================================= log-probs & the loss
+
+
+def pack(prompts: list[list[int]], completions: list[list[int]], pad: int):
+    """[left-padded prompt | completion, right-padded] rows, and the completion mask built from
+    lengths (never from token values: pad may equal EOS, and an emitted EOS is trained).
+    Returns ids (b, Lp+Lc), attention mask (b, Lp+Lc), positions (b, Lp+Lc), completion mask (b, Lc)."""
+    b = len(prompts)
+    Lp, Lc = max(len(p) for p in prompts), max(max(len(c) for c in completions), 1)
+    ids = torch.full((b, Lp + Lc), pad, dtype=torch.long)
+    attn = torch.zeros((b, Lp + Lc), dtype=torch.long)
+    cmask = torch.zeros((b, Lc), dtype=torch.float32)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        ids[i, Lp - len(p) : Lp] = torch.tensor(p)
+        ids[i, Lp : Lp + len(c)] = torch.tensor(c, dtype=torch.long)
+        attn[i, Lp - len(p) : Lp + len(c)] = 1
+        cmask[i, : len(c)] = 1.0
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    return ids, attn, pos, cmask
+
+
+def completion_logprobs(model, ids, attn, pos, Lc: int) -> torch.Tensor:
+    """log pi(token) for the last Lc positions: (b, Lc). Only the completion's logits are made
+    (logits_to_keep), upcast to fp32; gather minus logsumexp avoids a second (b, Lc, V) tensor."""
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=Lc + 1).logits[:, :-1].float()  # (b, Lc, V)
+    targets = ids[:, -Lc:]  # (b, Lc)
+    return logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)  # (b, Lc)
+
+
+def group_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """rewards (P, G) -> advantages (P, G). [D1] reward - group mean; no division by std."""
+    return rewards - rewards.mean(dim=1, keepdim=True)
+
+
+def drgrpo_loss(logp: torch.Tensor, cmask: torch.Tensor, adv: torch.Tensor, normalizer: float) -> torch.Tensor:
+    """[D2][D3][D4] -sum(A * log pi * mask) / constant. logp, cmask: (b, Lc); adv: (b,).
+    With one update per sample the PPO ratio is 1, so this is the whole objective."""
+    return -(adv[:, None] * logp * cmask).sum() / normalizer
+
+
+def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: float, micro_batch: int, pad: int) -> float:
+    """Accumulate the Dr. GRPO gradient over micro-batches (exact: the loss is a plain sum with
+    a constant normalizer). Samples whose advantage is exactly 0 add nothing and are skipped.
+    Returns the loss value."""
+    device = next(model.parameters()).device
+    rows = [i for i in range(len(completions)) if adv[i].item() != 0.0]
+    total = 0.0
+    for start in range(0, len(rows), micro_batch):
+        chunk = rows[start : start + micro_batch]
+        ids, attn, pos, cmask = pack([prompts[i] for i in chunk], [completions[i] for i in chunk], pad)
+        logp = completion_logprobs(model, ids.to(device), attn.to(device), pos.to(device), cmask.shape[1])
+        loss = drgrpo_loss(logp, cmask.to(device), adv[chunk].to(device), normalizer)
+        loss.backward()
+        total += loss.item()
+    return total
+
+
+# ============================================================================= training
+
+
+class Diverged(RuntimeError):
+    pass
+
+
+def step_problems(pool: list, step: int, per_step: int, seed: int, shuffle: bool) -> list:
+    """The problems of one step (1-based). shuffle: a fresh seeded permutation of the pool per
+    epoch (the many condition); otherwise the pool is cycled (copies of the 16 or 1 problems).
+    Depends only on (seed, step): resuming needs no data-loader state."""
+    out = []
+    for j in range((step - 1) * per_step, step * per_step):
+        epoch, i = divmod(j, len(pool))
+        if shuffle:
+            g = torch.Generator().manual_seed(seed_for(seed, "order", epoch))
+            i = torch.randperm(len(pool), generator=g)[i].item()
+        out.append(pool[i])
+    return out
+
+
+LOG_FIELDS = ["step", "reward_mean", "zero_signal_frac", "format_rate", "len_mean", "len_max", "truncated_frac",
+              "loss", "grad_norm", "lr", "sec_sampling", "sec_fwd_bwd", "tokens", "peak_mem_mb"]
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB -> MiB (process peak RSS)
+
+
+def write_log(path: Path, rows: list[dict]) -> None:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=LOG_FIELDS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
+
+
+def read_log(path: Path) -> list[dict]:
+    with open(path) as f:
+        return [{k: (int(v) if k in ("step", "len_max", "tokens") else float(v)) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+def make_optimizer(model, cfg: C.Config, lr: float):
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=lr, betas=tuple(cfg.train.betas), eps=cfg.train.eps, weight_decay=cfg.train.weight_decay)
+
+
+def save_last(model, opt, step: int, rows: list[dict], out: Path, cfg: C.Config, base: str, meta: dict) -> None:
+    """The rolling resume point: adapter, optimizer state, step, the log so far. The data order
+    and every sampling seed derive from (seed, step), so they need no saved state."""
+    tmp = out / ".last.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    save_adapter(model, tmp, cfg, base)
+    torch.save(opt.state_dict(), tmp / "optimizer.pt")
+    (tmp / "state.json").write_text(json.dumps({"step": step, **meta}, indent=1) + "\n")
+    atomic_replace_dir(tmp, out / "last")
+    write_log(out / "train_log.csv", rows)
+
+
+def train(cfg: C.Config, condition: str, pool: list, lr: float, out: Path, base: str, *, steps: int | None = None,
+          checkpoints: list[int] | None = None, inputs: dict | None = None, stage: str = "train", progress: bool = True) -> Path:
+    """Dr. GRPO on `pool` for `steps` steps into `out`; resumes from out/last if it is there.
+    Returns out. Writes out/train_log.csv, out/step_XXX/ adapters, out/last/, out/done.json."""
+    from tqdm import tqdm
+
+    tc = cfg.train
+    steps = tc.steps if steps is None else steps
+    checkpoints = tc.checkpoints if checkpoints is None else checkpoints
+    setup_torch(cfg)
+    device = pick_device(cfg)
+    model, tok = load_model(cfg, base, device)
+    apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, seed_for(cfg.seed, "lora-init"))
+    opt = make_optimizer(model, cfg, lr)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"condition": condition, "lr": lr, "steps": steps, "provenance": provenance(cfg, stage, inputs, str(device))}
+    rows: list[dict] = []
+    start = 1
+    if (out / "last" / "state.json").exists():
+        state = json.loads((out / "last" / "state.json").read_text())
+        if state["provenance"]["stage_hash"] != meta["provenance"]["stage_hash"]:
+            raise RuntimeError(f"{out}/last was made by a different config or inputs; delete {out} or use --force")
+        load_adapter(model, out / "last")
+        opt.load_state_dict(torch.load(out / "last" / "optimizer.pt", weights_only=True))
+        rows = [r for r in read_log(out / "train_log.csv") if r["step"] <= state["step"]]
+        start = state["step"] + 1
+    stops, pad = stop_ids(model, tok), pad_id(tok)
+    P, G, s = tc.problems_per_step, tc.group_size, tc.sampling
+    normalizer = P * G * s.max_new_tokens  # [D2] a constant, not the response lengths
+    bar = tqdm(range(start, steps + 1), desc=f"{stage} {condition} lr={lr:g}", disable=not progress, initial=start - 1, total=steps, leave=False)
+    for step in bar:
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        problems = step_problems(pool, step, P, seed_for(cfg.seed, condition), shuffle=(condition == "many"))
+        prompts = render_prompts(tok, problems, cfg.task.prompt_style)
+        t0 = time.perf_counter()
+        smp = sample(model, prompts, G, s, seed_for(cfg.seed, stage, condition, step), stops, pad)
+        t1 = time.perf_counter()
+        texts = tok.batch_decode(smp.tokens, skip_special_tokens=True)
+        scored = [countdown.score(problems[i // G], x) for i, x in enumerate(texts)]
+        rewards = torch.tensor([float(d["strict"]) for d in scored]).view(P, G)  # [D5] strict score only
+        adv = group_advantages(rewards).view(-1)  # (P*G,)
+        # The model stays in eval mode: Qwen2 has no dropout, and train-mode dropout would draw
+        # from torch's unseeded global generator.
+        loss = policy_gradient(model, [prompts[i // G] for i in range(P * G)], smp.tokens, adv, normalizer, cfg.micro_batch, pad)
+        params = [p for p in model.parameters() if p.requires_grad]
+        grads = [p.grad for p in params if p.grad is not None]
+        gnorm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item() if grads else 0.0
+        if not (math.isfinite(loss) and math.isfinite(gnorm)):
+            raise Diverged(f"step {step}: loss {loss} / grad norm {gnorm} is not finite; stopped, {out}/last holds the last good state")
+        opt.step()  # [D4] one update per sampling
+        opt.zero_grad(set_to_none=True)
+        t2 = time.perf_counter()
+        lens = [len(x) for x in smp.tokens]
+        rows.append({
+            "step": step, "reward_mean": rewards.mean().item(),
+            "zero_signal_frac": (rewards.max(1).values == rewards.min(1).values).float().mean().item(),
+            "format_rate": sum(d["format"] for d in scored) / len(scored),
+            "len_mean": sum(lens) / len(lens), "len_max": max(lens), "truncated_frac": sum(smp.truncated) / len(lens),
+            "loss": loss, "grad_norm": gnorm, "lr": lr, "sec_sampling": round(t1 - t0, 4), "sec_fwd_bwd": round(t2 - t1, 4),
+            "tokens": sum(lens), "peak_mem_mb": round(peak_memory_mb(device), 1),
+        })
+        bar.set_postfix(reward=f"{rows[-1]['reward_mean']:.2f}", fmt=f"{rows[-1]['format_rate']:.2f}", len=f"{rows[-1]['len_mean']:.0f}")
+        if step in checkpoints:
+            tmp = out / f".step_{step:03d}.tmp"
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            save_adapter(model, tmp, cfg, base)
+            atomic_replace_dir(tmp, out / f"step_{step:03d}")
+        if step % tc.save_last_every == 0 or step == steps or step in checkpoints:
+            save_last(model, opt, step, rows, out, cfg, base, meta)
+    bar.close()
+    atomic_write_json(out / "done.json", {"steps": steps, **meta})
+    return out
+
+
+# ============================================================================= evaluation
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al., arXiv 2107.03374): 1 - C(n-c, k) / C(n, k), in the stable
+    product form 1 - prod_{i=n-c+1}^{n} (1 - k / i). k > n is an error, never a silent skip."""
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= n, got k={k}, n={n}")
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n, got c={c}, n={n}")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+def pass_at_k_curve(counts: list[int], n: int, k_max: int) -> dict[str, float]:
+    """Mean over problems of pass@k for k = 1..k_max, keys as strings (JSON)."""
+    return {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in range(1, k_max + 1)}
+
+
+def sample_problems(model, tok, problems, n: int, s: C.SamplingCfg, seed: int, tag: str, style: str,
+                    per_batch: int, progress: bool = True) -> list[list[str]]:
+    """n response texts per problem. Batches of `per_batch` problems; each batch's generator is
+    seeded from (seed, tag, first problem id) so results do not depend on what ran before."""
+    from tqdm import tqdm
+
+    stops, pad = stop_ids(model, tok), pad_id(tok)
+    prompts = render_prompts(tok, problems, style)
+    texts: list[list[str]] = []
+    with tqdm(total=len(problems) * n, desc=tag, unit="sample", disable=not progress, leave=False) as bar:
+        for b in range(0, len(problems), per_batch):
+            smp = sample(model, prompts[b : b + per_batch], n, s, seed_for(seed, tag, problems[b].id), stops, pad)
+            dec = tok.batch_decode(smp.tokens, skip_special_tokens=True)
+            texts += [dec[i : i + n] for i in range(0, len(dec), n)]
+            bar.update(len(dec))
+    return texts
+
+
+def score_problems(problems, texts: list[list[str]], keep_responses: bool = True) -> list[dict]:
+    out = []
+    for p, rs in zip(problems, texts):
+        sc = [countdown.score(p, r) for r in rs]
+        row = {"id": p.id, "question": p.question, "answer": p.answer, "n": len(rs),
+               "correct_strict": sum(d["strict"] for d in sc), "correct_loose": sum(d["loose"] for d in sc),
+               "format_ok": sum(d["format"] for d in sc)}
+        if keep_responses:
+            row["responses"] = rs
+        out.append(row)
+    return out
+
+
+def summarize(rows: list[dict], n: int, k_max: int) -> dict:
+    return {
+        "pass_at_k": {s: pass_at_k_curve([r[f"correct_{s}"] for r in rows], n, k_max) for s in ("strict", "loose")},
+        "format_rate": sum(r["format_ok"] for r in rows) / (n * len(rows)),
+        "coverage": {s: sum(r[f"correct_{s}"] > 0 for r in rows) for s in ("strict", "loose")},
+        "n_problems": len(rows),
+    }
+
+
+def evaluate(cfg: C.Config, base: str, adapter: str | None, out_file: Path, progress: bool = True) -> dict:
+    """Sample cfg.eval.n answers per test problem from the base (or base + adapter), score them
+    three ways and write one JSON file (atomically)."""
+    setup_torch(cfg)
+    device = pick_device(cfg)
+    model, tok = load_model(cfg, base, device)
+    adapter_sha = None
+    if adapter is not None:
+        acfg = adapter_config(adapter)
+        apply_lora(model, acfg["r"], acfg["lora_alpha"], acfg["target_modules"], 0)
+        load_adapter(model, adapter)
+        adapter_sha = file_sha256(Path(adapter) / "adapter_model.safetensors")
+    _, test = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.seed)
+    e = cfg.eval
+    t0 = time.perf_counter()
+    # Every model sees the same seeds: the paired comparison then differs only by the model.
+    texts = sample_problems(model, tok, test, e.n, e.sampling, cfg.seed, "eval", cfg.task.prompt_style, e.problems_per_batch, progress)
+    rows = score_problems(test, texts, e.keep_responses)
+    inputs = {"adapter": str(adapter) if adapter else None, "adapter_sha256": adapter_sha, "base": base}
+    result = {
+        "model": "base" if adapter is None else str(adapter),
+        **summarize(rows, e.n, e.k_max),
+        "sampling": {"n": e.n, "temperature": e.sampling.temperature, "top_p": e.sampling.top_p, "top_k": e.sampling.top_k,
+                     "repetition_penalty": 1.0, "max_new_tokens": e.sampling.max_new_tokens, "seed": cfg.seed},
+        "seconds": round(time.perf_counter() - t0, 2),
+        "problems": rows,
+        "provenance": provenance(cfg, "eval", inputs, str(device)),
+    }
+    atomic_write_json(out_file, result)
+    return result
+
+
+# ============================================================================= probe, select, lr sweep
+
+
+def probe(cfg: C.Config, base: str, run: Path, progress: bool = True) -> list[Path]:
+    """The base-rate checks behind PLAN.md's change log: Countdown pass@k on probe.n_problems x
+    probe.samples, and strict/loose pass@1, pass@k and format rate on each arithmetic task."""
+    setup_torch(cfg)
+    device = pick_device(cfg)
+    model, tok = load_model(cfg, base, device)
+    written = []
+    for task in cfg.probe.tasks:
+        n_prob, n = (cfg.probe.n_problems, cfg.probe.samples) if task == "countdown" else (cfg.probe.arith_problems, cfg.probe.arith_samples)
+        _, problems = countdown.make_splits(task, 0, n_prob, cfg.seed)
+        texts = sample_problems(model, tok, problems, n, cfg.eval.sampling, cfg.seed, f"probe-{task}", cfg.task.prompt_style, cfg.eval.problems_per_batch, progress)
+        rows = score_problems(problems, texts, keep_responses=False)
+        res = {"task": task, "n": n, **summarize(rows, n, n), "examples": [t[0] for t in texts[:3]], "problems": rows,
+               "provenance": provenance(cfg, "probe", None, str(device))}
+        path = run / f"probe_{task}.json"
+        atomic_write_json(path, res)
+        written.append(path)
+    return written
+
+
+def choose_sets(pass_rates: list[float], sizes: list[int]) -> dict[str, list[int]]:
+    """The registered rule (PLAN.md): among problems with 0 < p < 1, rank by p(1 - p) (most
+    uncertain first: the most signal per group), ties by index; the size-s set is the first s."""
+    informative = [i for i, p in enumerate(pass_rates) if 0 < p < 1]
+    ranked = sorted(informative, key=lambda i: (-pass_rates[i] * (1 - pass_rates[i]), i))
+    return {str(z): ranked[:z] for z in sizes}
+
+
+def select(cfg: C.Config, base: str, run: Path, progress: bool = True) -> dict:
+    setup_torch(cfg)
+    device = pick_device(cfg)
+    model, tok = load_model(cfg, base, device)
+    train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.seed)
+    problems = train_set[: cfg.select.n_problems]
+    s = C.SamplingCfg(temperature=cfg.select.temperature, top_p=1.0, top_k=0, max_new_tokens=cfg.train.sampling.max_new_tokens)
+    texts = sample_problems(model, tok, problems, cfg.select.samples, s, cfg.seed, "select", cfg.task.prompt_style, cfg.eval.problems_per_batch, progress)
+    rows = score_problems(problems, texts, keep_responses=False)
+    rates = [r["correct_strict"] / r["n"] for r in rows]
+    sets = choose_sets(rates, cfg.select.sizes)
+    res = {
+        "rule": "0 < strict pass rate < 1; rank by p(1-p) descending, ties by index; take the first s",
+        "pass_rates": {p.id: r for p, r in zip(problems, rates)},
+        "informative": [problems[i].id for i, r in enumerate(rates) if 0 < r < 1],
+        "sets": {z: [problems[i].id for i in idx] for z, idx in sets.items()},
+        "short": {z: len(idx) < int(z) for z, idx in sets.items()},
+        "sampling": {"n": cfg.select.samples, "temperature": s.temperature, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0, "max_new_tokens": s.max_new_tokens},
+        "provenance": provenance(cfg, "select", None, str(device)),
+    }
+    atomic_write_json(run / "selection.json", res)
+    return res
+
+
+def condition_pool(cfg: C.Config, condition: str, run: Path) -> tuple[list, dict]:
+    """The training problems of a condition and what they came from (for the stage hash)."""
+    train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.seed)
+    if condition == "many":
+        return train_set, {"condition": "many"}
+    sel_path = run / "selection.json"
+    if not sel_path.exists():
+        raise FileNotFoundError(f"{sel_path} is missing: run the select stage before training condition {condition}")
+    sel = json.loads(sel_path.read_text())
+    ids = sel["sets"].get(condition)
+    if not ids:
+        raise ValueError(f"{sel_path}: no problems for condition {condition} (the base solved none of the first "
+                         f"{cfg.select.n_problems} train problems sometimes-but-not-always)")
+    by_id = {p.id: p for p in train_set}
+    return [by_id[i] for i in ids], {"condition": condition, "problems": ids}
+
+
+def read_lr(cfg: C.Config, run: Path) -> float:
+    if cfg.train.lr is not None:
+        return cfg.train.lr
+    path = run / "lr_choice.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run the lr-sweep stage, or set train.lr")
+    return float(json.loads(path.read_text())["chosen"])
+
+
+def lr_sweep(cfg: C.Config, base: str, run: Path, progress: bool = True) -> dict:
+    """lr_sweep.steps steps of the many condition per candidate; the highest mean reward over
+    the last lr_sweep.last steps wins (ties: the smaller rate)."""
+    pool, inputs = condition_pool(cfg, "many", run)
+    results = {}
+    for lr in cfg.lr_sweep.candidates:
+        out = run / "lr_sweep" / f"lr_{lr:g}"
+        if not (out / "done.json").exists():
+            train(cfg, "many", pool, lr, out, base, steps=cfg.lr_sweep.steps, checkpoints=[], inputs=inputs, stage="lr-sweep", progress=progress)
+        rows = read_log(out / "train_log.csv")
+        results[f"{lr:g}"] = sum(r["reward_mean"] for r in rows[-cfg.lr_sweep.last :]) / cfg.lr_sweep.last
+    best = sorted(cfg.lr_sweep.candidates, key=lambda lr: (-results[f"{lr:g}"], lr))[0]
+    res = {"rule": f"highest mean reward over the last {cfg.lr_sweep.last} of {cfg.lr_sweep.steps} steps; ties: the smaller rate",
+           "mean_reward_last": results, "chosen": best, "provenance": provenance(cfg, "lr-sweep", None)}
+    atomic_write_json(run / "lr_choice.json", res)
+    return res
+
+
+# ============================================================================= CLI
+
+
+def default_run(config_path: str | None) -> Path:
+    return ROOT / "results" / (Path(config_path).stem if config_path else "qwen05b")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name in ("train", "eval", "select", "lr-sweep", "probe"):
+        q = sub.add_parser(name)
+        q.add_argument("--config", default=None, help="YAML config (default: the built-in qwen05b settings)")
+        q.add_argument("--run", default=None, help="run folder (default: results/<config name>)")
+        q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. train.steps=10")
+        q.add_argument("--quiet", action="store_true", help="no progress bars")
+        if name == "train":
+            q.add_argument("--condition", required=True, choices=["many", "16", "1"])
+            q.add_argument("--out", default=None, help="output folder (default: RUN/train_<condition>)")
+        if name == "eval":
+            q.add_argument("--adapter", default=None, help="a PEFT adapter folder (default: evaluate the base)")
+            q.add_argument("--out", default=None, help="output JSON (default: RUN/eval_base.json or RUN/eval_<cond>_<step>.json)")
+    a = p.parse_args(argv)
+    try:
+        cfg = C.load(a.config, a.set)
+        run = Path(a.run) if a.run else default_run(a.config)
+        base = model_path(cfg, run)
+        if a.cmd == "eval" and a.adapter and not (Path(a.adapter) / "adapter_config.json").exists():
+            raise C.ConfigError(f"--adapter: no adapter_config.json in {a.adapter}")
+    except C.ConfigError as e:
+        print(f"grpo.py: {e}", file=sys.stderr)
+        return 2
+    run.mkdir(parents=True, exist_ok=True)
+    prog = not a.quiet
+    try:
+        if a.cmd == "train":
+            pool, inputs = condition_pool(cfg, a.condition, run)
+            lr = read_lr(cfg, run)
+            train(cfg, a.condition, pool, lr, Path(a.out) if a.out else run / f"train_{a.condition}", base, inputs={**inputs, "lr": lr}, progress=prog)
+        elif a.cmd == "eval":
+            out = Path(a.out) if a.out else run / eval_name(a.adapter)
+            r = evaluate(cfg, base, a.adapter, out, prog)
+            print(f"{out}: strict pass@1 {r['pass_at_k']['strict']['1']:.3f}  loose pass@1 {r['pass_at_k']['loose']['1']:.3f}  "
+                  f"loose pass@{cfg.eval.k_max} {r['pass_at_k']['loose'][str(cfg.eval.k_max)]:.3f}  format {r['format_rate']:.3f}")
+        elif a.cmd == "select":
+            r = select(cfg, base, run, prog)
+            print(f"{run / 'selection.json'}: {len(r['informative'])} of {cfg.select.n_problems} informative; sets {r['sets']}")
+        elif a.cmd == "lr-sweep":
+            r = lr_sweep(cfg, base, run, prog)
+            print(f"{run / 'lr_choice.json'}: {r['mean_reward_last']} -> {r['chosen']:g}")
+        elif a.cmd == "probe":
+            for path in probe(cfg, base, run, prog):
+                print(path)
+    except (FileNotFoundError, ValueError, Diverged, RuntimeError) as e:
+        print(f"grpo.py {a.cmd}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def eval_name(adapter: str | None) -> str:
+    """eval_base.json, or eval_<condition>_<step>.json for RUN/train_<condition>/step_<step>."""
+    if adapter is None:
+        return "eval_base.json"
+    a = Path(adapter)
+    return f"eval_{a.parent.name.removeprefix('train_')}_{a.name.removeprefix('step_')}.json"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""The CPU world's base model: a character-level tokenizer with a chat template, a small
+Qwen2-architecture model, and supervised training from scratch on synthetic working traces.
+
+Qwen2.5-0.5B-Instruct cannot be downloaded here and is far too slow for GRPO on two CPU cores.
+This builds a stand-in that behaves like the report's base on an easier task: it usually
+computes, sometimes slips, and mostly ignores the answer format. Traces mix two methods
+
+    decomposed   <think>57 * 5 = 50 * 5 + 7 * 5 = 250 + 35 = 285. 285 - 42 = 243</think>
+    one-shot     <think>57 * 5 = 295. 295 - 42 = 253</think>        (the product is often wrong)
+
+and four endings, of which only one uses the tags:
+
+    <answer>243</answer>  |  The answer is 243.  |  So it is 243  |  = 243
+
+The saved folder is an ordinary Hugging Face model folder (config, safetensors, tokenizer,
+chat template) that the rest of the pipeline loads through `model.path` like any other.
+
+    python tiny_base.py --config configs/tiny.yaml --out results/tiny/base_model
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import config as C
+import countdown
+
+PAD, EOS, BOS = "<|pad|>", "<|im_end|>", "<|im_start|>"
+TAGS = ["<think>", "</think>", "<answer>", "</answer>"]
+CHARS = list("0123456789 \n+-*/=().,:?!'") + list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+UNK = "<|unk|>"
+# The template keeps only the user turn: prompts stay ~20 characters for a char-level model.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'user' %}" + BOS + "{{ m['content'] }}" + EOS + "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}" + BOS + "{% endif %}"
+)
+
+
+def build_tokenizer():
+    """A character-level fast tokenizer: every character one token; the four tags and the chat
+    markers are single tokens. Loads back with PreTrainedTokenizerFast.from_pretrained."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate([PAD, EOS, BOS, UNK] + TAGS + CHARS)}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK))  # no merges: one token per character
+    core.decoder = decoders.Fuse()  # join tokens with nothing between them
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, eos_token=EOS, bos_token=BOS, unk_token=UNK,
+                                  padding_side="left", chat_template=CHAT_TEMPLATE)
+    tok.add_tokens(TAGS)  # ordinary (not special) tokens: decoding keeps them
+    return tok
+
+
+def model_config(tok, b: C.TinyBaseCfg, max_positions: int = 512):
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=len(tok), hidden_size=b.hidden, num_hidden_layers=b.layers, num_attention_heads=b.heads,
+        num_key_value_heads=b.kv_heads, intermediate_size=b.intermediate, max_position_embeddings=max_positions,
+        tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )
+
+
+def random_model(tok, b: C.TinyBaseCfg, seed: int):
+    """A randomly initialised Qwen2 model, its init drawn under a seeded fork of torch's RNG."""
+    from transformers import Qwen2ForCausalLM
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(model_config(tok, b))
+    model.generation_config.do_sample = False  # what the hub's tooling shows; the pipeline never reads it
+    return model
+
+
+# ----------------------------------------------------------------------------- traces
+
+
+def _decompose(a: int) -> list[int]:
+    """57 -> [50, 7]; 413 -> [400, 10, 3] (zero digits dropped)."""
+    s = str(a)
+    return [int(d) * 10 ** (len(s) - 1 - i) for i, d in enumerate(s) if d != "0"]
+
+
+def _wrong(rng: random.Random, x: int) -> int:
+    """A plausible wrong value: a small or place-value error."""
+    delta = rng.choice([1, 2, 5, 10, 20, 100]) * rng.choice([-1, 1])
+    return x + delta if x + delta != x else x + 1
+
+
+def trace(p: countdown.Problem, rng: random.Random, b: C.TinyBaseCfg) -> str:
+    """One synthetic response to `p` (an arithmetic problem a * b - c)."""
+    a, m, c = p.numbers
+    if rng.random() < b.p_decomposed:
+        parts = _decompose(a)
+        prods = [x * m if rng.random() >= b.p_slip else _wrong(rng, x * m) for x in parts]
+        product = sum(prods)
+        if len(parts) > 1:
+            work = f"{a} * {m} = " + " + ".join(f"{x} * {m}" for x in parts) + " = " + " + ".join(map(str, prods)) + f" = {product}"
+        else:
+            work = f"{a} * {m} = {product}"
+    else:
+        product = a * m if rng.random() >= b.p_oneshot_wrong else _wrong(rng, a * m)
+        work = f"{a} * {m} = {product}"
+    value = product - c
+    body = f"<think>{work}. {product} - {c} = {value}</think>"
+    if rng.random() < b.p_tags:
+        ending = f"<answer>{value}</answer>"
+    else:
+        ending = rng.choice([f"The answer is {value}.", f"So it is {value}", f"= {value}"])
+    return body + ending
+
+
+def trace_batches(tok, b: C.TinyBaseCfg, task: str, n_train: int, n_test: int, seed: int):
+    """Token ids and loss masks for b.n_traces traces of train problems (never test ones)."""
+    train, _ = countdown.make_splits(task, n_train, n_test, seed)
+    rng = random.Random(f"traces:{seed}")
+    seqs, masks = [], []
+    for i in range(b.n_traces):
+        p = train[i % len(train)]
+        prompt = tok.apply_chat_template(countdown.prompt_messages(p, "bare"), tokenize=False, add_generation_prompt=True)
+        pid = tok(prompt, add_special_tokens=False)["input_ids"]
+        rid = tok(trace(p, rng, b), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        seqs.append(pid + rid)
+        masks.append([0] * len(pid) + [1] * len(rid))  # learn the response (and its EOS), not the prompt
+    return seqs, masks
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def train_base(cfg: C.Config, out: Path, progress: bool = True) -> dict:
+    """Train the tiny base from scratch and save it as a Hugging Face folder (atomically)."""
+    from tqdm import tqdm
+
+    b = cfg.model.build
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    tok = build_tokenizer()
+    model = random_model(tok, b, seed=cfg.seed)
+    seqs, masks = trace_batches(tok, b, cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=b.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    g = torch.Generator().manual_seed(cfg.seed)
+    losses = []
+    t0 = time.perf_counter()
+    model.train()  # Qwen2 has no dropout: train mode draws nothing from torch's global RNG
+    for step in tqdm(range(b.steps), desc="base", disable=not progress, leave=False):
+        lr = b.lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + math.cos(math.pi * step / b.steps))  # warm-up, cosine
+        for group in opt.param_groups:
+            group["lr"] = lr
+        idx = torch.randint(len(seqs), (b.batch,), generator=g).tolist()
+        L = max(len(seqs[i]) for i in idx)
+        ids = torch.full((b.batch, L), tok.pad_token_id)
+        m = torch.zeros((b.batch, L))
+        att = torch.zeros((b.batch, L), dtype=torch.long)
+        for r, i in enumerate(idx):  # right padding for training
+            ids[r, : len(seqs[i])] = torch.tensor(seqs[i])
+            m[r, : len(seqs[i])] = torch.tensor(masks[i], dtype=torch.float32)
+            att[r, : len(seqs[i])] = 1
+        logits = model(input_ids=ids, attention_mask=att).logits[:, :-1]  # (B, L-1, V)
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # (B, L-1)
+        loss = (nll * m[:, 1:]).sum() / m[:, 1:].sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+    model.eval()
+    info = {"steps": b.steps, "loss_first": losses[0], "loss_last_50": sum(losses[-50:]) / len(losses[-50:]),
+            "seconds": round(time.perf_counter() - t0, 1), "params": sum(p.numel() for p in model.parameters())}
+    save(model, tok, out, {"build": C.to_dict(b), "task": cfg.task.name, "seed": cfg.seed, **info})
+    return info
+
+
+def save_tokenizer(tok, folder: Path) -> None:
+    """save_pretrained, then name the plain fast class in tokenizer_config.json so that any
+    loader (ours: grpo.load_tokenizer) restores it as is, not as Qwen2's tokenizer."""
+    tok.save_pretrained(folder)
+    path = Path(folder) / "tokenizer_config.json"
+    tc = json.loads(path.read_text())
+    tc["tokenizer_class"] = "PreTrainedTokenizerFast"
+    path.write_text(json.dumps(tc, indent=1) + "\n")
+
+
+def save(model, tok, out: Path, info: dict) -> None:
+    tmp = out.with_name(f".{out.name}.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp)
+    save_tokenizer(tok, tmp)
+    (tmp / "tiny_base.json").write_text(json.dumps(info, indent=1) + "\n")
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="Train the CPU world's tiny base model.")
+    p.add_argument("--config", required=True)
+    p.add_argument("--set", action="append", default=[])
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    try:
+        cfg = C.load(a.config, a.set)
+        if cfg.model.build is None:
+            raise C.ConfigError("model.build: this config builds no tiny base (set model.build)")
+    except C.ConfigError as e:
+        print(f"tiny_base.py: {e}", file=sys.stderr)
+        return 2
+    info = train_base(cfg, Path(a.out))
+    print(json.dumps(info))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
