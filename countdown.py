@@ -21,9 +21,12 @@ Scoring decisions (every one is tested in tests/test_countdown.py):
   * A number with a decimal part counts as that integer only if the part is all zeros
     ("16051.0" is 16051); "16051.5" is a number but not an integer, and as the last number
     it makes the answer wrong rather than letting an earlier integer stand in.
-  * The answer block is the LAST "<answer>" and the first "</answer>" after it. Text after
-    "</answer>" (including repeated closing tags) is ignored by the strict score. An "<answer>"
-    that is never closed is no answer block: strict 0, format not ok (loose may still pass).
+  * The answer block is the last complete one: the last "<answer>" that is closed later, up to
+    the first "</answer>" after it. Text after that "</answer>" (repeated closing tags, a stray
+    "<answer>" that is never closed) is ignored by the strict score. A response whose only
+    "<answer>" is never closed has no block: strict 0, format not ok (loose may still pass).
+  * A run of more than MAX_DIGITS (100) digits is a number but never an answer.
+  * "- 5" opening a line after a newline is a list bullet: 5, not -5 (opening the text, -5).
     Tags are matched exactly, lower case, as the prompt asks for them.
   * Every scan is a single left-to-right regular-expression pass without backtracking
     blow-ups, so scoring is linear in the response length.
@@ -101,7 +104,7 @@ def _countdown_problem(rng: random.Random) -> tuple[str, int, tuple[int, ...], s
         else:
             inner = _OPS[op2](Fraction(y), Fraction(z))
             expr = f"{x} {op1} ({y} {op2} {z})"
-            value = _OPS[op1](Fraction(x), inner)
+            value = None if (op1 == "/" and inner == 0) else _OPS[op1](Fraction(x), inner)
             exact = inner.denominator == 1
         if value is not None and exact and value.denominator == 1 and 1 <= value <= COUNTDOWN_MAX_TARGET:
             target = int(value)
@@ -171,7 +174,9 @@ def prompt_messages(problem: Problem, style: str = "instruct") -> list[dict]:
 
 # ----------------------------------------------------------------------------- scoring
 
+MAX_DIGITS = 100  # a longer run of digits is a number but never an answer (read as None)
 _MINUS = "-\u2212\u2012\u2013\u2014\ufe63\uff0d"
+_NUMBER_CHARS = frozenset("0123456789,. \t+" + _MINUS)
 # One number: an optional sign (with optional spaces after it), then digits with exact
 # thousands groups or a plain run, then an optional decimal part. `(?<![0-9])` keeps a match
 # from starting inside a run of digits. All quantifiers are possessive-free but unambiguous,
@@ -183,11 +188,16 @@ _NUMBER = re.compile(
 )
 
 
-def _numbers(text: str) -> list[tuple[int | None, int]]:
-    """Every number in `text` as (value or None if not an integer, start position)."""
+def _numbers(text: str, pos: int = 0) -> list[tuple[int | None, int]]:
+    """Every number in text[pos:] as (value or None if not an integer, start position). pos must
+    not fall inside a number (see last_integer)."""
     out = []
-    for m in _NUMBER.finditer(text):
-        value = int(m["int"].replace(",", ""))
+    for m in _NUMBER.finditer(text, pos):
+        digits = m["int"].replace(",", "")
+        if len(digits) > MAX_DIGITS:  # no answer is this long; int() of it would be slow or refused
+            out.append((None, m.start()))
+            continue
+        value = int(digits)
         sign = m["sign"]
         if sign is not None and sign[0] in _MINUS and _is_unary(text, m.start(), attached=len(sign) == 1):
             value = -value
@@ -207,23 +217,42 @@ def _is_unary(text: str, at: int, attached: bool) -> bool:
         return False
     if attached:
         return True
-    before = text[:at].rstrip(" \t")[-1:]
-    return not (before and operand(before))
+    i = at - 1
+    while i >= 0 and text[i] in " \t":  # step back over spaces (a loop, not a slice: linear time)
+        i -= 1
+    if i < 0:
+        return True  # "- 5" opening the text (or an answer block) is a sign
+    if text[i] == "\n":
+        return False  # "- 5" opening a later line is a list bullet
+    return not operand(text[i])
 
 
 def last_integer(text: str) -> int | None:
     """The last number in `text` if it is an integer, else None (see the module docstring)."""
-    nums = _numbers(text)
+    last = max(text.rfind(d) for d in "0123456789")
+    if last < 0:
+        return None
+    # Scan only the tail: step back from the last digit over characters a number can hold; the
+    # first character before that cannot belong to any number, so the scan from there sees the
+    # same last number as a scan of the whole text.
+    pos = last
+    while pos > 0 and text[pos - 1] in _NUMBER_CHARS:
+        pos -= 1
+    nums = _numbers(text, pos)
     return nums[-1][0] if nums else None
 
 
 def answer_block(response: str) -> str | None:
-    """The text of the last complete <answer>…</answer> block, or None."""
-    start = response.rfind("<answer>")
+    """The text of the last complete <answer>…</answer> block, or None: the last "<answer>"
+    that has a "</answer>" after it, up to the first "</answer>" that follows it."""
+    close = response.rfind("</answer>")
+    if close < 0:
+        return None
+    start = response.rfind("<answer>", 0, close)
     if start < 0:
         return None
     end = response.find("</answer>", start)
-    return None if end < 0 else response[start + len("<answer>") : end]
+    return response[start + len("<answer>") : end]
 
 
 def format_ok(response: str) -> bool:
@@ -279,9 +308,11 @@ def countdown_value(expression: str, numbers: tuple[int, ...] | list[int]) -> Fr
     text = expression.split("=", 1)[0].strip()
     if not text or len(text) > COUNTDOWN_MAX_CHARS:
         return None
-    text = text.replace("×", "*").replace("÷", "/").replace("x", "*")
+    text = re.sub(r"(?<=[0-9)\s])[x×](?=[\s(0-9])", "*", text).replace("÷", "/")
     for ch in _MINUS[1:]:
         text = text.replace(ch, "-")
+    if not re.fullmatch(r"[0-9+\-*/() \t]*", text):
+        return None  # letters, underscores (1_0), dots (2.5), other symbols: not an expression of integers
     try:
         tree = ast.parse(text, mode="eval")
         used: list[int] = []
@@ -331,10 +362,10 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         n, seed = int(a.n), int(a.seed)
-        if n < 1:
+        if n < 1 or a.n_test < 0:
             raise ValueError
     except ValueError:
-        print(f"countdown.py: --n and --seed must be integers (n >= 1), got --n {a.n!r} --seed {a.seed!r}", file=sys.stderr)
+        print(f"countdown.py: --n, --seed and --n-test must be integers (n >= 1, n-test >= 0), got --n {a.n!r} --seed {a.seed!r} --n-test {a.n_test}", file=sys.stderr)
         return 2
     if a.task not in TASKS:
         print(f"countdown.py: unknown --task {a.task!r}; choose one of {', '.join(TASKS)}", file=sys.stderr)
