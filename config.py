@@ -84,6 +84,7 @@ class TrainCfg:
     eps: float = 1e-8
     checkpoints: list[int] = field(default_factory=lambda: [75, 150])
     save_last_every: int = 10  # steps between rolling "last" checkpoints (resume points)
+    # "many" = all train problems; a number s = the s problems the select stage picks (PLAN.md)
     conditions: list[str] = field(default_factory=lambda: ["many", "16", "1"])
     sampling: SamplingCfg = field(default_factory=SamplingCfg)
 
@@ -102,7 +103,6 @@ class SelectCfg:
     n_problems: int = 128  # the first train problems the base answers
     samples: int = 16
     temperature: float = 1.0
-    sizes: list[int] = field(default_factory=lambda: [16, 1])  # the "16" and "1" conditions
 
 
 @dataclass
@@ -272,9 +272,10 @@ def validate(cfg: Config) -> None:
     need(cfg.micro_batch >= 1, "micro_batch", "must be >= 1")
     need(cfg.model.dtype in ("bfloat16", "float16", "float32"), "model.dtype", "must be bfloat16, float16 or float32")
     if cfg.model.build is None:
-        looks_local = cfg.model.path.startswith((".", "/", "~")) or os.sep in cfg.model.path.strip("/").split("/", 1)[-1]
-        need(not looks_local or os.path.isdir(os.path.expanduser(cfg.model.path)), "model.path",
-             f"no model folder at {cfg.model.path!r}")
+        path = cfg.model.path
+        hub_id = not path.startswith((".", "/", "~")) and path.count("/") == 1  # e.g. Qwen/Qwen2.5-0.5B-Instruct
+        need(hub_id or os.path.isdir(os.path.expanduser(path)), "model.path",
+             f"no model folder at {path!r} (and it is not a hub id such as Qwen/Qwen2.5-0.5B-Instruct)")
     need(cfg.task.name in TASKS and cfg.task.name != "countdown", "task.name", f"must be one of {', '.join(t for t in TASKS if t != 'countdown')}")
     need(cfg.task.n_train >= 1, "task.n_train", "must be >= 1")
     need(cfg.task.n_test >= 1, "task.n_test", "must be >= 1")
@@ -294,14 +295,14 @@ def validate(cfg: Config) -> None:
     need(len(t.betas) == 2 and all(0 <= b < 1 for b in t.betas), "train.betas", "must be two numbers in [0, 1)")
     need(all(1 <= c <= t.steps for c in t.checkpoints), "train.checkpoints", f"every checkpoint must be in 1..train.steps ({t.steps})")
     need(t.save_last_every >= 1, "train.save_last_every", "must be >= 1")
-    need(all(c in ("many", "16", "1") for c in t.conditions) and t.conditions, "train.conditions", "must be a list drawn from many, 16, 1")
+    need(bool(t.conditions) and all(c == "many" or (c.isdigit() and int(c) >= 1) for c in t.conditions)
+         and len(set(t.conditions)) == len(t.conditions), "train.conditions", "must be distinct entries, each 'many' or a problem count such as '16'")
     need(cfg.eval.n >= 1, "eval.n", "must be >= 1")
     need(1 <= cfg.eval.k_max <= cfg.eval.n, "eval.k_max", f"must be in 1..eval.n ({cfg.eval.n}): pass@k needs k <= n")
     need(cfg.eval.problems_per_batch >= 1, "eval.problems_per_batch", "must be >= 1")
     s = cfg.select
     need(1 <= s.n_problems <= cfg.task.n_train, "select.n_problems", "must be in 1..task.n_train")
     need(s.samples >= 2, "select.samples", "must be >= 2")
-    need(all(z >= 1 for z in s.sizes), "select.sizes", "must be >= 1")
     need(len(cfg.lr_sweep.candidates) >= 1 and all(c > 0 for c in cfg.lr_sweep.candidates), "lr_sweep.candidates", "must be positive numbers")
     need(1 <= cfg.lr_sweep.last <= cfg.lr_sweep.steps, "lr_sweep.last", "must be in 1..lr_sweep.steps")
     need(all(x in TASKS for x in cfg.probe.tasks), "probe.tasks", f"must be drawn from {', '.join(TASKS)}")

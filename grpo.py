@@ -690,15 +690,15 @@ def evaluate(cfg: C.Config, base: str, adapter: str | None, out_file: Path, prog
     # Every model sees the same seeds: the paired comparison then differs only by the model.
     texts = sample_problems(model, tok, test, e.n, e.sampling, cfg.seed, "eval", cfg.task.prompt_style, e.problems_per_batch, progress)
     rows = score_problems(test, texts, e.keep_responses)
-    inputs = {"adapter": str(adapter) if adapter else None, "adapter_sha256": adapter_sha, "base": base}
     result = {
         "model": "base" if adapter is None else str(adapter),
+        "adapter_sha256": adapter_sha,
         **summarize(rows, e.n, e.k_max),
         "sampling": {"n": e.n, "temperature": e.sampling.temperature, "top_p": e.sampling.top_p, "top_k": e.sampling.top_k,
                      "repetition_penalty": 1.0, "max_new_tokens": e.sampling.max_new_tokens, "seed": cfg.seed},
         "seconds": round(time.perf_counter() - t0, 2),
         "problems": rows,
-        "provenance": provenance(cfg, "eval", inputs, str(device)),
+        "provenance": provenance(cfg, "eval", {"adapter_sha256": adapter_sha}, str(device)),
     }
     atomic_write_json(out_file, result)
     return result
@@ -735,6 +735,11 @@ def choose_sets(pass_rates: list[float], sizes: list[int]) -> dict[str, list[int
     return {str(z): ranked[:z] for z in sizes}
 
 
+def selection_sizes(cfg: C.Config) -> list[int]:
+    """The few-problem conditions ("16", "1") are the set sizes the select stage picks."""
+    return [int(c) for c in cfg.train.conditions if c != "many"]
+
+
 def select(cfg: C.Config, base: str, run: Path, progress: bool = True) -> dict:
     setup_torch(cfg)
     device = pick_device(cfg)
@@ -745,7 +750,7 @@ def select(cfg: C.Config, base: str, run: Path, progress: bool = True) -> dict:
     texts = sample_problems(model, tok, problems, cfg.select.samples, s, cfg.seed, "select", cfg.task.prompt_style, cfg.eval.problems_per_batch, progress)
     rows = score_problems(problems, texts, keep_responses=False)
     rates = [r["correct_strict"] / r["n"] for r in rows]
-    sets = choose_sets(rates, cfg.select.sizes)
+    sets = choose_sets(rates, selection_sizes(cfg))
     res = {
         "rule": "0 < strict pass rate < 1; rank by p(1-p) descending, ties by index; take the first s",
         "pass_rates": {p.id: r for p, r in zip(problems, rates)},
@@ -820,7 +825,7 @@ def main(argv: list[str] | None = None) -> int:
         q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. train.steps=10")
         q.add_argument("--quiet", action="store_true", help="no progress bars")
         if name == "train":
-            q.add_argument("--condition", required=True, choices=["many", "16", "1"])
+            q.add_argument("--condition", required=True, help="many, or a problem count listed in train.conditions (16, 1)")
             q.add_argument("--out", default=None, help="output folder (default: RUN/train_<condition>)")
         if name == "eval":
             q.add_argument("--adapter", default=None, help="a PEFT adapter folder (default: evaluate the base)")
@@ -830,6 +835,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = C.load(a.config, a.set)
         run = Path(a.run) if a.run else default_run(a.config)
         base = model_path(cfg, run)
+        if a.cmd == "train" and a.condition not in cfg.train.conditions:
+            raise C.ConfigError(f"--condition {a.condition!r}: not in train.conditions {cfg.train.conditions}")
         if a.cmd == "eval" and a.adapter and not (Path(a.adapter) / "adapter_config.json").exists():
             raise C.ConfigError(f"--adapter: no adapter_config.json in {a.adapter}")
     except C.ConfigError as e:

@@ -137,7 +137,7 @@ def trace_batches(tok, b: C.TinyBaseCfg, task: str, n_train: int, n_test: int, s
 # ----------------------------------------------------------------------------- training
 
 
-def train_base(cfg: C.Config, out: Path, progress: bool = True) -> dict:
+def train_base(cfg: C.Config, out: Path, progress: bool = True, stage_hash: str | None = None) -> dict:
     """Train the tiny base from scratch and save it as a Hugging Face folder (atomically)."""
     from tqdm import tqdm
 
@@ -176,7 +176,7 @@ def train_base(cfg: C.Config, out: Path, progress: bool = True) -> dict:
     model.eval()
     info = {"steps": b.steps, "loss_first": losses[0], "loss_last_50": sum(losses[-50:]) / len(losses[-50:]),
             "seconds": round(time.perf_counter() - t0, 1), "params": sum(p.numel() for p in model.parameters())}
-    save(model, tok, out, {"build": C.to_dict(b), "task": cfg.task.name, "seed": cfg.seed, **info})
+    save(model, tok, out, {"build": C.to_dict(b), "task": cfg.task.name, "seed": cfg.seed, "stage_hash": stage_hash, **info})
     return info
 
 

@@ -38,6 +38,9 @@ def random_dir(tmp_path_factory):
 def fitted_dir(tmp_path_factory, smoke_cfg):
     """The smoke configuration's base, fitted for ~20 s on 1-digit traces: it sometimes answers
     right, so strict rewards vary inside groups and GRPO has signal."""
+    import grpo
+
     d = tmp_path_factory.mktemp("fitted") / "base_model"
-    tiny_base.train_base(smoke_cfg, d, progress=False)
+    # recorded with the base stage's hash, so the pipeline accepts a copy of it as its own base
+    tiny_base.train_base(smoke_cfg, d, progress=False, stage_hash=grpo.stage_hash(smoke_cfg, "base"))
     return d
