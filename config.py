@@ -132,7 +132,8 @@ class Config:
     seed: int = 0
     threads: int = 0  # torch CPU threads; 0 = torch's default
     device: str = "auto"  # auto | cpu | cuda
-    micro_batch: int = 8  # sequences per forward/backward micro-batch (bounds the logits in memory)
+    micro_batch: int = 0  # sequences per forward/backward micro-batch; 0 = the largest that fits memory_gb
+    memory_gb: float = 8.0  # accelerator memory budget for the automatic micro-batch (grpo.estimate_memory)
     model: ModelCfg = field(default_factory=ModelCfg)
     task: TaskCfg = field(default_factory=TaskCfg)
     lora: LoraCfg = field(default_factory=LoraCfg)
@@ -269,7 +270,8 @@ def validate(cfg: Config) -> None:
 
     need(cfg.threads >= 0, "threads", "must be >= 0 (0 = torch's default)")
     need(cfg.device in ("auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda")
-    need(cfg.micro_batch >= 1, "micro_batch", "must be >= 1")
+    need(cfg.micro_batch >= 0, "micro_batch", "must be >= 0 (0 = chosen from memory_gb)")
+    need(cfg.memory_gb > 0, "memory_gb", "must be > 0")
     need(cfg.model.dtype in ("bfloat16", "float16", "float32"), "model.dtype", "must be bfloat16, float16 or float32")
     if cfg.model.build is None:
         path = cfg.model.path

@@ -116,11 +116,11 @@ def versions() -> dict:
 # the same hash of these keys (threads and device are how, not what, so they are left out).
 STAGE_KEYS = {
     "base": ["seed", "model.build", "task.name"],
-    "probe": ["seed", "model", "task.prompt_style", "probe", "eval", "micro_batch"],
-    "select": ["seed", "model", "task", "select", "train.sampling", "micro_batch"],
-    "lr-sweep": ["seed", "model", "task", "lora", "train", "lr_sweep", "micro_batch"],
-    "train": ["seed", "model", "task", "lora", "train", "micro_batch"],
-    "eval": ["seed", "model", "task", "eval", "micro_batch"],
+    "probe": ["seed", "model", "task.prompt_style", "probe", "eval"],
+    "select": ["seed", "model", "task", "select", "train.sampling"],
+    "lr-sweep": ["seed", "model", "task", "lora", "train", "lr_sweep", "micro_batch", "memory_gb"],
+    "train": ["seed", "model", "task", "lora", "train", "micro_batch", "memory_gb"],
+    "eval": ["seed", "model", "task", "eval"],
 }
 _NOT_IN_TRAIN_HASH = ("conditions",)  # adding a condition does not change another's results
 
@@ -166,9 +166,12 @@ def pick_device(cfg: C.Config) -> torch.device:
 
 
 def setup_torch(cfg: C.Config) -> None:
+    from transformers.utils import logging as hf_logging
+
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
+    hf_logging.disable_progress_bar()  # "Loading weights" bars on every load; our own bars show progress
 
 
 def model_path(cfg: C.Config, run: str | Path | None) -> str:
@@ -393,7 +396,7 @@ def sample(model, prompts: list[list[int]], n: int, s: C.SamplingCfg, seed: int,
         else:
             logits = filter_logits(logits / s.temperature, s.top_k, s.top_p)
             tok = torch.multinomial(logits.softmax(-1), 1, generator=gen).squeeze(1)  # (b,)
-        for row, (i, t_id) in enumerate(zip(alive.tolist(), tok.tolist())):
+        for i, t_id in zip(alive.tolist(), tok.tolist()):
             out[i].append(t_id)
         finished = torch.isin(tok, stop)  # (b,)
         if t == s.max_new_tokens - 1:
@@ -467,6 +470,56 @@ def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: 
         loss.backward()
         total += loss.item()
     return total
+
+
+# ============================================================================= memory
+
+
+def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens: int, micro_batch: int,
+                    n_samples: int, weight_bytes: int = 2, top_p: bool = False) -> dict[str, float]:
+    """Peak accelerator bytes of a training step and of sampling, from this file's code path.
+    mc: the model's config (hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+    num_key_value_heads, vocab_size). Counts what autograd keeps per token and layer (bf16
+    activations, the fp32 copies LoRALinear makes of its inputs), the completion logits
+    (bf16 out of lm_head, the fp32 upcast, and their gradients), the KV cache, and LoRA weights with
+    grads and AdamW state (fp32). Leaves out the allocator's slack and the CUDA context."""
+    H, I, L, V = mc.hidden_size, mc.intermediate_size, mc.num_hidden_layers, mc.vocab_size
+    kv = H // mc.num_attention_heads * mc.num_key_value_heads
+    params = V * H + L * (H * H + H + 2 * (H * kv + kv) + H * H + 3 * H * I + 2 * H) + H  # tied embeddings
+    lora_params = L * lora_r * (2 * (H + H) + 2 * (H + kv) + 3 * (H + I)) * n_targets / 7
+    T, Lc, b, a = prompt_len + new_tokens, new_tokens, micro_batch, 2  # a: bytes per bf16 activation
+    per_token_layer = (
+        H * (a * 2 + 4)  # attention RMSNorm: its input and output (+ fp32 statistics, rounded up)
+        + 3 * H * 4 + H * a + 2 * kv * a + H * a + 2 * kv * a  # LoRA fp32 copies for q, k, v; q, k, v before and after RoPE
+        + H * a + H * 4 + H * a  # attention output, o_proj's LoRA fp32 copy, residual
+        + H * (a * 2 + 4)  # MLP RMSNorm
+        + 2 * H * 4 + 4 * I * a + I * 4  # gate/up LoRA copies; gate, up, silu(gate), product; down's LoRA copy
+        + 7 * lora_r * 4  # LoRA A outputs
+    )
+    activations = b * T * L * per_token_layer
+    logits = b * (Lc + 1) * V * (a + 4 + 4 + a)  # bf16 logits, fp32 upcast, fp32 grad, bf16 grad
+    static = params * weight_bytes + lora_params * 4 * 4  # LoRA: weight, grad, two AdamW moments
+    kv_cache = n_samples * T * L * 2 * kv * a
+    sample_logits = n_samples * V * (4 + 4 + (4 + 8 + 4 + 4 + 1 + 1 if top_p else 0))  # fp32 logits, probs, top-p sort
+    return {"params": params, "lora_params": lora_params, "static": static, "activations": activations, "logits": logits,
+            "train_step": static + activations + logits, "kv_cache": kv_cache, "sampling": static + kv_cache + sample_logits}
+
+
+def auto_micro_batch(cfg: C.Config, mc, prompt_len: int) -> int:
+    """cfg.micro_batch, or (when it is 0) the largest micro-batch whose estimated training peak
+    fits 85% of cfg.memory_gb (at least 1); the rest is left for the CUDA context and the
+    allocator's fragmentation, which the estimate does not count."""
+    if cfg.micro_batch > 0:
+        return cfg.micro_batch
+    wb = 2 if cfg.model.dtype != "float32" else 4
+    fits = 1
+    for b in range(1, cfg.train.problems_per_step * cfg.train.group_size + 1):
+        est = estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), prompt_len, cfg.train.sampling.max_new_tokens, b,
+                              cfg.train.problems_per_step * cfg.train.group_size, wb)
+        if est["train_step"] > 0.85 * cfg.memory_gb * 2**30:
+            break
+        fits = b
+    return fits
 
 
 # ============================================================================= training
@@ -561,6 +614,7 @@ def train(cfg: C.Config, condition: str, pool: list, lr: float, out: Path, base:
         start = state["step"] + 1
     stops, pad = stop_ids(model, tok), pad_id(tok)
     P, G, s = tc.problems_per_step, tc.group_size, tc.sampling
+    micro_batch = auto_micro_batch(cfg, model.config, max(len(p) for p in render_prompts(tok, pool[:256], cfg.task.prompt_style)))
     normalizer = P * G * s.max_new_tokens  # [D2] a constant, not the response lengths
     bar = tqdm(range(start, steps + 1), desc=f"{stage} {condition} lr={lr:g}", disable=not progress, initial=start - 1, total=steps, leave=False)
     for step in bar:
@@ -577,7 +631,7 @@ def train(cfg: C.Config, condition: str, pool: list, lr: float, out: Path, base:
         adv = group_advantages(rewards).view(-1)  # (P*G,)
         # The model stays in eval mode: Qwen2 has no dropout, and train-mode dropout would draw
         # from torch's unseeded global generator.
-        loss = policy_gradient(model, [prompts[i // G] for i in range(P * G)], smp.tokens, adv, normalizer, cfg.micro_batch, pad)
+        loss = policy_gradient(model, [prompts[i // G] for i in range(P * G)], smp.tokens, adv, normalizer, micro_batch, pad)
         params = [p for p in model.parameters() if p.requires_grad]
         grads = [p.grad for p in params if p.grad is not None]
         gnorm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item() if grads else 0.0

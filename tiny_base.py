@@ -141,9 +141,12 @@ def train_base(cfg: C.Config, out: Path, progress: bool = True, stage_hash: str 
     """Train the tiny base from scratch and save it as a Hugging Face folder (atomically)."""
     from tqdm import tqdm
 
+    from transformers.utils import logging as hf_logging
+
     b = cfg.model.build
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
+    hf_logging.disable_progress_bar()
     tok = build_tokenizer()
     model = random_model(tok, b, seed=cfg.seed)
     seqs, masks = trace_batches(tok, b, cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.seed)

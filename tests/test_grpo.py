@@ -326,3 +326,25 @@ def test_seed_for_is_stable():
     assert grpo.seed_for(0, "train", "many", 1) == grpo.seed_for(0, "train", "many", 1)
     assert grpo.seed_for(0, "train", "many", 1) != grpo.seed_for(0, "train", "many", 2)
     assert 0 <= grpo.seed_for("x") < 2**63
+
+
+def test_memory_estimate_and_automatic_micro_batch(smoke_cfg):
+    from transformers import Qwen2Config
+
+    mc = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                     num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True)
+    est = [grpo.estimate_memory(mc, 32, 7, 80, 384, b, 128) for b in (1, 2, 3)]
+    assert round(est[0]["params"] / 1e6) == 494  # Qwen2.5-0.5B's parameter count (tied embeddings)
+    assert round(est[0]["lora_params"] / 1e6, 1) == 17.6  # r 32 on the seven projections of 24 layers
+    # the micro-batch-dependent parts scale linearly; the static part does not move
+    assert est[1]["activations"] == pytest.approx(2 * est[0]["activations"])
+    assert est[2]["logits"] == pytest.approx(3 * est[0]["logits"])
+    assert est[0]["static"] == est[2]["static"]
+    cfg = C.load(None)  # the study's defaults: micro_batch 0 -> chosen from memory_gb 8
+    b = grpo.auto_micro_batch(cfg, mc, 80)
+    fits = lambda m: grpo.estimate_memory(mc, 32, 7, 80, 384, m, 128)["train_step"] <= 0.85 * 8 * 2**30
+    assert fits(b) and not fits(b + 1)
+    cfg.micro_batch = 5
+    assert grpo.auto_micro_batch(cfg, mc, 80) == 5  # an explicit micro-batch is taken as is
+    cfg.micro_batch, cfg.memory_gb = 0, 0.5
+    assert grpo.auto_micro_batch(cfg, mc, 80) == 1  # never below one

@@ -1,0 +1,128 @@
+"""Memory of the 0.5B study: the estimate from the code path, and (on a GPU) the measurement.
+
+    python bench/memory_05b.py [--micro-batch 3] [--prompt-len 80] [--measure]
+
+The estimate (grpo.estimate_memory) needs no download: the shape of Qwen2.5-0.5B-Instruct is
+written below. With --measure and a CUDA device, a randomly initialised model of exactly that
+shape in bf16 runs one full training step at 16 x 8 completions of max_new_tokens each (every
+completion forced to full length: the worst case) and one evaluation batch, and reports
+torch.cuda.max_memory_allocated for each phase.
+"""
+import argparse
+import time
+
+import torch
+
+from common import ROOT  # noqa: F401  (puts the repo on sys.path)
+
+import config as C
+import grpo
+
+QWEN05B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+               num_key_value_heads=2, max_position_embeddings=32768, tie_word_embeddings=True,
+               rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, rms_norm_eps=1e-6)
+
+
+def gib(x: float) -> str:
+    return f"{x / 2**30:6.2f} GiB"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default=str(ROOT / "configs" / "qwen05b.yaml"))
+    p.add_argument("--prompt-len", type=int, default=80, help="prompt tokens (the instruct prompt with Qwen's template is ~70)")
+    p.add_argument("--micro-batch", type=int, default=None, help="default: the config's (0 = chosen from memory_gb)")
+    p.add_argument("--measure", action="store_true", help="run the step on a CUDA device and measure")
+    p.add_argument("--cpu-check", type=int, default=0, metavar="LAYERS",
+                   help="check the per-micro-batch part of the estimate on the CPU: a model of 0.5B's width and vocabulary "
+                        "with this many layers, one micro-batch forward/backward, peak RSS growth against the estimate")
+    a = p.parse_args()
+    if a.cpu_check:
+        return cpu_check(a)
+    from transformers import Qwen2Config
+
+    cfg = C.load(a.config)
+    mc = Qwen2Config(**QWEN05B)
+    t = cfg.train
+    n = t.problems_per_step * t.group_size
+    mb = a.micro_batch or grpo.auto_micro_batch(cfg, mc, a.prompt_len)
+    print(f"Qwen2.5-0.5B shape, LoRA r {cfg.lora.r} on {len(cfg.lora.targets)} projections, {t.problems_per_step} x {t.group_size} "
+          f"x {t.sampling.max_new_tokens} new tokens, prompt {a.prompt_len} tokens, micro-batch {mb}, budget {cfg.memory_gb} GB")
+    for b in sorted({1, 2, 3, 4, 8, mb}):
+        e = grpo.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), a.prompt_len, t.sampling.max_new_tokens, b, n)
+        print(f"  estimate, micro-batch {b}: train step {gib(e['train_step'])} = static {gib(e['static'])} "
+              f"+ activations {gib(e['activations'])} + logits {gib(e['logits'])}")
+    e = grpo.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), a.prompt_len, cfg.eval.sampling.max_new_tokens, 1,
+                             cfg.eval.problems_per_batch * cfg.eval.n, top_p=cfg.eval.sampling.top_p < 1)
+    print(f"  estimate, eval batch of {cfg.eval.problems_per_batch} x {cfg.eval.n}: {gib(e['sampling'])} (KV cache {gib(e['kv_cache'])})")
+    if not a.measure:
+        return
+    if not torch.cuda.is_available():
+        raise SystemExit("--measure needs a CUDA device")
+    from transformers import Qwen2ForCausalLM
+
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(mc).to(dtype=torch.bfloat16, device=dev).eval()
+    for q in model.parameters():
+        q.requires_grad_(False)
+    grpo.apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, 0)
+    opt = grpo.make_optimizer(model, cfg, 1e-5)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 150000, (a.prompt_len,), generator=g).tolist() for _ in range(t.problems_per_step)]
+    # sampling phase: no EOS can stop a sequence (stop id out of range), so all run to full length
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    smp = grpo.sample(model, prompts, t.group_size, t.sampling, 0, [10**9], 0)
+    torch.cuda.synchronize()
+    print(f"  measured sampling {n} x {t.sampling.max_new_tokens}: peak {gib(torch.cuda.max_memory_allocated())} ({time.perf_counter() - t0:.1f} s)")
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    adv = torch.randn(n)
+    grpo.policy_gradient(model, [prompts[i // t.group_size] for i in range(n)], smp.tokens, adv, n * t.sampling.max_new_tokens, mb, 0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    print(f"  measured train step (micro-batch {mb}): peak {gib(torch.cuda.max_memory_allocated())} ({time.perf_counter() - t0:.1f} s)")
+    torch.cuda.reset_peak_memory_stats()
+    ev = [prompts[i % len(prompts)] for i in range(cfg.eval.problems_per_batch)]
+    grpo.sample(model, ev, cfg.eval.n, cfg.eval.sampling, 0, [10**9], 0)
+    print(f"  measured eval batch {cfg.eval.problems_per_batch} x {cfg.eval.n}: peak {gib(torch.cuda.max_memory_allocated())}")
+
+
+def cpu_check(a) -> None:
+    """Peak resident memory growth of one micro-batch's forward + backward (bf16, CPU) against the
+    estimate's activations + logits for the same depth. The CPU allocator returns large blocks to
+    the system, so peak RSS tracks live tensors closely enough to check the estimate's size."""
+    import resource
+
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.set_num_threads(1)
+    mc = Qwen2Config(**{**QWEN05B, "num_hidden_layers": a.cpu_check})
+    cfg = C.load(a.config)
+    b, Lc = a.micro_batch or 1, cfg.train.sampling.max_new_tokens
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM._from_config(mc, dtype=torch.bfloat16).eval()  # built in bf16: no fp32 peak first
+    for q in model.parameters():
+        q.requires_grad_(False)
+    grpo.apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, 0)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 150000, (a.prompt_len,), generator=g).tolist() for _ in range(b)]
+    comps = [torch.randint(0, 150000, (Lc,), generator=g).tolist() for _ in range(b)]
+    for q in model.parameters():  # grads of LoRA exist before we measure (they are "static" in the estimate)
+        if q.requires_grad:
+            q.grad = torch.zeros_like(q)
+    with open("/proc/self/statm") as f:  # resident pages now (ru_maxrss would be the peak so far)
+        before = int(f.read().split()[1]) * resource.getpagesize()
+    t0 = time.perf_counter()
+    grpo.policy_gradient(model, prompts, comps, torch.ones(b), b * Lc, b, 0)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    e = grpo.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), a.prompt_len, Lc, b, b)
+    print(f"CPU check, {a.cpu_check} layers of 0.5B's width, micro-batch {b}, {a.prompt_len} + {Lc} tokens: "
+          f"peak RSS growth {gib(peak - before)}, estimate (activations + logits) {gib(e['activations'] + e['logits'])} "
+          f"({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
