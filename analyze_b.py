@@ -402,8 +402,8 @@ def run_analysis(run: Path, resamples: int | None = None, seed: int | None = Non
            "provenance": {"inputs": text_inputs, "plan_sha256": file_sha256(ROOT / "PLAN.md"),
                           "config_hash": res["base"].get("provenance", {}).get("config_hash"),
                           "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}
-    _atomic_write(run / "verdicts.json", json.dumps(out, indent=1) + "\n")
     _atomic_write(run / "report.md", rep)
+    _atomic_write(run / "verdicts.json", json.dumps(out, indent=1) + "\n")  # last: the pipeline's "done" marker
     return out
 
 

@@ -116,7 +116,7 @@ class LrSweepCfg:
 class ProbeCfg:
     tasks: list[str] = field(default_factory=lambda: ["countdown", "arith-2x2", "arith-3x2"])
     n_problems: int = 32
-    samples: int = 16  # Countdown pass@16 on 32 x 16; the arithmetic probes use k_max below
+    samples: int = 16  # Countdown pass@16 on 32 x 16; the arithmetic probes use arith_* below
     arith_problems: int = 128
     arith_samples: int = 32
 

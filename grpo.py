@@ -115,9 +115,9 @@ def versions() -> dict:
 # Which config keys each stage's results depend on. A stage is done when its outputs record
 # the same hash of these keys (threads and device are how, not what, so they are left out).
 STAGE_KEYS = {
-    "base": ["seed", "model.build", "task.name"],
+    "base": ["seed", "model.build", "task.name", "task.n_train", "task.n_test"],
     "probe": ["seed", "model", "task.prompt_style", "probe", "eval"],
-    "select": ["seed", "model", "task", "select", "train.sampling"],
+    "select": ["seed", "model", "task", "select", "train.sampling", "eval.problems_per_batch"],
     "lr-sweep": ["seed", "model", "task", "lora", "train", "lr_sweep", "micro_batch", "memory_gb"],
     "train": ["seed", "model", "task", "lora", "train", "micro_batch", "memory_gb"],
     "eval": ["seed", "model", "task", "eval"],
@@ -170,6 +170,9 @@ def setup_torch(cfg: C.Config) -> None:
 
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
+    # Deterministic kernels where torch has them. Bit-identical resume is tested on the CPU; on CUDA
+    # cuBLAS needs this workspace setting, and some attention backward kernels stay nondeterministic.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=True)
     hf_logging.disable_progress_bar()  # "Loading weights" bars on every load; our own bars show progress
 
@@ -214,9 +217,13 @@ def load_model(cfg: C.Config, path: str, device: torch.device):
 
 
 def stop_ids(model, tok) -> list[int]:
-    """Token ids that end a response: the tokenizer's EOS and the model config's EOS."""
+    """Token ids that end a response: the EOS of the tokenizer, of the model config and of the
+    generation config (Qwen2.5-Instruct's adds <|endoftext|> to <|im_end|>). Only the stop set is
+    read from the generation config: a stop token ends a response, it does not reshape the
+    distribution the samples come from."""
     ids = set()
-    for x in (tok.eos_token_id, getattr(model.config, "eos_token_id", None)):
+    gen = getattr(model, "generation_config", None)
+    for x in (tok.eos_token_id, getattr(model.config, "eos_token_id", None), getattr(gen, "eos_token_id", None)):
         if isinstance(x, int):
             ids.add(x)
         elif isinstance(x, (list, tuple)):
@@ -439,7 +446,7 @@ def pack(prompts: list[list[int]], completions: list[list[int]], pad: int):
 def completion_logprobs(model, ids, attn, pos, Lc: int) -> torch.Tensor:
     """log pi(token) for the last Lc positions: (b, Lc). Only the completion's logits are made
     (logits_to_keep), upcast to fp32; gather minus logsumexp avoids a second (b, Lc, V) tensor."""
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=Lc + 1).logits[:, :-1].float()  # (b, Lc, V)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=Lc + 1).logits[:, :-1].float()  # (b, Lc, V)
     targets = ids[:, -Lc:]  # (b, Lc)
     return logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)  # (b, Lc)
 
@@ -582,8 +589,8 @@ def save_last(model, opt, step: int, rows: list[dict], out: Path, cfg: C.Config,
     save_adapter(model, tmp, cfg, base)
     torch.save(opt.state_dict(), tmp / "optimizer.pt")
     (tmp / "state.json").write_text(json.dumps({"step": step, **meta}, indent=1) + "\n")
+    write_log(out / "train_log.csv", rows)  # first: a log ahead of last/ is harmless (resume keeps rows <= its step)
     atomic_replace_dir(tmp, out / "last")
-    write_log(out / "train_log.csv", rows)
 
 
 def train(cfg: C.Config, condition: str, pool: list, lr: float, out: Path, base: str, *, steps: int | None = None,
@@ -604,6 +611,9 @@ def train(cfg: C.Config, condition: str, pool: list, lr: float, out: Path, base:
     meta = {"condition": condition, "lr": lr, "steps": steps, "provenance": provenance(cfg, stage, inputs, str(device))}
     rows: list[dict] = []
     start = 1
+    old = out / ".last.old"
+    if not (out / "last").exists() and (old / "state.json").exists():
+        os.replace(old, out / "last")  # killed between the two renames of atomic_replace_dir
     if (out / "last" / "state.json").exists():
         state = json.loads((out / "last" / "state.json").read_text())
         if state["provenance"]["stage_hash"] != meta["provenance"]["stage_hash"]:
@@ -633,8 +643,10 @@ def train(cfg: C.Config, condition: str, pool: list, lr: float, out: Path, base:
         # from torch's unseeded global generator.
         loss = policy_gradient(model, [prompts[i // G] for i in range(P * G)], smp.tokens, adv, normalizer, micro_batch, pad)
         params = [p for p in model.parameters() if p.requires_grad]
-        grads = [p.grad for p in params if p.grad is not None]
-        gnorm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item() if grads else 0.0
+        for p in params:
+            if p.grad is None:  # every advantage was 0: a zero gradient, and AdamW still steps (momentum), as usual
+                p.grad = torch.zeros_like(p)
+        gnorm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params])).item()
         if not (math.isfinite(loss) and math.isfinite(gnorm)):
             raise Diverged(f"step {step}: loss {loss} / grad norm {gnorm} is not finite; stopped, {out}/last holds the last good state")
         opt.step()  # [D4] one update per sampling
@@ -849,9 +861,15 @@ def lr_sweep(cfg: C.Config, base: str, run: Path, progress: bool = True) -> dict
     the last lr_sweep.last steps wins (ties: the smaller rate)."""
     pool, inputs = condition_pool(cfg, "many", run)
     results = {}
+    want = stage_hash(cfg, "lr-sweep", inputs)
     for lr in cfg.lr_sweep.candidates:
         out = run / "lr_sweep" / f"lr_{lr:g}"
-        if not (out / "done.json").exists():
+        done = out / "done.json"
+        for marker in (done, out / "last" / "state.json"):
+            if marker.exists() and json.loads(marker.read_text())["provenance"]["stage_hash"] != want:
+                shutil.rmtree(out)  # made under other settings: run it again
+                break
+        if not done.exists():
             train(cfg, "many", pool, lr, out, base, steps=cfg.lr_sweep.steps, checkpoints=[], inputs=inputs, stage="lr-sweep", progress=progress)
         rows = read_log(out / "train_log.csv")
         results[f"{lr:g}"] = sum(r["reward_mean"] for r in rows[-cfg.lr_sweep.last :]) / cfg.lr_sweep.last

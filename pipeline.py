@@ -2,8 +2,8 @@
 
     python pipeline.py --config configs/smoke.yaml              # every stage, into results/smoke
     python pipeline.py --config configs/tiny.yaml --dry-run     # the plan: what is done, what is left
-    python pipeline.py --config configs/tiny.yaml --stage eval  # rerun one stage by hand
-    python pipeline.py --config configs/tiny.yaml --stage train --condition 16 --force
+    python pipeline.py --config configs/tiny.yaml --stage eval  # one stage by hand (skipped if done)
+    python pipeline.py --config configs/tiny.yaml --stage train --condition 16 --force   # redo it
 
 Stages (PLAN.md, "Order of stages"):
   base      (only when model.build is set) train the CPU world's tiny base -> base_model/
@@ -15,9 +15,10 @@ Stages (PLAN.md, "Order of stages"):
   analyze   bootstrap verdicts, coverage, figures, report  -> verdicts.json, report.md, figures/
 
 A stage is done when its outputs exist and record the hash of the config keys and input files
-it depends on; then it is skipped. Every output is written atomically, and training resumes
-from its last checkpoint, so a run killed at any point and started again ends with the same
-files as one that never stopped. RUN/manifest.json records the config, PLAN.md's sha256, the
+it depends on; then it is skipped (with --stage too; --force deletes its outputs and redoes it).
+Every output is written atomically, and training resumes from its last checkpoint, so a run
+killed at any point and started again ends with the same adapters, counts and verdicts as one
+that never stopped (time stamps and timings aside). RUN/manifest.json records the config, PLAN.md's sha256, the
 code revision, package versions, and each stage's status and wall time.
 """
 from __future__ import annotations
@@ -110,11 +111,12 @@ class Plan:
             return all(_hash_of(run / name) == self.eval_hash(a) and self.eval_hash(a) is not None for name, a in self.evals())
         if stage == "analyze":
             v = run / "verdicts.json"
-            if not v.exists():
+            if not (v.exists() and (run / "report.md").exists()):
                 return False
-            recorded = json.loads(v.read_text())["provenance"]["inputs"]
+            d = json.loads(v.read_text())
             now = {f.name: g.file_sha256(f) for f in sorted(run.glob("eval_*.json"))}
-            return recorded == now and bool(now)
+            same_settings = d.get("resamples") == cfg.analyze.resamples and d.get("ci") == cfg.analyze.ci
+            return d["provenance"]["inputs"] == now and bool(now) and same_settings
         raise ValueError(stage)
 
 
@@ -237,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             clear(s, run, cfg, a.condition)
         if plan.done(s, a.condition) and not a.force:
             log(f"{s}: done, skipped")
-            stages.setdefault(s, {"status": "done"})
+            stages[s] = {**stages.get(s, {}), "status": "done"}
             continue
         log(f"{s}: running")
         stages[s] = {"status": "running", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

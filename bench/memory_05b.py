@@ -70,6 +70,11 @@ def main():
     opt = grpo.make_optimizer(model, cfg, 1e-5)
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, 150000, (a.prompt_len,), generator=g).tolist() for _ in range(t.problems_per_step)]
+    for q in model.parameters():  # AdamW's moments exist from the second step on: make them now
+        if q.requires_grad:
+            q.grad = torch.zeros_like(q)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
     # sampling phase: no EOS can stop a sequence (stop id out of range), so all run to full length
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()

@@ -49,15 +49,21 @@ def main():
     gs = GenerationConfig(do_sample=True, temperature=a.temperature, top_p=1.0, top_k=0, repetition_penalty=1.0,
                           max_new_tokens=a.max_new, num_return_sequences=a.group, eos_token_id=stops, pad_token_id=pad)
     rates = {"ours": [], "generate": []}
-    for r in range(a.repeats):
+    def run_ours(r):
         with Timer() as t:
             out = grpo.sample(model, prompts, a.group, s, r, stops, pad)
-        rates["ours"].append(sum(len(x) for x in out.tokens) / t.seconds)
+        return sum(len(x) for x in out.tokens) / t.seconds
+
+    def run_generate(r):
         torch.manual_seed(r)
         with Timer() as t:
             g = model.generate(input_ids=ids, attention_mask=mask, generation_config=gs)[:, ids.shape[1]:]
-        n_tok = int((g != pad).sum())  # generate pads after EOS; the pad id is not a token the model emits here
-        rates["generate"].append(n_tok / t.seconds)
+        return int((g != pad).sum()) / t.seconds  # generate pads after EOS; the model never emits the pad id here
+
+    for r in range(a.repeats):
+        order = [("ours", run_ours), ("generate", run_generate)]
+        for name, fn in order if r % 2 == 0 else order[::-1]:  # alternate which goes first
+            rates[name].append(fn(r))
         print(f"  repeat {r}: ours {rates['ours'][-1]:8.0f} tok/s   generate {rates['generate'][-1]:8.0f} tok/s")
     mo, mg = median(rates["ours"]), median(rates["generate"])
     print(f"median tokens/s over {a.repeats} alternating runs, batch {a.prompts} x {a.group}, T {a.temperature}, "

@@ -34,7 +34,8 @@ def main():
         rows = grpo.read_log(out / "train_log.csv")[1:]
     t = cfg.train
     print(f"config {a.config}: {t.problems_per_step} x {t.group_size}, max {t.sampling.max_new_tokens} new tokens, "
-          f"LoRA r {cfg.lora.r}, micro-batch {cfg.micro_batch}, {cfg.threads or 'default'} thread(s), device {grpo.pick_device(cfg)}")
+          f"LoRA r {cfg.lora.r}, micro-batch {cfg.micro_batch or 'auto (memory_gb)'}, {cfg.threads or 'default'} thread(s), "
+          f"device {grpo.pick_device(cfg)}")
     for col in ("sec_sampling", "sec_fwd_bwd", "tokens", "len_mean", "reward_mean", "peak_mem_mb"):
         print(f"  median {col:<13} {median([r[col] for r in rows]):10.3f}")
     total = [r["sec_sampling"] + r["sec_fwd_bwd"] for r in rows]

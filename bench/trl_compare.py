@@ -8,7 +8,7 @@ requirements-dev.txt (it is not a runtime dependency).
 
     python bench/trl_compare.py [--model results/tiny/base_model] [--steps 4 --rounds 3]
 
-Each round runs `--steps` steps of ours, then of TRL's; the first step of every run is left out
+Each round runs `--steps` steps of each, alternating which goes first; the first step of every run is left out
 (warm-up). Prints the median seconds per step of each and the ratio.
 """
 import argparse
@@ -28,6 +28,7 @@ import grpo
 
 def ours(path: Path, a, tmp: Path, round_: int) -> list[float]:
     cfg = C.load(None, [f"model.path={path}", "model.dtype=float32", f"threads={a.threads}", "device=cpu",
+                        f"task.name={a.task}", "task.prompt_style=bare",
                         "train.problems_per_step=16", "train.group_size=8", f"train.sampling.max_new_tokens={a.max_new}",
                         "lora.r=32", "lora.alpha=64", f"micro_batch={a.micro_batch}", f"seed={round_}"])
     train_set, _ = countdown.make_splits(a.task, 200, 16, 0)
@@ -93,8 +94,9 @@ def main():
     res = {"ours": [], "trl": []}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
-            res["ours"] += ours(path, a, Path(tmp), r)
-            res["trl"] += trl_run(path, a, Path(tmp), r)
+            order = [("ours", ours), ("trl", trl_run)]
+            for name, fn in order if r % 2 == 0 else order[::-1]:  # alternate which goes first
+                res[name] += fn(path, a, Path(tmp), r)
             print(f"round {r}: ours median {median(res['ours']):.2f} s/step, TRL median {median(res['trl']):.2f} s/step", flush=True)
     mo, mt = median(res["ours"]), median(res["trl"])
     print(f"seconds per step, 16 x 8, max {a.max_new} new tokens, LoRA r32, {a.threads} thread(s), medians over "
