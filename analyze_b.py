@@ -41,15 +41,19 @@ class InputError(Exception):
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """1 - C(n-c, k)/C(n, k) in the stable product form (the same estimator as grpo.pass_at_k;
-    repeated here so the analysis needs no torch; a test checks the two agree)."""
+    """Unbiased pass@k (Chen et al., arXiv 2107.03374): 1 - C(n-c, k) / C(n, k), in the stable
+    product form 1 - prod_{i=n-c+1}^{n} (1 - k / i). k > n is an error, never a silent skip.
+    The whole study uses this one function (grpo.py imports it)."""
     if not 1 <= k <= n:
         raise ValueError(f"pass@k needs 1 <= k <= n, got k={k}, n={n}")
     if not 0 <= c <= n:
         raise ValueError(f"need 0 <= c <= n, got c={c}, n={n}")
     if n - c < k:
         return 1.0
-    return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
 
 
 def per_problem(counts, n: int, k: int) -> np.ndarray:
@@ -301,15 +305,17 @@ def report(run: Path, res: dict, figs: list[Path]) -> str:
          f"{res['resamples']} resamples (seed {res['seed']}), {int(res['ci'] * 100)}% percentile intervals.", ""]
     plan_now = file_sha256(ROOT / "PLAN.md")
     warnings = []
-    hashes = {"eval_base.json": prov.get("stage_hash")}
+
+    def settings(d: dict) -> dict:  # what must match between the models compared (the adapter may not)
+        c = d.get("provenance", {}).get("config", {})
+        return {k: c.get(k) for k in ("seed", "model", "task", "eval")}
+
     for (c, s), d in rl.items():
         p = d.get("provenance", {})
-        hashes[d["_file"]] = p.get("stage_hash")
         if p.get("plan_sha256") != prov.get("plan_sha256"):
             warnings.append(f"{d['_file']} was made under a different PLAN.md than eval_base.json")
-    if len(set(hashes.values())) > 1:
-        warnings.append("the eval files record different evaluation settings (stage hashes: "
-                        + ", ".join(f"{f} {h}" for f, h in hashes.items()) + ")")
+        if settings(d) != settings(base):
+            warnings.append(f"{d['_file']} records other evaluation settings (seed, model, task or eval) than eval_base.json")
     if prov.get("plan_sha256") and plan_now and prov["plan_sha256"] != plan_now:
         warnings.append("PLAN.md has changed since the base was evaluated")
     if warnings:

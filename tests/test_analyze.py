@@ -366,7 +366,7 @@ def test_figures_and_report(tmp_path):
     assert "resp 0.0" in rep
     # the files share a stage hash and a PLAN.md hash ("y"), which is not today's PLAN.md
     assert "PLAN.md has changed since the base was evaluated" in rep
-    assert "different PLAN.md than eval_base.json" not in rep and "different evaluation settings" not in rep
+    assert "different PLAN.md than eval_base.json" not in rep and "other evaluation settings" not in rep
     for f in ("eval_base.json", "eval_many_075.json", "eval_many_150.json", "eval_16_075.json"):
         assert f"| {f} |" in rep
 
@@ -381,13 +381,19 @@ def test_report_warns_on_mismatched_provenance(tmp_path):
     run = write_run(tmp_path / "run", BASE_MAIN, {("many", 75): DESIGN[("many", 75)]})
     f = run / "eval_many_075.json"
     d = json.loads(f.read_text())
-    d["provenance"]["stage_hash"], d["provenance"]["plan_sha256"] = "other", "other"
+    # a different stage hash alone is expected (the adapter differs); other eval settings are not
+    d["provenance"]["stage_hash"] = "other"
+    f.write_text(json.dumps(d))
+    A.run_analysis(run, make_figures=False)
+    assert "other evaluation settings" not in (run / "report.md").read_text()
+    d["provenance"]["plan_sha256"] = "other"
+    d["provenance"]["config"]["eval"] = {"k_max": 8, "sampling": {"temperature": 1.0}}
     f.write_text(json.dumps(d))
     A.run_analysis(run, make_figures=False)
     rep = (run / "report.md").read_text()
     assert "## Warnings" in rep
     assert "eval_many_075.json was made under a different PLAN.md" in rep
-    assert "different evaluation settings" in rep
+    assert "eval_many_075.json records other evaluation settings" in rep
 
 
 # ----------------------------------------------------------------------------- 6. malformed and missing inputs

@@ -348,3 +348,21 @@ def test_memory_estimate_and_automatic_micro_batch(smoke_cfg):
     assert grpo.auto_micro_batch(cfg, mc, 80) == 5  # an explicit micro-batch is taken as is
     cfg.micro_batch, cfg.memory_gb = 0, 0.5
     assert grpo.auto_micro_batch(cfg, mc, 80) == 1  # never below one
+
+
+def test_sampled_rows_end_at_their_first_stop_token(fitted_dir, smoke_cfg):
+    """Finished rows stay in the batch until an eighth have finished; nothing they draw after
+    their stop token may leak into their outputs, and the truncation flags must follow."""
+    cfg = cfg_for(smoke_cfg)
+    model, tok = grpo.load_model(cfg, str(fitted_dir), CPU)
+    _, prompts = prompts_for(tok, n=4)
+    stops = grpo.stop_ids(model, tok)
+    for max_new in (12, 40):
+        smp = grpo.sample(model, prompts, 8, C.SamplingCfg(temperature=1.0, max_new_tokens=max_new), 3, stops, grpo.pad_id(tok))
+        lengths = {len(x) for x in smp.tokens}
+        for toks, trunc in zip(smp.tokens, smp.truncated):
+            assert 1 <= len(toks) <= max_new
+            assert not any(t in stops for t in toks[:-1])  # no token after the first stop
+            assert trunc == (toks[-1] not in stops)  # truncated exactly when no stop token was drawn
+            assert not trunc or len(toks) == max_new
+        assert len(lengths) > 1  # rows really finished at different steps
