@@ -511,7 +511,9 @@ def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens
         + 7 * lora_r * 4  # LoRA A outputs
     )
     activations = b * T * L * per_token_layer
-    logits = b * (Lc + 1) * V * (a + 4 + 4 + a)  # bf16 logits, fp32 upcast, fp32 grad, bf16 grad
+    # bf16 logits, their fp32 upcast, logsumexp's fp32 temporary (its backward's softmax too), fp32 and bf16 grads;
+    # checked against peak RSS on the CPU (bench/memory_05b.py --cpu-check)
+    logits = b * (Lc + 1) * V * (a + 4 + 4 + 4 + a)
     static = params * weight_bytes + lora_params * 4 * 4  # LoRA: weight, grad, two AdamW moments
     kv_cache = n_samples * T * L * 2 * kv * a
     sample_logits = n_samples * V * (4 + 4 + (4 + 8 + 4 + 4 + 1 + 1 if top_p else 0))  # fp32 logits, probs, top-p sort
