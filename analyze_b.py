@@ -318,6 +318,21 @@ def report(run: Path, res: dict, figs: list[Path]) -> str:
             warnings.append(f"{d['_file']} records other evaluation settings (seed, model, task or eval) than eval_base.json")
     if prov.get("plan_sha256") and plan_now and prov["plan_sha256"] != plan_now:
         warnings.append("PLAN.md has changed since the base was evaluated")
+    cfg = prov.get("config", {})
+    expected = ["selection.json"] + (["lr_choice.json"] if cfg.get("train", {}).get("lr") is None else [])
+    expected += [f"probe_{t}.json" for t in cfg.get("probe", {}).get("tasks", [])]
+    expected += sorted({f"train_{c}/train_log.csv" for c, _ in rl})
+    for name in expected:
+        if not (run / name).exists():
+            warnings.append(f"{name} is missing: what it would show is left out of this report")
+        elif name.endswith(".json"):
+            h = read_json(run / name).get("provenance", {}).get("config_hash")
+            if h != prov.get("config_hash"):
+                warnings.append(f"{name} was made with another config (hash {h}) than eval_base.json ({prov.get('config_hash')})")
+    for d in rl.values():
+        if d.get("provenance", {}).get("config_hash") != prov.get("config_hash"):
+            warnings.append(f"{d['_file']} was made with another config (hash {d.get('provenance', {}).get('config_hash')}) "
+                            f"than eval_base.json ({prov.get('config_hash')})")
     if warnings:
         L += ["## Warnings", ""] + [f"- {w}" for w in warnings] + [""]
     L += ["## Verdicts (PLAN.md, criteria 1-3)", "",

@@ -573,3 +573,17 @@ def test_deterministic(tmp_path):
     c = A.run_analysis(run, make_figures=False, seed=1)
     assert [e["pass1_ci"] for e in c["entries"]] != [e["pass1_ci"] for e in a["entries"]]
     assert [e["pass1_diff"] for e in c["entries"]] == [e["pass1_diff"] for e in a["entries"]]
+
+
+def test_report_says_which_inputs_are_missing_or_from_another_config(tmp_path):
+    run = write_run(tmp_path / "run", BASE_MAIN, {("many", 75): DESIGN[("many", 75)]})
+    A.run_analysis(run, make_figures=False)
+    rep = (run / "report.md").read_text()
+    assert "selection.json is missing" in rep and "train_many/train_log.csv is missing" in rep
+    base = json.loads((run / "eval_base.json").read_text())
+    (run / "selection.json").write_text(json.dumps({"rule": "r", "informative": [], "sets": {}, "short": {}, "pass_rates": {},
+                                                     "provenance": {"config_hash": "not-the-same"}}))
+    A.run_analysis(run, make_figures=False)
+    rep = (run / "report.md").read_text()
+    assert "selection.json is missing" not in rep
+    assert f"selection.json was made with another config (hash not-the-same) than eval_base.json ({base['provenance'].get('config_hash')})" in rep

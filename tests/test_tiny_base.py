@@ -1,0 +1,69 @@
+"""The CPU world's base: traces, tokenizer round trip, and that pre-training learns."""
+import json
+import random
+
+import pytest
+import torch
+
+import config as C
+import countdown
+import grpo
+import tiny_base
+
+
+def test_tokenizer_round_trip_and_chat_template(tmp_path):
+    tok = tiny_base.build_tokenizer()
+    tiny_base.save_tokenizer(tok, tmp_path)
+    back = grpo.load_tokenizer(str(tmp_path))
+    text = "<think>57 * 5 = 50 * 5 + 7 * 5 = 250 + 35 = 285. 285 - 42 = 243</think>The answer is 243."
+    ids = back(text, add_special_tokens=False)["input_ids"]
+    assert back.decode(ids) == text  # spaces and newlines survive (AutoTokenizer's Qwen2 class dropped them)
+    assert len(ids) == len(text) - sum(len(t) - 1 for t in tiny_base.TAGS if t in text)  # one token per character, tags whole
+    p = countdown.Problem("x/0", "arith-2x1", "57 * 5 - 42", 243, (57, 5, 42))
+    prompt = back.apply_chat_template(countdown.prompt_messages(p, "bare"), tokenize=False, add_generation_prompt=True)
+    assert prompt == f"{tiny_base.BOS}57 * 5 - 42{tiny_base.EOS}{tiny_base.BOS}"
+    assert back.padding_side == "left" and back.pad_token_id != back.eos_token_id
+
+
+@pytest.mark.parametrize("decomposed", [1.0, 0.0])
+def test_traces_compute_right_without_slips_and_use_tags_as_configured(decomposed):
+    b = C.TinyBaseCfg(p_decomposed=decomposed, p_slip=0.0, p_oneshot_wrong=0.0, p_tags=0.5)
+    train, _ = countdown.make_splits("arith-2x1", 200, 10, 0)
+    rng = random.Random(0)
+    tagged = 0
+    for p in train:
+        t = tiny_base.trace(p, rng, b)
+        assert countdown.score_loose(t, p.answer)  # no slips: the working ends in the right value
+        assert t.startswith(f"<think>{p.numbers[0]} * {p.numbers[1]} = ")
+        assert (" + " in t.split("</think>")[0]) == (decomposed == 1.0 and p.numbers[0] % 10 != 0)
+        tagged += countdown.format_ok(t)
+        assert countdown.score_strict(t, p.answer) == countdown.format_ok(t)
+    assert 0.35 < tagged / len(train) < 0.65
+
+
+def test_slips_and_wrong_one_shot_products_make_wrong_answers():
+    b = C.TinyBaseCfg(p_decomposed=0.0, p_oneshot_wrong=1.0, p_tags=1.0)
+    train, _ = countdown.make_splits("arith-2x1", 100, 10, 0)
+    rng = random.Random(1)
+    assert not any(countdown.score_loose(tiny_base.trace(p, rng, b), p.answer) for p in train)
+
+
+def test_pretraining_learns_to_copy_operands(fitted_dir, smoke_cfg):
+    """The smoke base (400 steps, ~20 s): its loss fell, and greedy decoding copies the operands
+    into its working where the same architecture untrained never does."""
+    info = json.loads((fitted_dir / "tiny_base.json").read_text())
+    assert info["loss_last_50"] < 0.25 * info["loss_first"]
+    cfg = C._build(C.Config, {**C.to_dict(smoke_cfg), "model": {"path": str(fitted_dir), "dtype": "float32"}})
+    _, test = countdown.make_splits(smoke_cfg.task.name, smoke_cfg.task.n_train, smoke_cfg.task.n_test, smoke_cfg.seed)
+    untrained = fitted_dir.parent / "untrained"
+    tok = tiny_base.build_tokenizer()
+    tiny_base.random_model(tok, smoke_cfg.model.build, seed=1).save_pretrained(untrained)
+    tiny_base.save_tokenizer(tok, untrained)
+    copied = {}
+    for name, path in (("fitted", fitted_dir), ("untrained", untrained)):
+        model, tk = grpo.load_model(cfg, str(path), torch.device("cpu"))
+        prompts = grpo.render_prompts(tk, test, "bare")
+        out = grpo.sample(model, prompts, 1, C.SamplingCfg(temperature=0, max_new_tokens=20), 0, grpo.stop_ids(model, tk), grpo.pad_id(tk))
+        texts = tk.batch_decode(out.tokens, skip_special_tokens=True)
+        copied[name] = sum(t.startswith(f"<think>{p.numbers[0]} * {p.numbers[1]} = ") for p, t in zip(test, texts)) / len(test)
+    assert copied["fitted"] >= 0.75 and copied["untrained"] == 0.0
