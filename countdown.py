@@ -378,7 +378,10 @@ def main(argv: list[str] | None = None) -> int:
         if a.json:
             print(json.dumps({**asdict(prob), "messages": msgs}))
         else:
-            print(f"{prob.id}: {prob.question} = {prob.answer}" + (f"   (e.g. {prob.solution})" if prob.solution else ""))
+            if prob.task == "countdown":
+                print(f"{prob.id}: numbers {prob.numbers}, target {prob.answer}   (e.g. {prob.solution})")
+            else:
+                print(f"{prob.id}: {prob.question} = {prob.answer}")
             for m in msgs:
                 print(f"  [{m['role']}] {m['content']}")
     return 0
