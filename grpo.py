@@ -18,7 +18,7 @@ LoRA and the sampler are written by hand so that every line of the method can be
 tests check them against PEFT and `model.generate`.
 
     python grpo.py train   --config configs/smoke.yaml --condition many
-    python grpo.py eval    --config configs/smoke.yaml [--adapter RUN/train_many/step_075]
+    python grpo.py eval    --config configs/smoke.yaml [--adapter RUN/train_many/step_006]
     python grpo.py select | lr-sweep | probe --config ...
 """
 from __future__ import annotations
@@ -203,8 +203,9 @@ def load_tokenizer(path: str, revision: str | None = None):
 
 
 def load_model(cfg: C.Config, path: str, device: torch.device):
-    """A frozen causal LM and its tokenizer. Its generation_config is never consulted: the
-    sampler below takes every setting from our config (see sample())."""
+    """A frozen causal LM and its tokenizer. No sampling setting of its generation_config is
+    used: the sampler takes every setting from our config (see sample(); stop_ids() reads the
+    stop tokens only)."""
     from transformers import AutoModelForCausalLM
 
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[cfg.model.dtype]
@@ -373,8 +374,8 @@ def sample(model, prompts: list[list[int]], n: int, s: C.SamplingCfg, seed: int,
     """n completions for each prompt (prompt-major order: prompt 0's n samples first).
 
     Written by hand so that exactly these settings apply and nothing else: temperature
-    (0 = greedy), top_k, top_p, max_new_tokens. No repetition penalty, and nothing is read from
-    the model's generation_config.json (Qwen's would add repetition_penalty 1.1, top_k 20,
+    (0 = greedy), top_k, top_p, max_new_tokens. No repetition penalty, and no sampling setting is read
+    from the model's generation_config.json (Qwen's would add repetition_penalty 1.1, top_k 20,
     top_p 0.8, temperature 0.7; the policy gradient assumes samples from the policy itself).
 
     Speed: the prompt is run once and its KV cache copied to its n samples; finished sequences

@@ -14,7 +14,6 @@ CPU = torch.device("cpu")
 
 
 def cfg_for(smoke_cfg, **sets):
-    cfg = C.load(None, [f"{k}={v}" for k, v in sets.items()])
     # the smoke settings, minus the build (the fixtures hand us a model folder)
     d = C.to_dict(smoke_cfg)
     d["model"]["build"] = None
@@ -228,7 +227,14 @@ def test_policy_gradient_is_microbatch_invariant_and_skips_zero_advantage(fitted
         P = [prompts[0]] * 3 + [prompts[1]] * 3
         comps = [[7, 8, tok.eos_token_id], [9], [10, 11, 12, 13], [7], [8, 8], [tok.eos_token_id]]
         adv = torch.tensor([0.5, -0.25, -0.25, 0.0, 0.0, 0.0])
-        loss = grpo.policy_gradient(model, P, comps, adv, 6 * 5, mb, grpo.pad_id(tok))
+        packed = []
+        real_pack = grpo.pack
+        grpo.pack = lambda p, c, pad: packed.append(len(c)) or real_pack(p, c, pad)
+        try:
+            loss = grpo.policy_gradient(model, P, comps, adv, 6 * 5, mb, grpo.pad_id(tok))
+        finally:
+            grpo.pack = real_pack
+        assert sum(packed) == 3  # only the three rows with a nonzero advantage go through the model
         grads.append((loss, torch.cat([p.grad.flatten() for n, p in model.named_parameters() if p.requires_grad])))
         # the same loss computed in one go, by hand, including the zero-advantage rows
         ids, attn, pos, cmask = grpo.pack(P, comps, grpo.pad_id(tok))
@@ -274,7 +280,12 @@ def test_training_learns_something_and_resume_is_bit_identical(fitted_dir, smoke
     # two steps, "killed", then resumed to four: the same bytes as four straight through
     _train(cfg, fitted_dir, tmp_path / "resumed", steps=2)
     assert json.loads((tmp_path / "resumed" / "last" / "state.json").read_text())["step"] == 2
-    _train(cfg, fitted_dir, tmp_path / "resumed", steps=4)
+    calls = []
+    real_sample = grpo.sample
+    with pytest.MonkeyPatch.context() as mp:  # count steps actually run: a resume runs 2, a restart 4
+        mp.setattr(grpo, "sample", lambda *a, **k: calls.append(1) or real_sample(*a, **k))
+        _train(cfg, fitted_dir, tmp_path / "resumed", steps=4)
+    assert len(calls) == 2
     for f in ("last/adapter_model.safetensors", "step_002/adapter_model.safetensors"):
         assert (straight / f).read_bytes() == (tmp_path / "resumed" / f).read_bytes(), f
     a, b = grpo.read_log(straight / "train_log.csv"), grpo.read_log(tmp_path / "resumed" / "train_log.csv")
