@@ -41,7 +41,6 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import config as C
 import countdown

@@ -108,7 +108,8 @@ class Plan:
                     return False
             return True
         if stage == "eval":
-            return all(_hash_of(run / name) == self.eval_hash(a) and self.eval_hash(a) is not None for name, a in self.evals())
+            hashes = [(name, self.eval_hash(a)) for name, a in self.evals()]  # hashes each adapter file once
+            return all(h is not None and _hash_of(run / name) == h for name, h in hashes)
         if stage == "analyze":
             v = run / "verdicts.json"
             if not (v.exists() and (run / "report.md").exists()):

@@ -77,7 +77,6 @@ def random_model(tok, b: C.TinyBaseCfg, seed: int):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(model_config(tok, b))
-    model.generation_config.do_sample = False  # what the hub's tooling shows; the pipeline never reads it
     return model
 
 

@@ -1,6 +1,5 @@
 """LoRA, sampler, log-probs, the Dr. GRPO loss and resumable training, on tiny offline models."""
 import json
-import math
 import shutil
 
 import pytest
