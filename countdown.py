@@ -119,34 +119,54 @@ def generate(task: str, n: int, seed: int, split: str = "train", n_test: int = 1
     return make_splits(task, n, n_test, seed)[0]
 
 
-def make_splits(task: str, n_train: int, n_test: int, seed: int) -> tuple[list[Problem], list[Problem]]:
-    """Train and test problems for `task`: all distinct (no identical question in both, none
-    repeated) and fixed by (task, seed). The test set is drawn first, so changing n_train
-    leaves the test set unchanged, and the first train problems do not depend on n_train."""
+SPLITS = ("test", "train", "pretrain", "dev")  # the order they are drawn in
+
+
+def draw_splits(task: str, seed: int, counts: dict[str, int]) -> dict[str, list[Problem]]:
+    """Problems of every split from one generator seeded by (task, seed), drawn in the order of
+    SPLITS: test, train, pretrain (the CPU world's base is pre-trained on it), dev (held-out
+    checks during training). No question is repeated within or across splits. Each split depends
+    only on the splits drawn before it, so adding a later split (or changing its size) leaves
+    the earlier ones unchanged: the test and train problems are the same whatever pretrain and
+    dev hold, and the first train problems do not depend on n_train."""
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
-    if n_train < 0 or n_test < 0:
+    unknown = set(counts) - set(SPLITS)
+    if unknown:
+        raise ValueError(f"unknown split {sorted(unknown)[0]!r}; choose from {', '.join(SPLITS)}")
+    if any(c < 0 for c in counts.values()):
         raise ValueError("problem counts must be >= 0")
     rng = _rng("problems", task, seed)
     seen: set[str] = set()
-    out: dict[str, list[Problem]] = {"test": [], "train": []}
-    for split, count in (("test", n_test), ("train", n_train)):
+    out: dict[str, list[Problem]] = {}
+    for split in SPLITS:
+        count = counts.get(split, 0)
+        out[split] = []
         tries = 0
         while len(out[split]) < count:
             tries += 1
             if tries > 100 * count + 1000:
-                raise ValueError(f"{task} has too few distinct problems for {n_test} test + {n_train} train")
+                raise ValueError(f"{task} has too few distinct problems for " + " + ".join(f"{counts.get(x, 0)} {x}" for x in SPLITS))
             q, ans, nums, sol = _countdown_problem(rng) if task == "countdown" else _arith_problem(rng, task)
             if q in seen:
                 continue
             seen.add(q)
             out[split].append(Problem(f"{task}/{split}/{len(out[split])}", task, q, ans, nums, sol))
-    return out["train"], out["test"]
+    return out
+
+
+def make_splits(task: str, n_train: int, n_test: int, seed: int) -> tuple[list[Problem], list[Problem]]:
+    """Train and test problems for `task` (draw_splits' first two splits)."""
+    d = draw_splits(task, seed, {"test": n_test, "train": n_train})
+    return d["train"], d["test"]
 
 
 # ----------------------------------------------------------------------------- prompts
 
-SYSTEM_PROMPT = "You are a helpful assistant."
+# Qwen2.5-Instruct's own default system message, sent explicitly (PLAN.md change 11): the rendered
+# ChatML is then the same under Qwen2.5's template (which inserts it when none is given) and under
+# any other ChatML template (the rehearsal's Qwen tokenizer adds no default).
+SYSTEM_PROMPT = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 ARITH_INSTRUCTION = (
     "Compute {q}. Show your working inside <think> </think> tags, then give the final answer "
     "as a single integer inside <answer> </answer> tags."

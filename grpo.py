@@ -30,12 +30,11 @@ import io
 import json
 import math
 import os
-import platform
+import re
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,115 +44,16 @@ import torch.nn as nn
 import config as C
 import countdown
 from analyze_b import pass_at_k  # one estimator for the whole study (analyze_b imports no torch)
+from provenance import atomic_replace_dir, atomic_write_json, atomic_write_text, file_sha256, provenance, stage_hash
 
 ROOT = Path(__file__).resolve().parent
 
-# ============================================================================= files & provenance
+# ============================================================================= seeds
 
 
 def seed_for(*parts) -> int:
-    """A 63-bit seed from explicit parts (config seed, stage, step, problem id, ...)."""
+    """A 63-bit seed from explicit parts (task or training seed, stage, step, problem id, ...)."""
     return int.from_bytes(hashlib.sha256(":".join(map(str, parts)).encode()).digest()[:8], "big") >> 1
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write to a temporary file in the same folder, then rename: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_json(path: str | Path, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=False) + "\n")
-
-
-def atomic_replace_dir(tmp_dir: Path, final: Path) -> None:
-    """Swap a fully written folder into place (old one removed only after the new one is whole)."""
-    old = final.with_name(f".{final.name}.old")
-    if old.exists():
-        shutil.rmtree(old)
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp_dir, final)
-    if old.exists():
-        shutil.rmtree(old)
-
-
-def file_sha256(path: str | Path) -> str | None:
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except FileNotFoundError:
-        return None
-
-
-def code_revision() -> str:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
-        return (rev or "unknown") + ("+dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def versions() -> dict:
-    import numpy
-    import transformers
-
-    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__, "numpy": numpy.__version__}
-
-
-# Which config keys each stage's results depend on. A stage is done when its outputs record
-# the same hash of these keys (threads and device are how, not what, so they are left out).
-STAGE_KEYS = {
-    "base": ["seed", "model.build", "task.name", "task.n_train", "task.n_test"],
-    "probe": ["seed", "model", "task.prompt_style", "probe", "eval"],
-    "select": ["seed", "model", "task", "select", "train.sampling", "eval.problems_per_batch"],
-    "lr-sweep": ["seed", "model", "task", "lora", "train", "lr_sweep", "micro_batch", "memory_gb"],
-    "train": ["seed", "model", "task", "lora", "train", "micro_batch", "memory_gb"],
-    "eval": ["seed", "model", "task", "eval"],
-}
-_NOT_IN_TRAIN_HASH = ("conditions",)  # adding a condition does not change another's results
-
-
-def stage_hash(cfg: C.Config, stage: str, extra=None) -> str:
-    d = C.to_dict(cfg)
-    picked = {}
-    for key in STAGE_KEYS[stage]:
-        node = d
-        for part in key.split("."):
-            node = node[part]
-        picked[key] = node
-    if stage in ("train", "lr-sweep"):
-        picked["train"] = {k: v for k, v in picked["train"].items() if k not in _NOT_IN_TRAIN_HASH}
-    if stage == "lr-sweep":
-        picked["train"] = {k: v for k, v in picked["train"].items() if k not in ("lr", "checkpoints", "steps")}
-    picked["extra"] = extra
-    return C.digest(picked)
-
-
-def provenance(cfg: C.Config, stage: str, extra=None, device: str | None = None) -> dict:
-    return {
-        "stage": stage,
-        "stage_hash": stage_hash(cfg, stage, extra),
-        "config_hash": C.digest(C.to_dict(cfg)),
-        "config": C.to_dict(cfg),
-        "inputs": extra,
-        "plan_sha256": file_sha256(ROOT / "PLAN.md"),
-        "revision": code_revision(),
-        "versions": versions(),
-        "device": device,
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
 
 
 # ============================================================================= model & tokenizer
@@ -177,16 +77,39 @@ def setup_torch(cfg: C.Config) -> None:
     hf_logging.disable_progress_bar()  # "Loading weights" bars on every load; our own bars show progress
 
 
+def builds_base(cfg: C.Config) -> bool:
+    """True when the `base` stage makes the base model (the CPU world, the rehearsal)."""
+    return cfg.model.build is not None or cfg.model.qwen_shape is not None
+
+
 def model_path(cfg: C.Config, run: str | Path | None) -> str:
     """The base model: the run's own `base_model/` when the config builds one, else model.path."""
-    if cfg.model.build is not None:
+    if builds_base(cfg):
+        key = "model.build" if cfg.model.build is not None else "model.qwen_shape"
         if run is None:
-            raise C.ConfigError("model.build: this config trains its own base model; pass --run RUN (the folder holding base_model/)")
+            raise C.ConfigError(f"{key}: this config builds its own base model; pass --run RUN (the folder holding base_model/)")
         path = Path(run) / "base_model"
         if not (path / "config.json").exists():
-            raise C.ConfigError(f"model.build: no base model at {path}; run `pipeline.py --stage base` first")
+            raise C.ConfigError(f"{key}: no base model at {path}; run `pipeline.py --stage base` first")
         return str(path)
     return cfg.model.path
+
+
+def check_model_reachable(cfg: C.Config) -> None:
+    """Fail early, in one line, when model.path can be neither found locally nor downloaded:
+    a hub id with no network and no local cache, a misspelt id, a missing revision. Reads only
+    the model's config.json (from the cache, or the hub when it can be reached)."""
+    if builds_base(cfg) or os.path.isdir(os.path.expanduser(cfg.model.path)):
+        return
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(cfg.model.path, revision=cfg.model.revision)
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise C.ConfigError(
+            f"model.path {cfg.model.path!r} (model.revision {cfg.model.revision[:12]}) cannot be loaded ({first}): download it "
+            f"first (huggingface-cli download {cfg.model.path} --revision {cfg.model.revision}) or set model.path to a local model folder")
 
 
 def load_tokenizer(path: str, revision: str | None = None):
@@ -268,8 +191,12 @@ class LoRALinear(nn.Module):
             self.lora_A.weight.copy_(a)
             self.lora_B.weight.zero_()
 
+    enabled = True  # switched off by lora_disabled(): the frozen base, with no second copy of its weights
+
     def forward(self, x):  # x: (..., in)
         y = self.base_layer(x)  # (..., out), base dtype
+        if not self.enabled:
+            return y
         delta = self.lora_B(self.lora_A(x.to(self.lora_A.weight.dtype)))  # (..., out), fp32 LoRA
         return y + (self.scaling * delta).to(y.dtype)
 
@@ -291,6 +218,20 @@ def apply_lora(model: nn.Module, r: int, alpha: float, targets: list[str], seed:
     for n, p in model.named_parameters():
         p.requires_grad_("lora_" in n)
     return wrapped
+
+
+@contextmanager
+def lora_disabled(model: nn.Module):
+    """The base model itself, for the KL anchor's reference log-probabilities: every LoRA layer
+    returns its frozen base layer's output while inside this block."""
+    layers = [m for m in model.modules() if isinstance(m, LoRALinear)]
+    for m in layers:
+        m.enabled = False
+    try:
+        yield model
+    finally:
+        for m in layers:
+            m.enabled = True
 
 
 def lora_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -356,6 +297,7 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
 class Samples:
     tokens: list[list[int]]  # one list of completion ids per sample (EOS included if emitted)
     truncated: list[bool]  # hit max_new_tokens without an EOS
+    entropy: list[float] | None = None  # mean full-vocabulary entropy of the untempered (T = 1) policy over each sample's tokens
 
 
 def left_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -369,7 +311,8 @@ def left_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tenso
 
 
 @torch.inference_mode()  # lighter than no_grad: no version counters or autograd metadata per op
-def sample(model, prompts: list[list[int]], n: int, s: C.SamplingCfg, seed: int, stops: list[int], pad: int) -> Samples:
+def sample(model, prompts: list[list[int]], n: int, s: C.SamplingCfg, seed: int, stops: list[int], pad: int,
+           entropy: bool = False) -> Samples:
     """n completions for each prompt (prompt-major order: prompt 0's n samples first).
 
     Written by hand so that exactly these settings apply and nothing else: temperature
@@ -381,7 +324,11 @@ def sample(model, prompts: list[list[int]], n: int, s: C.SamplingCfg, seed: int,
     leave the batch, in one compaction whenever an eighth of the rows have finished (each
     compaction copies the cache). A finished row still in the batch draws tokens that are thrown
     away, so which tokens a row gets depends on this schedule, deterministically: same inputs
-    and seed, same samples. One generator seeded by `seed` draws all tokens."""
+    and seed, same samples. One generator seeded by `seed` draws all tokens.
+
+    entropy: also return each sample's mean full-vocabulary entropy of the untempered
+    distribution (before temperature and filtering), so models sampled at different
+    temperatures compare; it draws nothing, so the samples are the same either way."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
@@ -401,8 +348,12 @@ def sample(model, prompts: list[list[int]], n: int, s: C.SamplingCfg, seed: int,
     alive = torch.arange(B, device=device)  # row -> sample index
     done = torch.zeros(B, dtype=torch.bool, device=device)
     stop = torch.tensor(stops, device=device)
+    ent_sum = torch.zeros(B, device=device)  # (B,) summed token entropy per sample
     for t in range(s.max_new_tokens):
         logits = logits.float()
+        if entropy:
+            lp = logits.log_softmax(-1)  # (b, V) untempered
+            ent_sum.index_add_(0, alive, -(lp.exp() * lp).sum(-1) * (~done))  # rows already finished add nothing
         if s.temperature == 0:
             tok = logits.argmax(-1)  # (b,)
         else:
@@ -426,7 +377,8 @@ def sample(model, prompts: list[list[int]], n: int, s: C.SamplingCfg, seed: int,
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)  # (b, L+1)
         logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, cache=cache, use_cache=True).logits[:, -1]  # (b, V)
         next_pos = next_pos + 1
-    return Samples(out, truncated)
+    ent = [e / max(len(o), 1) for e, o in zip(ent_sum.tolist(), out)] if entropy else None
+    return Samples(out, truncated, ent)
 
 
 # ============================================================================= log-probs & the loss
@@ -450,12 +402,18 @@ def pack(prompts: list[list[int]], completions: list[list[int]], pad: int):
     return ids, attn, pos, cmask
 
 
-def completion_logprobs(model, ids, attn, pos, Lc: int) -> torch.Tensor:
-    """log pi(token) for the last Lc positions: (b, Lc). Only the completion's logits are made
-    (logits_to_keep), upcast to fp32; gather minus logsumexp avoids a second (b, Lc, V) tensor."""
+def completion_logprobs(model, ids, attn, pos, Lc: int, with_entropy: bool = False):
+    """log pi(token) for the last Lc positions: (b, Lc), and with_entropy the full-vocabulary
+    entropy of pi at each of them: (b, Lc) (else None). Only the completion's logits are made
+    (logits_to_keep), upcast to fp32; gather minus logsumexp avoids a second (b, Lc, V) tensor
+    (the entropy needs one: softmax times logits)."""
     logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=Lc + 1).logits[:, :-1].float()  # (b, Lc, V)
     targets = ids[:, -Lc:]  # (b, Lc)
-    return logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)  # (b, Lc)
+    lse = logits.logsumexp(-1)  # (b, Lc)
+    logp = logits.gather(-1, targets[..., None]).squeeze(-1) - lse  # (b, Lc)
+    if not with_entropy:
+        return logp, None
+    return logp, lse - (logits.softmax(-1) * logits).sum(-1)  # (b, Lc): H = logsumexp - E_pi[logit]
 
 
 def group_advantages(rewards: torch.Tensor) -> torch.Tensor:
@@ -469,21 +427,70 @@ def drgrpo_loss(logp: torch.Tensor, cmask: torch.Tensor, adv: torch.Tensor, norm
     return -(adv[:, None] * logp * cmask).sum() / normalizer
 
 
-def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: float, micro_batch: int, pad: int) -> float:
-    """Accumulate the Dr. GRPO gradient over micro-batches (exact: the loss is a plain sum with
-    a constant normalizer). Samples whose advantage is exactly 0 add nothing and are skipped.
-    Returns the loss value."""
+def k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token KL(pi || ref) estimate k3 = exp(r) - r - 1 with r = log ref - log pi (Schulman's
+    estimator, as TRL and most GRPO code use): >= 0, unbiased on samples from pi. (b, Lc)."""
+    r = ref_logp - logp
+    return torch.exp(r) - r - 1
+
+
+def control_terms(logp, cmask, normalizer: float, ref_logp=None, kl: float = 0.0, ent=None, entropy: float = 0.0) -> torch.Tensor:
+    """The controls' additions to the loss, normalised by the same constant as [D2]:
+    + kl * sum(k3) / constant (the KL anchor to the base; [D3] departs from Dr. GRPO here, on
+    purpose, only in conditions that register kl > 0), and - entropy * sum(H) / constant (the
+    entropy bonus: minimising the loss raises the policy's entropy). 0 when both are off."""
+    out = logp.new_zeros(())
+    if kl > 0:
+        out = out + kl * (k3(logp, ref_logp) * cmask).sum() / normalizer
+    if entropy > 0:
+        out = out - entropy * (ent * cmask).sum() / normalizer
+    return out
+
+
+def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: float, micro_batch: int, pad: int,
+                    kl: float = 0.0, entropy: float = 0.0, measure_kl: bool = False) -> dict:
+    """Accumulate the gradient over micro-batches (exact: the loss is a plain sum with a
+    constant normalizer). Without a KL or entropy term, samples whose advantage is exactly 0 add
+    nothing and are skipped. Returns the loss and, when computed, the mean per-token k3 KL to
+    the base (kl > 0, or measure_kl) and the mean policy entropy over the trained tokens."""
     device = next(model.parameters()).device
-    rows = [i for i in range(len(completions)) if adv[i].item() != 0.0]
-    total = 0.0
-    for start in range(0, len(rows), micro_batch):
-        chunk = rows[start : start + micro_batch]
-        ids, attn, pos, cmask = pack([prompts[i] for i in chunk], [completions[i] for i in chunk], pad)
-        logp = completion_logprobs(model, ids.to(device), attn.to(device), pos.to(device), cmask.shape[1])
-        loss = drgrpo_loss(logp, cmask.to(device), adv[chunk].to(device), normalizer)
+    every_row = kl > 0 or entropy > 0
+    rows = [i for i in range(len(completions)) if every_row or adv[i].item() != 0.0]
+    total, kl_sum, ent_sum, n_tok = 0.0, 0.0, 0.0, 0.0
+
+    def micro_batches(idx):
+        for start in range(0, len(idx), micro_batch):
+            chunk = idx[start : start + micro_batch]
+            ids, attn, pos, cmask = pack([prompts[i] for i in chunk], [completions[i] for i in chunk], pad)
+            yield chunk, ids.to(device), attn.to(device), pos.to(device), cmask.to(device)
+
+    for chunk, ids, attn, pos, cmask in micro_batches(rows):
+        ref = None
+        if kl > 0:
+            with torch.no_grad(), lora_disabled(model):
+                ref, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])  # (b, Lc) the base's log-probs
+        logp, ent = completion_logprobs(model, ids, attn, pos, cmask.shape[1], with_entropy=entropy > 0)
+        loss = drgrpo_loss(logp, cmask, adv[chunk].to(device), normalizer) + control_terms(logp, cmask, normalizer, ref, kl, ent, entropy)
         loss.backward()
         total += loss.item()
-    return total
+        n_tok += cmask.sum().item()
+        if ref is not None:
+            kl_sum += (k3(logp.detach(), ref) * cmask).sum().item()
+        if ent is not None:
+            ent_sum += (ent.detach() * cmask).sum().item()
+    out = {"loss": total, "kl_mean": kl_sum / max(n_tok, 1) if kl > 0 else float("nan"),
+           "entropy_trained": ent_sum / max(n_tok, 1) if entropy > 0 else float("nan")}
+    if measure_kl and kl == 0:  # a diagnostic only: no gradient, every sample
+        kl_sum, n_tok = 0.0, 0.0
+        with torch.no_grad():
+            for _, ids, attn, pos, cmask in micro_batches(list(range(len(completions)))):
+                logp, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])
+                with lora_disabled(model):
+                    ref, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])
+                kl_sum += (k3(logp, ref) * cmask).sum().item()
+                n_tok += cmask.sum().item()
+        out["kl_mean"] = kl_sum / max(n_tok, 1)
+    return out
 
 
 # ============================================================================= memory
@@ -547,7 +554,7 @@ class Diverged(RuntimeError):
 
 def step_problems(pool: list, step: int, per_step: int, seed: int, shuffle: bool) -> list:
     """The problems of one step (1-based). shuffle: a fresh seeded permutation of the pool per
-    epoch (the many condition); otherwise the pool is cycled (copies of the 16 or 1 problems).
+    epoch (problems: all); otherwise the pool is cycled (copies of the 16 or 1 problems).
     Depends only on (seed, step): resuming needs no data-loader state."""
     out = []
     for j in range((step - 1) * per_step, step * per_step):
@@ -560,7 +567,8 @@ def step_problems(pool: list, step: int, per_step: int, seed: int, shuffle: bool
 
 
 LOG_FIELDS = ["step", "reward_mean", "zero_signal_frac", "format_rate", "len_mean", "len_max", "truncated_frac",
-              "loss", "grad_norm", "lr", "sec_sampling", "sec_fwd_bwd", "tokens", "peak_mem_mb"]
+              "entropy_mean", "kl_mean", "loss", "grad_norm", "grad_norm_clipped", "lr", "sec_sampling", "sec_fwd_bwd",
+              "tokens", "peak_mem_mb"]
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -602,10 +610,13 @@ def save_last(model, opt, step: int, rows: list[dict], out: Path, cfg: C.Config,
     atomic_replace_dir(tmp, out / "last")
 
 
-def train(cfg: C.Config, condition: str, pool: list, lr: float, out: Path, base: str, *, steps: int | None = None,
-          checkpoints: list[int] | None = None, inputs: dict | None = None, stage: str = "train", progress: bool = True) -> Path:
-    """Dr. GRPO on `pool` for `steps` steps into `out`; resumes from out/last if it is there.
-    Returns out. Writes out/train_log.csv, out/step_XXX/ adapters, out/last/, out/done.json."""
+def train(cfg: C.Config, name: str, cond: C.ConditionCfg, seed: int, pool: list, lr: float, out: Path, base: str, *,
+          steps: int | None = None, checkpoints: list[int] | None = None, inputs: dict | None = None, stage: str = "train",
+          progress: bool = True) -> Path:
+    """Condition `name` (its settings `cond`) with training seed `seed` on `pool` for `steps`
+    steps into `out`; resumes from out/last if it is there. Returns out. Writes
+    out/train_log.csv, out/step_XXX/ adapters, out/last/, out/done.json.
+    The seed draws the LoRA initialisation, the data order and every rollout; nothing else."""
     from tqdm import tqdm
 
     tc = cfg.train
@@ -614,10 +625,10 @@ def train(cfg: C.Config, condition: str, pool: list, lr: float, out: Path, base:
     setup_torch(cfg)
     device = pick_device(cfg)
     model, tok = load_model(cfg, base, device)
-    apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, seed_for(cfg.seed, "lora-init"))
+    apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, seed_for(seed, "lora-init"))
     opt = make_optimizer(model, cfg, lr)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"condition": condition, "lr": lr, "steps": steps, "provenance": provenance(cfg, stage, inputs, str(device))}
+    meta = {"condition": name, "train_seed": seed, "lr": lr, "steps": steps, "provenance": provenance(cfg, stage, inputs, str(device))}
     rows: list[dict] = []
     start = 1
     old = out / ".last.old"
@@ -628,36 +639,47 @@ def train(cfg: C.Config, condition: str, pool: list, lr: float, out: Path, base:
         if state["provenance"]["stage_hash"] != meta["provenance"]["stage_hash"]:
             raise RuntimeError(f"{out}/last was made by a different config or inputs; delete {out} or use --force")
         load_adapter(model, out / "last")
-        opt.load_state_dict(torch.load(out / "last" / "optimizer.pt", weights_only=True))
+        # map_location: a run started on a GPU resumes on a CPU-only machine (and the reverse)
+        opt.load_state_dict(torch.load(out / "last" / "optimizer.pt", weights_only=True, map_location=device))
         rows = [r for r in read_log(out / "train_log.csv") if r["step"] <= state["step"]]
         start = state["step"] + 1
+        print(f"{stage} {name} s{seed}: resuming {out} from step {start} (last checkpoint: step {state['step']})", flush=True)
     stops, pad = stop_ids(model, tok), pad_id(tok)
     P, G, s = tc.problems_per_step, tc.group_size, tc.sampling
-    micro_batch = auto_micro_batch(cfg, model.config, max(len(p) for p in render_prompts(tok, pool[:256], cfg.task.prompt_style)))
+    prompt_len = max(len(p) for p in render_prompts(tok, pool[:256], cfg.task.prompt_style))
+    micro_batch = auto_micro_batch(cfg, model.config, prompt_len)
+    mem = estimate_memory(model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, s.max_new_tokens, micro_batch, P * G,
+                          2 if cfg.model.dtype != "float32" else 4)
     normalizer = P * G * s.max_new_tokens  # [D2] a constant, not the response lengths
-    bar = tqdm(range(start, steps + 1), desc=f"{stage} {condition} lr={lr:g}", disable=not progress, initial=start - 1, total=steps, leave=False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    bar = tqdm(range(start, steps + 1), desc=f"{stage} {name} s{seed} lr={lr:g}", disable=not progress, initial=start - 1, total=steps, leave=False)
     for step in bar:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        problems = step_problems(pool, step, P, seed_for(cfg.seed, condition), shuffle=(condition == "many"))
+        problems = step_problems(pool, step, P, seed_for(seed, name), shuffle=(cond.problems == "all"))
         prompts = render_prompts(tok, problems, cfg.task.prompt_style)
         t0 = time.perf_counter()
-        smp = sample(model, prompts, G, s, seed_for(cfg.seed, stage, condition, step), stops, pad)
+        smp = sample(model, prompts, G, s, seed_for(seed, stage, name, step), stops, pad, entropy=True)
         t1 = time.perf_counter()
         texts = tok.batch_decode(smp.tokens, skip_special_tokens=True)
         scored = [countdown.score(problems[i // G], x) for i, x in enumerate(texts)]
-        rewards = torch.tensor([float(d["strict"]) for d in scored]).view(P, G)  # [D5] strict score only
+        rewards = torch.tensor([float(d[cond.reward]) for d in scored]).view(P, G)  # [D5] strict score only (format: the control)
         adv = group_advantages(rewards).view(-1)  # (P*G,)
         # The model stays in eval mode: Qwen2 has no dropout, and train-mode dropout would draw
         # from torch's unseeded global generator.
-        loss = policy_gradient(model, [prompts[i // G] for i in range(P * G)], smp.tokens, adv, normalizer, micro_batch, pad)
-        params = [p for p in model.parameters() if p.requires_grad]
+        measure_kl = tc.log_kl_every > 0 and step % tc.log_kl_every == 0
+        pg = policy_gradient(model, [prompts[i // G] for i in range(P * G)], smp.tokens, adv, normalizer, micro_batch, pad,
+                             kl=cond.kl, entropy=cond.entropy, measure_kl=measure_kl)
         for p in params:
             if p.grad is None:  # every advantage was 0: a zero gradient, and AdamW still steps (momentum), as usual
                 p.grad = torch.zeros_like(p)
         gnorm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params])).item()
-        if not (math.isfinite(loss) and math.isfinite(gnorm)):
-            raise Diverged(f"step {step}: loss {loss} / grad norm {gnorm} is not finite; stopped, {out}/last holds the last good state")
+        if not (math.isfinite(pg["loss"]) and math.isfinite(gnorm)):
+            raise Diverged(f"step {step}: loss {pg['loss']} / grad norm {gnorm} is not finite; stopped, {out}/last holds the last good state")
+        gnorm_after = gnorm
+        if tc.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(params, tc.grad_clip)
+            gnorm_after = min(gnorm, tc.grad_clip)
         opt.step()  # [D4] one update per sampling
         opt.zero_grad(set_to_none=True)
         t2 = time.perf_counter()
@@ -667,7 +689,9 @@ def train(cfg: C.Config, condition: str, pool: list, lr: float, out: Path, base:
             "zero_signal_frac": (rewards.max(1).values == rewards.min(1).values).float().mean().item(),
             "format_rate": sum(d["format"] for d in scored) / len(scored),
             "len_mean": sum(lens) / len(lens), "len_max": max(lens), "truncated_frac": sum(smp.truncated) / len(lens),
-            "loss": loss, "grad_norm": gnorm, "lr": lr, "sec_sampling": round(t1 - t0, 4), "sec_fwd_bwd": round(t2 - t1, 4),
+            "entropy_mean": sum(e * n for e, n in zip(smp.entropy, lens)) / max(sum(lens), 1), "kl_mean": pg["kl_mean"],
+            "loss": pg["loss"], "grad_norm": gnorm, "grad_norm_clipped": gnorm_after, "lr": lr,
+            "sec_sampling": round(t1 - t0, 4), "sec_fwd_bwd": round(t2 - t1, 4),
             "tokens": sum(lens), "peak_mem_mb": round(peak_memory_mb(device), 1),
         })
         bar.set_postfix(reward=f"{rows[-1]['reward_mean']:.2f}", fmt=f"{rows[-1]['format_rate']:.2f}", len=f"{rows[-1]['len_mean']:.0f}")
@@ -680,7 +704,9 @@ def train(cfg: C.Config, condition: str, pool: list, lr: float, out: Path, base:
         if step % tc.save_last_every == 0 or step == steps or step in checkpoints:
             save_last(model, opt, step, rows, out, cfg, base, meta)
     bar.close()
-    atomic_write_json(out / "done.json", {"steps": steps, **meta})
+    atomic_write_json(out / "done.json", {
+        "steps": steps, **meta, "micro_batch": micro_batch, "micro_batch_auto": cfg.micro_batch == 0,
+        "memory_estimate_gib": round(mem["train_step"] / 2**30, 3), "stop_ids": stops, "dtype": cfg.model.dtype})
     return out
 
 
@@ -738,24 +764,28 @@ def evaluate(cfg: C.Config, base: str, adapter: str | None, out_file: Path, prog
     setup_torch(cfg)
     device = pick_device(cfg)
     model, tok = load_model(cfg, base, device)
-    adapter_sha = None
+    adapter_sha, who = None, {"condition": None, "train_seed": None, "step": None}
     if adapter is not None:
         acfg = adapter_config(adapter)
         apply_lora(model, acfg["r"], acfg["lora_alpha"], acfg["target_modules"], 0)
         load_adapter(model, adapter)
         adapter_sha = file_sha256(Path(adapter) / "adapter_model.safetensors")
-    _, test = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.seed)
+        who = adapter_identity(adapter)
+    _, test = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
     e = cfg.eval
     t0 = time.perf_counter()
-    # Every model sees the same seeds: the paired comparison then differs only by the model.
-    texts = sample_problems(model, tok, test, e.n, e.sampling, cfg.seed, "eval", cfg.task.prompt_style, e.problems_per_batch, progress)
+    # Every model sees the same seeds, tied to the problems (task.seed), never to the training
+    # seed: the paired comparison then differs only by the model, and the base is evaluated once.
+    texts = sample_problems(model, tok, test, e.n, e.sampling, cfg.task.seed, "eval", cfg.task.prompt_style, e.problems_per_batch, progress)
     rows = score_problems(test, texts, e.keep_responses)
     result = {
         "model": "base" if adapter is None else str(adapter),
+        **who,
         "adapter_sha256": adapter_sha,
         **summarize(rows, e.n, e.k_max),
         "sampling": {"n": e.n, "temperature": e.sampling.temperature, "top_p": e.sampling.top_p, "top_k": e.sampling.top_k,
-                     "repetition_penalty": 1.0, "max_new_tokens": e.sampling.max_new_tokens, "seed": cfg.seed},
+                     "repetition_penalty": 1.0, "max_new_tokens": e.sampling.max_new_tokens, "seed": cfg.task.seed,
+                     "stop_ids": stop_ids(model, tok)},
         "seconds": round(time.perf_counter() - t0, 2),
         "problems": rows,
         "provenance": provenance(cfg, "eval", {"adapter_sha256": adapter_sha}, str(device)),
@@ -776,8 +806,8 @@ def probe(cfg: C.Config, base: str, run: Path, progress: bool = True) -> list[Pa
     written = []
     for task in cfg.probe.tasks:
         n_prob, n = (cfg.probe.n_problems, cfg.probe.samples) if task == "countdown" else (cfg.probe.arith_problems, cfg.probe.arith_samples)
-        _, problems = countdown.make_splits(task, 0, n_prob, cfg.seed)
-        texts = sample_problems(model, tok, problems, n, cfg.eval.sampling, cfg.seed, f"probe-{task}", cfg.task.prompt_style, cfg.eval.problems_per_batch, progress)
+        _, problems = countdown.make_splits(task, 0, n_prob, cfg.task.seed)
+        texts = sample_problems(model, tok, problems, n, cfg.eval.sampling, cfg.task.seed, f"probe-{task}", cfg.task.prompt_style, cfg.eval.problems_per_batch, progress)
         rows = score_problems(problems, texts, keep_responses=False)
         res = {"task": task, "n": n, **summarize(rows, n, n), "examples": [t[0] for t in texts[:3]], "problems": rows,
                "provenance": provenance(cfg, "probe", None, str(device))}
@@ -796,18 +826,18 @@ def choose_sets(pass_rates: list[float], sizes: list[int]) -> dict[str, list[int
 
 
 def selection_sizes(cfg: C.Config) -> list[int]:
-    """The few-problem conditions ("16", "1") are the set sizes the select stage picks."""
-    return [int(c) for c in cfg.train.conditions if c != "many"]
+    """The set sizes the select stage picks: N of every registered `problems: select-N`."""
+    return sorted({n for c in cfg.conditions.values() if (n := C.selection_size(c)) is not None}, reverse=True)
 
 
 def select(cfg: C.Config, base: str, run: Path, progress: bool = True) -> dict:
     setup_torch(cfg)
     device = pick_device(cfg)
     model, tok = load_model(cfg, base, device)
-    train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.seed)
+    train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
     problems = train_set[: cfg.select.n_problems]
     s = C.SamplingCfg(temperature=cfg.select.temperature, top_p=1.0, top_k=0, max_new_tokens=cfg.train.sampling.max_new_tokens)
-    texts = sample_problems(model, tok, problems, cfg.select.samples, s, cfg.seed, "select", cfg.task.prompt_style, cfg.eval.problems_per_batch, progress)
+    texts = sample_problems(model, tok, problems, cfg.select.samples, s, cfg.task.seed, "select", cfg.task.prompt_style, cfg.eval.problems_per_batch, progress)
     rows = score_problems(problems, texts, keep_responses=False)
     rates = [r["correct_strict"] / r["n"] for r in rows]
     sets = choose_sets(rates, selection_sizes(cfg))
@@ -824,24 +854,28 @@ def select(cfg: C.Config, base: str, run: Path, progress: bool = True) -> dict:
     return res
 
 
-def condition_pool(cfg: C.Config, condition: str, run: Path) -> tuple[list, dict]:
+def condition_pool(cfg: C.Config, cond: C.ConditionCfg, run: Path) -> tuple[list, dict]:
     """The training problems of a condition and what they came from (for the stage hash)."""
-    train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.seed)
-    if condition == "many":
-        return train_set, {"condition": "many"}
+    train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
+    size = C.selection_size(cond)
+    if size is None:
+        return train_set, {"problems": "all"}
     sel_path = run / "selection.json"
     if not sel_path.exists():
-        raise FileNotFoundError(f"{sel_path} is missing: run the select stage before training condition {condition}")
+        raise FileNotFoundError(f"{sel_path} is missing: run the select stage before training on {cond.problems}")
     sel = json.loads(sel_path.read_text())
-    ids = sel["sets"].get(condition)
+    ids = sel["sets"].get(str(size))
     if not ids:
-        raise ValueError(f"{sel_path}: no problems for condition {condition} (the base solved none of the first "
+        raise ValueError(f"{sel_path}: no problems for {cond.problems} (the base solved none of the first "
                          f"{cfg.select.n_problems} train problems sometimes-but-not-always)")
     by_id = {p.id: p for p in train_set}
-    return [by_id[i] for i in ids], {"condition": condition, "problems": ids}
+    return [by_id[i] for i in ids], {"problems": cond.problems, "ids": ids}
 
 
-def read_lr(cfg: C.Config, run: Path) -> float:
+def read_lr(cfg: C.Config, run: Path, cond: C.ConditionCfg | None = None) -> float:
+    """The condition's own rate if it registers one, else train.lr, else the lr-sweep's choice."""
+    if cond is not None and cond.lr is not None:
+        return cond.lr
     if cfg.train.lr is not None:
         return cfg.train.lr
     path = run / "lr_choice.json"
@@ -850,10 +884,27 @@ def read_lr(cfg: C.Config, run: Path) -> float:
     return float(json.loads(path.read_text())["chosen"])
 
 
+def train_job(cfg: C.Config, name: str, seed: int, run: Path) -> tuple[list, float, dict]:
+    """The pool, learning rate and stage-hash inputs of one (condition, seed) training run."""
+    cond = cfg.conditions[name]
+    pool, inputs = condition_pool(cfg, cond, run)
+    lr = read_lr(cfg, run, cond)
+    return pool, lr, {"condition": name, "settings": C.to_dict(cond), "seed": seed, **inputs, "lr": lr}
+
+
+def train_dir(run: Path, name: str, seed: int) -> Path:
+    return Path(run) / f"train_{name}_s{seed}"
+
+
+SWEEP_CONDITION = C.ConditionCfg(problems="all")  # the report's rule: the many condition's recipe
+
+
 def lr_sweep(cfg: C.Config, base: str, run: Path, progress: bool = True) -> dict:
-    """lr_sweep.steps steps of the many condition per candidate; the highest mean reward over
-    the last lr_sweep.last steps wins (ties: the smaller rate)."""
-    pool, inputs = condition_pool(cfg, "many", run)
+    """lr_sweep.steps steps of the many condition per candidate, on the first training seed; the
+    highest mean reward over the last lr_sweep.last steps wins (ties: the smaller rate)."""
+    seed = cfg.train.seeds[0]
+    pool, inputs = condition_pool(cfg, SWEEP_CONDITION, run)
+    inputs = {**inputs, "seed": seed}
     results = {}
     want = stage_hash(cfg, "lr-sweep", inputs)
     for lr in cfg.lr_sweep.candidates:
@@ -861,15 +912,17 @@ def lr_sweep(cfg: C.Config, base: str, run: Path, progress: bool = True) -> dict
         done = out / "done.json"
         for marker in (done, out / "last" / "state.json"):
             if marker.exists() and json.loads(marker.read_text())["provenance"]["stage_hash"] != want:
-                shutil.rmtree(out)  # made under other settings: run it again
+                shutil.rmtree(out)  # made under other settings (the pipeline asks first): run it again
                 break
         if not done.exists():
-            train(cfg, "many", pool, lr, out, base, steps=cfg.lr_sweep.steps, checkpoints=[], inputs=inputs, stage="lr-sweep", progress=progress)
+            train(cfg, "many", SWEEP_CONDITION, seed, pool, lr, out, base, steps=cfg.lr_sweep.steps, checkpoints=[], inputs=inputs,
+                  stage="lr-sweep", progress=progress)
         rows = read_log(out / "train_log.csv")
         results[f"{lr:g}"] = sum(r["reward_mean"] for r in rows[-cfg.lr_sweep.last :]) / cfg.lr_sweep.last
     best = sorted(cfg.lr_sweep.candidates, key=lambda lr: (-results[f"{lr:g}"], lr))[0]
-    res = {"rule": f"highest mean reward over the last {cfg.lr_sweep.last} of {cfg.lr_sweep.steps} steps; ties: the smaller rate",
-           "mean_reward_last": results, "chosen": best, "provenance": provenance(cfg, "lr-sweep", None)}
+    res = {"rule": f"highest mean reward over the last {cfg.lr_sweep.last} of {cfg.lr_sweep.steps} steps of the many condition, "
+                   f"training seed {seed}; ties: the smaller rate",
+           "mean_reward_last": results, "chosen": best, "provenance": provenance(cfg, "lr-sweep", inputs)}
     atomic_write_json(run / "lr_choice.json", res)
     return res
 
@@ -879,6 +932,29 @@ def lr_sweep(cfg: C.Config, base: str, run: Path, progress: bool = True) -> dict
 
 def default_run(config_path: str | None) -> Path:
     return ROOT / "results" / (Path(config_path).stem if config_path else "qwen05b")
+
+
+def adapter_identity(adapter: str | Path) -> dict:
+    """condition, train_seed and step of RUN/train_<condition>_s<seed>/step_<step> (None where
+    the folder is not named that way, e.g. an adapter from elsewhere)."""
+    a = Path(adapter)
+    m = ADAPTER_RE.match(f"{a.parent.name}/{a.name}")
+    if not m:
+        return {"condition": None, "train_seed": None, "step": None}
+    return {"condition": m["cond"], "train_seed": int(m["seed"]), "step": int(m["step"])}
+
+
+ADAPTER_RE = re.compile(r"^train_(?P<cond>.+)_s(?P<seed>\d+)/step_(?P<step>\d+)$")
+
+
+def eval_name(adapter: str | None) -> str:
+    """eval_base.json, or eval_<condition>_s<seed>_<step>.json for RUN/train_<condition>_s<seed>/step_<step>."""
+    if adapter is None:
+        return "eval_base.json"
+    who = adapter_identity(adapter)
+    if who["condition"] is None:
+        raise C.ConfigError(f"--adapter {adapter}: not a RUN/train_<condition>_s<seed>/step_<step> folder; pass --out FILE")
+    return f"eval_{who['condition']}_s{who['train_seed']}_{who['step']:03d}.json"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -891,20 +967,27 @@ def main(argv: list[str] | None = None) -> int:
         q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. train.steps=10")
         q.add_argument("--quiet", action="store_true", help="no progress bars")
         if name == "train":
-            q.add_argument("--condition", required=True, help="many, or a problem count listed in train.conditions (16, 1)")
-            q.add_argument("--out", default=None, help="output folder (default: RUN/train_<condition>)")
+            q.add_argument("--condition", required=True, help="a condition registered in the config's `conditions` (many, 16, 1, ...)")
+            q.add_argument("--seed", type=int, default=None, help="a training seed from train.seeds (default: the first)")
+            q.add_argument("--out", default=None, help="output folder (default: RUN/train_<condition>_s<seed>)")
         if name == "eval":
             q.add_argument("--adapter", default=None, help="a PEFT adapter folder (default: evaluate the base)")
-            q.add_argument("--out", default=None, help="output JSON (default: RUN/eval_base.json or RUN/eval_<cond>_<step>.json)")
+            q.add_argument("--out", default=None, help="output JSON (default: RUN/eval_base.json or RUN/eval_<cond>_s<seed>_<step>.json)")
     a = p.parse_args(argv)
     try:
         cfg = C.load(a.config, a.set)
         run = Path(a.run) if a.run else default_run(a.config)
-        base = model_path(cfg, run)
-        if a.cmd == "train" and a.condition not in cfg.train.conditions:
-            raise C.ConfigError(f"--condition {a.condition!r}: not in train.conditions {cfg.train.conditions}")
+        if a.cmd == "train":
+            if a.condition not in cfg.conditions:
+                raise C.ConfigError(f"--condition {a.condition!r}: not registered in conditions ({', '.join(cfg.conditions)})")
+            seed = cfg.train.seeds[0] if a.seed is None else a.seed
+            if seed not in cfg.train.seeds:
+                raise C.ConfigError(f"--seed {seed}: not in train.seeds {cfg.train.seeds}")
         if a.cmd == "eval" and a.adapter and not (Path(a.adapter) / "adapter_config.json").exists():
             raise C.ConfigError(f"--adapter: no adapter_config.json in {a.adapter}")
+        out_eval = (Path(a.out) if a.out else run / eval_name(a.adapter)) if a.cmd == "eval" else None
+        check_model_reachable(cfg)
+        base = model_path(cfg, run)
     except C.ConfigError as e:
         print(f"grpo.py: {e}", file=sys.stderr)
         return 2
@@ -912,13 +995,12 @@ def main(argv: list[str] | None = None) -> int:
     prog = not a.quiet
     try:
         if a.cmd == "train":
-            pool, inputs = condition_pool(cfg, a.condition, run)
-            lr = read_lr(cfg, run)
-            train(cfg, a.condition, pool, lr, Path(a.out) if a.out else run / f"train_{a.condition}", base, inputs={**inputs, "lr": lr}, progress=prog)
+            pool, lr, inputs = train_job(cfg, a.condition, seed, run)
+            out = Path(a.out) if a.out else train_dir(run, a.condition, seed)
+            train(cfg, a.condition, cfg.conditions[a.condition], seed, pool, lr, out, base, inputs=inputs, progress=prog)
         elif a.cmd == "eval":
-            out = Path(a.out) if a.out else run / eval_name(a.adapter)
-            r = evaluate(cfg, base, a.adapter, out, prog)
-            print(f"{out}: strict pass@1 {r['pass_at_k']['strict']['1']:.3f}  loose pass@1 {r['pass_at_k']['loose']['1']:.3f}  "
+            r = evaluate(cfg, base, a.adapter, out_eval, prog)
+            print(f"{out_eval}: strict pass@1 {r['pass_at_k']['strict']['1']:.3f}  loose pass@1 {r['pass_at_k']['loose']['1']:.3f}  "
                   f"loose pass@{cfg.eval.k_max} {r['pass_at_k']['loose'][str(cfg.eval.k_max)]:.3f}  format {r['format_rate']:.3f}")
         elif a.cmd == "select":
             r = select(cfg, base, run, prog)
@@ -932,15 +1014,10 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError, Diverged, RuntimeError) as e:
         print(f"grpo.py {a.cmd}: {e}", file=sys.stderr)
         return 1
+    except OSError as e:
+        print(f"grpo.py {a.cmd}: {e.strerror or e} ({e.filename or 'no file name'})", file=sys.stderr)
+        return 1
     return 0
-
-
-def eval_name(adapter: str | None) -> str:
-    """eval_base.json, or eval_<condition>_<step>.json for RUN/train_<condition>/step_<step>."""
-    if adapter is None:
-        return "eval_base.json"
-    a = Path(adapter)
-    return f"eval_{a.parent.name.removeprefix('train_')}_{a.name.removeprefix('step_')}.json"
 
 
 if __name__ == "__main__":

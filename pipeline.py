@@ -1,36 +1,56 @@
 """Run the whole study in PLAN.md's registered order, skipping what is already done.
 
-    python pipeline.py --config configs/smoke.yaml              # every stage, into results/smoke
-    python pipeline.py --config configs/tiny.yaml --dry-run     # the plan: what is done, what is left
-    python pipeline.py --config configs/tiny.yaml --stage eval  # one stage by hand (skipped if done)
-    python pipeline.py --config configs/tiny.yaml --stage train --condition 16 --force   # redo it
+    python pipeline.py --config configs/smoke.yaml                # every stage, into results/smoke
+    python pipeline.py --config configs/tiny.yaml --jobs 2        # training runs and evaluations two at a time
+    python pipeline.py --config configs/tiny.yaml --dry-run       # the plan: done, to do, out of date; time left
+    python pipeline.py --config configs/tiny.yaml --print-jobs    # what is left, as shell commands for a scheduler
+    python pipeline.py --config configs/tiny.yaml --stage eval    # one stage by hand (skipped if done)
+    python pipeline.py --config configs/tiny.yaml --stage train --condition 16 --force   # redo one condition
 
 Stages (PLAN.md, "Order of stages"):
-  base      (only when model.build is set) train the CPU world's tiny base -> base_model/
-  probe     base-rate checks                               -> probe_<task>.json
-  select    pass rates of the first train problems; the 16 and 1 sets -> selection.json
-  lr-sweep  short runs of the many condition per candidate -> lr_sweep/, lr_choice.json
-  train     many, 16, 1; adapters at the checkpoints      -> train_<cond>/
-  eval      base and every checkpoint                      -> eval_base.json, eval_<cond>_<step>.json
-  analyze   bootstrap verdicts, coverage, figures, report  -> verdicts.json, report.md, figures/
+  base      (only when the config builds its model) the CPU world's tiny base or the rehearsal's -> base_model/
+  probe     base-rate checks                                       -> probe_<task>.json
+  select    pass rates of the first train problems; the select-N sets -> selection.json
+  lr-sweep  short runs of the many condition per candidate         -> lr_sweep/, lr_choice.json
+  train     every condition x training seed                        -> train_<cond>_s<seed>/
+  eval      the base and every checkpoint                          -> eval_base.json, eval_<cond>_s<seed>_<step>.json
+  analyze   bootstrap verdicts, coverage, figures, report          -> verdicts.json, report.md, figures/
 
-A stage is done when its outputs exist and record the hash of the config keys and input files
-it depends on; then it is skipped (with --stage too; --force deletes its outputs and redoes it).
-Every output is written atomically, and training resumes from its last checkpoint, so a run
-killed at any point and started again ends with the same adapters, counts and verdicts as one
-that never stopped (time stamps and timings aside). RUN/manifest.json records the config, PLAN.md's sha256, the
-code revision, package versions, and each stage's status and wall time.
+Jobs. Each training run (condition x seed) and each evaluation is a job: the same `grpo.py`
+command a user could type (`--print-jobs` prints them). `--jobs N` runs up to N at once in
+worker processes; an evaluation starts as soon as its training run is done. Every random draw
+is seeded from explicit parts, never from the order in which jobs run, so `--jobs 2` writes the
+same bytes as `--jobs 1` (tested). Jobs never change the thread count: set `threads` in the
+config (the CPU configs use one torch thread per process).
+
+One folder, one study. A stage is done when its outputs record the hash of the config keys and
+input files it depends on. An output that records other *settings* was made under another
+config: every stage refuses to overwrite it (one line naming the file and the setting; exit 2)
+unless --force is given. An output whose settings agree but whose *inputs* changed (a stage
+upstream was redone) is out of date: it is moved aside to RUN/superseded/<time>/ and redone, as
+are evaluations of adapters that no longer exist. A lock file keeps a second pipeline out of
+the folder. Every output is written atomically and training resumes from its last checkpoint,
+so a run killed at any point and started again ends with the same adapters, counts and verdicts
+as one that never stopped (time stamps and timings aside). RUN/manifest.json records the config,
+PLAN.md's sha256, the code revision, package versions, and each stage's and job's status and
+wall time.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import shutil
+import socket
+import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import config as C
+import provenance as P
 
 ROOT = Path(__file__).resolve().parent
 STAGES = ["base", "probe", "select", "lr-sweep", "train", "eval", "analyze"]
@@ -40,112 +60,478 @@ def log(msg: str) -> None:
     print(f"[pipeline {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def _hash_of(path: Path) -> str | None:
-    try:
-        return json.loads(path.read_text())["provenance"]["stage_hash"]
-    except (FileNotFoundError, KeyError, json.JSONDecodeError, TypeError):
-        return None
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class Refused(Exception):
+    """An output in the run folder was made under another config (or the folder is locked)."""
+
+
+# ============================================================================= jobs
+
+
+@dataclass
+class Job:
+    """One unit of work: the `grpo.py` command that makes `outputs`."""
+    stage: str  # train | eval
+    name: str  # e.g. "train many s0", "eval many s0 step 50", "eval base"
+    argv: list[str]  # grpo.py's arguments
+    needs: list[str] = field(default_factory=list)  # names of jobs that must finish first
+    steps: int = 0  # training steps (for the ETA)
+
+    def command(self) -> str:
+        return " ".join(shlex.quote(x) for x in ["python", "grpo.py", *self.argv])
 
 
 class Plan:
-    """What each stage would produce for this config and run folder, and whether it is done."""
+    """What each stage produces for this config and run folder, and whether it is done, out of
+    date (made from other inputs: redo it) or foreign (made under other settings: refuse)."""
 
-    def __init__(self, cfg: C.Config, run: Path):
+    def __init__(self, cfg: C.Config, run: Path, config_path: str, sets: list[str]):
         import grpo  # torch is imported only once the config has been validated
 
         self.cfg, self.run, self.g = cfg, run, grpo
+        self.config_path, self.sets = config_path, sets
+
+    # ------------------------------------------------------------------ the design
 
     def steps_of(self) -> list[int]:
         return sorted(set(self.cfg.train.checkpoints))
 
-    def lr(self) -> float | None:
-        try:
-            return self.g.read_lr(self.cfg, self.run)
-        except FileNotFoundError:
-            return None
+    def train_units(self, condition: str | None = None) -> list[tuple[str, int]]:
+        return [(c, s) for c in self.cfg.conditions if condition in (None, c) for s in self.cfg.train.seeds]
 
-    def train_hash(self, cond: str) -> str | None:
-        lr = self.lr()
-        try:
-            _, inputs = self.g.condition_pool(self.cfg, cond, self.run)
-        except (FileNotFoundError, ValueError):
-            return None
-        return None if lr is None else self.g.stage_hash(self.cfg, "train", {**inputs, "lr": lr})
-
-    def evals(self) -> list[tuple[str, str | None]]:
+    def evals(self) -> list[tuple[str, Path | None]]:
         """(eval file name, adapter folder or None) for the base and every checkpoint."""
-        out = [("eval_base.json", None)]
-        for cond in self.cfg.train.conditions:
+        out: list[tuple[str, Path | None]] = [("eval_base.json", None)]
+        for c, s in self.train_units():
             for st in self.steps_of():
-                adapter = self.run / f"train_{cond}" / f"step_{st:03d}"
-                out.append((f"eval_{cond}_{st:03d}.json", str(adapter)))
+                adapter = self.g.train_dir(self.run, c, s) / f"step_{st:03d}"
+                out.append((self.g.eval_name(str(adapter)), adapter))
         return out
 
-    def eval_hash(self, adapter: str | None) -> str | None:
+    # ------------------------------------------------------------------ hashes
+
+    def train_hash(self, cond: str, seed: int) -> str | None:
+        try:
+            _, _, inputs = self.g.train_job(self.cfg, cond, seed, self.run)
+        except (FileNotFoundError, ValueError):
+            return None
+        return P.stage_hash(self.cfg, "train", inputs)
+
+    def eval_hash(self, adapter: Path | None) -> str | None:
         if adapter is None:
-            return self.g.stage_hash(self.cfg, "eval", {"adapter_sha256": None})
-        sha = self.g.file_sha256(Path(adapter) / "adapter_model.safetensors")
-        return None if sha is None else self.g.stage_hash(self.cfg, "eval", {"adapter_sha256": sha})
+            return P.stage_hash(self.cfg, "eval", {"adapter_sha256": None})
+        sha = P.file_sha256(adapter / "adapter_model.safetensors")
+        return None if sha is None else P.stage_hash(self.cfg, "eval", {"adapter_sha256": sha})
+
+    def outputs(self, stage: str) -> list[tuple[Path, Path, str | None]]:
+        """(output to move aside, the file recording its provenance, the hash it should record)."""
+        run, cfg = self.run, self.cfg
+        if stage == "base":
+            if not self.g.builds_base(cfg):
+                return []
+            h = P.stage_hash(cfg, "base")
+            return [(run / "base_model", run / "base_model" / "build.json", h)]
+        if stage == "probe":
+            h = P.stage_hash(cfg, "probe")
+            return [(run / f"probe_{t}.json",) * 2 + (h,) for t in cfg.probe.tasks]
+        if stage == "select":
+            return [(run / "selection.json",) * 2 + (P.stage_hash(cfg, "select"),)]
+        if stage == "lr-sweep":
+            if cfg.train.lr is not None:
+                return []
+            inputs = {"problems": "all", "seed": cfg.train.seeds[0]}
+            return [(run / "lr_choice.json",) * 2 + (P.stage_hash(cfg, "lr-sweep", inputs),)]
+        if stage == "train":
+            out = []
+            for c, s in self.train_units():
+                d = self.g.train_dir(run, c, s)
+                marker = d / "done.json" if (d / "done.json").exists() else d / "last" / "state.json"
+                out.append((d, marker, self.train_hash(c, s)))
+            return out
+        if stage == "eval":
+            return [(run / name, run / name, self.eval_hash(a)) for name, a in self.evals()]
+        return []
+
+    def state(self, stage: str, marker: Path, want: str | None) -> str:
+        """missing | done | stale (same settings, other inputs) | foreign (other settings)."""
+        if not marker.exists():
+            return "missing"
+        rec = P.read_json(marker)
+        got = (rec or {}).get("stage_hash") if stage == "base" else P.recorded_hash(marker)
+        if want is not None and got == want:
+            return "done"
+        if stage == "base":
+            return "foreign"  # its inputs are the config alone
+        prov = (rec or {}).get("provenance")
+        if not prov or not isinstance(prov.get("config"), dict):
+            return "foreign"
+        try:
+            same = P.hashed_settings(prov["config"], stage) == P.hashed_settings(C.to_dict(self.cfg), stage)
+        except (KeyError, TypeError):
+            same = False
+        return "stale" if same else "foreign"
+
+    def why(self, stage: str, marker: Path) -> str:
+        rec = P.read_json(marker)
+        if stage == "base":
+            return "another model build (model.build / model.qwen_shape / task)"
+        return P.differing_setting((rec or {}).get("provenance"), self.cfg, stage)
+
+    # ------------------------------------------------------------------ done
+
+    def analyze_done(self) -> bool:
+        v = P.read_json(self.run / "verdicts.json")
+        if not v or not (self.run / "report.md").exists():
+            return False
+        now = {f.name: P.file_sha256(f) for f in sorted(self.run.glob("eval_*.json"))}
+        same = v.get("resamples") == self.cfg.analyze.resamples and v.get("ci") == self.cfg.analyze.ci
+        return bool(now) and v.get("provenance", {}).get("inputs") == now and same
 
     def done(self, stage: str, condition: str | None = None) -> bool:
-        cfg, run, g = self.cfg, self.run, self.g
-        if stage == "base":
-            if cfg.model.build is None:
-                return True
-            info = run / "base_model" / "tiny_base.json"
-            return info.exists() and json.loads(info.read_text()).get("stage_hash") == g.stage_hash(cfg, "base")
-        if stage == "probe":
-            return all(_hash_of(run / f"probe_{t}.json") == g.stage_hash(cfg, "probe") for t in cfg.probe.tasks)
-        if stage == "select":
-            return _hash_of(run / "selection.json") == g.stage_hash(cfg, "select")
-        if stage == "lr-sweep":
-            return cfg.train.lr is not None or _hash_of(run / "lr_choice.json") == g.stage_hash(cfg, "lr-sweep")
-        if stage == "train":
-            conds = [condition] if condition else cfg.train.conditions
-            for c in conds:
-                h = self.train_hash(c)
-                if h is None or _hash_of(run / f"train_{c}" / "done.json") != h:
-                    return False
-            return True
-        if stage == "eval":
-            hashes = [(name, self.eval_hash(a)) for name, a in self.evals()]  # hashes each adapter file once
-            return all(h is not None and _hash_of(run / name) == h for name, h in hashes)
         if stage == "analyze":
-            v = run / "verdicts.json"
-            if not (v.exists() and (run / "report.md").exists()):
-                return False
-            d = json.loads(v.read_text())
-            now = {f.name: g.file_sha256(f) for f in sorted(run.glob("eval_*.json"))}
-            same_settings = d.get("resamples") == cfg.analyze.resamples and d.get("ci") == cfg.analyze.ci
-            return d["provenance"]["inputs"] == now and bool(now) and same_settings
-        raise ValueError(stage)
+            return self.analyze_done()
+        if stage == "train" and condition:
+            return all(self.state("train", self.g.train_dir(self.run, c, s) / "done.json", self.train_hash(c, s)) == "done"
+                       for c, s in self.train_units(condition))
+        if stage == "train":
+            return all(self.state(stage, d / "done.json", h) == "done" for d, _, h in self.outputs(stage))
+        return all(self.state(stage, m, h) == "done" for _, m, h in self.outputs(stage))
+
+    # ------------------------------------------------------------------ jobs
+
+    def base_argv(self, cmd: str) -> list[str]:
+        argv = [cmd, "--config", self.config_path, "--run", str(self.run)]
+        for s in self.sets:
+            argv += ["--set", s]
+        return argv
+
+    def jobs(self, stages: list[str], condition: str | None = None) -> list[Job]:
+        """The train and eval jobs not yet done, in the registered order."""
+        out: list[Job] = []
+        if "train" in stages:
+            for c, s in self.train_units(condition):
+                if self.state("train", self.g.train_dir(self.run, c, s) / "done.json", self.train_hash(c, s)) != "done":
+                    out.append(Job("train", f"train {c} s{s}", self.base_argv("train") + ["--condition", c, "--seed", str(s)],
+                                   steps=self.cfg.train.steps))
+        if "eval" in stages:
+            pending = {j.name for j in out}
+            for name, adapter in self.evals():
+                if self.state("eval", self.run / name, self.eval_hash(adapter)) == "done":
+                    continue
+                if adapter is None:
+                    out.append(Job("eval", "eval base", self.base_argv("eval")))
+                    continue
+                who = self.g.adapter_identity(adapter)
+                train_name = f"train {who['condition']} s{who['train_seed']}"
+                out.append(Job("eval", f"eval {who['condition']} s{who['train_seed']} step {who['step']}",
+                               self.base_argv("eval") + ["--adapter", str(adapter)],
+                               needs=[train_name] if train_name in pending else []))
+        return out
 
 
-def clear(stage: str, run: Path, cfg: C.Config, condition: str | None) -> None:
-    """--force: remove a stage's outputs so that it runs from scratch."""
-    paths = {
-        "base": [run / "base_model"],
-        "probe": [run / f"probe_{t}.json" for t in cfg.probe.tasks],
-        "select": [run / "selection.json"],
-        "lr-sweep": [run / "lr_sweep", run / "lr_choice.json"],
-        "train": [run / f"train_{c}" for c in ([condition] if condition else cfg.train.conditions)],
-        "eval": list(run.glob("eval_*.json")),
-        "analyze": [run / "verdicts.json", run / "report.md", run / "figures"],
-    }[stage]
-    for p in paths:
-        if p.is_dir():
-            shutil.rmtree(p)
-        elif p.exists():
-            p.unlink()
+# ============================================================================= running jobs
 
 
-def run_stage(stage: str, plan: Plan, condition: str | None, progress: bool) -> None:
+def run_grpo(argv: list[str]) -> int:
+    """A job in a worker process: exactly `python grpo.py <argv>`, without paying for the
+    torch import once per job."""
+    import grpo
+
+    return grpo.main(argv)
+
+
+class Runner:
+    """Runs jobs in the registry's order, up to `n` at a time, each once the jobs it needs are
+    done. n == 1 runs each job in this process; n > 1 in a pool of n worker processes. Either
+    way a job is grpo.main(argv) with the argv of the command a user would type. Prints what is
+    running, done and left, with an ETA from the measured step and evaluation times."""
+
+    def __init__(self, plan: Plan, n: int, executor: str, ray_address: str | None, quiet: bool, on_done):
+        self.plan, self.n, self.executor, self.quiet, self.on_done = plan, n, executor, quiet, on_done
+        self.ray_address = ray_address
+
+    def argv(self, job: Job) -> list[str]:
+        return job.argv + (["--quiet"] if (self.quiet or self.n > 1 or self.executor == "ray") else [])
+
+    def run(self, jobs: list[Job]) -> dict[str, dict]:
+        if self.executor == "ray":
+            return self._run_ray(jobs)
+        if self.n == 1:
+            return self._schedule(jobs, None)
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawn: a fresh interpreter per worker (no forked torch state)
+        pool = ProcessPoolExecutor(max_workers=self.n, mp_context=mp.get_context("spawn"))
+        try:
+            return self._schedule(jobs, pool)
+        except BaseException:
+            for proc in list(getattr(pool, "_processes", {}).values()):  # Ctrl-C: stop the workers now;
+                proc.terminate()  # each training run keeps its last checkpoint
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _schedule(self, jobs: list[Job], pool) -> dict[str, dict]:
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        status: dict[str, dict] = {}
+        waiting = list(jobs)
+        running: dict = {}  # future -> job
+        started: dict[str, float] = {}
+        last_report = time.perf_counter()
+        while waiting or running:
+            ok = {k for k, v in status.items() if v["status"] == "done"}
+            failed = len(ok) < len(status)
+            ready = [] if failed else [j for j in waiting if all(x in ok for x in j.needs)]
+            if not ready and not running:
+                break  # what is left waits for a job that failed
+            for job in ready[: self.n - len(running)]:
+                waiting.remove(job)
+                started[job.name] = time.perf_counter()
+                log(f"start {job.name}")
+                if pool is None:  # in this process, one at a time
+                    status[job.name] = self._finish(job, run_grpo(self.argv(job)), started)
+                    break
+                running[pool.submit(run_grpo, self.argv(job))] = job
+            if running:
+                finished, _ = wait(list(running), timeout=60, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    job = running.pop(fut)
+                    status[job.name] = self._finish(job, fut.result(), started)
+                if time.perf_counter() - last_report > 60:
+                    last_report = time.perf_counter()
+                    self.progress(jobs, status, [j.name for j in running.values()])
+        return status
+
+    def _finish(self, job: Job, rc: int, started: dict[str, float]) -> dict:
+        sec = round(time.perf_counter() - started[job.name], 1)
+        if rc == 0:
+            log(f"done  {job.name} ({sec:.0f} s)")
+            self.on_done(job)
+            return {"status": "done", "seconds": sec, "finished": now()}
+        log(f"FAILED {job.name} (exit {rc}); rerun it by hand: {job.command()}")
+        return {"status": "failed", "seconds": sec, "exit": rc}
+
+    def progress(self, jobs: list[Job], status: dict[str, dict], running: list[str]) -> None:
+        left = [j for j in jobs if j.name not in status and j.name not in running]
+        done = sum(v["status"] == "done" for v in status.values())
+        eta = estimate_seconds(self.plan, [j for j in jobs if j.name not in status], self.n)
+        log(f"jobs: running {', '.join(running) or '-'}; done {done}/{len(jobs)}; waiting {len(left)}; "
+            f"ETA {fmt_minutes(eta)}")
+
+    def _run_ray(self, jobs: list[Job]) -> dict[str, dict]:
+        """The same commands on a Ray cluster (ray.init(address=...); an embedded local Ray when
+        no address is given). Each task runs `python grpo.py ...` in this repository's folder,
+        which must be the same path on every node (a shared file system)."""
+        try:
+            import ray
+        except ImportError:
+            raise C.ConfigError("--executor ray: ray is not installed (pip install -r requirements-optional.txt)")
+        ray.init(address=self.ray_address, ignore_reinit_error=True, log_to_driver=False)
+
+        @ray.remote(num_cpus=max(1, self.plan.cfg.threads))
+        def run_job(argv: list[str]) -> int:
+            return subprocess.run([sys.executable, str(ROOT / "grpo.py"), *argv], cwd=ROOT).returncode
+
+        status: dict[str, dict] = {}
+        refs: dict[str, object] = {}
+        started: dict[str, float] = {}
+        waiting = list(jobs)
+        by_ref: dict = {}
+        try:
+            while waiting or refs:
+                done_names = {k for k, v in status.items() if v["status"] == "done"}
+                for job in [j for j in waiting if all(x in done_names for x in j.needs)]:
+                    waiting.remove(job)
+                    started[job.name] = time.perf_counter()
+                    log(f"submit {job.name}")
+                    refs[job.name] = run_job.remote(self.argv(job))
+                    by_ref[job.name] = job
+                if not refs:
+                    break  # the rest wait for jobs that failed
+                ready, _ = ray.wait(list(refs.values()), num_returns=1)
+                for name, ref in list(refs.items()):
+                    if ref in ready:
+                        del refs[name]
+                        status[name] = self._finish(by_ref[name], ray.get(ref), started)
+        finally:
+            for ref in refs.values():
+                ray.cancel(ref, force=True)
+        return status
+
+
+def train_seconds_per_step(run: Path) -> float | None:
+    """The median measured seconds per training step in this run so far (sweep or training logs)."""
+    import statistics
+
+    secs = []
+    for f in list(run.glob("train_*/train_log.csv")) + list(run.glob("lr_sweep/lr_*/train_log.csv")):
+        try:
+            import csv
+
+            with open(f) as fh:
+                secs += [float(r["sec_sampling"]) + float(r["sec_fwd_bwd"]) for r in csv.DictReader(fh)]
+        except (OSError, KeyError, ValueError):
+            continue
+    return statistics.median(secs) if secs else None
+
+
+def estimate_seconds(plan: Plan, jobs: list[Job], n: int) -> float | None:
+    """Seconds left for `jobs` on n workers, from this run's measured step and evaluation times."""
+    sps = train_seconds_per_step(plan.run)
+    evals = [d["seconds"] for f in plan.run.glob("eval_*.json") if (d := P.read_json(f)) and "seconds" in d]
+    eval_s = sum(evals) / len(evals) if evals else None
+    total = 0.0
+    for j in jobs:
+        if j.stage == "train":
+            if sps is None:
+                return None
+            rows = P.read_json(plan.g.train_dir(plan.run, *_cond_seed(j)) / "last" / "state.json")
+            total += (j.steps - (rows or {}).get("step", 0)) * sps
+        else:
+            if eval_s is None:
+                return None
+            total += eval_s
+    return total / max(1, n)
+
+
+def _cond_seed(job: Job) -> tuple[str, int]:
+    a = job.argv
+    return a[a.index("--condition") + 1], int(a[a.index("--seed") + 1])
+
+
+def fmt_minutes(sec: float | None) -> str:
+    return "unknown (nothing measured yet)" if sec is None else f"~{sec / 60:.0f} min" if sec >= 60 else f"~{sec:.0f} s"
+
+
+# ============================================================================= the run folder
+
+
+class Lock:
+    """RUN/.pipeline.lock: one pipeline per run folder. A lock whose process is gone (killed) is
+    reported and taken over, not obeyed forever."""
+
+    def __init__(self, run: Path):
+        self.path = run / ".pipeline.lock"
+        self.held = False
+
+    def acquire(self) -> None:
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": now()}
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                other = P.read_json(self.path) or {}
+                if other.get("host") == me["host"] and _alive(other.get("pid")):
+                    raise Refused(f"{self.path.parent} is in use by another pipeline.py (pid {other.get('pid')}, started "
+                                  f"{other.get('started')}); wait for it to finish or stop it")
+                if other.get("host") not in (None, me["host"]):
+                    raise Refused(f"{self.path} is held by host {other['host']} (pid {other.get('pid')}); if that run is dead, delete the file")
+                log(f"stale lock from pid {other.get('pid')} (no longer running, started {other.get('started')}): taken over")
+                self.path.unlink(missing_ok=True)
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+            self.held = True
+            return
+        raise Refused(f"{self.path}: could not take the lock")
+
+    def release(self) -> None:
+        if self.held:
+            self.path.unlink(missing_ok=True)
+            self.held = False
+
+
+def _alive(pid) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Aside:
+    """Moves out-of-date outputs to RUN/superseded/<time>/ (never deletes a result)."""
+
+    def __init__(self, run: Path):
+        self.run = run
+        self.folder = run / "superseded" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+    def move(self, path: Path, why: str) -> None:
+        if not path.exists():
+            return
+        dest = self.folder / path.relative_to(self.run)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, dest)
+        log(f"moved aside {path.relative_to(self.run)} -> {dest.relative_to(self.run)} ({why})")
+
+
+def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
+    """Before a stage runs: refuse outputs made under other settings (unless force); move aside
+    outputs made from other inputs, and (train, eval) folders and files the design no longer has."""
+    for path, marker, want in plan.outputs(stage):
+        st = plan.state(stage, marker, want)
+        if st == "foreign" and not force:
+            raise Refused(f"{marker}: made under {plan.why(stage, marker)}; refusing to overwrite it "
+                          f"(use --force to replace it and what depends on it, or --out another folder)")
+        if st in ("foreign", "stale") and stage != "base":
+            aside.move(path, "made under other settings (--force)" if st == "foreign" else "made from other inputs")
+        elif st == "foreign" and stage == "base":
+            aside.move(path, "another model build (--force)")
+    run = plan.run
+    if stage == "train":
+        expected = {plan.g.train_dir(run, c, s).name for c, s in plan.train_units()}
+        for d in sorted(run.glob("train_*")):
+            if d.is_dir() and d.name not in expected:
+                aside.move(d, "not in this config's conditions x train.seeds")
+    if stage in ("eval", "analyze"):
+        expected = {name for name, _ in plan.evals()}
+        for f in sorted(run.glob("eval_*.json")):
+            if f.name not in expected:
+                aside.move(f, "not an evaluation this config expects (another design or old file names)")
+    if stage == "lr-sweep" and plan.cfg.train.lr is None and (run / "lr_sweep").exists() and plan.state(
+            stage, run / "lr_choice.json", plan.outputs(stage)[0][2]) != "done":
+        for d in sorted((run / "lr_sweep").glob("lr_*")):
+            m = d / "done.json" if (d / "done.json").exists() else d / "last" / "state.json"
+            if m.exists() and plan.state("lr-sweep", m, plan.outputs(stage)[0][2]) == "foreign":
+                if not force:
+                    raise Refused(f"{m}: made under {plan.why('lr-sweep', m)}; refusing to overwrite it (use --force, or --out another folder)")
+                aside.move(d, "made under other settings (--force)")
+
+
+def write_manifest(run: Path, cfg: C.Config, stages: dict, jobs: dict) -> None:
+    P.atomic_write_json(run / "manifest.json", {
+        "config": C.to_dict(cfg), "config_hash": C.digest(C.to_dict(cfg)),
+        "plan_sha256": P.file_sha256(ROOT / "PLAN.md"), "revision": P.code_revision(), "versions": P.versions(),
+        "stage_order": STAGES, "stages": stages, "jobs": jobs,
+    })
+
+
+# ============================================================================= single stages
+
+
+def run_single(stage: str, plan: Plan, progress: bool) -> None:
     cfg, run, g = plan.cfg, plan.run, plan.g
     if stage == "base":
-        import tiny_base
+        h = P.stage_hash(cfg, "base")
+        if cfg.model.qwen_shape is not None:
+            import qwen_shape
 
-        info = tiny_base.train_base(cfg, run / "base_model", progress, stage_hash=g.stage_hash(cfg, "base"))
-        log(f"base: {info['params']:,} parameters, loss {info['loss_first']:.2f} -> {info['loss_last_50']:.2f}")
+            info = qwen_shape.build_base(cfg, run / "base_model", progress, stage_hash=h)
+            log(f"base: Qwen2.5-0.5B shape, {cfg.model.qwen_shape.layers} layers, {info['params']:,} parameters (random, bf16)")
+        else:
+            import tiny_base
+
+            info = tiny_base.train_base(cfg, run / "base_model", progress, stage_hash=h)
+            log(f"base: {info['params']:,} parameters, loss {info['loss_first']:.2f} -> {info['loss_last_50']:.2f}")
         return
     base = g.model_path(cfg, run)
     if stage == "probe":
@@ -159,40 +545,62 @@ def run_stage(stage: str, plan: Plan, condition: str | None, progress: bool) -> 
             return
         r = g.lr_sweep(cfg, base, run, progress)
         log(f"lr-sweep: mean reward {r['mean_reward_last']} -> lr {r['chosen']:g}")
-    elif stage == "train":
-        lr = g.read_lr(cfg, run)
-        for cond in [condition] if condition else cfg.train.conditions:
-            if not plan.done("train", cond):
-                pool, inputs = g.condition_pool(cfg, cond, run)
-                out = run / f"train_{cond}"
-                if (out / "last").exists():
-                    log(f"train {cond}: resuming from {out / 'last'}")
-                g.train(cfg, cond, pool, lr, out, base, inputs={**inputs, "lr": lr}, progress=progress)
-                rows = g.read_log(out / "train_log.csv")
-                log(f"train {cond}: {len(rows)} steps, reward {rows[0]['reward_mean']:.2f} -> {rows[-1]['reward_mean']:.2f}")
-    elif stage == "eval":
-        for name, adapter in plan.evals():
-            if _hash_of(run / name) != plan.eval_hash(adapter):
-                if adapter is not None and not Path(adapter).exists():
-                    raise FileNotFoundError(f"{adapter} is missing: run the train stage first")
-                r = g.evaluate(cfg, base, adapter, run / name, progress)
-                log(f"eval {name}: strict pass@1 {r['pass_at_k']['strict']['1']:.3f}, loose pass@1 {r['pass_at_k']['loose']['1']:.3f}, "
-                    f"loose pass@{cfg.eval.k_max} {r['pass_at_k']['loose'][str(cfg.eval.k_max)]:.3f}, format {r['format_rate']:.3f} ({r['seconds']:.0f} s)")
     elif stage == "analyze":
         import analyze_b
 
         out = analyze_b.run_analysis(run)
-        for e in out["entries"]:
-            log(f"analyze: {e['condition']} step {e['step']} {e['scoring']}: pass@1 rises={e['pass1_rises']}, "
-                f"ceiling unchanged={e['ceiling_unchanged']}, ceiling falls={e['ceiling_falls']}")
+        print(analyze_b.headline(out), flush=True)
 
 
-def write_manifest(run: Path, cfg: C.Config, g, stages: dict) -> None:
-    g.atomic_write_json(run / "manifest.json", {
-        "config": C.to_dict(cfg), "config_hash": C.digest(C.to_dict(cfg)),
-        "plan_sha256": g.file_sha256(ROOT / "PLAN.md"), "revision": g.code_revision(), "versions": g.versions(),
-        "stage_order": STAGES, "stages": stages,
-    })
+# ============================================================================= main
+
+
+def dry_run(plan: Plan, todo: list[str], n: int) -> None:
+    print(f"run folder: {plan.run}")
+    for s in todo:
+        if s in ("train", "eval"):
+            states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
+            counts = {k: states.count(k) for k in ("done", "missing", "stale", "foreign") if states.count(k)}
+            state = "done" if counts.get("done") == len(states) else ", ".join(f"{v} {k}" for k, v in counts.items())
+        elif s == "analyze":
+            state = "done" if plan.analyze_done() else ("out of date" if (plan.run / "verdicts.json").exists() else "to do")
+        else:
+            states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
+            state = ("done" if all(x == "done" for x in states) else "made under other settings (would refuse; --force)"
+                     if "foreign" in states else "out of date (made from other inputs)" if "stale" in states else "to do")
+        print(f"  {s:<9} {state}")
+    left = plan.jobs(todo)
+    eta = estimate_seconds(plan, left, n)
+    print(f"  {len(left)} train/eval jobs left; estimated {fmt_minutes(eta)} with --jobs {n}"
+          + (" (from this run's measured step and evaluation times)" if eta is not None else ""))
+
+
+def print_jobs(plan: Plan, todo: list[str], config_path: str, out: Path, sets: list[str]) -> None:
+    """What is left, as shell commands, grouped by what they wait for."""
+    def pipe(stage: str) -> str:
+        return " ".join(shlex.quote(x) for x in ["python", "pipeline.py", "--config", config_path, "--out", str(out),
+                                                    *sum((["--set", s] for s in sets), []), "--stage", stage])
+
+    singles = [s for s in todo if s in ("base", "probe", "select", "lr-sweep") and not plan.done(s)]
+    if singles:
+        print("# 1. one after another (each waits for the one before):")
+        for s in singles:
+            print(pipe(s))
+    jobs = plan.jobs([s for s in todo if s in ("train", "eval")])
+    train = [j for j in jobs if j.stage == "train"]
+    evals = [j for j in jobs if j.stage == "eval"]
+    if train:
+        print(f"# 2. training runs: each waits for {'step 1' if singles else 'nothing'}; independent of each other")
+        for j in train:
+            print(j.command())
+    if evals:
+        print("# 3. evaluations: each waits for its training run (eval base for nothing but the base); independent of each other")
+        for j in evals:
+            print(j.command())
+    if "analyze" in todo and not plan.done("analyze"):
+        print("# 4. then the analysis and report (it skips everything done):")
+        print(" ".join(shlex.quote(x) for x in ["python", "pipeline.py", "--config", config_path, "--out", str(out),
+                                                 *sum((["--set", s] for s in sets), [])]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,63 +608,181 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", required=True, help="YAML config, e.g. configs/smoke.yaml")
     p.add_argument("--out", default=None, help="run folder (default: results/<config name>)")
     p.add_argument("--stage", choices=STAGES, default=None, help="run only this stage (its inputs must exist)")
-    p.add_argument("--condition", default=None, help="with --stage train: only this condition (many, 16, 1)")
-    p.add_argument("--force", action="store_true", help="with --stage: delete the stage's outputs and run it again")
-    p.add_argument("--dry-run", action="store_true", help="print the plan (done / to do) and exit")
+    p.add_argument("--condition", default=None, help="with --stage train: only this condition (every seed)")
+    p.add_argument("--force", action="store_true",
+                   help="replace outputs made under other settings; with --stage, also redo that stage when it is done")
+    p.add_argument("--jobs", type=int, default=1, help="training runs and evaluations to run at once (worker processes)")
+    p.add_argument("--executor", choices=["local", "ray"], default="local", help="where jobs run: here, or on a Ray cluster")
+    p.add_argument("--ray-address", default=None, help="with --executor ray: the cluster (default: a local Ray started here)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan (done / to do / out of date, time left) and exit")
+    p.add_argument("--print-jobs", action="store_true", help="print what is left as shell commands (for a scheduler) and exit")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. train.steps=10")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     a = p.parse_args(argv)
     try:
         cfg = C.load(a.config, a.set)
-        if a.force and not a.stage:
-            raise C.ConfigError("--force needs --stage (which stage to redo); delete the run folder to redo everything")
         if a.condition and a.stage != "train":
             raise C.ConfigError("--condition goes with --stage train")
-        if a.condition and a.condition not in cfg.train.conditions:
-            raise C.ConfigError(f"--condition {a.condition!r}: not in train.conditions {cfg.train.conditions}")
+        if a.condition and a.condition not in cfg.conditions:
+            raise C.ConfigError(f"--condition {a.condition!r}: not registered in conditions ({', '.join(cfg.conditions)})")
+        if a.jobs < 1:
+            raise C.ConfigError(f"--jobs {a.jobs}: must be >= 1")
+        import grpo
+
+        grpo.check_model_reachable(cfg)  # before anything is written
     except C.ConfigError as e:
         print(f"pipeline.py: {e}", file=sys.stderr)
         return 2
     run = Path(a.out) if a.out else ROOT / "results" / Path(a.config).stem
-    import grpo
-
     grpo.setup_torch(cfg)
-    plan = Plan(cfg, run)
-    todo = [a.stage] if a.stage else [s for s in STAGES if not (s == "base" and cfg.model.build is None)]
-    if a.dry_run:
-        print(f"run folder: {run}")
-        for s in STAGES:
-            if s == "base" and cfg.model.build is None:
-                continue
-            state = "done" if run.exists() and plan.done(s) else "to do"
-            print(f"  {s:<9} {state}")
+    plan = Plan(cfg, run, a.config, a.set)
+    todo = [a.stage] if a.stage else [s for s in STAGES if not (s == "base" and not grpo.builds_base(cfg))]
+    if a.dry_run or a.print_jobs:
+        if not run.exists():
+            print(f"run folder {run} does not exist yet: every stage is to do")
+        if a.dry_run:
+            dry_run(plan, todo, a.jobs)
+        else:
+            print_jobs(plan, todo, a.config, run, a.set)
         return 0
-    run.mkdir(parents=True, exist_ok=True)
-    manifest = run / "manifest.json"
-    stages = json.loads(manifest.read_text()).get("stages", {}) if manifest.exists() else {}
+
+    lock = Lock(run)
+    stages: dict = {}
+    jobs_status: dict = {}
+    current = None
     t_all = time.perf_counter()
-    for s in todo:
-        if a.force:
-            clear(s, run, cfg, a.condition)
-        if plan.done(s, a.condition) and not a.force:
+    try:
+        run.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+        old = P.read_json(run / "manifest.json") or {}
+        stages, jobs_status = old.get("stages", {}), old.get("jobs", {})
+        aside = Aside(run)
+        i = 0
+        while i < len(todo):
+            s = todo[i]
+            current = s
+            if s in ("train", "eval"):
+                group = [x for x in todo[i:] if x in ("train", "eval")]
+                i += len(group)
+                rc = run_jobs(plan, group, a, stages, jobs_status, aside)
+                if rc:
+                    return rc
+                continue
+            i += 1
+            check_stage(plan, s, a.force, aside)
+            if plan.done(s) and not (a.force and a.stage == s):
+                log(f"{s}: done, skipped")
+                stages[s] = {**stages.get(s, {}), "status": "done"}
+                continue
+            if a.force and a.stage == s:
+                for path, _, _ in plan.outputs(s):
+                    aside.move(path, "--force")
+            log(f"{s}: running")
+            stages[s] = {"status": "running", "started": now()}
+            write_manifest(run, cfg, stages, jobs_status)
+            t0 = time.perf_counter()
+            run_single(s, plan, not a.quiet)
+            stages[s] = {"status": "done", "seconds": round(time.perf_counter() - t0, 1), "finished": now()}
+            write_manifest(run, cfg, stages, jobs_status)
+            log(f"{s}: done in {stages[s]['seconds']:.1f} s")
+        current = None
+    except Refused as e:
+        print(f"pipeline.py: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        _mark(run, cfg, stages, jobs_status, current, "interrupted", "Ctrl-C")
+        print(f"pipeline.py: interrupted during stage {current}; run the same command again to resume "
+              f"(training resumes from its last checkpoint)", file=sys.stderr)
+        return 130
+    except (FileNotFoundError, ValueError, RuntimeError, C.ConfigError) as e:
+        _mark(run, cfg, stages, jobs_status, current, "failed", str(e))
+        print(f"pipeline.py: stage {current} failed: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        _mark(run, cfg, stages, jobs_status, current, "failed", str(e))
+        print(f"pipeline.py: stage {current} failed: {e.strerror or e} ({e.filename or run})", file=sys.stderr)
+        return 1
+    finally:
+        lock.release()
+    log(f"all done in {time.perf_counter() - t_all:.1f} s; see {run / 'report.md'}")
+    return 0
+
+
+def _mark(run: Path, cfg: C.Config, stages: dict, jobs: dict, stage: str | None, status: str, why: str) -> None:
+    """Record how a stage ended (never leave it 'running'); a read-only folder may refuse even this."""
+    if stage is None or not run.exists():
+        return
+    stages[stage] = {**stages.get(stage, {}), "status": status, "error": why, "ended": now()}
+    for k, v in jobs.items():
+        if v.get("status") == "running":
+            jobs[k] = {**v, "status": status}
+    try:
+        write_manifest(run, cfg, stages, jobs)
+    except OSError:
+        pass
+
+
+def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, aside: Aside) -> int:
+    """The train and eval stages as one set of jobs (an evaluation starts when its training run is done)."""
+    run, cfg = plan.run, plan.cfg
+    for s in group:
+        check_stage(plan, s, a.force, aside)
+    if a.force and a.stage in group:
+        for path, _, _ in plan.outputs(a.stage):
+            if a.stage != "train" or not a.condition or path.name.startswith(f"train_{a.condition}_s"):
+                aside.move(path, "--force")
+    if "eval" in group and "train" not in group:
+        missing = [str(ad) for _, ad in plan.evals() if ad is not None and not (ad / "adapter_model.safetensors").exists()]
+        if missing:
+            raise FileNotFoundError(f"{missing[0]} is missing: run the train stage first")
+    jobs = plan.jobs(group, a.condition)
+    for s in group:
+        if not any(j.stage == s for j in jobs):
             log(f"{s}: done, skipped")
             stages[s] = {**stages.get(s, {}), "status": "done"}
-            continue
-        log(f"{s}: running")
-        stages[s] = {"status": "running", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        write_manifest(run, cfg, grpo, stages)
-        t0 = time.perf_counter()
-        try:
-            run_stage(s, plan, a.condition, not a.quiet)
-        except (FileNotFoundError, ValueError, RuntimeError, C.ConfigError) as e:
-            stages[s] = {"status": "failed", "error": str(e), "seconds": round(time.perf_counter() - t0, 1)}
-            write_manifest(run, cfg, grpo, stages)
-            print(f"pipeline.py: stage {s} failed: {e}", file=sys.stderr)
-            return 1
-        stages[s] = {"status": "done", "seconds": round(time.perf_counter() - t0, 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        write_manifest(run, cfg, grpo, stages)
-        log(f"{s}: done in {stages[s]['seconds']:.1f} s")
-    log(f"all done in {time.perf_counter() - t_all:.1f} s; see {run / 'report.md'}")
+    if not jobs:
+        write_manifest(run, cfg, stages, jobs_status)
+        return 0
+    for s in group:
+        if any(j.stage == s for j in jobs):
+            stages[s] = {"status": "running", "started": now()}
+    for j in jobs:
+        jobs_status[j.name] = {"status": "waiting", "command": j.command()}
+    write_manifest(run, cfg, stages, jobs_status)
+    eta = estimate_seconds(plan, jobs, a.jobs)
+    log(f"{len(jobs)} jobs ({sum(j.stage == 'train' for j in jobs)} training, {sum(j.stage == 'eval' for j in jobs)} evaluation), "
+        f"{a.jobs} at a time; ETA {fmt_minutes(eta)}")
+    t0 = time.perf_counter()
+
+    def on_done(job: Job) -> None:
+        jobs_status[job.name] = {"status": "done", "command": job.command()}
+        if job.stage == "train":
+            import analyze_b
+
+            try:
+                analyze_b.training_figure(run, plan.steps_of())  # look at it while evaluation runs
+            except Exception as e:  # a figure must never stop the study; say so
+                log(f"training figure not written: {e}")
+        write_manifest(run, cfg, stages, jobs_status)
+
+    status = Runner(plan, a.jobs, a.executor, a.ray_address, a.quiet, on_done).run(jobs)
+    for name, st in status.items():
+        jobs_status[name] = {**jobs_status.get(name, {}), **st}
+    failed = [n for n, st in status.items() if st["status"] != "done"]
+    not_run = [j.name for j in jobs if j.name not in status]
+    sec = round(time.perf_counter() - t0, 1)
+    for s in group:
+        mine = [j for j in jobs if j.stage == s]
+        if mine:
+            ok = all(status.get(j.name, {}).get("status") == "done" for j in mine)
+            stages[s] = {"status": "done" if ok else "failed", "seconds": sec, "finished": now(),
+                         "jobs": len(mine), "parallel": a.jobs}
+    write_manifest(run, cfg, stages, jobs_status)
+    if failed or not_run:
+        print(f"pipeline.py: {len(failed)} job(s) failed ({', '.join(failed)})"
+              + (f"; {len(not_run)} not run because they wait for them" if not_run else ""), file=sys.stderr)
+        return 1
+    log(f"{', '.join(group)}: {len(jobs)} jobs done in {sec:.1f} s")
     return 0
 
 

@@ -118,13 +118,19 @@ def trace(p: countdown.Problem, rng: random.Random, b: C.TinyBaseCfg) -> str:
     return body + ending
 
 
+def pretrain_problems(task: str, n_train: int, n_test: int, seed: int, n_pretrain: int) -> list[countdown.Problem]:
+    """The `pretrain` split: drawn by the task seed after test and train, disjoint from both, so
+    the problems RL trains on are as new to the base as the test problems (PLAN.md change 11)."""
+    return countdown.draw_splits(task, seed, {"test": n_test, "train": n_train, "pretrain": n_pretrain})["pretrain"]
+
+
 def trace_batches(tok, b: C.TinyBaseCfg, task: str, n_train: int, n_test: int, seed: int):
-    """Token ids and loss masks for b.n_traces traces of train problems (never test ones)."""
-    train, _ = countdown.make_splits(task, n_train, n_test, seed)
+    """Token ids and loss masks for b.n_traces traces of pretrain problems (never train or test ones)."""
+    problems = pretrain_problems(task, n_train, n_test, seed, b.n_pretrain)
     rng = random.Random(f"traces:{seed}")
     seqs, masks = [], []
     for i in range(b.n_traces):
-        p = train[i % len(train)]
+        p = problems[i % len(problems)]
         prompt = tok.apply_chat_template(countdown.prompt_messages(p, "bare"), tokenize=False, add_generation_prompt=True)
         pid = tok(prompt, add_special_tokens=False)["input_ids"]
         rid = tok(trace(p, rng, b), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
@@ -147,10 +153,10 @@ def train_base(cfg: C.Config, out: Path, progress: bool = True, stage_hash: str 
         torch.set_num_threads(cfg.threads)
     hf_logging.disable_progress_bar()
     tok = build_tokenizer()
-    model = random_model(tok, b, seed=cfg.seed)
-    seqs, masks = trace_batches(tok, b, cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.seed)
+    model = random_model(tok, b, seed=cfg.task.seed)
+    seqs, masks = trace_batches(tok, b, cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=b.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    g = torch.Generator().manual_seed(cfg.seed)
+    g = torch.Generator().manual_seed(cfg.task.seed)
     losses = []
     t0 = time.perf_counter()
     model.train()  # Qwen2 has no dropout: train mode draws nothing from torch's global RNG
@@ -178,7 +184,7 @@ def train_base(cfg: C.Config, out: Path, progress: bool = True, stage_hash: str 
     model.eval()
     info = {"steps": b.steps, "loss_first": losses[0], "loss_last_50": sum(losses[-50:]) / len(losses[-50:]),
             "seconds": round(time.perf_counter() - t0, 1), "params": sum(p.numel() for p in model.parameters())}
-    save(model, tok, out, {"build": C.to_dict(b), "task": cfg.task.name, "seed": cfg.seed, "stage_hash": stage_hash, **info})
+    save(model, tok, out, {"build": C.to_dict(b), "task": cfg.task.name, "seed": cfg.task.seed, "stage_hash": stage_hash, **info})
     return info
 
 
@@ -198,7 +204,7 @@ def save(model, tok, out: Path, info: dict) -> None:
         shutil.rmtree(tmp)
     model.save_pretrained(tmp)
     save_tokenizer(tok, tmp)
-    (tmp / "tiny_base.json").write_text(json.dumps(info, indent=1) + "\n")
+    (tmp / "build.json").write_text(json.dumps(info, indent=1) + "\n")  # the base stage's done marker (stage_hash)
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)

@@ -28,9 +28,9 @@ def main():
     cfg = C.load(a.config, a.set)
     run = Path(a.run) if a.run else grpo.default_run(a.config)
     base = grpo.model_path(cfg, run)
-    train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.seed)
+    train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
     with tempfile.TemporaryDirectory() as tmp:
-        out = grpo.train(cfg, "many", train_set, a.lr, Path(tmp) / "t", base, steps=a.steps, checkpoints=[], progress=False)
+        out = grpo.train(cfg, "many", C.ConditionCfg(), 0, train_set, a.lr, Path(tmp) / "t", base, steps=a.steps, checkpoints=[], progress=False)
         rows = grpo.read_log(out / "train_log.csv")[1:]
     t = cfg.train
     print(f"config {a.config}: {t.problems_per_step} x {t.group_size}, max {t.sampling.max_new_tokens} new tokens, "

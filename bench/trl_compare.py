@@ -30,9 +30,9 @@ def ours(path: Path, a, tmp: Path, round_: int) -> list[float]:
     cfg = C.load(None, [f"model.path={path}", "model.dtype=float32", f"threads={a.threads}", "device=cpu",
                         f"task.name={a.task}", "task.prompt_style=bare",
                         "train.problems_per_step=16", "train.group_size=8", f"train.sampling.max_new_tokens={a.max_new}",
-                        "lora.r=32", "lora.alpha=64", f"micro_batch={a.micro_batch}", f"seed={round_}"])
+                        "lora.r=32", "lora.alpha=64", f"micro_batch={a.micro_batch}"])
     train_set, _ = countdown.make_splits(a.task, 200, 16, 0)
-    out = grpo.train(cfg, "many", train_set, a.lr, tmp / f"ours_{round_}", str(path), steps=a.steps, checkpoints=[], progress=False)
+    out = grpo.train(cfg, "many", C.ConditionCfg(), round_, train_set, a.lr, tmp / f"ours_{round_}", str(path), steps=a.steps, checkpoints=[], progress=False)
     rows = grpo.read_log(out / "train_log.csv")
     return [r["sec_sampling"] + r["sec_fwd_bwd"] for r in rows][1:]
 

@@ -19,17 +19,30 @@ def pipeline(*args, **kw):
     return subprocess.run([sys.executable, str(ROOT / "pipeline.py"), *args], cwd=ROOT, env=ENV, capture_output=True, text=True, **kw)
 
 
+CONDS, SEEDS, STEPS = ("many", "4", "1"), (0, 1), (3, 6)
+
+
 def expected_files(run: Path) -> list[Path]:
     files = ["manifest.json", "base_model/config.json", "base_model/model.safetensors", "base_model/tokenizer.json",
              "probe_countdown.json", "probe_arith-1x1.json", "selection.json", "lr_choice.json",
              "lr_sweep/lr_0.001/train_log.csv", "lr_sweep/lr_0.01/train_log.csv", "eval_base.json",
              "verdicts.json", "report.md", "figures/passk_many.png", "figures/training.png", "figures/lr_sweep.png"]
-    for c in ("many", "4", "1"):
-        files += [f"train_{c}/train_log.csv", f"train_{c}/done.json", f"train_{c}/last/optimizer.pt"]
-        for s in (3, 6):
-            files += [f"train_{c}/step_{s:03d}/adapter_model.safetensors", f"train_{c}/step_{s:03d}/adapter_config.json",
-                      f"eval_{c}_{s:03d}.json"]
+    for c in CONDS:
+        for seed in SEEDS:
+            d = f"train_{c}_s{seed}"
+            files += [f"{d}/train_log.csv", f"{d}/done.json", f"{d}/last/optimizer.pt"]
+            for s in STEPS:
+                files += [f"{d}/step_{s:03d}/adapter_model.safetensors", f"{d}/step_{s:03d}/adapter_config.json",
+                          f"eval_{c}_s{seed}_{s:03d}.json"]
     return [run / f for f in files]
+
+
+def outputs_bytes(run: Path) -> dict[str, bytes]:
+    """Adapters and evaluation counts: what --jobs and resuming must not change."""
+    out = {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.glob("train_*/step_*/adapter_model.safetensors"))}
+    for p in sorted(run.glob("eval_*.json")):
+        out[p.name] = json.dumps(_eval_content(p), sort_keys=True).encode()
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +56,18 @@ def smoke_run(tmp_path_factory):
 def _eval_content(path: Path) -> dict:
     d = json.loads(path.read_text())
     d.pop("seconds")
+    d.pop("model")  # the adapter's path: differs between run folders
     d["provenance"].pop("time")
     return d
+
+
+def snapshot(run: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(run)): (p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(run.rglob("*"))}
+
+
+def copy_run(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
 
 
 def test_end_to_end_writes_every_file(smoke_run):
@@ -53,11 +76,13 @@ def test_end_to_end_writes_every_file(smoke_run):
     man = json.loads((smoke_run / "manifest.json").read_text())
     assert [s for s in man["stage_order"]] == ["base", "probe", "select", "lr-sweep", "train", "eval", "analyze"]
     assert all(man["stages"][s]["status"] == "done" and man["stages"][s]["seconds"] >= 0 for s in man["stage_order"])
+    assert len(man["jobs"]) == 3 * 2 + 1 + 3 * 2 * 2 and all(j["status"] == "done" for j in man["jobs"].values())
     assert man["plan_sha256"] and man["versions"]["torch"]
     # the eval file holds what the issue asks for, and its numbers follow from its own counts
-    ev = json.loads((smoke_run / "eval_many_006.json").read_text())
+    ev = json.loads((smoke_run / "eval_many_s1_006.json").read_text())
+    assert (ev["condition"], ev["train_seed"], ev["step"]) == ("many", 1, 6)
     n = ev["sampling"]["n"]
-    assert set(ev["sampling"]) >= {"n", "temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens", "seed"}
+    assert set(ev["sampling"]) >= {"n", "temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens", "seed", "stop_ids"}
     assert ev["sampling"]["repetition_penalty"] == 1.0
     from analyze_b import pass_at_k
 
@@ -67,26 +92,77 @@ def test_end_to_end_writes_every_file(smoke_run):
             assert ev["pass_at_k"][s][k] == pytest.approx(sum(pass_at_k(n, c, int(k)) for c in counts) / len(counts))
         assert ev["coverage"][s] == sum(c > 0 for c in counts)
     assert all(len(p["responses"]) == n for p in ev["problems"])
-    assert ev["provenance"]["stage_hash"] and ev["provenance"]["config"]["seed"] == 0
+    assert ev["provenance"]["stage_hash"] and ev["provenance"]["config"]["task"]["seed"] == 0
     # training had signal and moved the adapter; the 1-problem condition trained on one problem
     sel = json.loads((smoke_run / "selection.json").read_text())
     assert len(sel["sets"]["1"]) == 1 and 0 < len(sel["sets"]["4"]) <= 4
     v = json.loads((smoke_run / "verdicts.json").read_text())
-    assert len(v["entries"]) == 3 * 2 * 2  # conditions x checkpoints x scorings
-    base_sha = json.loads((smoke_run / "eval_base.json").read_text())["adapter_sha256"]
-    assert base_sha is None
-    shas = {json.loads((smoke_run / f"eval_{c}_006.json").read_text())["adapter_sha256"] for c in ("many", "4", "1")}
-    assert len(shas) == 3
+    assert len(v["entries"]) == 3 * 2 * 2  # conditions x checkpoints x scorings, each over both seeds
+    assert json.loads((smoke_run / "eval_base.json").read_text())["adapter_sha256"] is None
+    shas = {json.loads((smoke_run / f"eval_{c}_s{s}_006.json").read_text())["adapter_sha256"] for c in CONDS for s in SEEDS}
+    assert len(shas) == 6  # every condition and seed trained its own adapter
+    done = json.loads((smoke_run / "train_many_s0" / "done.json").read_text())
+    assert done["train_seed"] == 0 and done["micro_batch"] == 16 and done["micro_batch_auto"] is False
+    # outputs are readable by others
+    for f in ("eval_base.json", "verdicts.json", "report.md", "manifest.json", "selection.json", "train_many_s0/done.json"):
+        assert (smoke_run / f).stat().st_mode & 0o777 == 0o644, f
 
 
 def test_second_run_skips_everything_and_dry_run_says_done(smoke_run):
-    before = {p: p.stat().st_mtime_ns for p in expected_files(smoke_run) if p.suffix == ".json" and "eval_" in p.name}
+    before = snapshot(smoke_run)
     r = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--quiet", timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("done, skipped") == 7
-    assert before == {p: p.stat().st_mtime_ns for p in before}
+    after = snapshot(smoke_run)
+    assert {k: v for k, v in after.items() if k != "manifest.json"} == {k: v for k, v in before.items() if k != "manifest.json"}
     d = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--dry-run", timeout=120)
-    assert d.returncode == 0 and d.stdout.count(" done") == 7 and "to do" not in d.stdout
+    assert d.returncode == 0 and d.stdout.count(" done") == 7 and "to do" not in d.stdout and "0 train/eval jobs left" in d.stdout
+    j = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--print-jobs", timeout=120)
+    assert j.returncode == 0 and "grpo.py" not in j.stdout
+
+
+def test_print_jobs_lists_every_job_as_a_command(tmp_path):
+    r = pipeline("--config", str(SMOKE), "--out", str(tmp_path / "new"), "--print-jobs", timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [x.split("--stage ")[1] for x in lines if x.startswith("python pipeline.py") and "--stage" in x] == ["base", "probe", "select", "lr-sweep"]
+    train = [x for x in lines if x.startswith("python grpo.py train")]
+    evals = [x for x in lines if x.startswith("python grpo.py eval")]
+    assert len(train) == 6 and len(evals) == 13
+    assert any("--condition 4 --seed 1" in x for x in train)
+    assert any(x.endswith("train_1_s1/step_006") for x in evals)
+    assert not (tmp_path / "new").exists()  # printing writes nothing
+
+
+def test_jobs_2_writes_the_same_bytes_as_jobs_1(smoke_run, fitted_dir, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copytree(fitted_dir, run / "base_model")
+    r = pipeline("--config", str(SMOKE), "--out", str(run), "--quiet", "--jobs", "2", timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    a, b = outputs_bytes(run), outputs_bytes(smoke_run)
+    assert a.keys() == b.keys() and len(a) == 12 + 13
+    assert [k for k in a if a[k] != b[k]] == []
+    va = json.loads((run / "verdicts.json").read_text())
+    vb = json.loads((smoke_run / "verdicts.json").read_text())
+    assert va["entries"] == vb["entries"]
+
+
+def test_changing_train_seeds_leaves_problems_selection_and_base_eval_alone(smoke_run, tmp_path):
+    import config as C
+    import provenance as P
+
+    one = C.load(str(SMOKE))
+    other = C.load(str(SMOKE), ["train.seeds=[7, 8, 9]"])
+    for stage in ("base", "probe", "select"):
+        assert P.stage_hash(one, stage) == P.stage_hash(other, stage), stage
+    assert P.stage_hash(one, "eval", {"adapter_sha256": None}) == P.stage_hash(other, "eval", {"adapter_sha256": None})
+    # and the pipeline agrees: with other seeds, base, probe, select and the base evaluation are done
+    d = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--dry-run", "--set", "train.seeds=[7, 8, 9]", timeout=120)
+    assert d.returncode == 0, d.stderr
+    rows = dict(line.split(None, 1) for line in d.stdout.splitlines()[1:] if line.startswith("  ") and "jobs left" not in line)
+    assert rows["base"] == "done" and rows["probe"] == "done" and rows["select"] == "done"
+    assert rows["eval"].startswith("1 done")  # eval_base.json; every adapter evaluation is still to do
 
 
 def test_rerun_one_stage_by_hand(smoke_run):
@@ -104,7 +180,7 @@ def test_killed_mid_training_then_resumed_equals_uninterrupted(smoke_run, fitted
     assert (run / "base_model" / "model.safetensors").read_bytes() == (smoke_run / "base_model" / "model.safetensors").read_bytes()
     proc = subprocess.Popen([sys.executable, str(ROOT / "pipeline.py"), "--config", str(SMOKE), "--out", str(run), "--quiet"],
                             cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    state = run / "train_many" / "last" / "state.json"
+    state = run / "train_many_s0" / "last" / "state.json"
     deadline = time.time() + 300
     while time.time() < deadline and not state.exists():
         time.sleep(0.01)
@@ -112,19 +188,71 @@ def test_killed_mid_training_then_resumed_equals_uninterrupted(smoke_run, fitted
     proc.wait()
     assert state.exists(), "the run never reached training"
     killed_at = json.loads(state.read_text())["step"]
-    assert not (run / "train_1" / "done.json").exists() and not (run / "verdicts.json").exists()
+    assert not (run / "train_1_s1" / "done.json").exists() and not (run / "verdicts.json").exists()
+    assert (run / ".pipeline.lock").exists()  # left behind by the killed process: stale, taken over below
     r = pipeline("--config", str(SMOKE), "--out", str(run), "--quiet", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert killed_at < 6 and "train many: resuming" in r.stdout  # killed mid-training; continued from last/
-    for c in ("many", "4", "1"):
-        for s in (3, 6):
-            f = f"train_{c}/step_{s:03d}/adapter_model.safetensors"
-            assert (run / f).read_bytes() == (smoke_run / f).read_bytes(), f
-            e = f"eval_{c}_{s:03d}.json"
-            assert _eval_content(run / e) == {**_eval_content(smoke_run / e), "model": _eval_content(run / e)["model"]}, e
-    a = json.loads((run / "verdicts.json").read_text())["entries"]
-    b = json.loads((smoke_run / "verdicts.json").read_text())["entries"]
-    assert a == b
+    assert "stale lock" in r.stdout
+    assert killed_at < 6 and f"train many s0: resuming {run / 'train_many_s0'} from step {killed_at + 1}" in r.stdout
+    a, b = outputs_bytes(run), outputs_bytes(smoke_run)
+    assert a.keys() == b.keys() and [k for k in a if a[k] != b[k]] == []
+    assert json.loads((run / "verdicts.json").read_text())["entries"] == json.loads((smoke_run / "verdicts.json").read_text())["entries"]
+
+
+def test_ctrl_c_ends_in_one_line_and_records_interrupted(fitted_dir, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copytree(fitted_dir, run / "base_model")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "pipeline.py"), "--config", str(SMOKE), "--out", str(run), "--quiet"],
+                            cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    state = run / "train_many_s0" / "last" / "state.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and not state.exists():
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "interrupted during stage train" in lines[0], err
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["stages"]["train"]["status"] == "interrupted"
+    assert not (run / ".pipeline.lock").exists()
+
+
+def test_another_config_on_a_finished_run_is_refused_and_changes_nothing(smoke_run, tmp_path):
+    run = copy_run(smoke_run, tmp_path / "run")
+    before = snapshot(run)
+    r = pipeline("--config", str(SMOKE), "--out", str(run), "--set", "select.samples=4", "--quiet", timeout=300)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "selection.json" in lines[0] and "select.samples=8 there, 4 here" in lines[0], r.stderr
+    assert snapshot(run) == before
+
+
+def test_a_second_pipeline_on_the_same_folder_is_refused(smoke_run, tmp_path):
+    run = copy_run(smoke_run, tmp_path / "run")
+    (run / ".pipeline.lock").write_text(json.dumps({"pid": os.getpid(), "host": __import__("socket").gethostname(), "started": "now"}))
+    before = snapshot(run)
+    r = pipeline("--config", str(SMOKE), "--out", str(run), "--quiet", timeout=120)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "in use by another pipeline.py" in lines[0] and str(os.getpid()) in lines[0]
+    assert snapshot(run) == before
+
+
+def test_retrain_with_new_checkpoints_leaves_no_stale_evaluation(smoke_run, tmp_path):
+    run = copy_run(smoke_run, tmp_path / "run")
+    sets = ["--set", "train.checkpoints=[2, 6]"]
+    r = pipeline("--config", str(SMOKE), "--out", str(run), *sets, "--quiet", timeout=300)
+    assert r.returncode == 2 and "train.checkpoints=[3, 6] there, [2, 6] here" in r.stderr  # refused without --force
+    r = pipeline("--config", str(SMOKE), "--out", str(run), *sets, "--force", "--quiet", timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not list(run.glob("eval_*_003.json")) and len(list(run.glob("eval_*_002.json"))) == 6
+    assert {e["step"] for e in json.loads((run / "verdicts.json").read_text())["entries"]} == {2, 6}
+    assert "step 3" not in (run / "report.md").read_text()
+    moved = list((run / "superseded").rglob("eval_many_s0_003.json"))
+    assert len(moved) == 1  # moved aside, not deleted
+    assert "train_many_s0/step_003" not in str(list(run.glob("train_*/step_*")))
 
 
 BROKEN = {
@@ -134,6 +262,11 @@ BROKEN = {
     "k_over_n": ("eval:\n  n: 4\n  k_max: 8\n", "eval.k_max"),
     "missing_model": ("model:\n  path: ./no/such/model\n", "model.path"),
     "negative_steps": ("train:\n  steps: -1\n  checkpoints: []\n", "train.steps"),
+    "path_and_build": ("model:\n  path: ./somewhere\n  build: true\n", "model.path"),
+    "float16": ("model:\n  dtype: float16\n", "model.dtype"),
+    "tempered_rollouts": ("train:\n  sampling: {temperature: 0.7}\n", "train.sampling"),
+    "empty_file_means_the_hub_model": ("", "model.path 'Qwen/Qwen2.5-0.5B-Instruct'"),
+    "bad_condition": ("conditions:\n  many: {problems: some}\n", "conditions.many.problems"),
 }
 
 
@@ -155,6 +288,15 @@ def test_broken_config_is_a_one_line_error_and_touches_nothing(name, tmp_path):
     assert sorted(os.listdir(run)) == ["eval_base.json"]
 
 
+def test_unreachable_model_writes_nothing(tmp_path):
+    cfg = tmp_path / "empty.yaml"
+    cfg.write_text("")
+    r = pipeline("--config", str(cfg), "--out", str(tmp_path / "run"), timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "download it first" in r.stderr and "model.revision" in r.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_set_override_and_its_errors(tmp_path):
     r = pipeline("--config", str(SMOKE), "--out", str(tmp_path / "r"), "--set", "eval.k_max=99", timeout=120)
     assert r.returncode == 2 and "eval.k_max" in r.stderr
@@ -162,3 +304,5 @@ def test_set_override_and_its_errors(tmp_path):
     assert r.returncode == 2 and "train.nope" in r.stderr
     r = pipeline("--config", str(tmp_path / "absent.yaml"), timeout=120)
     assert r.returncode == 2 and "absent.yaml" in r.stderr
+    r = pipeline("--config", str(SMOKE), "--out", str(tmp_path / "r"), "--set", "lr_sweep.candidates=[1e-4, 3E-4]", "--dry-run", timeout=120)
+    assert r.returncode == 0, r.stderr  # numbers as users type them

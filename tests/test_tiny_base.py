@@ -51,10 +51,10 @@ def test_slips_and_wrong_one_shot_products_make_wrong_answers():
 def test_pretraining_learns_to_copy_operands(fitted_dir, smoke_cfg):
     """The smoke base (400 steps, ~20 s): its loss fell, and greedy decoding copies the operands
     into its working where the same architecture untrained never does."""
-    info = json.loads((fitted_dir / "tiny_base.json").read_text())
+    info = json.loads((fitted_dir / "build.json").read_text())
     assert info["loss_last_50"] < 0.25 * info["loss_first"]
     cfg = C._build(C.Config, {**C.to_dict(smoke_cfg), "model": {"path": str(fitted_dir), "dtype": "float32"}})
-    _, test = countdown.make_splits(smoke_cfg.task.name, smoke_cfg.task.n_train, smoke_cfg.task.n_test, smoke_cfg.seed)
+    _, test = countdown.make_splits(smoke_cfg.task.name, smoke_cfg.task.n_train, smoke_cfg.task.n_test, smoke_cfg.task.seed)
     untrained = fitted_dir.parent / "untrained"
     tok = tiny_base.build_tokenizer()
     tiny_base.random_model(tok, smoke_cfg.model.build, seed=1).save_pretrained(untrained)

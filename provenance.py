@@ -1,0 +1,183 @@
+"""Plumbing shared by every stage: atomic files, hashes, and the record of how an output was made.
+
+Every output of the study says what made it: the resolved config, the hash of the settings its
+stage depends on (`stage_hash`), PLAN.md's sha256, the code revision and package versions. A
+stage is done when its outputs record the stage hash the current config gives; an output that
+records another hash was made under other settings, and `differing_setting` names the first
+setting that differs so the refusal can say so in one line.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import config as C
+
+ROOT = Path(__file__).resolve().parent
+FILE_MODE = 0o644  # outputs are read by others (mkstemp alone would leave 0600)
+
+
+# ----------------------------------------------------------------------------- atomic files
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write to a temporary file in the same folder, then rename: never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: str | Path, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=False) + "\n")
+
+
+def atomic_replace_dir(tmp_dir: Path, final: Path) -> None:
+    """Swap a fully written folder into place (old one removed only after the new one is whole)."""
+    old = final.with_name(f".{final.name}.old")
+    if old.exists():
+        shutil.rmtree(old)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp_dir, final)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def file_sha256(path: str | Path) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def read_json(path: str | Path) -> dict | None:
+    """A JSON file's content, or None when it is missing or unreadable."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+
+
+def recorded_hash(path: str | Path) -> str | None:
+    d = read_json(path)
+    try:
+        return d["provenance"]["stage_hash"]
+    except (KeyError, TypeError):
+        return None
+
+
+# ----------------------------------------------------------------------------- what made it
+
+
+def code_revision() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+        return (rev or "unknown") + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def versions() -> dict:
+    import numpy
+    import torch
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__, "numpy": numpy.__version__}
+
+
+# Which config keys each stage's results depend on. A stage is done when its outputs record
+# the same hash of these keys. threads and device are how, not what, so they are left out;
+# train.seeds and the condition registry enter train's hash one entry at a time (the `extra`
+# argument), so adding a seed or a condition changes no other run's hash.
+STAGE_KEYS = {
+    "base": ["task.name", "task.seed", "task.n_train", "task.n_test", "model.build", "model.qwen_shape"],
+    "probe": ["task.seed", "task.prompt_style", "model", "probe", "eval"],
+    "select": ["task", "model", "select", "train.sampling", "eval.problems_per_batch"],
+    "lr-sweep": ["task", "model", "lora", "train", "lr_sweep", "micro_batch", "memory_gb"],
+    "train": ["task", "model", "lora", "train", "micro_batch", "memory_gb"],
+    "eval": ["task", "model", "eval"],
+}
+_NOT_IN_HASH = {
+    "lr-sweep": ("seeds", "lr", "checkpoints", "steps", "log_kl_every", "dev_every"),
+    "train": ("seeds",),
+}
+
+
+def _pick(d: dict, key: str):
+    node = d
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def hashed_settings(cfg_dict: dict, stage: str) -> dict:
+    """The settings a stage's results depend on, by dotted key."""
+    picked = {key: _pick(cfg_dict, key) for key in STAGE_KEYS[stage]}
+    if stage in _NOT_IN_HASH:
+        picked["train"] = {k: v for k, v in picked["train"].items() if k not in _NOT_IN_HASH[stage]}
+    return picked
+
+
+def stage_hash(cfg: C.Config, stage: str, extra=None) -> str:
+    return C.digest({**hashed_settings(C.to_dict(cfg), stage), "extra": extra})
+
+
+def differing_setting(recorded: dict | None, cfg: C.Config, stage: str) -> str:
+    """The first setting (dotted key=value) on which a recorded provenance differs from `cfg`,
+    for the one-line refusal; 'its inputs' when the settings agree and an input file differs."""
+    if not recorded or not isinstance(recorded.get("config"), dict):
+        return "no readable provenance"
+    now = _flat(hashed_settings(C.to_dict(cfg), stage))
+    try:
+        then = _flat(hashed_settings(recorded["config"], stage))
+    except (KeyError, TypeError):
+        return "a config from another version of the code"
+    for k in sorted(set(now) | set(then)):
+        if now.get(k) != then.get(k):
+            return f"{k}={json.dumps(then.get(k))} there, {json.dumps(now.get(k))} here"
+    return f"the inputs it was made from ({json.dumps(recorded.get('inputs'))[:100]})"
+
+
+def _flat(d, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else k
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def provenance(cfg: C.Config, stage: str, extra=None, device: str | None = None) -> dict:
+    return {
+        "stage": stage,
+        "stage_hash": stage_hash(cfg, stage, extra),
+        "config_hash": C.digest(C.to_dict(cfg)),
+        "config": C.to_dict(cfg),
+        "inputs": extra,
+        "plan_sha256": file_sha256(ROOT / "PLAN.md"),
+        "revision": code_revision(),
+        "versions": versions(),
+        "device": device,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
