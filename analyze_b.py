@@ -2,10 +2,13 @@
 problems, one primary question, Holm-corrected secondary tests, equivalence for the ceiling, and
 the report and figures that show them.
 
-Reads RUN/eval_base.json and RUN/eval_<condition>_s<seed>_<step>.json (older single-seed runs:
-eval_<condition>_<step>.json, read as seed 0), the design from RUN/manifest.json's config (else
-eval_base.json's), and, where present, train_*/train_log.csv, lr_choice.json, selection.json and
-probe_*.json. Writes RUN/verdicts.json, RUN/report.md and RUN/figures/*.png.
+Reads RUN/eval_base.json and RUN/eval_<condition>_s<seed>_<step>.json, the registered `test` set
+(older single-seed runs: eval_<condition>_<step>.json, read as seed 0); every other registered
+evaluation set (config eval_sets) from RUN/evalsets/<set>/ under the same names; the token-level
+files RUN/tokens_<condition>_s<seed>_<step>.json; the design from RUN/manifest.json's config (else
+eval_base.json's); and, where present, train_*/train_log.csv, train_*/train_eval.csv,
+lr_choice.json, selection.json and probe_*.json. Writes RUN/verdicts.json, RUN/report.md and
+RUN/figures/*.png.
 
     python analyze_b.py --run results/tiny [--partial]
 
@@ -21,12 +24,20 @@ In brief (every formula is in the docstring of the function that computes it):
 - Every other entry is secondary: per scoring one family of three tests per entry (pass@1 rises,
   ceiling falls, ceiling equivalent), Holm-corrected; adjusted verdicts use adjusted p-values.
 - The first version's criteria are kept beside them as *_v1 fields.
+- Controls (H4-H6, PLAN.md section 7b) are asked of the pairs of registered conditions their
+  settings define (find_twins): H4 reads the entries' adjusted verdicts, H5 is a ratio estimate, H6
+  a contrast curve with a simultaneous band; all skipped, with the reason, where not registered.
+- Beyond n (issue 14): a beta-binomial (or zero-inflated) fit per model, labelled model-based
+  wherever it appears and checked against the largest-n set; boundary counts, diversity, test vs
+  out-of-distribution sets, and the token-level table. Descriptive, not adjusted.
 This file imports no torch: it meets the rest of the pipeline only in JSON and CSV files.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
+import functools
 import hashlib
 import json
 import os
@@ -42,12 +53,14 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent
 SCORINGS = ("strict", "loose")
+EVAL_MODELS = ("all", "final", "final-first-seed")  # config.py's: which checkpoints a set evaluates
 COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
 EVAL_RE = re.compile(r"^eval_(?P<cond>.+)_s(?P<seed>\d+)_(?P<step>\d+)\.json$")
 EVAL_RE_V1 = re.compile(r"^eval_(?P<cond>.+)_(?P<step>\d+)\.json$")  # single-seed runs before train.seeds
 TRAIN_RE = re.compile(r"^train_(?P<cond>.+?)(?:_s(?P<seed>\d+))?$")
 ANALYZE_DEFAULTS = {"resamples": 2000, "ci": 0.95, "seed": 0, "equivalence_margin": 0.10, "primary_condition": "many",
                     "primary_scoring": "loose", "power": 0.8}
+DEFAULT_CONDITION = {"problems": "all", "reward": "strict", "method": "grpo", "kl": 0.0, "entropy": 0.0, "lr": None}  # config.py's
 NEVER_ABOVE, ALWAYS_ABOVE = 0, -1  # crossover codes; a crossing is coded by its k (>= 2)
 
 
@@ -81,11 +94,19 @@ def per_problem(counts, n: int, k: int) -> np.ndarray:
     return np.array([pass_at_k(n, int(c), k) for c in counts])
 
 
+@functools.lru_cache(maxsize=16)
+def _pass_table(n: int, k_max: int) -> np.ndarray:
+    """(n+1, K) pass_at_k(n, c, k) for every count c and k = 1..K, computed once per (n, K): the
+    wide set's 257 x 256 table takes seconds in this exact loop."""
+    table = np.array([[pass_at_k(n, c, k) for k in range(1, k_max + 1)] for c in range(n + 1)])
+    table.flags.writeable = False
+    return table
+
+
 def pass_at_k_curves(counts, n: int, k_max: int) -> np.ndarray:
     """(N, K) per-problem pass@k for k = 1..K: row i, column k-1 is pass_at_k(n, counts[i], k).
     Built from a table over the n + 1 possible counts, so each value is computed once."""
-    table = np.array([[pass_at_k(n, c, k) for k in range(1, k_max + 1)] for c in range(n + 1)])  # (n+1, K)
-    return table[np.asarray(counts, dtype=int)]
+    return _pass_table(int(n), int(k_max))[np.asarray(counts, dtype=int)]
 
 
 def resample_indices(n_problems: int, resamples: int, seed: int) -> np.ndarray:
@@ -93,10 +114,12 @@ def resample_indices(n_problems: int, resamples: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, n_problems, size=(resamples, n_problems))
 
 
-def seed_resample_indices(n_seeds: int, resamples: int, seed: int) -> np.ndarray:
+def seed_resample_indices(n_seeds: int, resamples: int, seed: int, stream: int = 1) -> np.ndarray:
     """(B, S) seed positions drawn with replacement. A generator of its own, seeded with
-    (seed, 1), so the problem draws are those of resample_indices(.., seed) whatever S is."""
-    return np.random.default_rng([seed, 1]).integers(0, n_seeds, size=(resamples, n_seeds))
+    (seed, stream), so the problem draws are those of resample_indices(.., seed) whatever S is.
+    Stream 1 draws every condition's seeds against the base; stream 2 draws the second condition
+    of a contrast between two conditions (condition_contrast), independently of the first."""
+    return np.random.default_rng([seed, stream]).integers(0, n_seeds, size=(resamples, n_seeds))
 
 
 def paired_interval(rl: np.ndarray, base: np.ndarray, idx: np.ndarray, ci: float) -> tuple[float, tuple[float, float]]:
@@ -130,6 +153,17 @@ def crossed_replicates(rl: np.ndarray, base: np.ndarray, idx: np.ndarray, sidx: 
     base_m = base[..., idx].mean(axis=-1)  # (B,) or (S, B)
     d = rl_m - base_m  # (S, B)
     return d[sidx.T, np.arange(idx.shape[0])].mean(axis=0)  # (S drawn, B) -> (B,)
+
+
+def _boot_curves(rl: np.ndarray, base: np.ndarray, idx: np.ndarray, sidx: np.ndarray):
+    """Point curve (K,), per-seed curves (S, K) and replicate curves (B, K) of Delta pass@k.
+    rl: (S, N, K); base: (N, K) or (S, N, K). One k at a time keeps memory at S x B x N."""
+    K = rl.shape[-1]
+    point, per_seed, reps = np.empty(K), np.empty((rl.shape[0], K)), np.empty((idx.shape[0], K))
+    for k in range(K):
+        point[k], per_seed[:, k] = crossed_estimate(rl[..., k], base[..., k])
+        reps[:, k] = crossed_replicates(rl[..., k], base[..., k], idx, sidx)
+    return point, per_seed, reps
 
 
 def percentile_interval(reps: np.ndarray, level: float) -> tuple[float, float]:
@@ -262,6 +296,252 @@ def detectable(se1: float, sek: float, alpha_one: float, alpha_tost: float, powe
             "equivalence_up_to": eq if eq >= 0 else None}
 
 
+# ----------------------------------------------------------------------------- pass@k beyond n: a model
+
+
+LOG_BOUND, S_BOUND = 15.0, 12.0  # the fit's search box (fit_betabinom)
+
+
+def count_histogram(counts, n: int) -> np.ndarray:
+    """(n+1,) how many problems had each count c = 0..n."""
+    c = np.asarray(counts, dtype=int)
+    if c.size == 0 or c.min() < 0 or c.max() > n:
+        raise ValueError(f"need counts in 0..n={n}")
+    return np.bincount(c, minlength=n + 1)
+
+
+def betabinom_pass_at_k(alpha: float, beta: float, ks, pi: float = 0.0) -> np.ndarray:
+    """Model-based pass@k. Each problem's success probability p ~ Beta(alpha, beta), so
+        pass@k = E[1 - (1 - p)^k] = 1 - B(alpha, beta + k) / B(alpha, beta);
+    the zero-inflated model adds a share pi of problems with p = 0:
+        pass@k = (1 - pi) (1 - B(alpha, beta + k) / B(alpha, beta)).
+    Defined for every k >= 1 (that is the point: k beyond the n samples drawn). For k <= n it is
+    also the expectation of the unbiased estimator pass_at_k(n, c, k) over c ~ the fitted
+    beta-binomial, so at k <= n the model and the data estimate the same quantity."""
+    from scipy.special import betaln
+
+    ks = np.asarray(ks, dtype=float)
+    return (1.0 - pi) * -np.expm1(betaln(alpha, beta + ks) - betaln(alpha, beta))
+
+
+def betabinom_logpmf(c, n: int, alpha: float, beta: float) -> np.ndarray:
+    """log P(c) under BetaBinomial(n, alpha, beta) = log C(n, c) + log B(c + alpha, n - c + beta)
+    - log B(alpha, beta). Written out because scipy.stats.betabinom.logpmf, which the tests hold it
+    equal to, costs ~0.5 ms a call in the optimiser's inner loop."""
+    from scipy.special import betaln, gammaln
+
+    c = np.asarray(c, dtype=float)
+    return gammaln(n + 1) - gammaln(c + 1) - gammaln(n - c + 1) + betaln(c + alpha, n - c + beta) - betaln(alpha, beta)
+
+
+def fit_betabinom(counts, n: int, zero_inflated: bool = False, plain: dict | None = None) -> dict:
+    """Maximum-likelihood fit of a beta-binomial to per-problem counts c_i of n:
+        c_i ~ BetaBinomial(n, alpha, beta)                       (2 parameters), or
+        P(c = 0) = pi + (1 - pi) BB(0), P(c) = (1 - pi) BB(c)    (zero-inflated, 3 parameters).
+    scipy.optimize.minimize (Nelder-Mead, bounded) over theta = (logit mu, log s) with
+    mu = alpha / (alpha + beta), s = alpha + beta (and logit pi): in these coordinates the ridge of
+    near-binomial data (s -> infinity at fixed mu) runs along one axis, which the search follows in
+    a few steps. The box: |logit mu|, |logit pi| <= 15, -15 <= log s <= 12 (s = 1.6e5 is already a
+    binomial for every n we use). Several starts (the method of moments among them); the best
+    likelihood wins. The likelihood is summed over the n + 1 possible counts, weighted by how often
+    each occurs. The zero-inflated fit starts from the plain one (`plain`, fitted here if not given)
+    and never reports a lower likelihood (pi -> 0 nests it). at_bound: mu or s ended on the box."""
+    from scipy.optimize import minimize
+    from scipy.special import expit, logit
+
+    hist = count_histogram(counts, n)
+    cs = np.arange(n + 1)
+    used = hist > 0
+    box = [(-LOG_BOUND, LOG_BOUND), (-LOG_BOUND, S_BOUND)] + ([(-LOG_BOUND, LOG_BOUND)] if zero_inflated else [])
+
+    def nll(theta):
+        mu, sz = expit(theta[0]), np.exp(theta[1])
+        lp = betabinom_logpmf(cs[used], n, mu * sz, (1 - mu) * sz)
+        if zero_inflated:
+            pi = expit(theta[2])
+            lp = np.log1p(-pi) + lp
+            if used[0]:
+                lp[0] = np.logaddexp(np.log(pi), lp[0])
+        v = -float(hist[used] @ lp)
+        return v if np.isfinite(v) else 1e300
+
+    p = np.asarray(counts, float) / n
+    m, v = p.mean(), p.var()
+    mu0 = float(logit(np.clip(m, 1e-4, 1 - 1e-4)))
+    starts = [(mu0, np.log(2.0))]  # the mean, s = 2 (alpha + beta = 2: a spread-out Beta)
+    if 0 < m < 1 and v > 0:  # the method of moments on c / n
+        starts.insert(0, (mu0, float(np.clip(np.log(max(m * (1 - m) / v - 1, 1e-3)), -10, 10))))
+    if zero_inflated:
+        plain = plain or fit_betabinom(counts, n)
+        th0 = (logit(np.clip(plain["alpha"] / (plain["alpha"] + plain["beta"]), 1e-6, 1 - 1e-6)), np.log(plain["alpha"] + plain["beta"]))
+        zeros = float(np.mean(p == 0))
+        starts = [(*th0, logit(q)) for q in (1e-3, max(zeros / 2, 1e-3), max(zeros * 0.9, 1e-3))] + [(*starts[0], logit(max(zeros / 2, 1e-3)))]
+    starts = [np.clip(np.array(s0, float), [b[0] for b in box], [b[1] for b in box]) for s0 in starts]
+    best = min((minimize(nll, s0, method="Nelder-Mead", bounds=box, options={"xatol": 1e-7, "fatol": 1e-10, "maxiter": 600})
+                for s0 in starts), key=lambda r: r.fun)
+    th = best.x
+    mu, sz = float(expit(th[0])), float(np.exp(th[1]))
+    out = {"model": "zero-inflated beta-binomial" if zero_inflated else "beta-binomial",
+           "alpha": mu * sz, "beta": (1 - mu) * sz, "pi": float(expit(th[2])) if zero_inflated else 0.0,
+           "loglik": -float(best.fun), "params": 3 if zero_inflated else 2,
+           "at_bound": bool(abs(th[0]) > LOG_BOUND - 1e-3 or th[1] < -LOG_BOUND + 1e-3 or th[1] > S_BOUND - 1e-3),
+           "n": n, "n_problems": int(hist.sum())}
+    if zero_inflated and out["loglik"] < plain["loglik"]:  # the optimiser missed the nested point
+        out.update(alpha=plain["alpha"], beta=plain["beta"], pi=0.0, loglik=plain["loglik"], at_bound=plain["at_bound"])
+    out["aic"] = 2 * out["params"] - 2 * out["loglik"]
+    return out
+
+
+def fit_pass_model(counts, n: int) -> dict:
+    """Both fits and the registered choice between them: the zero-inflated model is used when its
+    AIC (2 x 3 parameters - 2 log L) is lower than the plain model's (2 x 2 - 2 log L), i.e. when it
+    raises the log-likelihood by more than 1. Returns the chosen fit's fields plus both fits.
+    The fit depends on the counts only through their histogram, so it is cached on it."""
+    return copy.deepcopy(_fit_pass_model(tuple(count_histogram(counts, n).tolist()), n))
+
+
+@functools.lru_cache(maxsize=256)
+def _fit_pass_model(hist: tuple, n: int) -> dict:
+    counts = np.repeat(np.arange(n + 1), hist)
+    bb = fit_betabinom(counts, n)
+    zi = fit_betabinom(counts, n, zero_inflated=True, plain=bb)
+    chosen = zi if zi["aic"] < bb["aic"] else bb
+    return {**chosen, "chosen": chosen["model"], "fits": {"beta-binomial": bb, "zero-inflated beta-binomial": zi},
+            "rule": "AIC: the zero-inflated model (3 parameters) when its AIC is lower than the beta-binomial's (2)"}
+
+
+def model_pass_at_k(fit: dict, ks) -> np.ndarray:
+    """pass@k for k in ks from a fit_betabinom / fit_pass_model result."""
+    return betabinom_pass_at_k(fit["alpha"], fit["beta"], ks, fit["pi"])
+
+
+def extrapolation_check(small_counts, n_small: int, large_counts, n_large: int) -> dict:
+    """The model validated on the study's own data: fit on the counts of n_small samples per problem
+    and predict pass@n_large, measured on the same problems with n_large samples (the unbiased
+    estimator, which at k = n is the share of problems with c > 0). error = predicted - measured.
+    naive: the measured pass@n_small, what one would say without a model (a floor for pass@n_large)."""
+    fit = fit_pass_model(small_counts, n_small)
+    predicted = float(model_pass_at_k(fit, [n_large])[0])
+    measured = float(per_problem(large_counts, n_large, n_large).mean())
+    naive = float(per_problem(small_counts, n_small, n_small).mean())
+    return {"fit_n": n_small, "target_k": n_large, "model_used": fit["chosen"], "alpha": fit["alpha"], "beta": fit["beta"],
+            "pi": fit["pi"], "predicted": predicted, "measured": measured, "error": predicted - measured,
+            "naive": naive, "naive_error": naive - measured}
+
+
+# ----------------------------------------------------------------------------- boundary, contrasts, tokens
+
+
+def boundary(base_counts, rl_counts, ids) -> dict:
+    """The edges of what each model can do, at one n: problems the base never solved (c = 0) that the
+    trained model solved at least once, and the reverse, with their ids."""
+    b, r = np.asarray(base_counts), np.asarray(rl_counts)
+    only_rl = [ids[i] for i in np.flatnonzero((b == 0) & (r > 0))]
+    only_base = [ids[i] for i in np.flatnonzero((b > 0) & (r == 0))]
+    return {"only_rl": len(only_rl), "only_base": len(only_base), "only_rl_ids": only_rl, "only_base_ids": only_base,
+            "solved_base": int(np.count_nonzero(b > 0)), "solved_rl": int(np.count_nonzero(r > 0))}
+
+
+def lead_crossover(point: np.ndarray, reps: np.ndarray, level: float) -> dict:
+    """Where two curves cross, whichever leads. point: (K,) contrast a - b; reps: (B, K). The side
+    above at k = 1 is the leader ('a', 'b' or 'tie'); crossover_summary is then asked from its side
+    (for 'b' on -(a - b)): the first k at which the leader is no longer above."""
+    lead = "a" if point[0] > 1e-12 else "b" if point[0] < -1e-12 else "tie"
+    sign = -1.0 if lead == "b" else 1.0
+    return {"leader_at_k1": lead, **crossover_summary(sign * point, sign * reps, level)}
+
+
+def condition_contrast(pa: np.ndarray, pb: np.ndarray, base: np.ndarray, idx: np.ndarray, sidx_a: np.ndarray,
+                       sidx_b: np.ndarray, level: float) -> tuple[dict, np.ndarray, np.ndarray]:
+    """Two conditions against each other and the base, on the same problems.
+    pa: (Sa, N, K), pb: (Sb, N, K) per-seed, per-problem pass@k; base: (N, K).
+    idx: (B, N) problem draws shared by both; sidx_a: (B, Sa), sidx_b: (B, Sb) seed draws, drawn
+    independently (different training runs). Replicate b of each Delta is crossed_replicates', and
+        C*_bk = Delta*_a,bk - Delta*_b,bk = mean_j pa[sidx_a[b,j], idx[b], k] - mean_j pb[sidx_b[b,j], idx[b], k],
+    the base cancelling on shared problems. Returns the summary (the point curves, percentile
+    intervals at k = 1 and k = K, the simultaneous band of C, where the curves cross) and the
+    replicates (B, K) of Delta_a and Delta_b, from which other statistics (a ratio) are formed."""
+    da, _, ra = _boot_curves(pa, base, idx, sidx_a)
+    db, _, rb = _boot_curves(pb, base, idx, sidx_b)
+    c, rc = da - db, ra - rb
+    lo, hi, crit = simultaneous_band(c, rc, level)
+    return {"k_max": len(c), "delta_a": da.tolist(), "delta_b": db.tolist(), "diff": c.tolist(), "lo": lo.tolist(), "hi": hi.tolist(),
+            "crit": crit, "level": level,
+            "diff_pass1": float(c[0]), "ci_pass1": list(percentile_interval(rc[:, 0], level)),
+            "diff_passk": float(c[-1]), "ci_passk": list(percentile_interval(rc[:, -1], level)),
+            "delta_a_ci_pass1": list(percentile_interval(ra[:, 0], level)), "delta_b_ci_pass1": list(percentile_interval(rb[:, 0], level)),
+            "delta_a_ci_passk": list(percentile_interval(ra[:, -1], level)), "delta_b_ci_passk": list(percentile_interval(rb[:, -1], level)),
+            "crossover": lead_crossover(c, rc, level)}, ra, rb
+
+
+def compare_conditions(counts_a, counts_b, base_counts, n: int, k_max: int, resamples: int, seed: int,
+                       level: float) -> tuple[dict, np.ndarray, np.ndarray]:
+    """The controls' one entry point: two conditions' per-seed correct counts, counts_a (Sa, N) and
+    counts_b (Sb, N), of n samples on the same N problems, and the base's (N,). pass@k curves for
+    k = 1..k_max, then condition_contrast with the registered draws: problems from
+    resample_indices(N, B, seed) (those of every entry), condition a's seeds from stream 1 (so its
+    Delta replicates are its own entry's), condition b's from stream 2 (independent of a's)."""
+    ca, cb = np.atleast_2d(counts_a), np.atleast_2d(counts_b)
+    pa = np.stack([pass_at_k_curves(c, n, k_max) for c in ca])  # (Sa, N, K)
+    pb = np.stack([pass_at_k_curves(c, n, k_max) for c in cb])  # (Sb, N, K)
+    base = pass_at_k_curves(base_counts, n, k_max)  # (N, K)
+    idx = resample_indices(base.shape[0], resamples, seed)
+    return condition_contrast(pa, pb, base, idx, seed_resample_indices(len(ca), resamples, seed),
+                              seed_resample_indices(len(cb), resamples, seed, stream=2), level)
+
+
+def ratio_estimate(num: float, den: float, num_reps: np.ndarray, den_reps: np.ndarray, level: float) -> dict:
+    """The share num / den with a percentile interval of the replicate ratios num*_b / den*_b.
+    Not estimable when den's own interval contains 0 (the ratio's distribution is then unbounded)."""
+    den_ci = percentile_interval(den_reps, level)
+    if den_ci[0] <= 0 <= den_ci[1]:
+        return {"estimable": False, "share": None, "ci": None, "why": f"the reference gain's {level:.0%} interval contains 0"}
+    return {"estimable": True, "share": num / den, "ci": list(percentile_interval(np.asarray(num_reps) / np.asarray(den_reps), level)),
+            "why": None}
+
+
+def token_summary(problems: list[dict]) -> dict:
+    """The token-level summary (arXiv 2605.06241 §3), pooled over every response position of every
+    problem: classes 0 unchanged, 1 reranked, 2 shifted; shares of each; mean base rank of the
+    trained model's choice at changed positions (class > 0); mean base entropy at changed and at
+    unchanged positions, and their ratio (None where a group is empty or the denominator is 0)."""
+    cls = np.concatenate([np.asarray(p["classes"], int) for p in problems]) if problems else np.zeros(0, int)
+    rank = np.concatenate([np.asarray(p["ranks"], float) for p in problems]) if problems else np.zeros(0)
+    ent = np.concatenate([np.asarray(p["base_entropy"], float) for p in problems]) if problems else np.zeros(0)
+    P = cls.size
+    changed = cls > 0
+
+    def mean(x):
+        return float(x.mean()) if x.size else None
+    ec, eu = mean(ent[changed]), mean(ent[~changed])
+    return {"positions": int(P), "unchanged": int(np.count_nonzero(cls == 0)), "reranked": int(np.count_nonzero(cls == 1)),
+            "shifted": int(np.count_nonzero(cls == 2)),
+            "share_unchanged": float(np.count_nonzero(cls == 0) / P) if P else None,
+            "share_reranked": float(np.count_nonzero(cls == 1) / P) if P else None,
+            "share_shifted": float(np.count_nonzero(cls == 2) / P) if P else None,
+            "mean_rank_changed": mean(rank[changed]), "base_entropy_changed": ec, "base_entropy_unchanged": eu,
+            "entropy_ratio": ec / eu if ec is not None and eu else None}
+
+
+def find_twins(settings: dict[str, dict], varied: str, is_treated) -> list[tuple[str, str]]:
+    """(treated, twin) pairs of registered conditions: treated satisfies is_treated(its settings);
+    its twin is the first condition (config order) whose settings equal the treated one's on every
+    key but `varied` and lr (a per-condition rate is a tuning, not a different recipe), and whose
+    `varied` value is the default (DEFAULT_CONDITION). The controls are found from the registry's
+    settings, never from a condition's name."""
+    ignore = {varied, "lr"}
+    pairs = []
+    for name, s in settings.items():
+        if not is_treated(s):
+            continue
+        for other, t in settings.items():
+            if other != name and t[varied] == DEFAULT_CONDITION[varied] and \
+                    all(t[k] == s[k] for k in DEFAULT_CONDITION if k not in ignore):
+                pairs.append((name, other))
+                break
+    return pairs
+
+
 # ============================================================================= design and inputs
 
 
@@ -281,6 +561,10 @@ class Design:
     primary_condition: str
     primary_scoring: str
     power: float
+    settings: dict = None  # condition -> its recipe, DEFAULT_CONDITION filled in (older runs: all defaults)
+    eval_sets: dict = None  # set name -> {task, n, k_max, n_problems, models}, the sets besides `test`
+    tokens_enabled: bool = False  # config tokens.enabled: the token files are then expected
+    extrapolate_to: int = 1024  # analyze.extrapolate_to: the largest k of the model-based curve
 
     def eval_name(self, cond: str, seed: int, step: int) -> str:
         return f"eval_{cond}_{step:03d}.json" if self.legacy else f"eval_{cond}_s{seed}_{step:03d}.json"
@@ -290,6 +574,27 @@ class Design:
 
     def expected(self) -> list[tuple[str, int, int]]:
         return [(c, s, st) for c in self.conditions for s in self.seeds for st in self.checkpoints]
+
+    def set_expected(self, name: str) -> list[tuple[str, int, int]]:
+        """The trained models a set evaluates besides the base: models all (every checkpoint), final
+        (every seed at the last checkpoint) or final-first-seed (the first seed at the last one)."""
+        models, last = self.eval_sets[name]["models"], self.checkpoints[-1]
+        if models == "all":
+            return self.expected()
+        return [(c, s, last) for c in self.conditions for s in (self.seeds if models == "final" else self.seeds[:1])]
+
+    def set_file(self, name: str, key: tuple[str, int, int] | None) -> str:
+        """A set's file, relative to the run: evalsets/<set>/eval_base.json or .../eval_<c>_s<s>_<step>.json."""
+        return f"evalsets/{name}/" + ("eval_base.json" if key is None else self.eval_name(*key))
+
+    def token_name(self, cond: str, seed: int, step: int) -> str:
+        return f"tokens_{cond}_s{seed}_{step:03d}.json"
+
+    def n_expected(self) -> int:
+        """Every file the completeness check counts: the test set's RL evaluations, each set's base
+        and models, and the token files when tokens.enabled."""
+        return (len(self.expected()) + sum(1 + len(self.set_expected(s)) for s in self.eval_sets)
+                + (len(self.expected()) if self.tokens_enabled else 0))
 
 
 def read_json(path: Path) -> dict:
@@ -336,12 +641,43 @@ def read_design(run: Path, base: dict | None = None) -> Design:
     need(an["primary_condition"] in conds, "analyze.primary_condition", f"must be one of the conditions ({', '.join(conds)})")
     need(an["primary_scoring"] in SCORINGS, "analyze.primary_scoring", "must be strict or loose")
     need(unit(an["power"]), "analyze.power", "must be in (0, 1)")
+    ext = an.get("extrapolate_to", 1024)
+    need(isinstance(ext, int) and not isinstance(ext, bool) and ext >= 1, "analyze.extrapolate_to", "must be an integer >= 1")
+    raw = cfg.get("conditions")
+    settings = {}
+    for c in conds:
+        v = raw.get(c) if isinstance(raw, dict) else None
+        need(v is None or isinstance(v, dict), f"conditions.{c}", "must be a mapping of settings")
+        settings[c] = {**DEFAULT_CONDITION, **{k: x for k, x in (v or {}).items() if k in DEFAULT_CONDITION}}
+        need(isinstance(settings[c]["kl"], (int, float)) and isinstance(settings[c]["entropy"], (int, float)),
+             f"conditions.{c}.kl", "and entropy must be numbers")
+    sets = {}
+    raw_sets = cfg.get("eval_sets") or {}
+    need(isinstance(raw_sets, dict), "eval_sets", "must be a mapping of set name to settings")
+    for name, es in raw_sets.items():
+        need(isinstance(es, dict) and name != "test", f"eval_sets.{name}", "must be a mapping (and 'test' is the eval section)")
+        spec = {"task": es.get("task"), "n": es.get("n", 256), "k_max": es.get("k_max", 256), "n_problems": es.get("n_problems", 64),
+                "models": es.get("models", "final-first-seed")}
+        need(spec["models"] in EVAL_MODELS, f"eval_sets.{name}.models", f"must be one of {', '.join(EVAL_MODELS)}")
+        need(all(isinstance(spec[k], int) and spec[k] >= 1 for k in ("n", "k_max", "n_problems")) and spec["k_max"] <= spec["n"],
+             f"eval_sets.{name}.k_max", "needs integers n, n_problems >= 1 and 1 <= k_max <= n")
+        spec["task"] = spec["task"] or cfg.get("task", {}).get("name")
+        spec["ood"] = spec["task"] != cfg.get("task", {}).get("name")  # another task than the one trained on
+        sets[name] = spec
+    tokens = cfg.get("tokens") or {}
     return Design(conds, list(seeds), sorted(steps), "seeds" not in train, cfg, src.name, an["resamples"], an["ci"],
-                  an["seed"], an["equivalence_margin"], an["primary_condition"], an["primary_scoring"], an["power"])
+                  an["seed"], an["equivalence_margin"], an["primary_condition"], an["primary_scoring"], an["power"],
+                  settings, sets, bool(isinstance(tokens, dict) and tokens.get("enabled")), ext)
 
 
-def load_eval(path: Path) -> dict:
+def load_eval(path: Path, eval_set: str = "test") -> dict:
+    """One eval file, its counts and fields checked. Its "eval_set" field, where present (older
+    test-set files have none), must name the set whose folder holds it. The per-problem diversity
+    fields (distinct_answers, answer_entropy, token_entropy) are optional; where present they must
+    be numbers (token_entropy may be null)."""
     d = read_json(path)
+    if d.get("eval_set", "test") != eval_set:
+        raise InputError(f"{path}: its eval_set field is {d.get('eval_set')!r} but it lies in the folder of set {eval_set!r}")
     try:
         n = int(d["sampling"]["n"])
         probs = d["problems"]
@@ -357,6 +693,11 @@ def load_eval(path: Path) -> dict:
                 raise InputError(f"{path}: a problem has no id")
         if not isinstance(d["format_rate"], (int, float)):
             raise InputError(f"{path}: format_rate is not a number")
+        for p in probs:
+            for k, lo in (("distinct_answers", 1), ("answer_entropy", 0), ("token_entropy", 0)):
+                x = p.get(k)
+                if x is not None and not (isinstance(x, (int, float)) and not isinstance(x, bool) and (np.isnan(x) or x >= lo)):
+                    raise InputError(f"{path}: problem {p.get('id')}: {k}={x!r} is not a number >= {lo}")
     except (KeyError, TypeError) as e:
         raise InputError(f"{path}: malformed eval file (missing or wrong field {e})")
     d["_file"] = path.name
@@ -399,6 +740,8 @@ def find_evals(run: Path, design: Design | None = None, base: dict | None = None
         where[key] = f.name
     if not where:
         raise InputError(f"{run}: no eval_<condition>_s<seed>_<step>.json files to compare with the base")
+    if base.get("eval_set", "test") != "test":
+        raise InputError(f"{run / 'eval_base.json'}: its eval_set field is {base['eval_set']!r}; the top-level files are the test set")
     for key, name in where.items():
         d = load_eval(run / name)
         for field, want in zip(("condition", "train_seed", "step"), key):
@@ -415,6 +758,96 @@ def find_evals(run: Path, design: Design | None = None, base: dict | None = None
     return base, rl, missing, design
 
 
+def find_set(run: Path, design: Design, name: str) -> tuple[dict | None, dict, list[str]]:
+    """(base or None, rl, missing) of the registered set `name` in RUN/evalsets/<name>/, checked
+    like the test set: every file records this set and its task, n and number of problems are the
+    config's, every RL file has the base's problems, and a file the set does not expect is an error."""
+    spec, folder = design.eval_sets[name], run / "evalsets" / name
+    expected = design.set_expected(name)
+    missing, rl = [], {}
+
+    def check(d: dict, f: Path):
+        if d.get("eval_set") != name:
+            raise InputError(f"{f}: its eval_set field is {d.get('eval_set')!r}, not {name!r}")
+        if d.get("task", spec["task"]) != spec["task"]:
+            raise InputError(f"{f}: task {d.get('task')!r}, but eval_sets.{name} evaluates {spec['task']!r}")
+        if d["sampling"]["n"] != spec["n"] or len(d["problems"]) != spec["n_problems"]:
+            raise InputError(f"{f}: {len(d['problems'])} problems x n={d['sampling']['n']}, but eval_sets.{name} registers "
+                             f"{spec['n_problems']} x {spec['n']}")
+    base = None
+    if (folder / "eval_base.json").exists():
+        base = load_eval(folder / "eval_base.json", name)
+        check(base, folder / "eval_base.json")
+    else:
+        missing.append(design.set_file(name, None))
+    for f in sorted(folder.glob("eval_*.json")) if folder.is_dir() else []:
+        key = parse_eval_name(f, design)
+        if key is None:
+            continue
+        if key not in expected:
+            raise InputError(f"{f}: {key[0]} seed {key[1]} step {key[2]} is not among the models of eval_sets.{name} "
+                             f"(models: {spec['models']}): a stale file from another design?")
+        d = load_eval(f, name)
+        check(d, f)
+        for field, want in zip(("condition", "train_seed", "step"), key):
+            if field in d and d[field] != want:
+                raise InputError(f"{f}: its {field} field is {d[field]!r} but its name says {want!r}")
+        if base is not None and [p["id"] for p in d["problems"]] != [p["id"] for p in base["problems"]]:
+            raise InputError(f"{f}: its problems differ from {design.set_file(name, None)}'s")
+        rl[key] = d
+    missing += [design.set_file(name, key) for key in expected if key not in rl]
+    return base, rl, missing
+
+
+TOKENS_RE = re.compile(r"^tokens_(?P<cond>.+)_s(?P<seed>\d+)_(?P<step>\d+)\.json$")
+TOKEN_SUMMARY = ("positions", "unchanged", "reranked", "shifted", "share_unchanged", "share_reranked", "share_shifted",
+                 "mean_rank_changed", "base_entropy_changed", "base_entropy_unchanged", "entropy_ratio")
+
+
+def find_tokens(run: Path, design: Design) -> tuple[dict, list[str], list[str]]:
+    """(docs, missing, warnings): RUN/tokens_<cond>_s<seed>_<step>.json by (condition, seed, step).
+    Each file's summary is recomputed from its per-problem detail (token_summary); the recomputed
+    values are the ones reported, and a file whose own summary differs says so in a warning. Missing
+    files count only when tokens.enabled (otherwise the report shows what exists)."""
+    docs, warnings = {}, []
+    for f in sorted(run.glob("tokens_*.json")):
+        m = TOKENS_RE.match(f.name)
+        key = (m["cond"], int(m["seed"]), int(m["step"])) if m else None
+        if key is None or key not in design.expected():
+            raise InputError(f"{f}: not a checkpoint of the design (conditions {design.conditions}, seeds {design.seeds}, "
+                             f"checkpoints {design.checkpoints})")
+        d = read_json(f)
+        try:
+            probs = d["problems"]
+            for p in probs:
+                L = len(p["classes"])
+                if len(p["ranks"]) != L or len(p["base_entropy"]) != L or any(c not in (0, 1, 2) for c in p["classes"]):
+                    raise InputError(f"{f}: problem {p.get('id')}: classes (0, 1, 2), ranks and base_entropy must be lists of one length")
+            own = {k: d["summary"][k] for k in TOKEN_SUMMARY}
+        except (KeyError, TypeError) as e:
+            raise InputError(f"{f}: malformed token file (missing or wrong field {e})")
+        for field, want in zip(("condition", "train_seed", "step"), key):
+            if field in d and d[field] != want:
+                raise InputError(f"{f}: its {field} field is {d[field]!r} but its name says {want!r}")
+        d["_summary"] = token_summary(probs)
+        d["_file"] = f.name
+        off = [k for k in TOKEN_SUMMARY if not _close(own[k], d["_summary"][k])]
+        if off:
+            warnings.append(f"{f.name}: its summary differs from its per-problem detail in {', '.join(off)}; the report recomputes them")
+        docs[key] = d
+    missing = [design.token_name(*k) for k in design.expected() if k not in docs] if design.tokens_enabled else []
+    return docs, missing, warnings
+
+
+def _close(a, b) -> bool:
+    """Equal within 1e-5 + 1e-4 relative (the per-position entropies are stored to 5 decimals);
+    None and NaN are the same 'no value'."""
+    na, nb = a is None or (isinstance(a, float) and np.isnan(a)), b is None or (isinstance(b, float) and np.isnan(b))
+    if na or nb:
+        return na and nb
+    return abs(a - b) <= 1e-5 + 1e-4 * max(abs(a), abs(b))
+
+
 def file_sha256(path: Path) -> str | None:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -423,17 +856,6 @@ def file_sha256(path: Path) -> str | None:
 
 
 # ============================================================================= analysis
-
-
-def _boot_curves(rl: np.ndarray, base: np.ndarray, idx: np.ndarray, sidx: np.ndarray):
-    """Point curve (K,), per-seed curves (S, K) and replicate curves (B, K) of Delta pass@k.
-    rl: (S, N, K); base: (N, K) or (S, N, K). One k at a time keeps memory at S x B x N."""
-    K = rl.shape[-1]
-    point, per_seed, reps = np.empty(K), np.empty((rl.shape[0], K)), np.empty((idx.shape[0], K))
-    for k in range(K):
-        point[k], per_seed[:, k] = crossed_estimate(rl[..., k], base[..., k])
-        reps[:, k] = crossed_replicates(rl[..., k], base[..., k], idx, sidx)
-    return point, per_seed, reps
 
 
 def _entry(cond: str, step: int, sc: str, seeds: list[int], docs: list[dict], base: dict, base_curves: np.ndarray,
@@ -505,8 +927,15 @@ def analyze(run: Path, resamples: int | None = None, seed: int | None = None, pa
     """Every statistic of the run, nothing written. Raises InputError for a malformed input, an
     evaluation outside the design, or (unless partial) an expected evaluation that is missing."""
     base, rl, missing, design = find_evals(run)
+    sets = {}
+    for name in design.eval_sets:
+        sb, srl, smiss = find_set(run, design, name)
+        sets[name] = (sb, srl, f"evalsets/{name}/")
+        missing = missing + smiss
+    tokens, tok_missing, tok_warnings = find_tokens(run, design)
+    missing = missing + tok_missing
     if missing and not partial:
-        raise InputError(f"{run}: {len(missing)} of {len(design.expected())} expected evaluations are missing "
+        raise InputError(f"{run}: {len(missing)} of {design.n_expected()} expected evaluations are missing "
                          f"({', '.join(missing)}); rerun the eval stage, or analyse what is there with --partial")
     B = resamples or design.resamples
     bseed = design.seed if seed is None else seed
@@ -571,10 +1000,262 @@ def analyze(run: Path, resamples: int | None = None, seed: int | None = None, pa
         power["statement"] = power_sentence(power, k_max, margin)
     else:
         power = {"statement": "No power statement: the primary entry's evaluations are missing."}
+    controls = analyze_controls(design, base, rl, entries, B, bseed, ci, last, k_max)
+    beyond = analyze_beyond(design, base, rl, sets, last, n)
+    diversity = analyze_diversity(design, base, rl, sets)
+    ood = analyze_ood(design, sets, entries, curves, B, bseed, ci, draws, last, k_max)
     return {"entries": entries, "families": families, "h3": h3, "power": power, "design": design, "missing": missing,
+            "controls": controls, "beyond": beyond, "diversity": diversity, "ood": ood, "tokens": analyze_tokens(design, tokens, tok_warnings),
+            "sets": sets,
             "resamples": B, "ci": ci, "seed": bseed, "n": n, "k_max": k_max, "n_problems": N, "alpha_one": a1, "alpha_tost": at,
             "margin": margin, "base": base, "rl": rl, "curves": curves, "primary": prim,
             "primary_sentence": primary_sentence(prim, design, last, k_max, a1, at, margin)}
+
+
+# ----------------------------------------------------------------------------- controls (H4-H6) and issue 14's measurements
+
+CONTROL_SCORING = {"H4": "loose", "H5": "strict", "H6": "loose"}  # PLAN.md section 7b
+DIVERSITY = (("distinct_answers", "distinct answers"), ("answer_entropy", "answer entropy (nats)"),
+             ("token_entropy", "token entropy at T = 1 (nats)"))
+PAPER_TABLE2 = {"source": "arXiv 2605.06241, Table 2 (a different model and task)", "share_reranked": [0.01, 0.04],
+                "share_shifted": [0.0001, 0.0012], "entropy_ratio": [7.6, 12.6], "mean_rank_changed": [2.1, 2.4]}
+MODEL_BASED = "model-based (beta-binomial)"
+
+
+def _key_fields(key) -> dict:
+    return {"condition": "base", "seed": None, "step": None} if key is None else {"condition": key[0], "seed": key[1], "step": key[2]}
+
+
+def _label(key) -> str:
+    return "base" if key is None else f"{key[0]} s{key[1]} step {key[2]}"
+
+
+def _counts(doc: dict, sc: str) -> np.ndarray:
+    return np.array([p[f"correct_{sc}"] for p in doc["problems"]])
+
+
+def _ordered(design: Design, docs: dict, step: int | None = None) -> list[tuple]:
+    """The keys of docs in the design's order (conditions as registered, then seeds, then steps)."""
+    return [k for k in design.expected() if k in docs and (step is None or k[2] == step)]
+
+
+def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], B: int, bseed: int, ci: float, last: int,
+                     k_max: int) -> dict:
+    """H4-H6 (PLAN.md section 7b), each asked of every registered pair its settings define
+    (find_twins), at the last checkpoint; a hypothesis whose conditions are not registered, or whose
+    evaluations are missing, is listed as skipped with the reason. Seeds of the two conditions are
+    drawn independently (compare_conditions), problems shared."""
+    out = {"step": last, "scorings": dict(CONTROL_SCORING), "h4": [], "h5": [], "h6": [], "skipped": []}
+    by_key = {(e["condition"], e["step"], e["scoring"]): e for e in entries}
+    n = base["sampling"]["n"]
+
+    def seeds_of(c):
+        return [s for s in design.seeds if (c, s, last) in rl]
+
+    def contrast(sc, a, b):
+        sa, sb = seeds_of(a), seeds_of(b)
+        summ, ra, rb = compare_conditions([_counts(rl[(a, s, last)], sc) for s in sa], [_counts(rl[(b, s, last)], sc) for s in sb],
+                                          _counts(base, sc), n, k_max, B, bseed, ci)
+        return summ, ra, rb, sa, sb
+
+    def ready(h, sc, a, b) -> bool:
+        lacking = [c for c in (a, b) if not seeds_of(c)]
+        if lacking:
+            out["skipped"].append({"hypothesis": h, "conditions": [a, b], "why": f"no evaluation of {', '.join(lacking)} at step {last}"})
+        return not lacking
+
+    st = design.settings
+    pairs = find_twins(st, "kl", lambda s: s["kl"] > 0)
+    if not pairs:
+        out["skipped"].append({"hypothesis": "H4", "conditions": [], "why": "no registered condition with a KL anchor (kl > 0) and an unanchored twin"})
+    for anchored, plain in pairs:
+        sc = CONTROL_SCORING["H4"]
+        if not ready("H4", sc, anchored, plain):
+            continue
+        ea, eb = by_key[(anchored, last, sc)], by_key[(plain, last, sc)]
+        summ, _, _, sa, sb = contrast(sc, anchored, plain)
+        out["h4"].append({
+            "anchored": anchored, "unanchored": plain, "kl": st[anchored]["kl"], "step": last, "scoring": sc, "k_max": k_max,
+            "anchored_passk_diff": ea["passk_diff"], "anchored_passk_ci90": ea["passk_ci90"], "anchored_p_equiv_adj": ea["p_equiv_adj"],
+            "anchored_ceiling_equivalent": ea["ceiling_equivalent"],
+            "unanchored_passk_diff": eb["passk_diff"], "unanchored_passk_ci": eb["passk_ci"],
+            "unanchored_p_falls_adj": eb["p_passk_fall_adj"], "unanchored_ceiling_falls": eb["ceiling_falls"],
+            "holds": bool(ea["ceiling_equivalent"] and eb["ceiling_falls"]),
+            "contrast": summ["diff_passk"], "contrast_ci": summ["ci_passk"], "seeds_anchored": sa, "seeds_unanchored": sb,
+            "contrast_curve": {k: summ[k] for k in ("diff", "lo", "hi", "crit", "level")},
+            "test": f"anchored: TOST within ±{design.margin:g} on its Holm-adjusted p (entry {anchored}/{last}/{sc}); unanchored: "
+                    f"ceiling falls on its Holm-adjusted p (entry {plain}/{last}/{sc}); H4 holds when both do. The contrast "
+                    f"Δpass@{k_max}({anchored}) − Δpass@{k_max}({plain}) is descriptive (crossed bootstrap, seeds of the two "
+                    f"conditions drawn independently, problems shared)"})
+    pairs = find_twins(st, "reward", lambda s: s["reward"] == "format")
+    if not pairs:
+        out["skipped"].append({"hypothesis": "H5", "conditions": [], "why": "no registered format-reward condition with a strict-reward twin"})
+    for fmt, ref in pairs:
+        sc = CONTROL_SCORING["H5"]
+        if not ready("H5", sc, fmt, ref):
+            continue
+        summ, ra, rb, sa, sb = contrast(sc, ref, fmt)  # a = the reference (its replicates are its entry's)
+        d_ref, d_fmt = summ["delta_a"][0], summ["delta_b"][0]
+        out["h5"].append({
+            "condition": fmt, "reference": ref, "step": last, "scoring": sc, "gain": d_fmt, "gain_ci": summ["delta_b_ci_pass1"],
+            "reference_gain": d_ref, "reference_gain_ci": summ["delta_a_ci_pass1"], **ratio_estimate(d_fmt, d_ref, rb[:, 0], ra[:, 0], ci),
+            "seeds_condition": sb, "seeds_reference": sa,
+            "statistic": f"share = Δ{sc} pass@1({fmt}) / Δ{sc} pass@1({ref}); percentile interval of the replicate ratios; an estimate, not a test"})
+    pairs = find_twins(st, "method", lambda s: s["method"] in ("rft", "sft"))
+    if not pairs:
+        out["skipped"].append({"hypothesis": "H6", "conditions": [], "why": "no registered rft or sft condition with a GRPO twin"})
+    for other, rlc in pairs:
+        sc = CONTROL_SCORING["H6"]
+        if not ready("H6", sc, other, rlc):
+            continue
+        summ, _, _, sa, sb = contrast(sc, rlc, other)
+        lead = summ["crossover"]["leader_at_k1"]
+        summ["crossover"]["leader_at_k1"] = {"a": rlc, "b": other}.get(lead, "tie")
+        out["h6"].append({"rl": rlc, "other": other, "method": st[other]["method"], "step": last, "scoring": sc, **summ,
+                          "seeds_rl": sa, "seeds_other": sb,
+                          "statistic": f"Δ_k = pass@k({rlc}) − pass@k({other}), k = 1..{k_max}; simultaneous {ci:.0%} band (max-|t|); "
+                                       "descriptive, secondary, not adjusted"})
+    return out
+
+
+def _largest_set(design: Design, sets: dict, n_test: int) -> str | None:
+    """The set on the trained task with the most samples per problem, if it has more than the test set."""
+    cands = [(spec["n"], name) for name, spec in design.eval_sets.items() if not spec["ood"] and sets[name][0] is not None]
+    return max(cands)[1] if cands and max(cands)[0] > n_test else None
+
+
+def analyze_beyond(design: Design, base: dict, rl: dict, sets: dict, last: int, n_test: int) -> dict:
+    """pass@k beyond n (the beta-binomial fits, per model and scoring, on the largest-n set), the
+    model's check against the study's own data (fit on the test set's counts of the large set's
+    problems, predict the large set's measured pass@n) and the boundary counts at that n."""
+    big = _largest_set(design, sets, n_test)
+    if big:
+        bdoc, brl, n, prefix = sets[big][0], sets[big][1], design.eval_sets[big]["n"], f"evalsets/{big}/"
+    else:
+        bdoc, brl, n, prefix = base, rl, n_test, ""
+    ext = design.extrapolate_to
+    models = [(None, bdoc)] + [(k, brl[k]) for k in _ordered(design, brl, last)]
+    fits, curves_out, check, bound = [], {}, [], []
+    for key, d in models:
+        for sc in SCORINGS:
+            c = _counts(d, sc)
+            f = fit_pass_model(c, n)
+            ks = np.unique(np.geomspace(n, max(ext, n), 64).round().astype(int))
+            curves_out[(key, sc)] = {"measured": pass_at_k_curves(c, n, n).mean(axis=0), "ks_model": ks, "model": model_pass_at_k(f, ks)}
+            fits.append({**_key_fields(key), "model": _label(key), "scoring": sc, "file": prefix + d["_file"], "n": n,
+                         "n_problems": len(c), "chosen": f["chosen"], "alpha": f["alpha"], "beta": f["beta"], "pi": f["pi"],
+                         "aic": {m: g["aic"] for m, g in f["fits"].items()}, "loglik": {m: g["loglik"] for m, g in f["fits"].items()},
+                         "at_bound": f["at_bound"], "measured_pass_at_n": float(per_problem(c, n, n).mean()),
+                         "model_pass_at_n": float(model_pass_at_k(f, [n])[0]), "extrapolate_to": ext,
+                         "model_pass_at_extrapolated": float(model_pass_at_k(f, [ext])[0])})
+            if key is not None:
+                bound.append({**_key_fields(key), "model": _label(key), "scoring": sc, "n": n, "file": prefix + d["_file"],
+                              "base_file": prefix + bdoc["_file"], **boundary(_counts(bdoc, sc), c, [p["id"] for p in d["problems"]])})
+    skipped = None
+    if big:
+        pos = {p["id"]: i for i, p in enumerate(base["problems"])}
+        ids = [p["id"] for p in bdoc["problems"]]
+        if design.eval_sets[big]["task"] != (design.config.get("task") or {}).get("name") or any(i not in pos for i in ids):
+            skipped = f"the problems of {prefix}eval_base.json are not all test problems"
+        else:
+            sub = [pos[i] for i in ids]
+            for key, d in models:
+                td = base if key is None else rl.get(key)
+                if td is None:
+                    continue
+                for sc in SCORINGS:
+                    r = extrapolation_check(_counts(td, sc)[sub], n_test, _counts(d, sc), n)
+                    check.append({**_key_fields(key), "model": _label(key), "scoring": sc, "fit_file": td["_file"],
+                                  "target_file": prefix + d["_file"], "n_problems": len(ids), **r})
+    else:
+        skipped = "no evaluation set has more samples per problem than the test set"
+    return {"set": big or "test", "n": n, "extrapolate_to": ext,
+            "rule": "maximum likelihood (scipy Nelder-Mead on logit μ, log(α + β), logit π; fit_betabinom); the zero-inflated "
+                    "beta-binomial (3 parameters) when its AIC is lower than the beta-binomial's (2)", "label": MODEL_BASED, "fits": fits, "check": check, "check_skipped": skipped, "boundary": bound,
+            "_curves": curves_out}
+
+
+def _diversity_means(doc: dict) -> dict:
+    """Mean over problems of each diversity field (None when no problem carries it)."""
+    out = {}
+    for k, _ in DIVERSITY:
+        v = [p[k] for p in doc["problems"] if p.get(k) is not None and not np.isnan(p[k])]
+        out[k] = float(np.mean(v)) if v else None
+    return out
+
+
+def analyze_diversity(design: Design, base: dict, rl: dict, sets: dict) -> dict:
+    """Per model (every set that carries the fields) the mean over problems of distinct answers,
+    answer entropy and token entropy; per set, condition and checkpoint the mean over seeds."""
+    models, conds = [], []
+    for name, (b, docs, prefix) in [("test", (base, rl, ""))] + [(s, (v[0], v[1], f"evalsets/{s}/")) for s, v in sets.items()]:
+        if b is None:
+            continue
+        rows = [(None, b)] + [(k, docs[k]) for k in _ordered(design, docs)]
+        got = [(k, d, _diversity_means(d)) for k, d in rows]
+        if all(v is None for _, _, m in got for v in m.values()):
+            continue  # files from before the diversity fields
+        for k, d, m in got:
+            models.append({"set": name, **_key_fields(k), "model": _label(k), "file": prefix + d["_file"], **m})
+        conds.append({"set": name, "condition": "base", "step": None, "seeds": [], **got[0][2]})
+        for c in design.conditions:
+            for st in design.checkpoints:
+                ms = [(k[1], m) for k, _, m in got[1:] if (k[0], k[2]) == (c, st)]
+                if ms:
+                    conds.append({"set": name, "condition": c, "step": st, "seeds": [s for s, _ in ms],
+                                  **{f: (float(np.mean([m[f] for _, m in ms if m[f] is not None])) if any(m[f] is not None for _, m in ms) else None)
+                                     for f, _ in DIVERSITY}})
+    return {"models": models, "conditions": conds, "fields": {k: w for k, w in DIVERSITY}}
+
+
+def analyze_ood(design: Design, sets: dict, entries: list[dict], curves: dict, B: int, bseed: int, ci: float, draws,
+                last: int, k_test: int) -> dict:
+    """Test vs each out-of-distribution set (a set whose task is not the trained one), per condition at
+    the last checkpoint and scoring: pass@1 and pass@k_max with Delta vs base; the test side from the
+    registered entries, the out-of-distribution side from its own crossed bootstrap (its problems
+    drawn by resample_indices(N_ood, B, seed)), percentile intervals, not adjusted: descriptive."""
+    by_key = {(e["condition"], e["step"], e["scoring"]): e for e in entries}
+    out = {}
+    for name, spec in design.eval_sets.items():
+        b, docs, _ = sets[name]
+        if not spec["ood"] or b is None:
+            continue
+        n, K = spec["n"], spec["k_max"]
+        idx = resample_indices(len(b["problems"]), B, bseed)
+        rows, figure = [], {}
+        for sc in SCORINGS:
+            bc = pass_at_k_curves(_counts(b, sc), n, K)  # (N, K)
+            figure[(sc, "base")] = (curves[sc]["base"].mean(axis=0), bc.mean(axis=0))
+            rows.append({"condition": "base", "step": None, "scoring": sc, "seeds": [],
+                         "test_pass1": float(curves[sc]["base"][:, 0].mean()), "test_passk": float(curves[sc]["base"][:, -1].mean()),
+                         "ood_pass1": float(bc[:, 0].mean()), "ood_passk": float(bc[:, -1].mean())})
+            for c in design.conditions:
+                keys = [k for k in _ordered(design, docs, last) if k[0] == c]
+                e = by_key.get((c, last, sc))
+                if not keys or e is None:
+                    continue
+                pr = np.stack([pass_at_k_curves(_counts(docs[k], sc), n, K) for k in keys])  # (S, N, K)
+                point, _, reps = _boot_curves(pr[..., [0, K - 1]], bc[:, [0, K - 1]], idx, draws(len(keys)))
+                figure[(sc, c)] = (curves[sc][(c, last)][1].mean(axis=1).mean(axis=0), pr.mean(axis=1).mean(axis=0))
+                rows.append({"condition": c, "step": last, "scoring": sc, "seeds": [k[1] for k in keys],
+                             "test_pass1": e["pass1_rl"], "test_pass1_diff": e["pass1_diff"], "test_pass1_ci": e["pass1_ci"],
+                             "test_passk": e["passk_rl"], "test_passk_diff": e["passk_diff"], "test_passk_ci": e["passk_ci"],
+                             "ood_pass1": float(pr[:, :, 0].mean()), "ood_pass1_diff": float(point[0]),
+                             "ood_pass1_ci": list(percentile_interval(reps[:, 0], ci)),
+                             "ood_passk": float(pr[:, :, -1].mean()), "ood_passk_diff": float(point[1]),
+                             "ood_passk_ci": list(percentile_interval(reps[:, 1], ci))})
+        out[name] = {"task": spec["task"], "n": n, "k_max": K, "test_k_max": k_test, "n_problems": len(b["problems"]), "rows": rows,
+                     "note": "Secondary and descriptive: percentile intervals of the crossed bootstrap, not adjusted for multiplicity",
+                     "_figure": figure}
+    return out
+
+
+def analyze_tokens(design: Design, docs: dict, warnings: list[str]) -> dict:
+    """One row per token file (condition x seed x checkpoint), its summary recomputed from the
+    per-problem detail, beside the paper's ranges."""
+    rows = [{**_key_fields(k), "file": docs[k]["_file"], **docs[k]["_summary"]} for k in _ordered(design, docs)]
+    return {"enabled": design.tokens_enabled, "rows": rows, "paper": PAPER_TABLE2, "warnings": warnings,
+            "note": "summaries pooled over every response position of every problem, recomputed from each file's per-problem detail"}
 
 
 # ----------------------------------------------------------------------------- sentences
@@ -703,11 +1384,14 @@ TRAIN_PANELS = [("reward_mean", "mean reward (strict)"), ("zero_signal_frac", "g
                 ("entropy_mean", "mean token entropy (nats)"), ("kl_mean", "mean k3 KL to the base")]
 
 
-def training_figure(run: Path, checkpoints: list[int]) -> Path | None:
+def training_figure(run: Path, checkpoints: list[int], dev: bool = True) -> Path | None:
     """RUN/figures/training.png from RUN/train_*/train_log.csv: one line per condition x seed,
     coloured by condition, the checkpoints as vertical lines. Only step and reward_mean are
     required; each optional column (TRAIN_PANELS) gets a panel when some log has a number in it. Returns None
-    (and writes nothing) when there is no log. Safe to call while training or evaluation runs."""
+    (and writes nothing) when there is no log. Safe to call while training or evaluation runs.
+    With dev (the pipeline's call) it also draws training_dev.png where train_eval.csv files exist."""
+    if dev:
+        training_dev_figure(run, checkpoints)
     logs = [(c, s, rows) for c, s, rows in training_logs(Path(run)) if rows]
     if not logs:
         return None
@@ -747,10 +1431,191 @@ def training_figure(run: Path, checkpoints: list[int]) -> Path | None:
     return path
 
 
-def figures(run: Path, res: dict) -> list[Path]:
+def training_dev_figure(run: Path, checkpoints: list[int]) -> Path | None:
+    """RUN/figures/training_dev.png from RUN/train_*/train_eval.csv (the held-out dev problems every
+    train.dev_every steps): loose pass@1 and loose pass@n over steps, per condition a thick line for
+    the mean over seeds (at the steps every seed has) and a thin line per seed. None when no file."""
+    run = Path(run)
+    try:
+        order = read_design(run).conditions
+    except InputError:
+        order = []
+    logs = []
+    for f in run.glob("train_*/train_eval.csv"):
+        m = TRAIN_RE.match(f.parent.name)
+        rows = _read_csv(f, required=DEV_REQUIRED, drawn=DEV_COLUMNS)
+        if rows:
+            logs.append((m["cond"], int(m["seed"]) if m["seed"] else 0, rows))
+    if not logs:
+        return None
+    logs.sort(key=lambda t: (order.index(t[0]) if t[0] in order else len(order), t[0], t[1]))
     plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    conds = list(dict.fromkeys(c for c, _, _ in logs))
+    ns = sorted({int(r["n"]) for _, _, rows in logs for r in rows if np.isfinite(r.get("n", np.nan))})
+    for ax, (col, title) in zip(axes, (("loose_pass1", "loose pass@1 (dev)"), ("loose_passn", "loose pass@n (dev)"))):
+        for c in conds:
+            color = COLORS[conds.index(c) % len(COLORS)]
+            runs = [{r["step"]: r.get(col, np.nan) for r in rows} for cc, _, rows in logs if cc == c]
+            for r in runs:
+                ax.plot(list(r), list(r.values()), color=color, lw=0.7, alpha=0.35)
+            common = sorted(set.intersection(*(set(r) for r in runs)))
+            ax.plot(common, [np.mean([r[s] for r in runs]) for s in common], color=color, lw=2,
+                    label=f"{c} (mean of {len(runs)} seed{'s' if len(runs) > 1 else ''})")
+        for st in checkpoints:
+            ax.axvline(st, color="grey", ls="--", lw=0.8)
+        ax.set_ylabel(title)
+        ax.set_xlabel("training step")
+        _integer_ticks(ax)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"held-out dev problems during training (train_eval.csv; n = {', '.join(map(str, ns)) or '?'} samples each; "
+                 "thin: one seed)", fontsize=10)
+    fig.tight_layout()
     out = run / "figures"
     out.mkdir(exist_ok=True)
+    path = _save(fig, out / "training_dev.png")
+    plt.close(fig)
+    return path
+
+
+def beyond_figure(out: Path, res: dict) -> Path | None:
+    """pass@k on a log-k axis to analyze.extrapolate_to: measured (solid) to the largest n, the
+    beta-binomial beyond it (dashed, labelled model-based), for the base and each condition's last
+    checkpoint (its first seed in the large set)."""
+    bz = res["beyond"]
+    if not bz["fits"]:
+        return None
+    plt = _plt()
+    n, ext = bz["n"], bz["extrapolate_to"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    shown = [None] + list(dict.fromkeys((f["condition"], f["seed"], f["step"]) for f in bz["fits"] if f["condition"] != "base"))
+    firsts = {}
+    for key in shown[1:]:
+        firsts.setdefault(key[0], key)
+    keys = [None] + list(firsts.values())
+    for ax, sc in zip(axes, SCORINGS):
+        for i, key in enumerate(keys):
+            cv = bz["_curves"][(key, sc)]
+            color = "black" if key is None else COLORS[(i - 1) % len(COLORS)]
+            ax.plot(np.arange(1, n + 1), cv["measured"], color=color, lw=1.5, label=_label(key))
+            if ext > n:
+                ax.plot(cv["ks_model"], cv["model"], color=color, lw=1.5, ls="--")
+        if ext > n:
+            ax.plot([], [], color="grey", ls="--", label=MODEL_BASED)
+            ax.axvline(n, color="grey", ls=":", lw=0.8)
+        _k_axis(ax, max(ext, n))
+        ax.set_ylabel(f"pass@k ({sc})")
+        ax.set_title(f"{sc} scoring")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    src = "test set" if bz["set"] == "test" else f"set {bz['set']}"
+    fig.suptitle(f"pass@k measured to n = {n} ({src}, solid) and {MODEL_BASED} to k = {ext} (dashed)", fontsize=10)
+    fig.tight_layout()
+    path = _save(fig, out / "passk_beyond_n.png")
+    plt.close(fig)
+    return path
+
+
+def ood_figures(out: Path, res: dict) -> list[Path]:
+    """Per out-of-distribution set: pass@k on the test set (left) and on the set (right), per scoring,
+    the base and each condition's last checkpoint (mean over seeds)."""
+    plt = _plt()
+    paths = []
+    for name, o in res["ood"].items():
+        fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+        conds = [c for c in res["design"].conditions if ("loose", c) in o["_figure"]]
+        for i, sc in enumerate(SCORINGS):
+            for j, (where, K) in enumerate((("test", o["test_k_max"]), (name, o["k_max"]))):
+                ax = axes[i, j]
+                for c in ["base"] + conds:
+                    if (sc, c) not in o["_figure"]:
+                        continue
+                    y = o["_figure"][(sc, c)][j]
+                    ax.plot(np.arange(1, K + 1), y, color="black" if c == "base" else COLORS[conds.index(c) % len(COLORS)],
+                            marker="o", ms=2, label=c)
+                _k_axis(ax, K)
+                ax.set_ylabel(f"pass@k ({sc})")
+                ax.set_title(f"{where} ({o['task'] if j else 'in distribution'}), {sc}")
+                ax.grid(alpha=0.3)
+        axes[0, 0].legend(fontsize=7)
+        fig.suptitle(f"in vs out of distribution: test vs {name}; step {res['design'].checkpoints[-1]}, mean over seeds", fontsize=10)
+        fig.tight_layout()
+        paths.append(_save(fig, out / f"ood_{name}.png"))
+        plt.close(fig)
+    return paths
+
+
+def diversity_figure(out: Path, res: dict) -> Path | None:
+    """Test set, last checkpoint: per condition the mean over seeds of each diversity field (bars),
+    each seed a dot, the base a horizontal line."""
+    dv, last = res["diversity"], res["design"].checkpoints[-1]
+    rows = [r for r in dv["conditions"] if r["set"] == "test" and r["step"] == last]
+    base = next((r for r in dv["conditions"] if r["set"] == "test" and r["condition"] == "base"), None)
+    if not rows or base is None:
+        return None
+    plt = _plt()
+    fields = [(k, t) for k, t in DIVERSITY if base[k] is not None]
+    fig, axes = plt.subplots(1, len(fields), figsize=(4.2 * len(fields), 4), squeeze=False)
+    for ax, (k, title) in zip(axes[0], fields):
+        x = np.arange(len(rows))
+        ax.bar(x, [np.nan if r[k] is None else r[k] for r in rows], color=[COLORS[i % len(COLORS)] for i in range(len(rows))], alpha=0.6)
+        for i, r in enumerate(rows):
+            ys = [m[k] for m in dv["models"] if m["set"] == "test" and (m["condition"], m["step"]) == (r["condition"], last) and m[k] is not None]
+            ax.plot([i] * len(ys), ys, "k.", ms=5)
+        ax.axhline(base[k], color="black", ls="--", lw=1, label="base")
+        ax.set_xticks(x, [r["condition"] for r in rows], rotation=30)
+        ax.set_ylabel(title)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle(f"diversity per problem, test set, step {last} (bars: mean over seeds; dots: seeds; dashed: base)", fontsize=10)
+    fig.tight_layout()
+    path = _save(fig, out / "diversity.png")
+    plt.close(fig)
+    return path
+
+
+def controls_figure(out: Path, res: dict) -> Path | None:
+    """H6: the contrast curves pass@k(GRPO) - pass@k(other) with their simultaneous bands."""
+    h6 = res["controls"]["h6"]
+    if not h6:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(h6), figsize=(5.5 * len(h6), 4), squeeze=False)
+    for ax, h in zip(axes[0], h6):
+        ks = np.arange(1, h["k_max"] + 1)
+        ax.plot(ks, h["diff"], color="tab:blue", marker="o", ms=3, label=f"{h['rl']} − {h['other']}")
+        ax.fill_between(ks, h["lo"], h["hi"], color="tab:blue", alpha=0.15, lw=0, label=f"{h['level']:.0%} simultaneous band")
+        ax.axhline(0, color="black", lw=0.8)
+        _k_axis(ax, h["k_max"])
+        ax.set_ylabel(f"Δ pass@k ({h['scoring']}), GRPO − {h['method'].upper()}")
+        ax.set_title(f"H6: {h['rl']} vs {h['other']}, step {h['step']}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = _save(fig, out / "controls_h6.png")
+    plt.close(fig)
+    return path
+
+
+def figures(run: Path, res: dict) -> list[Path]:
+    """Every figure of the report, in its order; each drawing function returns None (or []) when
+    its inputs are absent."""
+    out = run / "figures"
+    out.mkdir(exist_ok=True)
+    written = passk_figures(out, res)
+    for f in (beyond_figure(out, res), *ood_figures(out, res), diversity_figure(out, res), controls_figure(out, res),
+              training_figure(run, res["design"].checkpoints, dev=False), training_dev_figure(run, res["design"].checkpoints),
+              lr_sweep_figure(run, out, res["design"])):
+        if f:
+            written.append(f)
+    return written
+
+
+def passk_figures(out: Path, res: dict) -> list[Path]:
+    """figures/passk_<condition>.png: per scoring, pass@k of the base and each checkpoint (mean over
+    seeds), and Delta pass@k with its simultaneous band."""
+    plt = _plt()
     written = []
     design, k_max, n = res["design"], res["k_max"], res["n"]
     ks = np.arange(1, k_max + 1)
@@ -786,11 +1651,14 @@ def figures(run: Path, res: dict) -> list[Path]:
         fig.tight_layout()
         written.append(_save(fig, out / f"passk_{cond}.png"))
         plt.close(fig)
-    t = training_figure(run, design.checkpoints)
-    if t:
-        written.append(t)
+    return written
+
+
+def lr_sweep_figure(run: Path, out: Path, design: Design) -> Path | None:
+    """figures/lr_sweep.png: the sweep's mean reward per step and rate, the scoring window shaded."""
     sweep = sorted((run / "lr_sweep").glob("lr_*/train_log.csv")) if (run / "lr_sweep").exists() else []
     if sweep:
+        plt = _plt()
         lrs = design.config.get("lr_sweep", {})
         fig, ax = plt.subplots(figsize=(6.5, 4))
         for f in sweep:
@@ -806,9 +1674,10 @@ def figures(run: Path, res: dict) -> list[Path]:
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        written.append(_save(fig, out / "lr_sweep.png"))
+        path = _save(fig, out / "lr_sweep.png")
         plt.close(fig)
-    return written
+        return path
+    return None
 
 
 def _save(fig, path: Path) -> Path:
@@ -819,22 +1688,27 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _read_csv(path: Path) -> list[dict]:
-    """A training log as a list of {column: float}. step and reward_mean are required in every
-    row and must be numbers; the columns drawn (TRAIN_PANELS) must be numbers or empty (NaN); other
-    columns may come and go and are kept only where they are numbers. A short or long row is an
-    InputError naming the file."""
+DEV_COLUMNS = ("n_problems", "n", "strict_pass1", "loose_pass1", "strict_passn", "loose_passn", "format_rate")  # train_eval.csv
+DEV_REQUIRED = ("step",)
+
+
+def _read_csv(path: Path, required: tuple = ("step", "reward_mean"), drawn: tuple | None = None) -> list[dict]:
+    """A training log (train_log.csv; with required=DEV_REQUIRED, drawn=DEV_COLUMNS the dev
+    evaluation train_eval.csv) as a list of {column: float}. The required columns must be in every
+    row and be numbers ("nan" is a number: an sft run has no reward); the columns drawn
+    (TRAIN_PANELS, or `drawn`) must be numbers or empty (NaN); other columns may come and go and are
+    kept only where they are numbers. A short or long row is an InputError naming the file."""
     if not path.exists():
         return []
-    drawn = {c for c, _ in TRAIN_PANELS}
+    drawn = {c for c, _ in TRAIN_PANELS} if drawn is None else set(drawn)
 
     def cell(k, v):
-        if not v.strip() and k not in ("step", "reward_mean"):
+        if not v.strip() and k not in required:
             return float("nan")
         try:
             return float(v)
         except ValueError:
-            if k in drawn or k in ("step", "reward_mean"):
+            if k in drawn or k in required:
                 raise ValueError(f"column {k}: {v!r} is not a number")
             return None  # an unknown text column: left out
 
@@ -846,9 +1720,10 @@ def _read_csv(path: Path) -> list[dict]:
                     raise ValueError(f"row {len(rows) + 1} has {'more' if None in r else 'fewer'} cells than the header")
                 rows.append({k: x for k, x in ((k, cell(k, v)) for k, v in r.items()) if x is not None})
     except (ValueError, csv.Error) as e:
-        raise InputError(f"{path}: malformed training log ({e})")
-    if any("step" not in r or "reward_mean" not in r for r in rows):
-        raise InputError(f"{path}: malformed training log (no step or reward_mean column)")
+        raise InputError(f"{path}: malformed {'training log' if 'reward_mean' in required else 'dev evaluation'} ({e})")
+    if any(any(c not in r for c in required) for r in rows):
+        raise InputError(f"{path}: malformed {'training log' if 'reward_mean' in required else 'dev evaluation'} "
+                         f"(no {' or '.join(required)} column)")
     return rows
 
 
@@ -875,7 +1750,7 @@ def report(run: Path, res: dict, figs: list[Path]) -> str:
     ps, other = design.primary_scoring, [s for s in SCORINGS if s != design.primary_scoring][0]
     L = []
     if res["missing"]:
-        L += [f"**PARTIAL REPORT: {len(res['missing'])} of {len(design.expected())} expected evaluations are missing: "
+        L += [f"**PARTIAL REPORT: {len(res['missing'])} of {design.n_expected()} expected evaluations are missing: "
               f"{', '.join(res['missing'])}.**", ""]
     L += [f"# Report: {run.name}", "", res["primary_sentence"], "",
           f"Written by `analyze_b.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. {res['n_problems']} test problems, "
@@ -912,6 +1787,7 @@ def report(run: Path, res: dict, figs: list[Path]) -> str:
                      f"{h['diff']:+.3f} {_ci(h['ci'])} | {_p(h['p_narrows'])} | {_yn(h['narrows'])} |")
         L += ["", f"The paired difference (last − first checkpoint) of Δpass@{k}, with the same seeds and problems in each replicate. "
               f"*narrows*: one-sided p < {a1:g}; secondary and not adjusted.", ""]
+    L += report_controls(res)
     L += [f"## The {other} scoring", "",
           f"| condition | step | format rate base → RL | Δpass@1 [95% CI] | p (adj) | pass@1 rises | Δpass@{k} [95% CI] | 90% CI | "
           f"p equiv (adj) | p falls (adj) | ceiling | selection |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -946,6 +1822,7 @@ def report(run: Path, res: dict, figs: list[Path]) -> str:
     for e in entries:
         L.append(f"| {e['condition']} | {e['step']} | {e['scoring']} | {e['coverage_base']} | {e['coverage_rl']:g} | {e['only_rl']:g} | "
                  f"{e['only_base']:g} | {_f(e['format_base'])} → {_f(e['format_rl'])} |")
+    L += [""] + report_issue14(res)
     sel, lrc = run / "selection.json", run / "lr_choice.json"
     if lrc.exists():
         d = read_json(lrc)
@@ -981,10 +1858,169 @@ def report(run: Path, res: dict, figs: list[Path]) -> str:
     if figs:
         L += ["## Figures", ""] + [f"![{f.stem}](figures/{f.name})" for f in figs]
     L += ["", "## Provenance of the inputs", "", "| file | sha256 | stage hash | PLAN.md sha256 | revision | made |", "|---|---|---|---|---|---|"]
-    for f in sorted(run.glob("eval_*.json")) + probes + [p for p in (sel, lrc) if p.exists()]:
+    for f in (sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")) + sorted(run.glob("tokens_*.json")) + probes
+              + [p for p in (sel, lrc) if p.exists()]):
         p = read_json(f).get("provenance", {})
-        L.append(f"| {f.name} | {file_sha256(f)[:12]} | {p.get('stage_hash')} | {(p.get('plan_sha256') or '')[:12]} | {p.get('revision')} | {p.get('time')} |")
+        L.append(f"| {f.relative_to(run).as_posix()} | {file_sha256(f)[:12]} | {p.get('stage_hash')} | {(p.get('plan_sha256') or '')[:12]} | {p.get('revision')} | {p.get('time')} |")
     return "\n".join(L) + "\n"
+
+
+def _opt(x, fmt: str = "{:.3f}") -> str:
+    return "—" if x is None else fmt.format(x)
+
+
+def _ids(ids: list, most: int = 12) -> str:
+    """Problem ids, their shared 'task/split/' prefix left off (arith-2x1/test/7 -> 7)."""
+    ids = [str(i) for i in ids]
+    cut = os.path.commonprefix(ids).rfind("/") + 1 if len(ids) > 0 and all("/" in i for i in ids) else 0
+    ids = [i[cut:] if cut else i[i.rfind("/") + 1:] if "/" in i else i for i in ids]
+    shown = ", ".join(ids[:most])
+    return (shown + f", … ({len(ids) - most} more)") if len(ids) > most else (shown or "—")
+
+
+def report_controls(res: dict) -> list[str]:
+    """H4-H6 (PLAN.md section 7b): the tables and what each is computed from."""
+    c, k, m = res["controls"], res["k_max"], res["margin"]
+    last = c["step"]
+    L = [f"## Controls and baselines: H4–H6 (step {last})", ""]
+    if c["h4"] or c["h5"] or c["h6"]:
+        L += [f"From the test-set files `eval_<condition>_s<seed>_{last:03d}.json` and `eval_base.json`, the same crossed bootstrap "
+              f"({res['resamples']} replicates, seed {res['seed']}); in a contrast of two conditions their seeds are drawn independently "
+              f"and the problems shared. H4's verdicts are the registered entries' Holm-adjusted tests above; H5 is an estimate and H6 "
+              f"a description, neither adjusted.", ""]
+    if c["h4"]:
+        L += [f"**H4 (anchoring, {c['scorings']['H4']} scoring):** with the KL anchor the ceiling pass@{k} is equivalent to the "
+              f"base's (TOST within ±{m:g}), without it the ceiling falls.", "",
+              f"| anchored (β) | Δpass@{k} 90% CI | p equiv (adj) | equivalent | unanchored | Δpass@{k} [95% CI] | p falls (adj) | falls | "
+              f"H4 holds | Δ(anchored) − Δ(unanchored) [95% CI] |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for h in c["h4"]:
+            L.append(f"| {h['anchored']} ({h['kl']:g}) | {h['anchored_passk_diff']:+.3f} {_ci(h['anchored_passk_ci90'])} | "
+                     f"{_p(h['anchored_p_equiv_adj'])} | {_yn(h['anchored_ceiling_equivalent'])} | {h['unanchored']} | "
+                     f"{h['unanchored_passk_diff']:+.3f} {_ci(h['unanchored_passk_ci'])} | {_p(h['unanchored_p_falls_adj'])} | "
+                     f"{_yn(h['unanchored_ceiling_falls'])} | **{_yn(h['holds'])}** | {h['contrast']:+.3f} {_ci(h['contrast_ci'])} |")
+        L.append("")
+    if c["h5"]:
+        L += [f"**H5 (format share, {c['scorings']['H5']} scoring):** the share of the reference's pass@1 gain that a reward "
+              f"for the format alone reaches. An estimate, not a test; not estimable when the reference gain's 95% interval contains 0.", "",
+              "| format-only condition | Δpass@1 [95% CI] | reference | Δpass@1 [95% CI] | share [95% CI] |", "|---|---|---|---|---|"]
+        for h in c["h5"]:
+            share = f"{h['share']:.2f} [{h['ci'][0]:.2f}, {h['ci'][1]:.2f}]" if h["estimable"] else f"not estimable ({h['why']})"
+            L.append(f"| {h['condition']} | {h['gain']:+.3f} {_ci(h['gain_ci'])} | {h['reference']} | "
+                     f"{h['reference_gain']:+.3f} {_ci(h['reference_gain_ci'])} | {share} |")
+        L.append("")
+    if c["h6"]:
+        L += [f"**H6 (RL vs RFT and SFT, {c['scorings']['H6']} scoring):** Δ_k = pass@k(GRPO) − pass@k(other), k = 1…{k}, with a "
+              f"simultaneous 95% band (figure `controls_h6.png`). Descriptive, secondary, not adjusted.", "",
+              f"| GRPO | other (method) | Δpass@1 [95% CI] | Δpass@{k} [95% CI] | band half-width at k = 1, {k} | above at k = 1 | where the curves cross |",
+              "|---|---|---|---|---|---|---|"]
+        for h in c["h6"]:
+            cr = h["crossover"]
+            lead = cr["leader_at_k1"]
+            cross = "—" if lead == "tie" else f"{lead} leads: " + crossover_words(cr)
+            L.append(f"| {h['rl']} | {h['other']} ({h['method']}) | {h['diff_pass1']:+.3f} {_ci(h['ci_pass1'])} | "
+                     f"{h['diff_passk']:+.3f} {_ci(h['ci_passk'])} | {(h['hi'][0] - h['lo'][0]) / 2:.3f}, {(h['hi'][-1] - h['lo'][-1]) / 2:.3f} | "
+                     f"{lead} | {cross} |")
+        L.append("")
+    for s in c["skipped"]:
+        L.append(f"- {s['hypothesis']} not asked: {s['why']}.")
+    return L + ([""] if c["skipped"] else [])
+
+
+def report_issue14(res: dict) -> list[str]:
+    """Evaluation sets, pass@k beyond n, boundary, diversity, in vs out of distribution, tokens."""
+    design: Design = res["design"]
+    L = ["## Evaluation sets", "", "| set | task | problems × n | k_max | models | files found |", "|---|---|---|---|---|---|",
+         f"| test | {res['base'].get('task', (design.config.get('task') or {}).get('name'))} | {res['n_problems']} × {res['n']} | "
+         f"{res['k_max']} | all | {1 + len(res['rl'])} (eval_*.json) |"]
+    for name, spec in design.eval_sets.items():
+        b, docs, prefix = res["sets"][name]
+        L.append(f"| {name} | {spec['task']}{' (out of distribution)' if spec['ood'] else ''} | {spec['n_problems']} × {spec['n']} | "
+                 f"{spec['k_max']} | {spec['models']} | {(b is not None) + len(docs)} ({prefix}) |")
+    bz = res["beyond"]
+    n, ext = bz["n"], bz["extrapolate_to"]
+    src = "test set, eval_*.json" if bz["set"] == "test" else f"set {bz['set']}, evalsets/{bz['set']}/"
+    L += ["", f"## pass@k beyond n = {n}: {MODEL_BASED}", "",
+          f"Fitted by maximum likelihood to each model's per-problem counts in the {src} (the base and each condition's last "
+          f"checkpoint); pass@k = (1 − π)(1 − B(α, β + k) / B(α, β)). "
+          f"The zero-inflated model (a share π of problems never solved) is used when its AIC is lower. "
+          f"Every value in the last column is **{MODEL_BASED}**, not measured. *at bound*: the fit ran to the edge of its search box "
+          f"(counts all alike: a binomial or a point mass), so its extrapolation is the limit of the model, not a measurement.", "",
+          f"| model | scoring | model used | α | β | π | AIC plain / zero-inflated | measured pass@{n} | model pass@{n} | "
+          f"pass@{ext} ({MODEL_BASED}) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for f in bz["fits"]:
+        L.append(f"| {f['model']} | {f['scoring']} | {f['chosen']}{' (at bound)' if f['at_bound'] else ''} | {f['alpha']:.3g} | "
+                 f"{f['beta']:.3g} | {f['pi']:.3f} | {f['aic']['beta-binomial']:.1f} / {f['aic']['zero-inflated beta-binomial']:.1f} | "
+                 f"{_f(f['measured_pass_at_n'])} | {_f(f['model_pass_at_n'])} | {_f(f['model_pass_at_extrapolated'])} |")
+    if bz["check"]:
+        ch = bz["check"]
+        nt = ch[0]["fit_n"]
+        L += ["", f"**Check of the model on this study's data.** Fitted to the test set's {nt} samples on the {ch[0]['n_problems']} "
+              f"problems of set {bz['set']}, the model predicts pass@{n}; the set measures it on the same problems. error = predicted − "
+              f"measured; *naive* is the measured pass@{nt}, what one would say without a model.", "",
+              f"| model | scoring | fitted to | model used | predicted pass@{n} ({MODEL_BASED}) | measured pass@{n} | error | naive pass@{nt} (error) |",
+              "|---|---|---|---|---|---|---|---|"]
+        for r in ch:
+            L.append(f"| {r['model']} | {r['scoring']} | {r['fit_file']} | {r['model_used']} | {_f(r['predicted'])} | {_f(r['measured'])} | "
+                     f"{r['error']:+.3f} | {_f(r['naive'])} ({r['naive_error']:+.3f}) |")
+        for sc in SCORINGS:
+            errs = [abs(r["error"]) for r in ch if r["scoring"] == sc]
+            if errs:
+                L += ["", f"Mean |error| ({sc}): {np.mean(errs):.3f}, largest {max(errs):.3f}, over {len(errs)} models."]
+    elif bz["check_skipped"]:
+        L += ["", f"No check of the model: {bz['check_skipped']}."]
+    L += ["", f"## Boundary at n = {n} ({src})", "",
+          f"Problems the base never solved in {n} samples that the trained model solved at least once (*only RL*), and the reverse "
+          f"(*only base*), with their ids (without their task/split/ prefix; the full ids are in verdicts.json).", "",
+          "| model | scoring | solved: base / RL | only RL | ids | only base | ids |", "|---|---|---|---|---|---|---|"]
+    for r in bz["boundary"]:
+        L.append(f"| {r['model']} | {r['scoring']} | {r['solved_base']} / {r['solved_rl']} | {r['only_rl']} | {_ids(r['only_rl_ids'])} | "
+                 f"{r['only_base']} | {_ids(r['only_base_ids'])} |")
+    dv = res["diversity"]
+    if dv["conditions"]:
+        L += ["", "## Diversity", "",
+              "Per problem, from each eval file's fields: the number of distinct final answers among its samples (the answer block's integer, "
+              "else the last integer; no integer is one class), the entropy of that answer distribution, and the mean full-vocabulary token "
+              "entropy of the untempered (T = 1) distribution over the response tokens. Mean over problems; trained models: mean over seeds "
+              "(each model's own row is in verdicts.json).", "",
+              "| set | condition | step | seeds | distinct answers | answer entropy (nats) | token entropy (nats) |", "|---|---|---|---|---|---|---|"]
+        for r in dv["conditions"]:
+            L.append(f"| {r['set']} | {r['condition']} | {r['step'] or '—'} | {', '.join(map(str, r['seeds'])) or '—'} | "
+                     f"{_opt(r['distinct_answers'], '{:.2f}')} | {_opt(r['answer_entropy'])} | {_opt(r['token_entropy'])} |")
+    for name, o in res["ood"].items():
+        K, kt = o["k_max"], o["test_k_max"]
+        L += ["", f"## In vs out of distribution: test vs {name} ({o['task']}, {o['n_problems']} × {o['n']})", "",
+              f"Test columns: the entries above (eval_*.json); {name} columns: evalsets/{name}/, its own crossed bootstrap. Each cell: "
+              f"RL (mean over seeds), Δ vs base [95% CI]. {o['note']}.", "",
+              f"| condition | scoring | test pass@1 | {name} pass@1 | test pass@{kt} | {name} pass@{K} |", "|---|---|---|---|---|---|"]
+        for r in o["rows"]:
+            if r["condition"] == "base":
+                L.append(f"| base | {r['scoring']} | {_f(r['test_pass1'])} | {_f(r['ood_pass1'])} | {_f(r['test_passk'])} | {_f(r['ood_passk'])} |")
+            else:
+                L.append(f"| {r['condition']} | {r['scoring']} | {_f(r['test_pass1'])}, {r['test_pass1_diff']:+.3f} {_ci(r['test_pass1_ci'])} | "
+                         f"{_f(r['ood_pass1'])}, {r['ood_pass1_diff']:+.3f} {_ci(r['ood_pass1_ci'])} | "
+                         f"{_f(r['test_passk'])}, {r['test_passk_diff']:+.3f} {_ci(r['test_passk_ci'])} | "
+                         f"{_f(r['ood_passk'])}, {r['ood_passk_diff']:+.3f} {_ci(r['ood_passk_ci'])} |")
+    tk = res["tokens"]
+    if tk["rows"] or tk["enabled"]:
+        pp = tk["paper"]
+        L += ["", "## The token level (arXiv 2605.06241 §3)", "",
+              "The base decodes each test problem greedily; the trained model reads the same prefixes. A position is *unchanged* when the two "
+              "argmaxes agree, *reranked* when the trained choice is in the base's top 5 but not first, *shifted* otherwise. Pooled over "
+              "every position; recomputed from each tokens_<condition>_s<seed>_<step>.json's per-problem detail. The last row is the "
+              f"paper's range: {pp['source']}, not a target.", "",
+              "| condition | seed | step | positions | unchanged | reranked | shifted | mean base rank (changed) | base entropy changed / unchanged | ratio |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in tk["rows"]:
+            pct = lambda x: "—" if x is None else f"{100 * x:.3f}%"
+            L.append(f"| {r['condition']} | {r['seed']} | {r['step']} | {r['positions']} | {pct(r['share_unchanged'])} | {pct(r['share_reranked'])} | "
+                     f"{pct(r['share_shifted'])} | {_opt(r['mean_rank_changed'], '{:.2f}')} | {_opt(r['base_entropy_changed'])} / "
+                     f"{_opt(r['base_entropy_unchanged'])} | {_opt(r['entropy_ratio'], '{:.1f}×')} |")
+        L.append(f"| *paper (another model and task)* | | | | | {100 * pp['share_reranked'][0]:g}–{100 * pp['share_reranked'][1]:g}% | "
+                 f"{100 * pp['share_shifted'][0]:g}–{100 * pp['share_shifted'][1]:g}% | {pp['mean_rank_changed'][0]:g}–{pp['mean_rank_changed'][1]:g} | | "
+                 f"{pp['entropy_ratio'][0]:g}–{pp['entropy_ratio'][1]:g}× |")
+        if not tk["rows"]:
+            L.append("\nNo token files yet.")
+    return L
 
 
 def _warnings(run: Path, res: dict) -> list[str]:
@@ -1012,6 +2048,25 @@ def _warnings(run: Path, res: dict) -> list[str]:
     expected += [f"probe_{t}.json" for t in cfg.get("probe", {}).get("tasks", [])]
     expected += [f"{design.train_dir(c, s)}/train_log.csv" for c in design.conditions for s in design.seeds
                  if any(key[:2] == (c, s) for key in rl)]
+    if (cfg.get("train", {}).get("dev_every") or 0) > 0:
+        expected += [f"{design.train_dir(c, s)}/train_eval.csv" for c in design.conditions for s in design.seeds
+                     if any(key[:2] == (c, s) for key in rl)]
+    for name, (b, docs, prefix) in res["sets"].items():
+        for d in docs.values():
+            if b is not None and {**settings(d), "sets": d.get("provenance", {}).get("config", {}).get("eval_sets")} != \
+                    {**settings(b), "sets": b.get("provenance", {}).get("config", {}).get("eval_sets")}:
+                warnings.append(f"{prefix}{d['_file']} records other evaluation settings than {prefix}eval_base.json")
+        for d in ([b] if b is not None else []) + list(docs.values()):
+            if d.get("provenance", {}).get("config_hash") != prov.get("config_hash"):
+                warnings.append(f"{prefix}{d['_file']} was made with another config (hash {d.get('provenance', {}).get('config_hash')}) "
+                                f"than eval_base.json ({prov.get('config_hash')})")
+    if (run / "evalsets").is_dir():
+        for f in sorted((run / "evalsets").iterdir()):
+            if f.is_dir() and f.name not in design.eval_sets:
+                warnings.append(f"evalsets/{f.name}/ is not a registered evaluation set (config eval_sets): left out")
+    warnings += res["tokens"]["warnings"]
+    if not design.tokens_enabled and res["tokens"]["rows"]:
+        warnings.append("token files are present but config tokens.enabled is off: they are reported as found, not checked for completeness")
     for name in expected:
         if not (run / name).exists():
             warnings.append(f"{name} is missing: what it would show is left out of this report")
@@ -1030,6 +2085,8 @@ def check_extras(run: Path) -> None:
     """Read (and so validate) the training logs and the JSON files the figures and report use."""
     for f in list(run.glob("train_*/train_log.csv")) + list(run.glob("lr_sweep/lr_*/train_log.csv")):
         _read_csv(f)
+    for f in run.glob("train_*/train_eval.csv"):
+        _read_csv(f, required=DEV_REQUIRED, drawn=DEV_COLUMNS)
     for f in [run / "lr_choice.json", run / "selection.json"] + sorted(run.glob("probe_*.json")):
         if f.exists():
             d = read_json(f)
@@ -1082,6 +2139,21 @@ def verdicts_json(res: dict, run: Path) -> dict:
                    "layout": "single-seed (eval_<condition>_<step>.json, read as seed 0)" if d.legacy else "eval_<condition>_s<seed>_<step>.json"},
         "partial": bool(res["missing"]), "missing": res["missing"],
         "entries": res["entries"], "n": res["n"], "k_max": res["k_max"], "n_problems": res["n_problems"],
+        "controls": {**res["controls"], "registered": {
+            "H4": "with the KL anchor the few-problem condition's loose pass@k_max is equivalent to the base's (TOST, the entry's "
+                  "Holm-adjusted p), while without it the ceiling falls (the entry's Holm-adjusted p); holds when both do",
+            "H5": "share of the strict pass@1 gain of the twin strict-reward condition reached by the format-only reward: an estimate",
+            "H6": "GRPO vs RFT and SFT on the loose pass@k curve: contrast curves with simultaneous bands and where they cross; descriptive"}},
+        "eval_sets": {"test": {"task": res["base"].get("task"), "n": res["n"], "k_max": res["k_max"], "n_problems": res["n_problems"],
+                               "models": "all", "files": ["eval_base.json"] + [d["_file"] for d in res["rl"].values()]},
+                      **{name: {**spec, "files": ([f"evalsets/{name}/eval_base.json"] if res["sets"][name][0] is not None else [])
+                                + [f"evalsets/{name}/{x['_file']}" for x in res["sets"][name][1].values()]}
+                         for name, spec in d.eval_sets.items()}},
+        "beyond_n": {k: v for k, v in res["beyond"].items() if not k.startswith("_") and k != "boundary"},
+        "boundary": {"set": res["beyond"]["set"], "n": res["beyond"]["n"], "rows": res["beyond"]["boundary"]},
+        "diversity": res["diversity"],
+        "ood": {name: {k: v for k, v in o.items() if not k.startswith("_")} for name, o in res["ood"].items()},
+        "tokens": res["tokens"],
     }
 
 
@@ -1092,7 +2164,8 @@ def run_analysis(run: Path, resamples: int | None = None, seed: int | None = Non
     res = analyze(run, resamples=resamples, seed=seed, partial=partial)
     check_extras(run)  # read every other input now: a bad one must stop us before anything is written
     out = verdicts_json(res, run)
-    out["provenance"] = {"inputs": {f.name: file_sha256(f) for f in sorted(run.glob("eval_*.json"))},
+    inputs = sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")) + sorted(run.glob("tokens_*.json"))
+    out["provenance"] = {"inputs": {f.relative_to(run).as_posix(): file_sha256(f) for f in inputs},
                          "plan_sha256": file_sha256(ROOT / "PLAN.md"), "config_hash": res["base"].get("provenance", {}).get("config_hash"),
                          "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     text = json.dumps(out, indent=1) + "\n"

@@ -95,7 +95,7 @@ class ConditionCfg:
     there is no per-condition branch (PLAN.md section 4)."""
     problems: str = "all"  # all | select-N (the N problems the select stage picks)
     reward: str = "strict"  # strict (answer in tags, correct) | format (a complete <answer> block with an integer)
-    method: str = "grpo"  # grpo (Dr. GRPO)
+    method: str = "grpo"  # grpo (Dr. GRPO) | rft (cross-entropy on the correct samples) | sft (cross-entropy on gold solutions)
     kl: float = 0.0  # beta of the k3 KL anchor to the base (0 = none, as the report ran)
     entropy: float = 0.0  # alpha of the entropy bonus (0 = none)
     lr: float | None = None  # None: the lr-sweep stage's choice
@@ -121,6 +121,11 @@ class TrainCfg:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     log_kl_every: int = 0  # log the k3 KL to the base every this many steps when no KL term is trained (0 = never)
     grad_clip: float | None = None  # clip the gradient's global norm to this (None = off, as the report ran)
+    # Held-out checks during training: pass@1 and pass@n on `dev` problems (a split disjoint from
+    # train and test), sampled like the evaluation, every dev_every steps -> train_eval.csv.
+    dev_every: int = 0  # 0 = off
+    dev_problems: int = 64
+    dev_samples: int = 8
     # The policy gradient uses untempered log-probabilities, so rollouts must be drawn from the
     # untempered, untruncated policy: temperature 1, top-p 1, top-k off (validated).
     sampling: SamplingCfg = field(default_factory=SamplingCfg)
@@ -136,6 +141,28 @@ class EvalCfg:
 
 
 @dataclass
+class EvalSetCfg:
+    """A registered evaluation besides `test` (the `eval` section): its own problems, samples and
+    models, written to RUN/evalsets/<name>/."""
+    task: str | None = None  # None: task.name (the test problems); else another task's test problems (out of distribution)
+    n_problems: int = 64  # the first n_problems test problems of that task
+    n: int = 256
+    k_max: int = 256
+    models: str = "final-first-seed"  # all | final | final-first-seed: which checkpoints besides the base
+    sampling: SamplingCfg = field(default_factory=lambda: SamplingCfg(temperature=0.6, top_p=0.95))
+    problems_per_batch: int = 1
+    seeds: str = "own"  # own: the set's own sampling seeds (new draws); test: the test set's (same n and batching reproduce its counts)
+
+
+@dataclass
+class TokensCfg:
+    """The token-level comparison of each trained checkpoint with the base (arXiv 2605.06241 §3)."""
+    enabled: bool = False
+    top: int = 5  # "reranked": the trained model's choice is in the base's top `top`
+    n_problems: int = 128  # the first test problems, decoded greedily by the base
+
+
+@dataclass
 class SelectCfg:
     n_problems: int = 128  # the first train problems the base answers
     samples: int = 16
@@ -147,6 +174,7 @@ class LrSweepCfg:
     candidates: list[float] = field(default_factory=lambda: [1e-5, 5e-5, 2e-4])
     steps: int = 30
     last: int = 10  # the choice: highest mean reward over the last `last` steps
+    per_condition: bool = False  # True: sweep every condition with its own recipe and use its own rate
 
 
 @dataclass
@@ -167,6 +195,7 @@ class AnalyzeCfg:
     primary_condition: str = "many"  # the one primary entry: this condition, its last checkpoint ...
     primary_scoring: str = "loose"  # ... on this scoring
     power: float = 0.8  # the power at which the report states the smallest detectable effects
+    extrapolate_to: int = 1024  # the largest k of the model-based (beta-binomial) pass@k curve
 
 
 @dataclass
@@ -180,7 +209,9 @@ class Config:
     lora: LoraCfg = field(default_factory=LoraCfg)
     conditions: dict[str, ConditionCfg] = field(default_factory=default_conditions)  # in PLAN.md's order
     train: TrainCfg = field(default_factory=TrainCfg)
-    eval: EvalCfg = field(default_factory=EvalCfg)
+    eval: EvalCfg = field(default_factory=EvalCfg)  # the `test` evaluation set: every model
+    eval_sets: dict[str, EvalSetCfg] = field(default_factory=dict)  # further registered sets (wide, ood)
+    tokens: TokensCfg = field(default_factory=TokensCfg)
     select: SelectCfg = field(default_factory=SelectCfg)
     lr_sweep: LrSweepCfg = field(default_factory=LrSweepCfg)
     probe: ProbeCfg = field(default_factory=ProbeCfg)
@@ -324,7 +355,8 @@ def load(path: str | None, overrides: list[str] | None = None) -> Config:
 
 CONDITION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
 REWARDS = ("strict", "format")
-METHODS = ("grpo",)
+METHODS = ("grpo", "rft", "sft")
+EVAL_MODELS = ("all", "final", "final-first-seed")
 
 
 def selection_size(c: ConditionCfg) -> int | None:
@@ -388,6 +420,25 @@ def validate(cfg: Config) -> None:
         need(c.kl >= 0, f"conditions.{name}.kl", "must be >= 0")
         need(c.entropy >= 0, f"conditions.{name}.entropy", "must be >= 0")
         need(c.lr is None or c.lr > 0, f"conditions.{name}.lr", "must be > 0, or null for the lr-sweep's choice")
+    need(t.dev_every >= 0 and t.dev_problems >= 1 and t.dev_samples >= 1, "train.dev_every",
+         "dev_every must be >= 0 (0 = off), dev_problems and dev_samples >= 1")
+    for name, es in cfg.eval_sets.items():
+        need(bool(CONDITION_NAME.fullmatch(name)) and name != "test", f"eval_sets.{name}", "names use letters, digits and '-' ('test' is the eval section)")
+        need(es.task is None or (es.task in TASKS and es.task != "countdown"), f"eval_sets.{name}.task", f"must be null or one of {', '.join(t for t in TASKS if t != 'countdown')}")
+        need(es.n_problems >= 1 and es.n >= 1 and 1 <= es.k_max <= es.n, f"eval_sets.{name}.k_max", "need n_problems >= 1 and 1 <= k_max <= n")
+        need(es.task not in (None, cfg.task.name) or es.n_problems <= cfg.task.n_test, f"eval_sets.{name}.n_problems",
+             f"the set takes the first test problems: at most task.n_test ({cfg.task.n_test})")
+        need(es.models in EVAL_MODELS, f"eval_sets.{name}.models", f"must be one of {', '.join(EVAL_MODELS)}")
+        need(es.sampling.temperature > 0 and 0 < es.sampling.top_p <= 1 and es.sampling.top_k >= 0 and es.sampling.max_new_tokens >= 1,
+             f"eval_sets.{name}.sampling", "needs temperature > 0, top_p in (0, 1], top_k >= 0, max_new_tokens >= 1")
+        need(es.problems_per_batch >= 1, f"eval_sets.{name}.problems_per_batch", "must be >= 1")
+        need(es.seeds in ("own", "test"), f"eval_sets.{name}.seeds", "must be own or test")
+    if cfg.lr_sweep.per_condition:
+        for name, c in cfg.conditions.items():
+            need(c.method != "sft" or c.lr is not None, f"conditions.{name}.lr",
+                 "an sft condition draws no rollouts, so it has no reward to sweep on: give it its own lr (or set lr_sweep.per_condition: false)")
+    need(cfg.tokens.top >= 1 and cfg.tokens.n_problems >= 1, "tokens.top", "top and n_problems must be >= 1")
+    need(cfg.analyze.extrapolate_to >= 1, "analyze.extrapolate_to", "must be >= 1")
     need(cfg.analyze.primary_condition in cfg.conditions, "analyze.primary_condition", f"must name a registered condition ({', '.join(cfg.conditions)})")
     need(cfg.analyze.primary_scoring in ("strict", "loose"), "analyze.primary_scoring", "must be strict or loose")
     need(0 < cfg.analyze.equivalence_margin < 1, "analyze.equivalence_margin", "must be in (0, 1)")

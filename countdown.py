@@ -50,6 +50,8 @@ ARITH_DIGITS = {
     "arith-3x2": (3, 2, 3),
     "arith-2x2": (2, 2, 3),
     "arith-2x1": (2, 1, 2),
+    "arith-2x1-1": (2, 1, 1),  # the CPU world's out-of-distribution set: a 1-digit subtrahend
+    "arith-3x3": (3, 3, 3),  # the study's out-of-distribution set
     "arith-1x1": (1, 1, 1),
 }
 TASKS = tuple(ARITH_DIGITS) + ("countdown",)
@@ -291,6 +293,42 @@ def score_loose(response: str, answer: int) -> bool:
     """Evaluation only: strict, or the last integer of the whole response equals `answer`.
     Separates "can compute" from "follows the output format"."""
     return score_strict(response, answer) or last_integer(response) == answer
+
+
+def final_answer(response: str) -> int | None:
+    """The answer a response gives, for counting distinct answers: the integer in its answer
+    block when it has one, else the last integer of the whole response (None: no integer)."""
+    block = answer_block(response)
+    value = last_integer(block) if block is not None else None
+    return value if value is not None else last_integer(response)
+
+
+def _parts(x: int) -> list[int]:
+    """57 -> [50, 7]; 413 -> [400, 10, 3]; zero digits dropped."""
+    s = str(x)
+    return [int(d) * 10 ** (len(s) - 1 - i) for i, d in enumerate(s) if d != "0"]
+
+
+def gold_solution(problem: Problem, style: str = "instruct") -> str:
+    """A correct worked solution in the prompt's format, written by code: the SFT condition's
+    targets. "bare" (the CPU world): the tiny base's own decomposed trace with tags,
+    `<think>57 * 5 = 50 * 5 + 7 * 5 = 250 + 35 = 285. 285 - 42 = 243</think><answer>243</answer>`.
+    "instruct" (Qwen): the multiplier split by place value,
+    `<think>413 * 41 = 413 * 40 + 413 * 1 = 16520 + 413 = 16933. 16933 - 882 = 16051</think>`
+    then a newline and `<answer>16051</answer>`."""
+    if problem.task not in ARITH_DIGITS:
+        raise ValueError(f"gold_solution: only arithmetic tasks have written solutions, not {problem.task}")
+    a, b, c = problem.numbers
+    product, value = a * b, a * b - c
+    if style == "bare":
+        parts = _parts(a)
+        work = f"{a} * {b} = " + (" + ".join(f"{x} * {b}" for x in parts) + " = " + " + ".join(str(x * b) for x in parts) + " = "
+                                  if len(parts) > 1 else "") + f"{product}"
+        return f"<think>{work}. {product} - {c} = {value}</think><answer>{value}</answer>"
+    parts = _parts(b)
+    work = f"{a} * {b} = " + (" + ".join(f"{a} * {x}" for x in parts) + " = " + " + ".join(str(a * x) for x in parts) + " = "
+                              if len(parts) > 1 else "") + f"{product}"
+    return f"<think>{work}. {product} - {c} = {value}</think>\n<answer>{value}</answer>"
 
 
 # --- Countdown: parse the expression with ast and exact fractions; never eval.

@@ -14,6 +14,15 @@ Dr. GRPO (Liu et al., arXiv 2503.20783) as this study runs it. Departures from G
           policy-gradient surrogate -A * log pi.
   5. [D5] The reward is the strict score only (answer inside <answer> tags); no format reward.
 
+The controls of PLAN.md section 4 are entries of the condition registry, read by the same loop
+(no per-condition branch): `kl` adds the k3 KL anchor to the base (departing from [D3]),
+`entropy` an entropy bonus, `reward: format` the format-only reward (departing from [D5]), and
+`method` changes only which completions are trained and with which weight, all through the same
+surrogate -sum(A * log pi) / constant:
+  grpo  the policy's samples, A = reward - group mean               [D1]
+  rft   the policy's samples, A = reward (the correct ones, weight 1; rejection-sampling fine-tuning)
+  sft   gold solutions written by code (countdown.gold_solution), A = 1; no rollouts
+
 LoRA and the sampler are written by hand so that every line of the method can be read here;
 tests check them against PEFT and `model.generate`.
 
@@ -497,13 +506,16 @@ def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: 
 
 
 def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens: int, micro_batch: int,
-                    n_samples: int, weight_bytes: int = 2, top_p: bool = False) -> dict[str, float]:
+                    n_samples: int, weight_bytes: int = 2, top_p: bool = False, ragged: bool = True) -> dict[str, float]:
     """Peak accelerator bytes of a training step and of sampling, from this file's code path.
     mc: the model's config (hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
     num_key_value_heads, vocab_size). Counts what autograd keeps per token and layer (bf16
     activations, the fp32 copies LoRALinear makes of its inputs), the completion logits
     (bf16 out of lm_head, the fp32 upcast, and their gradients), the KV cache, and LoRA weights with
-    grads and AdamW state (fp32). Leaves out the allocator's slack and the CUDA context."""
+    grads and AdamW state (fp32). Leaves out the allocator's slack and the CUDA context.
+    ragged: the micro-batch is padded (prompts or completions of different lengths, as in every
+    real step), so attention takes its masked path (counted in "attention_mask"); False: the
+    unpadded path, as when every row has the same length."""
     H, I, L, V = mc.hidden_size, mc.intermediate_size, mc.num_hidden_layers, mc.vocab_size
     kv = H // mc.num_attention_heads * mc.num_key_value_heads
     params = V * H + L * (H * H + H + 2 * (H * kv + kv) + H * H + 3 * H * I + 2 * H) + H  # tied embeddings
@@ -517,14 +529,19 @@ def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens
         + 2 * H * 4 + 4 * I * a + I * 4  # gate/up LoRA copies; gate, up, silu(gate), product; down's LoRA copy
         + 7 * lora_r * 4  # LoRA A outputs
     )
-    activations = b * T * L * per_token_layer
+    # A padded micro-batch passes transformers' bool mask (b, 1, T, T) to SDPA, which then cannot do GQA itself:
+    # repeat_kv expands K and V to all H heads in every layer, and SDPA keeps those instead of the kv-head ones
+    # (and the mask, converted to the activation dtype, in every layer) for backward. Checked against the peak
+    # RSS of padded vs unpadded micro-batches (bench/memory_05b.py --cpu-check 8 --micro-batch 2 [--uniform]).
+    attention_mask = (b * T * T + L * b * T * T * a + L * b * T * 2 * (H - kv) * a) if ragged else 0
+    activations = b * T * L * per_token_layer + attention_mask
     # bf16 logits, their fp32 upcast, logsumexp's fp32 temporary (its backward's softmax too), fp32 and bf16 grads;
     # checked against peak RSS on the CPU (bench/memory_05b.py --cpu-check)
     logits = b * (Lc + 1) * V * (a + 4 + 4 + 4 + a)
     static = params * weight_bytes + lora_params * 4 * 4  # LoRA: weight, grad, two AdamW moments
     kv_cache = n_samples * T * L * 2 * kv * a
     sample_logits = n_samples * V * (4 + 4 + (4 + 8 + 4 + 4 + 1 + 1 if top_p else 0))  # fp32 logits, probs, top-p sort
-    return {"params": params, "lora_params": lora_params, "static": static, "activations": activations, "logits": logits,
+    return {"params": params, "lora_params": lora_params, "static": static, "activations": activations, "attention_mask": attention_mask, "logits": logits,
             "train_step": static + activations + logits, "kv_cache": kv_cache, "sampling": static + kv_cache + sample_logits}
 
 
@@ -579,12 +596,23 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB -> MiB (process peak RSS)
 
 
-def write_log(path: Path, rows: list[dict]) -> None:
+def write_csv_rows(path: Path, rows: list[dict], fields: list[str]) -> None:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=LOG_FIELDS, lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     w.writeheader()
     w.writerows(rows)
     atomic_write_text(path, buf.getvalue())
+
+
+def read_csv_rows(path: Path) -> list[dict]:
+    if not Path(path).exists():
+        return []
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def write_log(path: Path, rows: list[dict]) -> None:
+    write_csv_rows(path, rows, LOG_FIELDS)
 
 
 def read_log(path: Path) -> list[dict]:
@@ -610,13 +638,41 @@ def save_last(model, opt, step: int, rows: list[dict], out: Path, cfg: C.Config,
     atomic_replace_dir(tmp, out / "last")
 
 
+def method_batch(method: str, rewards: torch.Tensor, rollouts: list[list[int]], gold: list[list[int]] | None):
+    """(completions, advantages (P*G,)) that a method trains on. rewards (P, G)."""
+    if method == "grpo":
+        return rollouts, group_advantages(rewards).view(-1)  # [D1]
+    if method == "rft":
+        return rollouts, rewards.view(-1).clone()  # keep the correct samples, drop the rest
+    if method == "sft":
+        return gold, torch.ones(rewards.numel())
+    raise ValueError(f"unknown method {method!r}")
+
+
+def dev_check(model, tok, cfg: C.Config, dev: list, step: int) -> dict:
+    """pass@1 and pass@n on the held-out dev problems, sampled like the evaluation with seeds
+    tied to the problems (so every step and model is sampled alike); draws nothing from training."""
+    tc = cfg.train
+    texts, _ = sample_problems(model, tok, dev, tc.dev_samples, cfg.eval.sampling, cfg.task.seed, "dev", cfg.task.prompt_style,
+                               cfg.eval.problems_per_batch, progress=False)
+    rows = score_problems(dev, texts, keep_responses=False)
+    n = tc.dev_samples
+    s = summarize(rows, n, n)
+    return {"step": step, "n_problems": len(dev), "n": n, "strict_pass1": s["pass_at_k"]["strict"]["1"], "loose_pass1": s["pass_at_k"]["loose"]["1"],
+            "strict_passn": s["pass_at_k"]["strict"][str(n)], "loose_passn": s["pass_at_k"]["loose"][str(n)], "format_rate": s["format_rate"]}
+
+
+DEV_FIELDS = ["step", "n_problems", "n", "strict_pass1", "loose_pass1", "strict_passn", "loose_passn", "format_rate"]
+
+
 def train(cfg: C.Config, name: str, cond: C.ConditionCfg, seed: int, pool: list, lr: float, out: Path, base: str, *,
           steps: int | None = None, checkpoints: list[int] | None = None, inputs: dict | None = None, stage: str = "train",
           progress: bool = True) -> Path:
     """Condition `name` (its settings `cond`) with training seed `seed` on `pool` for `steps`
     steps into `out`; resumes from out/last if it is there. Returns out. Writes
     out/train_log.csv, out/step_XXX/ adapters, out/last/, out/done.json.
-    The seed draws the LoRA initialisation, the data order and every rollout; nothing else."""
+    The seed draws the LoRA initialisation, the data order and every rollout; nothing else.
+    With train.dev_every > 0 it also writes out/train_eval.csv (held-out dev problems)."""
     from tqdm import tqdm
 
     tc = cfg.train
@@ -630,6 +686,7 @@ def train(cfg: C.Config, name: str, cond: C.ConditionCfg, seed: int, pool: list,
     out.mkdir(parents=True, exist_ok=True)
     meta = {"condition": name, "train_seed": seed, "lr": lr, "steps": steps, "provenance": provenance(cfg, stage, inputs, str(device))}
     rows: list[dict] = []
+    dev_rows: list[dict] = []
     start = 1
     old = out / ".last.old"
     if not (out / "last").exists() and (old / "state.json").exists():
@@ -642,6 +699,7 @@ def train(cfg: C.Config, name: str, cond: C.ConditionCfg, seed: int, pool: list,
         # map_location: a run started on a GPU resumes on a CPU-only machine (and the reverse)
         opt.load_state_dict(torch.load(out / "last" / "optimizer.pt", weights_only=True, map_location=device))
         rows = [r for r in read_log(out / "train_log.csv") if r["step"] <= state["step"]]
+        dev_rows = [r for r in read_csv_rows(out / "train_eval.csv") if int(r["step"]) <= state["step"]]
         start = state["step"] + 1
         print(f"{stage} {name} s{seed}: resuming {out} from step {start} (last checkpoint: step {state['step']})", flush=True)
     stops, pad = stop_ids(model, tok), pad_id(tok)
@@ -652,6 +710,12 @@ def train(cfg: C.Config, name: str, cond: C.ConditionCfg, seed: int, pool: list,
                           2 if cfg.model.dtype != "float32" else 4)
     normalizer = P * G * s.max_new_tokens  # [D2] a constant, not the response lengths
     params = [p for p in model.parameters() if p.requires_grad]
+    dev = []
+    if tc.dev_every > 0 and stage == "train":
+        dev = countdown.draw_splits(cfg.task.name, cfg.task.seed, {"test": cfg.task.n_test, "train": cfg.task.n_train,
+                                                                     "pretrain": pretrain_count(cfg), "dev": tc.dev_problems})["dev"]
+        if start == 1:
+            dev_rows = [dev_check(model, tok, cfg, dev, 0)]  # the base itself (B = 0)
     bar = tqdm(range(start, steps + 1), desc=f"{stage} {name} s{seed} lr={lr:g}", disable=not progress, initial=start - 1, total=steps, leave=False)
     for step in bar:
         if device.type == "cuda":
@@ -659,16 +723,22 @@ def train(cfg: C.Config, name: str, cond: C.ConditionCfg, seed: int, pool: list,
         problems = step_problems(pool, step, P, seed_for(seed, name), shuffle=(cond.problems == "all"))
         prompts = render_prompts(tok, problems, cfg.task.prompt_style)
         t0 = time.perf_counter()
-        smp = sample(model, prompts, G, s, seed_for(seed, stage, name, step), stops, pad, entropy=True)
+        if cond.method == "sft":  # trains on written solutions: no rollouts to draw
+            smp = Samples([[] for _ in range(P * G)], [False] * (P * G), [float("nan")] * (P * G))
+            scored = [{"strict": float("nan"), "loose": float("nan"), "format": float("nan")}] * (P * G)
+        else:
+            smp = sample(model, prompts, G, s, seed_for(seed, stage, name, step), stops, pad, entropy=True)
+            texts = tok.batch_decode(smp.tokens, skip_special_tokens=True)
+            scored = [countdown.score(problems[i // G], x) for i, x in enumerate(texts)]
         t1 = time.perf_counter()
-        texts = tok.batch_decode(smp.tokens, skip_special_tokens=True)
-        scored = [countdown.score(problems[i // G], x) for i, x in enumerate(texts)]
         rewards = torch.tensor([float(d[cond.reward]) for d in scored]).view(P, G)  # [D5] strict score only (format: the control)
-        adv = group_advantages(rewards).view(-1)  # (P*G,)
+        gold = [tok(countdown.gold_solution(p, cfg.task.prompt_style), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+                for p in problems for _ in range(G)] if cond.method == "sft" else None
+        completions, adv = method_batch(cond.method, rewards, smp.tokens, gold)  # (P*G,)
         # The model stays in eval mode: Qwen2 has no dropout, and train-mode dropout would draw
         # from torch's unseeded global generator.
         measure_kl = tc.log_kl_every > 0 and step % tc.log_kl_every == 0
-        pg = policy_gradient(model, [prompts[i // G] for i in range(P * G)], smp.tokens, adv, normalizer, micro_batch, pad,
+        pg = policy_gradient(model, [prompts[i // G] for i in range(P * G)], completions, adv, normalizer, micro_batch, pad,
                              kl=cond.kl, entropy=cond.entropy, measure_kl=measure_kl)
         for p in params:
             if p.grad is None:  # every advantage was 0: a zero gradient, and AdamW still steps (momentum), as usual
@@ -683,11 +753,11 @@ def train(cfg: C.Config, name: str, cond: C.ConditionCfg, seed: int, pool: list,
         opt.step()  # [D4] one update per sampling
         opt.zero_grad(set_to_none=True)
         t2 = time.perf_counter()
-        lens = [len(x) for x in smp.tokens]
+        lens = [len(x) for x in completions]
         rows.append({
             "step": step, "reward_mean": rewards.mean().item(),
-            "zero_signal_frac": (rewards.max(1).values == rewards.min(1).values).float().mean().item(),
-            "format_rate": sum(d["format"] for d in scored) / len(scored),
+            "zero_signal_frac": float("nan") if cond.method == "sft" else (rewards.max(1).values == rewards.min(1).values).float().mean().item(),
+            "format_rate": sum(float(d["format"]) for d in scored) / len(scored),
             "len_mean": sum(lens) / len(lens), "len_max": max(lens), "truncated_frac": sum(smp.truncated) / len(lens),
             "entropy_mean": sum(e * n for e, n in zip(smp.entropy, lens)) / max(sum(lens), 1), "kl_mean": pg["kl_mean"],
             "loss": pg["loss"], "grad_norm": gnorm, "grad_norm_clipped": gnorm_after, "lr": lr,
@@ -695,6 +765,8 @@ def train(cfg: C.Config, name: str, cond: C.ConditionCfg, seed: int, pool: list,
             "tokens": sum(lens), "peak_mem_mb": round(peak_memory_mb(device), 1),
         })
         bar.set_postfix(reward=f"{rows[-1]['reward_mean']:.2f}", fmt=f"{rows[-1]['format_rate']:.2f}", len=f"{rows[-1]['len_mean']:.0f}")
+        if dev and step % tc.dev_every == 0:
+            dev_rows.append(dev_check(model, tok, cfg, dev, step))
         if step in checkpoints:
             tmp = out / f".step_{step:03d}.tmp"
             if tmp.exists():
@@ -702,6 +774,8 @@ def train(cfg: C.Config, name: str, cond: C.ConditionCfg, seed: int, pool: list,
             save_adapter(model, tmp, cfg, base)
             atomic_replace_dir(tmp, out / f"step_{step:03d}")
         if step % tc.save_last_every == 0 or step == steps or step in checkpoints:
+            if dev:
+                write_csv_rows(out / "train_eval.csv", dev_rows, DEV_FIELDS)  # before last/, like the log
             save_last(model, opt, step, rows, out, cfg, base, meta)
     bar.close()
     atomic_write_json(out / "done.json", {
@@ -719,30 +793,49 @@ def pass_at_k_curve(counts: list[int], n: int, k_max: int) -> dict[str, float]:
 
 
 def sample_problems(model, tok, problems, n: int, s: C.SamplingCfg, seed: int, tag: str, style: str,
-                    per_batch: int, progress: bool = True) -> list[list[str]]:
-    """n response texts per problem. Batches of `per_batch` problems; each batch's generator is
-    seeded from (seed, tag, first problem id) so results do not depend on what ran before."""
+                    per_batch: int, progress: bool = True) -> tuple[list[list[str]], list[float]]:
+    """n response texts per problem, and per problem the mean full-vocabulary entropy of the
+    untempered policy over all its response tokens. Batches of `per_batch` problems; each
+    batch's generator is seeded from (seed, tag, first problem id) so results do not depend on
+    what ran before."""
     from tqdm import tqdm
 
     stops, pad = stop_ids(model, tok), pad_id(tok)
     prompts = render_prompts(tok, problems, style)
     texts: list[list[str]] = []
+    entropies: list[float] = []
     with tqdm(total=len(problems) * n, desc=tag, unit="sample", disable=not progress, leave=False) as bar:
         for b in range(0, len(problems), per_batch):
-            smp = sample(model, prompts[b : b + per_batch], n, s, seed_for(seed, tag, problems[b].id), stops, pad)
+            smp = sample(model, prompts[b : b + per_batch], n, s, seed_for(seed, tag, problems[b].id), stops, pad, entropy=True)
             dec = tok.batch_decode(smp.tokens, skip_special_tokens=True)
             texts += [dec[i : i + n] for i in range(0, len(dec), n)]
+            for i in range(0, len(dec), n):
+                lens = [len(t) for t in smp.tokens[i : i + n]]
+                entropies.append(sum(e * k for e, k in zip(smp.entropy[i : i + n], lens)) / max(sum(lens), 1))
             bar.update(len(dec))
-    return texts
+    return texts, entropies
 
 
-def score_problems(problems, texts: list[list[str]], keep_responses: bool = True) -> list[dict]:
+def answer_diversity(responses: list[str]) -> tuple[int, float]:
+    """The number of distinct final answers among the responses (countdown.final_answer; no
+    integer at all counts as one class) and the empirical entropy of their distribution (nats)."""
+    from collections import Counter
+
+    counts = Counter(countdown.final_answer(r) for r in responses)
+    total = sum(counts.values())
+    return len(counts), -sum(c / total * math.log(c / total) for c in counts.values())
+
+
+def score_problems(problems, texts: list[list[str]], keep_responses: bool = True, token_entropy: list[float] | None = None) -> list[dict]:
     out = []
-    for p, rs in zip(problems, texts):
+    for i, (p, rs) in enumerate(zip(problems, texts)):
         sc = [countdown.score(p, r) for r in rs]
+        distinct, ans_entropy = answer_diversity(rs)
         row = {"id": p.id, "question": p.question, "answer": p.answer, "n": len(rs),
                "correct_strict": sum(d["strict"] for d in sc), "correct_loose": sum(d["loose"] for d in sc),
-               "format_ok": sum(d["format"] for d in sc)}
+               "format_ok": sum(d["format"] for d in sc), "distinct_answers": distinct, "answer_entropy": ans_entropy}
+        if token_entropy is not None:
+            row["token_entropy"] = token_entropy[i]
         if keep_responses:
             row["responses"] = rs
         out.append(row)
@@ -758,9 +851,31 @@ def summarize(rows: list[dict], n: int, k_max: int) -> dict:
     }
 
 
-def evaluate(cfg: C.Config, base: str, adapter: str | None, out_file: Path, progress: bool = True) -> dict:
-    """Sample cfg.eval.n answers per test problem from the base (or base + adapter), score them
-    three ways and write one JSON file (atomically)."""
+def eval_set_settings(cfg: C.Config, eval_set: str) -> tuple[list, int, int, C.SamplingCfg, int]:
+    """problems, n, k_max, sampling and problems per batch of a registered evaluation set
+    (`test` is the eval section; the others are eval_sets entries)."""
+    if eval_set == "test":
+        e = cfg.eval
+        _, test = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
+        return test, e.n, e.k_max, e.sampling, e.problems_per_batch
+    es = cfg.eval_sets[eval_set]
+    if es.task in (None, cfg.task.name):
+        _, test = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
+    else:  # another task's own test problems (out of distribution), drawn by the same task seed
+        test = countdown.draw_splits(es.task, cfg.task.seed, {"test": es.n_problems})["test"]
+    return test[: es.n_problems], es.n, es.k_max, es.sampling, es.problems_per_batch
+
+
+def eval_extra(cfg: C.Config, adapter_sha: str | None, eval_set: str) -> dict:
+    """What an evaluation's stage hash depends on besides the config's eval keys."""
+    if eval_set == "test":
+        return {"adapter_sha256": adapter_sha}
+    return {"adapter_sha256": adapter_sha, "eval_set": eval_set, "settings": C.to_dict(cfg.eval_sets[eval_set])}
+
+
+def evaluate(cfg: C.Config, base: str, adapter: str | None, out_file: Path, progress: bool = True, eval_set: str = "test") -> dict:
+    """Sample n answers per problem of an evaluation set from the base (or base + adapter), score
+    them three ways, measure diversity, and write one JSON file (atomically)."""
     setup_torch(cfg)
     device = pick_device(cfg)
     model, tok = load_model(cfg, base, device)
@@ -771,25 +886,95 @@ def evaluate(cfg: C.Config, base: str, adapter: str | None, out_file: Path, prog
         load_adapter(model, adapter)
         adapter_sha = file_sha256(Path(adapter) / "adapter_model.safetensors")
         who = adapter_identity(adapter)
-    _, test = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
-    e = cfg.eval
+    problems, n, k_max, sampling, per_batch = eval_set_settings(cfg, eval_set)
     t0 = time.perf_counter()
-    # Every model sees the same seeds, tied to the problems (task.seed), never to the training
-    # seed: the paired comparison then differs only by the model, and the base is evaluated once.
-    texts = sample_problems(model, tok, test, e.n, e.sampling, cfg.task.seed, "eval", cfg.task.prompt_style, e.problems_per_batch, progress)
-    rows = score_problems(test, texts, e.keep_responses)
+    # Every model sees the same seeds, tied to the problems (task.seed and the problem ids), never
+    # to the training seed: the paired comparison then differs only by the model, and the base is
+    # evaluated once. Each set other than `test` has its own seeds (new draws, so the `wide` set
+    # checks the extrapolation out of sample) unless it asks for the test set's.
+    own = eval_set != "test" and cfg.eval_sets[eval_set].seeds == "own"
+    tag = f"eval-{eval_set}" if own else "eval"
+    texts, ent = sample_problems(model, tok, problems, n, sampling, cfg.task.seed, tag, cfg.task.prompt_style, per_batch, progress)
+    rows = score_problems(problems, texts, cfg.eval.keep_responses, ent)
     result = {
         "model": "base" if adapter is None else str(adapter),
         **who,
+        "eval_set": eval_set, "task": problems[0].task,
         "adapter_sha256": adapter_sha,
-        **summarize(rows, e.n, e.k_max),
-        "sampling": {"n": e.n, "temperature": e.sampling.temperature, "top_p": e.sampling.top_p, "top_k": e.sampling.top_k,
-                     "repetition_penalty": 1.0, "max_new_tokens": e.sampling.max_new_tokens, "seed": cfg.task.seed,
-                     "stop_ids": stop_ids(model, tok)},
+        **summarize(rows, n, k_max),
+        "sampling": {"n": n, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
+                     "repetition_penalty": 1.0, "max_new_tokens": sampling.max_new_tokens, "seed": cfg.task.seed,
+                     "seed_tag": tag, "problems_per_batch": per_batch, "stop_ids": stop_ids(model, tok)},
         "seconds": round(time.perf_counter() - t0, 2),
         "problems": rows,
-        "provenance": provenance(cfg, "eval", {"adapter_sha256": adapter_sha}, str(device)),
+        "provenance": provenance(cfg, "eval", eval_extra(cfg, adapter_sha, eval_set), str(device)),
     }
+    atomic_write_json(out_file, result)
+    return result
+
+
+def classify_tokens(base_logits: torch.Tensor, trained_logits: torch.Tensor, top: int) -> dict[str, torch.Tensor]:
+    """Per response position (arXiv 2605.06241 §3): class 0 unchanged (the two argmaxes agree),
+    1 reranked (the trained argmax is in the base's top `top` but not first), 2 shifted (outside
+    it); the trained argmax's 1-based rank under the base; the base's full-vocabulary entropy.
+    base_logits, trained_logits: (L, V) -> each (L,)."""
+    choice = trained_logits.argmax(-1)  # (L,)
+    chosen = base_logits.gather(-1, choice[:, None])  # (L, 1) the base's logit of the trained choice
+    rank = (base_logits > chosen).sum(-1) + 1  # (L,) 1 = the base's own first choice
+    cls = torch.where(rank == 1, 0, torch.where(rank <= top, 1, 2))
+    logp = base_logits.float().log_softmax(-1)
+    return {"classes": cls, "ranks": rank, "base_entropy": -(logp.exp() * logp).sum(-1)}
+
+
+@torch.inference_mode()
+def token_compare(cfg: C.Config, base: str, adapter: str, out_file: Path, progress: bool = True) -> dict:
+    """The token-level picture of one checkpoint: the base decodes each test problem greedily;
+    the trained model and the base then read the same base prefixes (teacher forcing), and
+    every response position is classified by classify_tokens. One model in memory: the base is
+    the trained model with its LoRA switched off."""
+    from tqdm import tqdm
+
+    setup_torch(cfg)
+    device = pick_device(cfg)
+    model, tok = load_model(cfg, base, device)
+    acfg = adapter_config(adapter)
+    apply_lora(model, acfg["r"], acfg["lora_alpha"], acfg["target_modules"], 0)
+    load_adapter(model, adapter)
+    stops, pad = stop_ids(model, tok), pad_id(tok)
+    _, test = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
+    problems = test[: cfg.tokens.n_problems]
+    prompts = render_prompts(tok, problems, cfg.task.prompt_style)
+    greedy = C.SamplingCfg(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=cfg.eval.sampling.max_new_tokens)
+    rows = []
+    per = max(1, cfg.eval.problems_per_batch)
+    for b in tqdm(range(0, len(problems), per), desc="tokens", disable=not progress, leave=False):
+        with lora_disabled(model):
+            comps = sample(model, prompts[b : b + per], 1, greedy, 0, stops, pad).tokens  # the base's greedy answers
+        ids, attn, pos, cmask = (x.to(device) for x in pack(prompts[b : b + per], comps, pad))
+        Lc = cmask.shape[1]
+        trained = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=Lc + 1).logits[:, :-1]
+        with lora_disabled(model):
+            basel = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=Lc + 1).logits[:, :-1]
+        for i, c in enumerate(comps):
+            r = classify_tokens(basel[i, : len(c)].float(), trained[i, : len(c)].float(), cfg.tokens.top)
+            rows.append({"id": problems[b + i].id, "classes": r["classes"].tolist(), "ranks": r["ranks"].tolist(),
+                         "base_entropy": [round(x, 5) for x in r["base_entropy"].tolist()]})
+    cls = [c for r in rows for c in r["classes"]]
+    ranks = [k for r in rows for k, c in zip(r["ranks"], r["classes"]) if c > 0]
+    ent = {0: [], 1: []}
+    for r in rows:
+        for c, e in zip(r["classes"], r["base_entropy"]):
+            ent[min(c, 1)].append(e)
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
+    summary = {"positions": len(cls), "unchanged": cls.count(0), "reranked": cls.count(1), "shifted": cls.count(2),
+               "share_unchanged": cls.count(0) / max(len(cls), 1), "share_reranked": cls.count(1) / max(len(cls), 1),
+               "share_shifted": cls.count(2) / max(len(cls), 1), "mean_rank_changed": mean(ranks),
+               "base_entropy_changed": mean(ent[1]), "base_entropy_unchanged": mean(ent[0]),
+               "entropy_ratio": mean(ent[1]) / mean(ent[0]) if ent[0] and ent[1] and mean(ent[0]) > 0 else float("nan")}
+    adapter_sha = file_sha256(Path(adapter) / "adapter_model.safetensors")
+    result = {**adapter_identity(adapter), "model": str(adapter), "adapter_sha256": adapter_sha, "top": cfg.tokens.top,
+              "summary": summary, "problems": rows,
+              "provenance": provenance(cfg, "tokens", {"adapter_sha256": adapter_sha}, str(device))}
     atomic_write_json(out_file, result)
     return result
 
@@ -807,7 +992,7 @@ def probe(cfg: C.Config, base: str, run: Path, progress: bool = True) -> list[Pa
     for task in cfg.probe.tasks:
         n_prob, n = (cfg.probe.n_problems, cfg.probe.samples) if task == "countdown" else (cfg.probe.arith_problems, cfg.probe.arith_samples)
         _, problems = countdown.make_splits(task, 0, n_prob, cfg.task.seed)
-        texts = sample_problems(model, tok, problems, n, cfg.eval.sampling, cfg.task.seed, f"probe-{task}", cfg.task.prompt_style, cfg.eval.problems_per_batch, progress)
+        texts, _ = sample_problems(model, tok, problems, n, cfg.eval.sampling, cfg.task.seed, f"probe-{task}", cfg.task.prompt_style, cfg.eval.problems_per_batch, progress)
         rows = score_problems(problems, texts, keep_responses=False)
         res = {"task": task, "n": n, **summarize(rows, n, n), "examples": [t[0] for t in texts[:3]], "problems": rows,
                "provenance": provenance(cfg, "probe", None, str(device))}
@@ -837,7 +1022,7 @@ def select(cfg: C.Config, base: str, run: Path, progress: bool = True) -> dict:
     train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
     problems = train_set[: cfg.select.n_problems]
     s = C.SamplingCfg(temperature=cfg.select.temperature, top_p=1.0, top_k=0, max_new_tokens=cfg.train.sampling.max_new_tokens)
-    texts = sample_problems(model, tok, problems, cfg.select.samples, s, cfg.task.seed, "select", cfg.task.prompt_style, cfg.eval.problems_per_batch, progress)
+    texts, _ = sample_problems(model, tok, problems, cfg.select.samples, s, cfg.task.seed, "select", cfg.task.prompt_style, cfg.eval.problems_per_batch, progress)
     rows = score_problems(problems, texts, keep_responses=False)
     rates = [r["correct_strict"] / r["n"] for r in rows]
     sets = choose_sets(rates, selection_sizes(cfg))
@@ -848,7 +1033,7 @@ def select(cfg: C.Config, base: str, run: Path, progress: bool = True) -> dict:
         "sets": {z: [problems[i].id for i in idx] for z, idx in sets.items()},
         "short": {z: len(idx) < int(z) for z, idx in sets.items()},
         "sampling": {"n": cfg.select.samples, "temperature": s.temperature, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0, "max_new_tokens": s.max_new_tokens},
-        "provenance": provenance(cfg, "select", None, str(device)),
+        "provenance": provenance(cfg, "select", {"sizes": selection_sizes(cfg)}, str(device)),
     }
     atomic_write_json(run / "selection.json", res)
     return res
@@ -872,8 +1057,10 @@ def condition_pool(cfg: C.Config, cond: C.ConditionCfg, run: Path) -> tuple[list
     return [by_id[i] for i in ids], {"problems": cond.problems, "ids": ids}
 
 
-def read_lr(cfg: C.Config, run: Path, cond: C.ConditionCfg | None = None) -> float:
-    """The condition's own rate if it registers one, else train.lr, else the lr-sweep's choice."""
+def read_lr(cfg: C.Config, run: Path, name: str | None = None) -> float:
+    """A condition's learning rate: its own `lr` if it registers one, else train.lr, else the
+    lr-sweep's choice (its own sweep's, with lr_sweep.per_condition)."""
+    cond = cfg.conditions.get(name) if name is not None else None
     if cond is not None and cond.lr is not None:
         return cond.lr
     if cfg.train.lr is not None:
@@ -881,14 +1068,24 @@ def read_lr(cfg: C.Config, run: Path, cond: C.ConditionCfg | None = None) -> flo
     path = run / "lr_choice.json"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run the lr-sweep stage, or set train.lr")
-    return float(json.loads(path.read_text())["chosen"])
+    d = json.loads(path.read_text())
+    if cfg.lr_sweep.per_condition and name is not None:
+        if name not in d.get("per_condition", {}):
+            raise FileNotFoundError(f"{path} has no rate for condition {name}: run the lr-sweep stage again (lr_sweep.per_condition)")
+        return float(d["per_condition"][name])
+    return float(d["chosen"])
+
+
+def pretrain_count(cfg: C.Config) -> int:
+    """Problems in the pretrain split (drawn before dev, so dev stays disjoint from it)."""
+    return cfg.model.build.n_pretrain if cfg.model.build is not None else 0
 
 
 def train_job(cfg: C.Config, name: str, seed: int, run: Path) -> tuple[list, float, dict]:
     """The pool, learning rate and stage-hash inputs of one (condition, seed) training run."""
     cond = cfg.conditions[name]
     pool, inputs = condition_pool(cfg, cond, run)
-    lr = read_lr(cfg, run, cond)
+    lr = read_lr(cfg, run, name)
     return pool, lr, {"condition": name, "settings": C.to_dict(cond), "seed": seed, **inputs, "lr": lr}
 
 
@@ -901,28 +1098,39 @@ SWEEP_CONDITION = C.ConditionCfg(problems="all")  # the report's rule: the many 
 
 def lr_sweep(cfg: C.Config, base: str, run: Path, progress: bool = True) -> dict:
     """lr_sweep.steps steps of the many condition per candidate, on the first training seed; the
-    highest mean reward over the last lr_sweep.last steps wins (ties: the smaller rate)."""
+    highest mean reward over the last lr_sweep.last steps wins (ties: the smaller rate). With
+    lr_sweep.per_condition, every condition is swept with its own recipe and gets its own rate."""
     seed = cfg.train.seeds[0]
-    pool, inputs = condition_pool(cfg, SWEEP_CONDITION, run)
-    inputs = {**inputs, "seed": seed}
-    results = {}
-    want = stage_hash(cfg, "lr-sweep", inputs)
-    for lr in cfg.lr_sweep.candidates:
-        out = run / "lr_sweep" / f"lr_{lr:g}"
-        done = out / "done.json"
-        for marker in (done, out / "last" / "state.json"):
-            if marker.exists() and json.loads(marker.read_text())["provenance"]["stage_hash"] != want:
-                shutil.rmtree(out)  # made under other settings (the pipeline asks first): run it again
-                break
-        if not done.exists():
-            train(cfg, "many", SWEEP_CONDITION, seed, pool, lr, out, base, steps=cfg.lr_sweep.steps, checkpoints=[], inputs=inputs,
-                  stage="lr-sweep", progress=progress)
-        rows = read_log(out / "train_log.csv")
-        results[f"{lr:g}"] = sum(r["reward_mean"] for r in rows[-cfg.lr_sweep.last :]) / cfg.lr_sweep.last
-    best = sorted(cfg.lr_sweep.candidates, key=lambda lr: (-results[f"{lr:g}"], lr))[0]
-    res = {"rule": f"highest mean reward over the last {cfg.lr_sweep.last} of {cfg.lr_sweep.steps} steps of the many condition, "
-                   f"training seed {seed}; ties: the smaller rate",
-           "mean_reward_last": results, "chosen": best, "provenance": provenance(cfg, "lr-sweep", inputs)}
+    sweeps = [(name, c, run / "lr_sweep" / name) for name, c in cfg.conditions.items()] if cfg.lr_sweep.per_condition \
+        else [("many", SWEEP_CONDITION, run / "lr_sweep")]
+    chosen, means = {}, {}
+    for name, cond, folder in sweeps:
+        pool, inputs = condition_pool(cfg, cond, run)
+        inputs = {**inputs, "seed": seed} if not cfg.lr_sweep.per_condition else {**inputs, "seed": seed, "condition": name, "settings": C.to_dict(cond)}
+        results = {}
+        want = stage_hash(cfg, "lr-sweep", inputs)
+        for lr in cfg.lr_sweep.candidates:
+            out = folder / f"lr_{lr:g}"
+            done = out / "done.json"
+            for marker in (done, out / "last" / "state.json"):
+                if marker.exists() and json.loads(marker.read_text())["provenance"]["stage_hash"] != want:
+                    shutil.rmtree(out)  # made under other settings (the pipeline asks first): run it again
+                    break
+            if not done.exists():
+                train(cfg, name, cond, seed, pool, lr, out, base, steps=cfg.lr_sweep.steps, checkpoints=[], inputs=inputs,
+                      stage="lr-sweep", progress=progress)
+            rows = read_log(out / "train_log.csv")
+            results[f"{lr:g}"] = sum(r["reward_mean"] for r in rows[-cfg.lr_sweep.last :]) / cfg.lr_sweep.last
+        means[name] = results
+        chosen[name] = sorted(cfg.lr_sweep.candidates, key=lambda lr: (-results[f"{lr:g}"], lr))[0]
+    first = next(iter(chosen))
+    res = {"rule": f"highest mean reward over the last {cfg.lr_sweep.last} of {cfg.lr_sweep.steps} steps of "
+                   + ("each condition's own recipe" if cfg.lr_sweep.per_condition else "the many condition")
+                   + f", training seed {seed}; ties: the smaller rate",
+           "mean_reward_last": means[first], "chosen": chosen[first],
+           "provenance": provenance(cfg, "lr-sweep", {"problems": "all", "seed": seed})}
+    if cfg.lr_sweep.per_condition:
+        res["per_condition"], res["mean_reward_by_condition"] = chosen, means
     atomic_write_json(run / "lr_choice.json", res)
     return res
 
@@ -947,6 +1155,11 @@ def adapter_identity(adapter: str | Path) -> dict:
 ADAPTER_RE = re.compile(r"^train_(?P<cond>.+)_s(?P<seed>\d+)/step_(?P<step>\d+)$")
 
 
+def eval_dir(run: Path, eval_set: str) -> Path:
+    """Where an evaluation set's files go: the run folder for `test`, RUN/evalsets/<set>/ for the others."""
+    return Path(run) if eval_set == "test" else Path(run) / "evalsets" / eval_set
+
+
 def eval_name(adapter: str | None) -> str:
     """eval_base.json, or eval_<condition>_s<seed>_<step>.json for RUN/train_<condition>_s<seed>/step_<step>."""
     if adapter is None:
@@ -960,7 +1173,7 @@ def eval_name(adapter: str | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    for name in ("train", "eval", "select", "lr-sweep", "probe"):
+    for name in ("train", "eval", "tokens", "select", "lr-sweep", "probe"):
         q = sub.add_parser(name)
         q.add_argument("--config", default=None, help="YAML config (default: the built-in qwen05b settings)")
         q.add_argument("--run", default=None, help="run folder (default: results/<config name>)")
@@ -972,7 +1185,11 @@ def main(argv: list[str] | None = None) -> int:
             q.add_argument("--out", default=None, help="output folder (default: RUN/train_<condition>_s<seed>)")
         if name == "eval":
             q.add_argument("--adapter", default=None, help="a PEFT adapter folder (default: evaluate the base)")
-            q.add_argument("--out", default=None, help="output JSON (default: RUN/eval_base.json or RUN/eval_<cond>_s<seed>_<step>.json)")
+            q.add_argument("--eval-set", default="test", help="test (the eval section), or a set registered in eval_sets (wide, ood)")
+            q.add_argument("--out", default=None, help="output JSON (default: RUN[/evalsets/<set>]/eval_base.json or eval_<cond>_s<seed>_<step>.json)")
+        if name == "tokens":
+            q.add_argument("--adapter", required=True, help="a PEFT adapter folder RUN/train_<cond>_s<seed>/step_<step>")
+            q.add_argument("--out", default=None, help="output JSON (default: RUN/tokens_<cond>_s<seed>_<step>.json)")
     a = p.parse_args(argv)
     try:
         cfg = C.load(a.config, a.set)
@@ -983,9 +1200,15 @@ def main(argv: list[str] | None = None) -> int:
             seed = cfg.train.seeds[0] if a.seed is None else a.seed
             if seed not in cfg.train.seeds:
                 raise C.ConfigError(f"--seed {seed}: not in train.seeds {cfg.train.seeds}")
-        if a.cmd == "eval" and a.adapter and not (Path(a.adapter) / "adapter_config.json").exists():
+        if a.cmd in ("eval", "tokens") and a.adapter and not (Path(a.adapter) / "adapter_config.json").exists():
             raise C.ConfigError(f"--adapter: no adapter_config.json in {a.adapter}")
-        out_eval = (Path(a.out) if a.out else run / eval_name(a.adapter)) if a.cmd == "eval" else None
+        if a.cmd == "eval" and a.eval_set != "test" and a.eval_set not in cfg.eval_sets:
+            raise C.ConfigError(f"--eval-set {a.eval_set!r}: not registered (test, or one of eval_sets: {', '.join(cfg.eval_sets) or 'none'})")
+        out_eval = None
+        if a.cmd == "eval":
+            out_eval = Path(a.out) if a.out else eval_dir(run, a.eval_set) / eval_name(a.adapter)
+        if a.cmd == "tokens":
+            out_eval = Path(a.out) if a.out else run / eval_name(a.adapter).replace("eval_", "tokens_", 1)
         check_model_reachable(cfg)
         base = model_path(cfg, run)
     except C.ConfigError as e:
@@ -998,10 +1221,13 @@ def main(argv: list[str] | None = None) -> int:
             pool, lr, inputs = train_job(cfg, a.condition, seed, run)
             out = Path(a.out) if a.out else train_dir(run, a.condition, seed)
             train(cfg, a.condition, cfg.conditions[a.condition], seed, pool, lr, out, base, inputs=inputs, progress=prog)
+        elif a.cmd == "tokens":
+            r = token_compare(cfg, base, a.adapter, out_eval, prog)["summary"]
+            print(f"{out_eval}: {r['positions']} positions, reranked {r['share_reranked']:.4f}, shifted {r['share_shifted']:.4f}")
         elif a.cmd == "eval":
-            r = evaluate(cfg, base, a.adapter, out_eval, prog)
+            r = evaluate(cfg, base, a.adapter, out_eval, prog, a.eval_set)
             print(f"{out_eval}: strict pass@1 {r['pass_at_k']['strict']['1']:.3f}  loose pass@1 {r['pass_at_k']['loose']['1']:.3f}  "
-                  f"loose pass@{cfg.eval.k_max} {r['pass_at_k']['loose'][str(cfg.eval.k_max)]:.3f}  format {r['format_rate']:.3f}")
+                  f"loose pass@{(k := max(r['pass_at_k']['loose'], key=int))} {r['pass_at_k']['loose'][k]:.3f}  format {r['format_rate']:.3f}")
         elif a.cmd == "select":
             r = select(cfg, base, run, prog)
             print(f"{run / 'selection.json'}: {len(r['informative'])} of {cfg.select.n_problems} informative; sets {r['sets']}")

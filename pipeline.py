@@ -14,6 +14,8 @@ Stages (PLAN.md, "Order of stages"):
   lr-sweep  short runs of the many condition per candidate         -> lr_sweep/, lr_choice.json
   train     every condition x training seed                        -> train_<cond>_s<seed>/
   eval      the base and every checkpoint                          -> eval_base.json, eval_<cond>_s<seed>_<step>.json
+            and each registered evaluation set (eval_sets: wide, ood) -> evalsets/<set>/eval_*.json
+  tokens    (tokens.enabled) each checkpoint against the base, token by token -> tokens_<cond>_s<seed>_<step>.json
   analyze   bootstrap verdicts, coverage, figures, report          -> verdicts.json, report.md, figures/
 
 Jobs. Each training run (condition x seed) and each evaluation is a job: the same `grpo.py`
@@ -53,7 +55,8 @@ import config as C
 import provenance as P
 
 ROOT = Path(__file__).resolve().parent
-STAGES = ["base", "probe", "select", "lr-sweep", "train", "eval", "analyze"]
+STAGES = ["base", "probe", "select", "lr-sweep", "train", "eval", "tokens", "analyze"]
+JOB_STAGES = ("train", "eval", "tokens")
 
 
 def log(msg: str) -> None:
@@ -74,11 +77,12 @@ class Refused(Exception):
 @dataclass
 class Job:
     """One unit of work: the `grpo.py` command that makes `outputs`."""
-    stage: str  # train | eval
-    name: str  # e.g. "train many s0", "eval many s0 step 50", "eval base"
+    stage: str  # train | eval | tokens
+    name: str  # e.g. "train many s0", "eval many s0 step 50", "eval base", "eval-wide base", "tokens many s0 step 50"
     argv: list[str]  # grpo.py's arguments
     needs: list[str] = field(default_factory=list)  # names of jobs that must finish first
     steps: int = 0  # training steps (for the ETA)
+    samples: int = 0  # responses an evaluation draws (for the ETA)
 
     def command(self) -> str:
         return " ".join(shlex.quote(x) for x in ["python", "grpo.py", *self.argv])
@@ -102,14 +106,28 @@ class Plan:
     def train_units(self, condition: str | None = None) -> list[tuple[str, int]]:
         return [(c, s) for c in self.cfg.conditions if condition in (None, c) for s in self.cfg.train.seeds]
 
-    def evals(self) -> list[tuple[str, Path | None]]:
-        """(eval file name, adapter folder or None) for the base and every checkpoint."""
-        out: list[tuple[str, Path | None]] = [("eval_base.json", None)]
-        for c, s in self.train_units():
-            for st in self.steps_of():
-                adapter = self.g.train_dir(self.run, c, s) / f"step_{st:03d}"
-                out.append((self.g.eval_name(str(adapter)), adapter))
+    def adapters(self, models: str = "all") -> list[Path]:
+        """Adapter folders: every checkpoint (all), the last checkpoint of every seed (final), or
+        of the first seed only (final-first-seed)."""
+        steps = self.steps_of() if models == "all" else self.steps_of()[-1:]
+        seeds = self.cfg.train.seeds if models != "final-first-seed" else self.cfg.train.seeds[:1]
+        return [self.g.train_dir(self.run, c, s) / f"step_{st:03d}" for c in self.cfg.conditions for s in seeds for st in steps]
+
+    def evals(self) -> list[tuple[str, Path, Path | None]]:
+        """(evaluation set, eval file, adapter folder or None) for the base and every model each set evaluates."""
+        out = []
+        sets = [("test", "all")] + [(name, es.models) for name, es in self.cfg.eval_sets.items()]
+        for name, models in sets:
+            folder = self.g.eval_dir(self.run, name)
+            out.append((name, folder / "eval_base.json", None))
+            out += [(name, folder / self.g.eval_name(str(a)), a) for a in self.adapters(models)]
         return out
+
+    def tokens(self) -> list[tuple[Path, Path]]:
+        """(tokens file, adapter folder) for every trained checkpoint, when tokens.enabled."""
+        if not self.cfg.tokens.enabled:
+            return []
+        return [(self.run / self.g.eval_name(str(a)).replace("eval_", "tokens_", 1), a) for a in self.adapters("all")]
 
     # ------------------------------------------------------------------ hashes
 
@@ -120,11 +138,12 @@ class Plan:
             return None
         return P.stage_hash(self.cfg, "train", inputs)
 
-    def eval_hash(self, adapter: Path | None) -> str | None:
-        if adapter is None:
-            return P.stage_hash(self.cfg, "eval", {"adapter_sha256": None})
-        sha = P.file_sha256(adapter / "adapter_model.safetensors")
-        return None if sha is None else P.stage_hash(self.cfg, "eval", {"adapter_sha256": sha})
+    def eval_hash(self, adapter: Path | None, eval_set: str = "test", stage: str = "eval") -> str | None:
+        sha = None if adapter is None else P.file_sha256(adapter / "adapter_model.safetensors")
+        if adapter is not None and sha is None:
+            return None
+        extra = self.g.eval_extra(self.cfg, sha, eval_set) if stage == "eval" else {"adapter_sha256": sha}
+        return P.stage_hash(self.cfg, stage, extra)
 
     def outputs(self, stage: str) -> list[tuple[Path, Path, str | None]]:
         """(output to move aside, the file recording its provenance, the hash it should record)."""
@@ -138,7 +157,7 @@ class Plan:
             h = P.stage_hash(cfg, "probe")
             return [(run / f"probe_{t}.json",) * 2 + (h,) for t in cfg.probe.tasks]
         if stage == "select":
-            return [(run / "selection.json",) * 2 + (P.stage_hash(cfg, "select"),)]
+            return [(run / "selection.json",) * 2 + (P.stage_hash(cfg, "select", {"sizes": self.g.selection_sizes(cfg)}),)]
         if stage == "lr-sweep":
             if cfg.train.lr is not None:
                 return []
@@ -152,7 +171,9 @@ class Plan:
                 out.append((d, marker, self.train_hash(c, s)))
             return out
         if stage == "eval":
-            return [(run / name, run / name, self.eval_hash(a)) for name, a in self.evals()]
+            return [(f, f, self.eval_hash(a, es)) for es, f, a in self.evals()]
+        if stage == "tokens":
+            return [(f, f, self.eval_hash(a, stage="tokens")) for f, a in self.tokens()]
         return []
 
     def state(self, stage: str, marker: Path, want: str | None) -> str:
@@ -186,8 +207,12 @@ class Plan:
         v = P.read_json(self.run / "verdicts.json")
         if not v or not (self.run / "report.md").exists():
             return False
-        now = {f.name: P.file_sha256(f) for f in sorted(self.run.glob("eval_*.json"))}
-        same = v.get("resamples") == self.cfg.analyze.resamples and v.get("ci") == self.cfg.analyze.ci
+        run, a = self.run, self.cfg.analyze
+        files = sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")) + sorted(run.glob("tokens_*.json"))
+        now = {f.relative_to(run).as_posix(): P.file_sha256(f) for f in files}  # what analyze_b records as its inputs
+        prim = v.get("primary") or {}
+        same = (v.get("resamples"), v.get("ci"), v.get("seed"), v.get("equivalence_margin"), prim.get("condition"), prim.get("scoring")) \
+            == (a.resamples, a.ci, a.seed, a.equivalence_margin, a.primary_condition, a.primary_scoring)
         return bool(now) and v.get("provenance", {}).get("inputs") == now and same
 
     def done(self, stage: str, condition: str | None = None) -> bool:
@@ -216,19 +241,32 @@ class Plan:
                 if self.state("train", self.g.train_dir(self.run, c, s) / "done.json", self.train_hash(c, s)) != "done":
                     out.append(Job("train", f"train {c} s{s}", self.base_argv("train") + ["--condition", c, "--seed", str(s)],
                                    steps=self.cfg.train.steps))
+        pending = {j.name for j in out}
+
+        def needs(adapter: Path) -> tuple[str, list[str]]:
+            who = self.g.adapter_identity(adapter)
+            train_name = f"train {who['condition']} s{who['train_seed']}"
+            return f"{who['condition']} s{who['train_seed']} step {who['step']}", [train_name] if train_name in pending else []
+
         if "eval" in stages:
-            pending = {j.name for j in out}
-            for name, adapter in self.evals():
-                if self.state("eval", self.run / name, self.eval_hash(adapter)) == "done":
+            for es, f, adapter in self.evals():
+                if self.state("eval", f, self.eval_hash(adapter, es)) == "done":
                     continue
+                label, opt = ("eval", []) if es == "test" else (f"eval-{es}", ["--eval-set", es])
+                size = (self.cfg.task.n_test * self.cfg.eval.n if es == "test"
+                        else self.cfg.eval_sets[es].n_problems * self.cfg.eval_sets[es].n)
                 if adapter is None:
-                    out.append(Job("eval", "eval base", self.base_argv("eval")))
+                    out.append(Job("eval", f"{label} base", self.base_argv("eval") + opt, samples=size))
                     continue
-                who = self.g.adapter_identity(adapter)
-                train_name = f"train {who['condition']} s{who['train_seed']}"
-                out.append(Job("eval", f"eval {who['condition']} s{who['train_seed']} step {who['step']}",
-                               self.base_argv("eval") + ["--adapter", str(adapter)],
-                               needs=[train_name] if train_name in pending else []))
+                what, need = needs(adapter)
+                out.append(Job("eval", f"{label} {what}", self.base_argv("eval") + opt + ["--adapter", str(adapter)], needs=need,
+                               samples=size))
+        if "tokens" in stages:
+            for f, adapter in self.tokens():
+                if self.state("tokens", f, self.eval_hash(adapter, stage="tokens")) != "done":
+                    what, need = needs(adapter)
+                    out.append(Job("tokens", f"tokens {what}", self.base_argv("tokens") + ["--adapter", str(adapter)], needs=need,
+                                   samples=3 * self.cfg.tokens.n_problems))  # one greedy answer, two forwards
         return out
 
 
@@ -383,8 +421,9 @@ def train_seconds_per_step(run: Path) -> float | None:
 def estimate_seconds(plan: Plan, jobs: list[Job], n: int) -> float | None:
     """Seconds left for `jobs` on n workers, from this run's measured step and evaluation times."""
     sps = train_seconds_per_step(plan.run)
-    evals = [d["seconds"] for f in plan.run.glob("eval_*.json") if (d := P.read_json(f)) and "seconds" in d]
-    eval_s = sum(evals) / len(evals) if evals else None
+    per = [d["seconds"] / (d["n_problems"] * d["sampling"]["n"]) for f in plan.run.glob("eval_*.json")
+           if (d := P.read_json(f)) and "seconds" in d and "n_problems" in d]
+    per_sample = sum(per) / len(per) if per else None
     total = 0.0
     for j in jobs:
         if j.stage == "train":
@@ -393,9 +432,9 @@ def estimate_seconds(plan: Plan, jobs: list[Job], n: int) -> float | None:
             rows = P.read_json(plan.g.train_dir(plan.run, *_cond_seed(j)) / "last" / "state.json")
             total += (j.steps - (rows or {}).get("step", 0)) * sps
         else:
-            if eval_s is None:
+            if per_sample is None:
                 return None
-            total += eval_s
+            total += per_sample * j.samples
     return total / max(1, n)
 
 
@@ -493,10 +532,15 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
             if d.is_dir() and d.name not in expected:
                 aside.move(d, "not in this config's conditions x train.seeds")
     if stage in ("eval", "analyze"):
-        expected = {name for name, _ in plan.evals()}
-        for f in sorted(run.glob("eval_*.json")):
-            if f.name not in expected:
+        expected = {f for _, f, _ in plan.evals()}
+        for f in sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")):
+            if f not in expected:
                 aside.move(f, "not an evaluation this config expects (another design or old file names)")
+    if stage in ("tokens", "analyze"):
+        expected = {f for f, _ in plan.tokens()}
+        for f in sorted(run.glob("tokens_*.json")):
+            if f not in expected:
+                aside.move(f, "not a token-level comparison this config expects")
     if stage == "lr-sweep" and plan.cfg.train.lr is None and (run / "lr_sweep").exists() and plan.state(
             stage, run / "lr_choice.json", plan.outputs(stage)[0][2]) != "done":
         for d in sorted((run / "lr_sweep").glob("lr_*")):
@@ -558,7 +602,7 @@ def run_single(stage: str, plan: Plan, progress: bool) -> None:
 def dry_run(plan: Plan, todo: list[str], n: int) -> None:
     print(f"run folder: {plan.run}")
     for s in todo:
-        if s in ("train", "eval"):
+        if s in JOB_STAGES:
             states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
             counts = {k: states.count(k) for k in ("done", "missing", "stale", "foreign") if states.count(k)}
             state = "done" if counts.get("done") == len(states) else ", ".join(f"{v} {k}" for k, v in counts.items())
@@ -586,15 +630,16 @@ def print_jobs(plan: Plan, todo: list[str], config_path: str, out: Path, sets: l
         print("# 1. one after another (each waits for the one before):")
         for s in singles:
             print(pipe(s))
-    jobs = plan.jobs([s for s in todo if s in ("train", "eval")])
+    jobs = plan.jobs([s for s in todo if s in JOB_STAGES])
     train = [j for j in jobs if j.stage == "train"]
-    evals = [j for j in jobs if j.stage == "eval"]
+    evals = [j for j in jobs if j.stage != "train"]
     if train:
         print(f"# 2. training runs: each waits for {'step 1' if singles else 'nothing'}; independent of each other")
         for j in train:
             print(j.command())
     if evals:
-        print("# 3. evaluations: each waits for its training run (eval base for nothing but the base); independent of each other")
+        print("# 3. evaluations (and token-level comparisons): each waits for its training run (the base's for nothing "
+              "but the base); independent of each other")
         for j in evals:
             print(j.command())
     if "analyze" in todo and not plan.done("analyze"):
@@ -636,7 +681,8 @@ def main(argv: list[str] | None = None) -> int:
     run = Path(a.out) if a.out else ROOT / "results" / Path(a.config).stem
     grpo.setup_torch(cfg)
     plan = Plan(cfg, run, a.config, a.set)
-    todo = [a.stage] if a.stage else [s for s in STAGES if not (s == "base" and not grpo.builds_base(cfg))]
+    todo = [a.stage] if a.stage else [s for s in STAGES if not (s == "base" and not grpo.builds_base(cfg))
+                                      and not (s == "tokens" and not cfg.tokens.enabled)]
     if a.dry_run or a.print_jobs:
         if not run.exists():
             print(f"run folder {run} does not exist yet: every stage is to do")
@@ -661,8 +707,8 @@ def main(argv: list[str] | None = None) -> int:
         while i < len(todo):
             s = todo[i]
             current = s
-            if s in ("train", "eval"):
-                group = [x for x in todo[i:] if x in ("train", "eval")]
+            if s in JOB_STAGES:
+                group = [x for x in todo[i:] if x in JOB_STAGES]
                 i += len(group)
                 rc = run_jobs(plan, group, a, stages, jobs_status, aside)
                 if rc:
@@ -731,8 +777,9 @@ def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, a
         for path, _, _ in plan.outputs(a.stage):
             if a.stage != "train" or not a.condition or path.name.startswith(f"train_{a.condition}_s"):
                 aside.move(path, "--force")
-    if "eval" in group and "train" not in group:
-        missing = [str(ad) for _, ad in plan.evals() if ad is not None and not (ad / "adapter_model.safetensors").exists()]
+    if "train" not in group:
+        missing = [str(ad) for _, _, ad in plan.evals() + [(None, *x) for x in plan.tokens()]
+                   if ad is not None and not (ad / "adapter_model.safetensors").exists()]
         if missing:
             raise FileNotFoundError(f"{missing[0]} is missing: run the train stage first")
     jobs = plan.jobs(group, a.condition)
@@ -750,7 +797,7 @@ def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, a
         jobs_status[j.name] = {"status": "waiting", "command": j.command()}
     write_manifest(run, cfg, stages, jobs_status)
     eta = estimate_seconds(plan, jobs, a.jobs)
-    log(f"{len(jobs)} jobs ({sum(j.stage == 'train' for j in jobs)} training, {sum(j.stage == 'eval' for j in jobs)} evaluation), "
+    log(f"{len(jobs)} jobs ({sum(j.stage == 'train' for j in jobs)} training, {sum(j.stage != 'train' for j in jobs)} evaluation), "
         f"{a.jobs} at a time; ETA {fmt_minutes(eta)}")
     t0 = time.perf_counter()
 

@@ -115,6 +115,7 @@ STAGE_KEYS = {
     "lr-sweep": ["task", "model", "lora", "train", "lr_sweep", "micro_batch", "memory_gb"],
     "train": ["task", "model", "lora", "train", "micro_batch", "memory_gb"],
     "eval": ["task", "model", "eval"],
+    "tokens": ["task", "model", "tokens", "eval.sampling", "eval.problems_per_batch"],
 }
 _NOT_IN_HASH = {
     "lr-sweep": ("seeds", "lr", "checkpoints", "steps", "log_kl_every", "dev_every"),

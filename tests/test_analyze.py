@@ -721,7 +721,7 @@ def test_figures_and_report(tmp_path, monkeypatch):
         return save(fig, path)
     monkeypatch.setattr(A, "_save", spy)
     A.run_analysis(run)
-    names = ["passk_many.png", "passk_16-kl.png", "training.png", "lr_sweep.png"]
+    names = ["passk_many.png", "passk_16-kl.png", "passk_beyond_n.png", "training.png", "lr_sweep.png"]
     assert sorted(seen) == sorted(names)
     for name in names:
         f = run / "figures" / name
@@ -783,7 +783,7 @@ def test_training_figure_tolerates_new_and_missing_columns(tmp_path):
 def test_no_training_logs_means_no_training_figures(tmp_path):
     run = write_run(tmp_path / "run", BASE_MAIN, {("many", 75): DESIGN[("many", 75)]}, resamples=FAST)
     A.run_analysis(run)
-    assert sorted(p.name for p in (run / "figures").iterdir()) == ["passk_many.png"]
+    assert sorted(p.name for p in (run / "figures").iterdir()) == ["passk_beyond_n.png", "passk_many.png"]
 
 
 def test_report_warns_on_mismatched_provenance(tmp_path):
@@ -932,3 +932,505 @@ def test_deterministic(tmp_path):
     c = A.run_analysis(run, make_figures=False, seed=1)  # the seed is what fixes the intervals
     assert [e["pass1_ci"] for e in c["entries"]] != [e["pass1_ci"] for e in a["entries"]]
     assert [e["pass1_diff"] for e in c["entries"]] == [e["pass1_diff"] for e in a["entries"]]
+
+
+# ----------------------------------------------------------------------------- 10. pass@k beyond n: the beta-binomial model
+
+
+def _bb_counts(rng, N, n, a, b, zero_share=0.0):
+    p = rng.beta(a, b, N)
+    p[: int(round(zero_share * N))] = 0.0  # problems the model can never solve
+    return rng.binomial(n, p)
+
+
+def test_betabinom_logpmf_equals_scipy():
+    from scipy.stats import betabinom
+
+    for n, a, b in [(8, 0.3, 2.0), (32, 0.8, 2.5), (256, 5.0, 0.4), (1, 1.0, 1.0)]:
+        c = np.arange(n + 1)
+        assert np.allclose(A.betabinom_logpmf(c, n, a, b), betabinom.logpmf(c, n, a, b), atol=1e-10, rtol=1e-12)
+
+
+def test_model_pass_at_k_is_the_closed_form_and_the_expected_unbiased_estimator():
+    """pass@k = 1 - B(a, b + k) / B(a, b) three ways: the integral E[1 - (1 - p)^k] over Beta(a, b)
+    (scipy.integrate), and for k <= n the expectation of the unbiased estimator over the
+    beta-binomial counts (an exact identity, so to rounding)."""
+    from scipy import integrate, stats
+
+    for a, b, pi in [(0.8, 2.5, 0.0), (2.0, 0.5, 0.0), (0.3, 4.0, 0.25)]:
+        ks = np.array([1, 2, 5, 16, 32, 100, 1024])
+        got = A.betabinom_pass_at_k(a, b, ks, pi)
+        ref = [(1 - pi) * integrate.quad(lambda p: (1 - (1 - p) ** k) * stats.beta.pdf(p, a, b), 0, 1, limit=200)[0] for k in ks]
+        assert got == pytest.approx(ref, abs=1e-7)
+        n = 32
+        pmf = stats.betabinom.pmf(np.arange(n + 1), n, a, b)
+        pmf = (1 - pi) * pmf + pi * (np.arange(n + 1) == 0)  # the zero-inflated counts
+        for k in (1, 3, 8, 32):
+            expected = sum(pmf[c] * A.pass_at_k(n, c, k) for c in range(n + 1))
+            assert A.betabinom_pass_at_k(a, b, [k], pi)[0] == pytest.approx(expected, abs=1e-12)
+    assert A.model_pass_at_k({"alpha": 1.0, "beta": 1.0, "pi": 0.0}, [1, 3]) == pytest.approx([1 / 2, 3 / 4])  # 1 - 1/(k+1)
+
+
+def _fisher_se(a, b, n, N):
+    """Standard errors of the MLE of (a, b) from N problems: the inverse of N times the Fisher
+    information, sum_c P(c) (d log P / d theta)(d log P / d theta)^T, the scores by central differences
+    of scipy's logpmf (written here independently of analyze_b)."""
+    from scipy.stats import betabinom
+
+    c, h = np.arange(n + 1), 1e-5
+    pmf = betabinom.pmf(c, n, a, b)
+    da = (betabinom.logpmf(c, n, a + h, b) - betabinom.logpmf(c, n, a - h, b)) / (2 * h)
+    db = (betabinom.logpmf(c, n, a, b + h) - betabinom.logpmf(c, n, a, b - h)) / (2 * h)
+    info = np.array([[pmf @ (da * da), pmf @ (da * db)], [pmf @ (da * db), pmf @ (db * db)]])
+    return np.sqrt(np.diag(np.linalg.inv(N * info)))
+
+
+@pytest.mark.parametrize("a,b", [(0.8, 2.5), (3.0, 1.5)])
+def test_betabinom_fit_recovers_known_parameters(a, b):
+    """4000 problems x n = 32: the fit lands within 4 standard errors (the Fisher information at the
+    truth) of alpha and beta, and the plain model is the one chosen."""
+    rng = np.random.default_rng(11)
+    N, n = 4000, 32
+    f = A.fit_pass_model(_bb_counts(rng, N, n, a, b), n)
+    se = _fisher_se(a, b, n, N)
+    assert abs(f["alpha"] - a) < 4 * se[0] and abs(f["beta"] - b) < 4 * se[1], (f["alpha"], f["beta"], se)
+    assert f["chosen"] == "beta-binomial" and f["pi"] == 0.0 and not f["at_bound"]
+    assert f["aic"] == pytest.approx(2 * 2 - 2 * f["loglik"])
+
+
+def test_fitted_curve_agrees_with_the_empirical_curve_at_k_up_to_n():
+    """A large simulated sample: the fitted model's pass@k for k <= n matches the mean unbiased
+    estimate within 4 standard errors of that mean (plus 0.002 for the fit's own error)."""
+    rng = np.random.default_rng(5)
+    N, n = 3000, 16
+    c = _bb_counts(rng, N, n, 0.6, 1.8)
+    f = A.fit_pass_model(c, n)
+    curves = A.pass_at_k_curves(c, n, n)  # (N, n)
+    emp, se = curves.mean(axis=0), curves.std(axis=0, ddof=1) / np.sqrt(N)
+    model = A.model_pass_at_k(f, np.arange(1, n + 1))
+    assert np.all(np.abs(model - emp) < 4 * se + 0.002), np.abs(model - emp) / se
+
+
+def test_zero_inflated_model_is_chosen_when_some_problems_are_unsolvable_and_not_otherwise():
+    """10 simulated sets each: with 30% unsolvable problems (Beta(2, 2) elsewhere, which rarely gives
+    zeros) AIC picks the zero-inflated model every time and recovers pi within 0.1; with none it
+    picks it at most 3 times in 10 (by chance about 8%: half of a chi-square(1) beyond 2)."""
+    rng = np.random.default_rng(3)
+    chosen_zi = []
+    for zero_share in (0.3, 0.0):
+        picks = []
+        for _ in range(10):
+            f = A.fit_pass_model(_bb_counts(rng, 400, 32, 2.0, 2.0, zero_share), 32)
+            picks.append(f["chosen"] == "zero-inflated beta-binomial")
+            if zero_share:
+                assert f["pi"] == pytest.approx(zero_share, abs=0.1)
+                assert f["fits"]["zero-inflated beta-binomial"]["aic"] < f["fits"]["beta-binomial"]["aic"]
+        chosen_zi.append(sum(picks))
+    assert chosen_zi[0] == 10 and chosen_zi[1] <= 3, chosen_zi
+
+
+def test_degenerate_counts_fit_without_error():
+    """All zeros, all n, and one count for every problem (a binomial): the fit ends on its box,
+    says so, and its curve is the limit (0, 1, the binomial's 1 - (1 - p)^k)."""
+    f0, f1, fb = A.fit_pass_model([0] * 30, 8), A.fit_pass_model([8] * 30, 8), A.fit_pass_model([2] * 30, 8)
+    assert f0["at_bound"] and A.model_pass_at_k(f0, [1024])[0] < 1e-3
+    assert f1["at_bound"] and A.model_pass_at_k(f1, [1])[0] > 0.999
+    assert fb["at_bound"] and A.model_pass_at_k(fb, [1, 8, 32]) == pytest.approx(1 - 0.75 ** np.array([1, 8, 32]), abs=1e-3)
+
+
+def test_extrapolation_check_by_hand():
+    """Fit on n = 8 counts all 2 (a binomial with p = 1/4), predict pass@32 = 1 - (3/4)^32; the large
+    set solves 14 of 16 problems: measured 0.875; naive pass@8 = 1 - (3/4)^8 per problem."""
+    r = A.extrapolation_check([2] * 16, 8, [20] * 10 + [0] * 2 + [5] * 4, 32)
+    assert r["predicted"] == pytest.approx(1 - 0.75 ** 32, abs=1e-3) and r["measured"] == 0.875
+    assert r["error"] == pytest.approx(r["predicted"] - 0.875) and r["naive"] == pytest.approx(A.pass_at_k(8, 2, 8))
+    assert (r["fit_n"], r["target_k"], r["model_used"]) == (8, 32, "beta-binomial")
+
+
+# ----------------------------------------------------------------------------- 11. boundary, contrasts, shares, tokens
+
+
+def test_boundary_by_hand():
+    b = A.boundary([0, 0, 3, 5, 0, 1], [2, 0, 0, 5, 1, 0], ["a", "b", "c", "d", "e", "f"])
+    assert (b["only_rl"], b["only_rl_ids"], b["only_base"], b["only_base_ids"]) == (2, ["a", "e"], 2, ["c", "f"])
+    assert (b["solved_base"], b["solved_rl"]) == (3, 3)
+
+
+def test_condition_contrast_by_hand_and_independent_seed_draws():
+    """Two conditions (2 seeds each) on 3 problems, one k. The contrast's replicates equal
+    mean_j a[sidx_a[b,j], idx[b]] - mean_j b[sidx_b[b,j], idx[b]], written out here; the base cancels."""
+    a = np.array([[1.0, 0.0, 0.5], [0.5, 0.5, 0.5]])[..., None]  # (S=2, N=3, K=1)
+    b = np.array([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])[..., None]
+    base = np.array([0.2, 0.1, 0.0])[:, None]
+    idx = np.array([[0, 0, 2], [1, 2, 2], [0, 1, 2]])
+    sa, sb = np.array([[1, 1], [0, 1], [0, 0]]), np.array([[0, 0], [1, 0], [1, 1]])
+    summ, ra, rb = A.condition_contrast(a, b, base, idx, sa, sb, 0.95)
+    ref = [np.mean([a[j, idx[r], 0].mean() for j in sa[r]]) - np.mean([b[j, idx[r], 0].mean() for j in sb[r]]) for r in range(3)]
+    assert (ra - rb)[:, 0] == pytest.approx(ref, abs=1e-15)
+    assert summ["diff"] == pytest.approx([0.5 - 0.5]) and summ["delta_a"] == pytest.approx([0.5 - 0.1])
+    assert summ["ci_passk"] == pytest.approx(list(np.quantile(ref, [0.025, 0.975])))
+    s1, s2 = A.seed_resample_indices(3, 500, 0), A.seed_resample_indices(3, 500, 0, stream=2)
+    assert np.array_equal(s1, A.seed_resample_indices(3, 500, 0, stream=1)) and not np.array_equal(s1, s2)
+
+
+def test_ratio_estimate_and_when_it_is_not_estimable():
+    num, den = np.array([0.1, 0.2, 0.3, 0.2]), np.array([0.2, 0.4, 0.3, 0.4])
+    r = A.ratio_estimate(0.2, 0.4, num, den, 0.5)
+    assert r["estimable"] and r["share"] == 0.5 and r["ci"] == pytest.approx(list(np.quantile(num / den, [0.25, 0.75])))
+    r = A.ratio_estimate(0.2, 0.1, num, np.array([-0.1, 0.1, 0.2, 0.3]), 0.95)
+    assert r == {"estimable": False, "share": None, "ci": None, "why": "the reference gain's 95% interval contains 0"}
+
+
+def test_lead_crossover_from_either_side():
+    rft = A.lead_crossover(np.array([-0.25, -0.1, 0.0]), np.array([[-0.25, -0.1, 0.0]] * 3), 0.95)
+    assert rft["leader_at_k1"] == "b" and rft["point"] == {"outcome": "crosses", "k": 3}
+    sft = A.lead_crossover(np.array([0.25, 0.1, -0.5]), np.array([[0.25, 0.1, -0.5]] * 3), 0.95)
+    assert sft["leader_at_k1"] == "a" and sft["point"] == {"outcome": "crosses", "k": 3}
+    assert A.lead_crossover(np.zeros(3), np.zeros((3, 3)), 0.95)["leader_at_k1"] == "tie"
+
+
+TOKEN_PROBLEMS = [{"id": 0, "classes": [0, 0, 1, 0, 2, 0, 0, 0, 0, 0], "ranks": [1, 1, 3, 1, 7, 1, 1, 1, 1, 1],
+                   "base_entropy": [0.2, 0.2, 2.0, 0.2, 2.0, 0.2, 0.2, 0.2, 0.2, 0.2]},
+                  {"id": 1, "classes": [0] * 10, "ranks": [1] * 10, "base_entropy": [0.2] * 10}]
+
+
+def test_token_summary_by_hand():
+    s = A.token_summary(TOKEN_PROBLEMS)
+    assert (s["positions"], s["unchanged"], s["reranked"], s["shifted"]) == (20, 18, 1, 1)
+    assert (s["share_unchanged"], s["share_reranked"], s["share_shifted"]) == pytest.approx((0.9, 0.05, 0.05))
+    assert s["mean_rank_changed"] == 5 and s["base_entropy_changed"] == pytest.approx(2.0)
+    assert s["base_entropy_unchanged"] == pytest.approx(0.2) and s["entropy_ratio"] == pytest.approx(10.0)
+    same = A.token_summary([{"id": 0, "classes": [0] * 4, "ranks": [1] * 4, "base_entropy": [0.5] * 4}])  # a model against itself
+    assert same["share_unchanged"] == 1 and same["mean_rank_changed"] is None and same["entropy_ratio"] is None
+
+
+def test_find_twins_reads_the_settings_not_the_names():
+    st = {c: {**A.DEFAULT_CONDITION, **v} for c, v in {
+        "many": {}, "16": {"problems": "select-16"}, "1": {"problems": "select-1"}, "16-kl": {"problems": "select-16", "kl": 0.001},
+        "format": {"reward": "format"}, "rft": {"method": "rft"}, "sft": {"method": "sft", "lr": 0.01},
+        "anchored-1": {"problems": "select-1", "kl": 0.01, "entropy": 0.1}}.items()}
+    assert A.find_twins(st, "kl", lambda s: s["kl"] > 0) == [("16-kl", "16")]  # anchored-1 has no twin (entropy differs)
+    assert A.find_twins(st, "reward", lambda s: s["reward"] == "format") == [("format", "many")]
+    assert A.find_twins(st, "method", lambda s: s["method"] != "grpo") == [("rft", "many"), ("sft", "many")]  # lr is ignored
+
+
+# ----------------------------------------------------------------------------- 12. the study with controls, sets and tokens
+
+
+STUDY_CONDITIONS = {"many": {"problems": "all"}, "16": {"problems": "select-16"}, "1": {"problems": "select-1"},
+                    "16-kl": {"problems": "select-16", "kl": 0.001}, "format": {"problems": "all", "reward": "format"},
+                    "rft": {"problems": "all", "method": "rft"}, "sft": {"problems": "all", "method": "sft"}}
+SEEDS, STEPS, NT = [0, 1], [5, 10], 40  # the test set: 40 problems x n = 8
+STUDY_BASE = [2] * 20 + [0] * 20  # pass@1 0.125, pass@8 0.5
+STUDY_TEST = {  # the same counts at both checkpoints and for both seeds, strict = loose
+    "many": [6] * 20 + [0] * 20,  # pass@1 +0.25, pass@8 unchanged: equivalent
+    "16": [8] * 10 + [0] * 30,  # pass@1 +0.125, pass@8 -0.25: the ceiling falls
+    "1": STUDY_BASE,
+    "16-kl": [4] * 20 + [0] * 20,  # pass@8 unchanged: equivalent -> H4 holds; contrast +0.25
+    "format": [3] * 20 + [0] * 20,  # pass@1 +0.0625 = a quarter of many's, in every replicate
+    "rft": [8] * 20 + [0] * 20,  # above many at k = 1 (1.0 vs 0.75 on the solved half), equal from k = 3
+    "sft": [1] * 40,  # pass@k = k/8 on every problem: below many at k = 1..3, equal at 4, above after
+}
+WIDE_N, WIDE_IDS = 32, list(range(16))  # the wide set: the first 16 test problems x 32 samples
+WIDE_BASE = [8] * 12 + [0] * 4  # ids 12..15 never solved by the base
+WIDE_MANY = [20] * 10 + [0] * 2 + [5] * 4  # only RL: 12..15; only base: 10, 11
+OOD_IDS = list(range(100, 120))
+OOD_BASE, OOD_MANY = [1] * 10 + [0] * 10, [2] * 10 + [0] * 10  # pass@1 +0.0625, pass@8 unchanged
+DIV_BASE, DIV_RL = {"distinct_answers": 4, "answer_entropy": 1.2, "token_entropy": 0.8}, {"distinct_answers": 2, "answer_entropy": 0.5, "token_entropy": 0.4}
+
+
+def study_config(**extra):
+    cfg = {"seed": 0, "task": {"name": "arith-2x1"}, "conditions": STUDY_CONDITIONS, "train": {"seeds": SEEDS, "checkpoints": STEPS},
+           "eval": {"n": 8, "k_max": 8}, "analyze": {"resamples": B, "ci": 0.95, "extrapolate_to": 1024},
+           "eval_sets": {"wide": {"task": None, "n_problems": len(WIDE_IDS), "n": WIDE_N, "k_max": WIDE_N, "models": "final-first-seed"},
+                         "ood": {"task": "arith-3x1", "n_problems": len(OOD_IDS), "n": 8, "k_max": 8, "models": "final"}},
+           "tokens": {"enabled": True}}
+    cfg.update(extra)
+    return cfg
+
+
+def study_doc(counts, n, ids, cfg, eval_set, task, div, key=None):
+    d = eval_doc(counts, n=n, ids=ids, config=cfg, eval_set=eval_set, task=task,
+                 **({} if key is None else {"condition": key[0], "train_seed": key[1], "step": key[2]}))
+    for p in d["problems"]:
+        p.update(div)
+        p.pop("responses")
+    return d
+
+
+def write_study(run: Path, cfg=None) -> Path:
+    cfg = cfg or study_config()
+    run.mkdir(parents=True)
+
+    def put(path, doc):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc))
+    ids = list(range(NT))
+    put(run / "eval_base.json", study_doc(STUDY_BASE, 8, ids, cfg, "test", "arith-2x1", DIV_BASE))
+    put(run / "evalsets/wide/eval_base.json", study_doc(WIDE_BASE, WIDE_N, WIDE_IDS, cfg, "wide", "arith-2x1", DIV_BASE))
+    put(run / "evalsets/ood/eval_base.json", study_doc(OOD_BASE, 8, OOD_IDS, cfg, "ood", "arith-3x1", DIV_BASE))
+    for c in STUDY_CONDITIONS:
+        for s in SEEDS:
+            for st in STEPS:
+                key = (c, s, st)
+                put(run / f"eval_{c}_s{s}_{st:03d}.json", study_doc(STUDY_TEST[c], 8, ids, cfg, "test", "arith-2x1", DIV_RL, key))
+                tokens = {"condition": c, "train_seed": s, "step": st, "summary": A.token_summary(TOKEN_PROBLEMS), "problems": TOKEN_PROBLEMS,
+                          "provenance": {"config": cfg}}
+                put(run / f"tokens_{c}_s{s}_{st:03d}.json", tokens)
+            put(run / f"evalsets/ood/eval_{c}_s{s}_010.json",
+                study_doc(OOD_MANY if c == "many" else OOD_BASE, 8, OOD_IDS, cfg, "ood", "arith-3x1", DIV_RL, (c, s, 10)))
+        put(run / f"evalsets/wide/eval_{c}_s0_010.json",
+            study_doc(WIDE_MANY if c == "many" else WIDE_BASE, WIDE_N, WIDE_IDS, cfg, "wide", "arith-2x1", DIV_RL, (c, 0, 10)))
+    return run
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    run = write_study(tmp_path_factory.mktemp("study") / "run")
+    for c in ("many", "sft"):
+        for s in SEEDS:
+            write_train_log(run / f"train_{c}_s{s}" / "train_log.csv", steps=10,
+                            cols=["step", "reward_mean", "entropy_mean", "kl_mean", "grad_norm", "grad_norm_clipped"])
+            write_dev_log(run / f"train_{c}_s{s}" / "train_eval.csv", seed=s)
+    return run, A.run_analysis(run, make_figures=False)  # the figures: test_study_figures
+
+
+def write_dev_log(path: Path, seed=0, steps=(2, 4, 6, 8, 10)):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["step", "n_problems", "n", "strict_pass1", "loose_pass1", "strict_passn", "loose_passn", "format_rate"])
+        for st in steps:
+            w.writerow([st, 16, 8, 0.1, 0.2 + 0.01 * st + 0.1 * seed, "nan", 0.5 + 0.01 * st, ""])
+
+
+def test_study_controls_h4_h5_h6(study):
+    run, out = study
+    c = out["controls"]
+    assert c["skipped"] == [] and c["step"] == 10 and c["scorings"] == {"H4": "loose", "H5": "strict", "H6": "loose"}
+    [h4] = c["h4"]
+    assert (h4["anchored"], h4["unanchored"], h4["kl"], h4["k_max"]) == ("16-kl", "16", 0.001, 8)
+    e_kl, e_16 = entry(out, "16-kl", 10), entry(out, "16", 10)  # the registered entries' adjusted verdicts, side by side
+    assert h4["anchored_ceiling_equivalent"] is e_kl["ceiling_equivalent"] is True and h4["anchored_p_equiv_adj"] == e_kl["p_equiv_adj"]
+    assert h4["unanchored_ceiling_falls"] is e_16["ceiling_falls"] is True and h4["unanchored_p_falls_adj"] == e_16["p_passk_fall_adj"]
+    assert h4["holds"] is True
+    assert h4["contrast"] == pytest.approx(0.0 - (-0.25)) and h4["contrast_ci"][0] > 0
+    [h5] = c["h5"]
+    assert (h5["condition"], h5["reference"], h5["scoring"]) == ("format", "many", "strict")
+    assert h5["gain"] == pytest.approx(0.0625) and h5["reference_gain"] == pytest.approx(0.25)
+    assert h5["estimable"] and h5["share"] == pytest.approx(0.25) and h5["ci"] == pytest.approx([0.25, 0.25])  # proportional on every problem
+    assert h5["reference_gain_ci"] == entry(out, "many", 10, "strict")["pass1_ci"]  # stream 1: the entry's own replicates
+    h6 = {h["other"]: h for h in c["h6"]}
+    assert set(h6) == {"rft", "sft"} and all(h["rl"] == "many" and h["scoring"] == "loose" for h in h6.values())
+    many = A.pass_at_k_curves(STUDY_TEST["many"], 8, 8).mean(axis=0)
+    for o in ("rft", "sft"):
+        assert h6[o]["diff"] == pytest.approx(list(many - A.pass_at_k_curves(STUDY_TEST[o], 8, 8).mean(axis=0)), abs=1e-12)
+        assert all(lo <= d <= hi for lo, d, hi in zip(h6[o]["lo"], h6[o]["diff"], h6[o]["hi"]))
+    assert h6["rft"]["crossover"]["leader_at_k1"] == "rft" and h6["rft"]["crossover"]["point"] == {"outcome": "crosses", "k": 3}
+    assert h6["sft"]["crossover"]["leader_at_k1"] == "many" and h6["sft"]["crossover"]["point"] == {"outcome": "crosses", "k": 4}
+    assert h6["sft"]["diff_passk"] == pytest.approx(0.5 - 1.0)
+    v = json.loads((run / "verdicts.json").read_text())
+    assert v["controls"]["h4"] == json.loads(json.dumps(c["h4"])) and set(v["controls"]["registered"]) == {"H4", "H5", "H6"}
+    fam = out["families"]["secondary-loose"]
+    assert fam["size"] == 3 * (7 * 2 - 1) and "16-kl/10" in fam["entries"] and "sft/5" in fam["entries"]  # every condition in the families
+
+
+def test_study_beyond_n_check_and_boundary(study):
+    _, out = study
+    bz = out["beyond_n"]
+    assert (bz["set"], bz["n"], bz["extrapolate_to"], bz["label"]) == ("wide", WIDE_N, 1024, "model-based (beta-binomial)")
+    assert [(f["condition"], f["seed"], f["scoring"]) for f in bz["fits"]][:4] == [("base", None, "strict"), ("base", None, "loose"),
+                                                                                  ("many", 0, "strict"), ("many", 0, "loose")]
+    assert len(bz["fits"]) == 2 * (1 + 7)  # the base and each condition's first seed at step 10
+    f = bz["fits"][0]
+    assert f["file"] == "evalsets/wide/eval_base.json" and f["measured_pass_at_n"] == 0.75
+    assert f["model_pass_at_extrapolated"] >= f["model_pass_at_n"] and f["chosen"] in ("beta-binomial", "zero-inflated beta-binomial")
+    # the check: fitted to the test set's counts on the 16 wide problems (all 6 of 8 for many), predicting pass@32 on them
+    chk = {(r["condition"], r["scoring"]): r for r in bz["check"]}
+    r = chk[("many", "loose")]
+    assert (r["fit_file"], r["target_file"], r["n_problems"], r["fit_n"]) == ("eval_many_s0_010.json", "evalsets/wide/eval_many_s0_010.json", 16, 8)
+    assert r["measured"] == pytest.approx(14 / 16) and r["predicted"] == pytest.approx(1 - 0.25 ** 32, abs=1e-3)
+    assert r["error"] == pytest.approx(r["predicted"] - r["measured"]) and r["naive"] == pytest.approx(1.0)
+    assert chk[("base", "strict")]["predicted"] == pytest.approx(1 - 0.75 ** 32, abs=1e-3) and chk[("base", "strict")]["measured"] == 0.75
+    b = {(r["condition"], r["scoring"]): r for r in out["boundary"]["rows"]}
+    assert out["boundary"]["set"] == "wide" and len(b) == 2 * 7
+    assert (b[("many", "loose")]["only_rl_ids"], b[("many", "loose")]["only_base_ids"]) == ([12, 13, 14, 15], [10, 11])
+    assert b[("sft", "strict")]["only_rl"] == b[("sft", "strict")]["only_base"] == 0
+
+
+def test_study_diversity_ood_and_tokens(study):
+    _, out = study
+    d = {(r["set"], r["condition"], r["step"]): r for r in out["diversity"]["conditions"]}
+    assert d[("test", "base", None)]["distinct_answers"] == 4 and d[("test", "many", 10)]["answer_entropy"] == pytest.approx(0.5)
+    assert d[("test", "sft", 5)]["seeds"] == [0, 1] and d[("ood", "many", 10)]["token_entropy"] == pytest.approx(0.4)
+    assert ("wide", "many", 10) in d and ("ood", "many", 5) not in d  # ood evaluates the final checkpoint only
+    assert len([m for m in out["diversity"]["models"] if m["set"] == "test"]) == 1 + 7 * 2 * 2
+    o = out["ood"]["ood"]
+    assert (o["task"], o["n"], o["k_max"], o["test_k_max"], o["n_problems"]) == ("arith-3x1", 8, 8, 8, 20)
+    rows = {(r["condition"], r["scoring"]): r for r in o["rows"]}
+    r = rows[("many", "loose")]
+    assert r["seeds"] == [0, 1] and r["ood_pass1_diff"] == pytest.approx(0.0625) and r["ood_passk_diff"] == 0
+    assert r["ood_pass1_ci"][0] > 0 and r["ood_passk_ci"] == [0.0, 0.0]
+    assert r["test_pass1_diff"] == entry(out, "many", 10)["pass1_diff"] and r["test_passk_ci"] == entry(out, "many", 10)["passk_ci"]
+    assert rows[("base", "strict")]["ood_pass1"] == pytest.approx(1 / 16) and "not adjusted" in o["note"]
+    t = out["tokens"]
+    assert t["enabled"] and len(t["rows"]) == 7 * 2 * 2 and t["warnings"] == []
+    assert t["rows"][0]["condition"] == "many" and t["rows"][0]["share_reranked"] == pytest.approx(0.05)
+    assert t["rows"][0]["entropy_ratio"] == pytest.approx(10.0) and t["paper"]["entropy_ratio"] == [7.6, 12.6]
+    assert out["eval_sets"]["wide"]["models"] == "final-first-seed" and len(out["eval_sets"]["ood"]["files"]) == 1 + 7 * 2
+    assert "evalsets/wide/eval_many_s0_010.json" in out["provenance"]["inputs"] and "tokens_sft_s1_005.json" in out["provenance"]["inputs"]
+
+
+def test_study_report_and_figures(study):
+    run, out = study
+    rep = (run / "report.md").read_text()
+    for head in ("## Controls and baselines: H4–H6 (step 10)", "## Evaluation sets", "## pass@k beyond n = 32: model-based (beta-binomial)",
+                 "## Boundary at n = 32", "## Diversity", "## In vs out of distribution: test vs ood", "## The token level"):
+        assert head in rep, head
+    assert rep.index("## H3") < rep.index("## Controls and baselines") < rep.index("## The strict scoring")
+    assert "| 16-kl (0.001) |" in rep and "**yes**" in rep and "| format | +0.062" in rep and "0.25 [0.25, 0.25]" in rep
+    assert "rft leads: k = 3" in rep and "many leads: k = 4" in rep
+    assert "pass@1024 (model-based (beta-binomial))" in rep and "predicted pass@32 (model-based (beta-binomial))" in rep
+    assert "| many s0 step 10 | loose | 12 / 14 | 4 | 12, 13, 14, 15 | 2 | 10, 11 |" in rep
+    assert "| *paper (another model and task)* |" in rep and "| many | 0 | 5 | 20 | 90.000% | 5.000% | 5.000% | 5.00 |" in rep
+    assert "eval_base.json" in rep and "evalsets/wide/" in rep and "tokens_<condition>_s<seed>_<step>.json" in rep
+
+
+def test_study_figures(study, tmp_path, monkeypatch):
+    """The new figures, drawn from the study's analysis (the per-condition pass@k figures are
+    test_figures_and_report's): each has a y label on every panel; the extrapolated part is dashed
+    and labelled model-based in the legend."""
+    run, _ = study
+    res = A.analyze(run, resamples=FAST)
+    seen = {}
+    save = A._save
+
+    def spy(fig, path):
+        seen[path.name] = [ax for ax in fig.axes if ax.axison]
+        return save(fig, path)
+    monkeypatch.setattr(A, "_save", spy)
+    out = tmp_path / "figures"
+    out.mkdir()
+    paths = [A.beyond_figure(out, res), *A.ood_figures(out, res), A.diversity_figure(out, res), A.controls_figure(out, res),
+             A.training_dev_figure(run, [5, 10])]
+    assert [p.name for p in paths] == ["passk_beyond_n.png", "ood_ood.png", "diversity.png", "controls_h6.png", "training_dev.png"]
+    for name, axes in seen.items():
+        assert all(ax.get_ylabel() for ax in axes), name
+    loose = seen["passk_beyond_n.png"][0]
+    labels = loose.get_legend_handles_labels()[1]
+    assert "model-based (beta-binomial)" in labels and "base" in labels and "many s0 step 10" in labels
+    dashed = [ln for ln in loose.lines if ln.get_linestyle() == "--" and len(ln.get_xdata())]
+    assert dashed and max(max(ln.get_xdata()) for ln in dashed) == 1024 and min(min(ln.get_xdata()) for ln in dashed) == WIDE_N
+    assert len(seen["ood_ood.png"]) == 4 and len(seen["diversity.png"]) == 3 and len(seen["controls_h6.png"]) == 2
+
+
+def test_study_report_numbers_recompute_from_the_files_they_name(study):
+    """The report names its files; recompute three of its numbers from those files alone, with
+    code written here: a boundary, a diversity mean and a model check's measured pass@n."""
+    run, out = study
+    load = lambda f: json.loads((run / f).read_text())
+    row = next(r for r in out["boundary"]["rows"] if (r["condition"], r["scoring"]) == ("many", "strict"))
+    base, rl = load(row["base_file"]), load(row["file"])
+    assert row["only_rl_ids"] == [b["id"] for b, r in zip(base["problems"], rl["problems"]) if b["correct_strict"] == 0 < r["correct_strict"]]
+    m = next(r for r in out["diversity"]["models"] if (r["set"], r["condition"], r["seed"], r["step"]) == ("ood", "sft", 1, 10))
+    assert m["distinct_answers"] == np.mean([p["distinct_answers"] for p in load(m["file"])["problems"]])
+    chk = next(r for r in out["beyond_n"]["check"] if (r["condition"], r["scoring"]) == ("many", "loose"))
+    assert chk["measured"] == np.mean([p["correct_loose"] > 0 for p in load(chk["target_file"])["problems"]])
+
+
+def test_training_dev_figure_and_new_log_columns(tmp_path):
+    run = tmp_path / "run"
+    write_dev_log(run / "train_many_s0" / "train_eval.csv")
+    write_dev_log(run / "train_many_s1" / "train_eval.csv", seed=1, steps=(2, 4, 6))
+    (run / "train_sft_s0").mkdir()
+    (run / "train_sft_s0" / "train_log.csv").write_text("step,reward_mean,entropy_mean,kl_mean,grad_norm_clipped\n1,nan,0.5,nan,1.0\n2,nan,0.4,nan,0.9\n")
+    assert A.training_figure(run, [5]) == run / "figures" / "training.png"  # sft: no reward, drawn without error
+    assert (run / "figures" / "training_dev.png").stat().st_size > 1000
+    rows = A._read_csv(run / "train_many_s0" / "train_eval.csv", required=A.DEV_REQUIRED, drawn=A.DEV_COLUMNS)
+    assert np.isnan(rows[0]["strict_passn"]) and np.isnan(rows[0]["format_rate"]) and rows[-1]["loose_pass1"] == pytest.approx(0.3)
+    (run / "train_many_s1" / "train_eval.csv").write_text("step,loose_pass1\n2,abc\n")
+    with pytest.raises(A.InputError, match="train_many_s1/train_eval.csv"):
+        A.training_dev_figure(run, [5])
+
+
+def test_smoke_design_skips_the_controls_and_uses_the_test_set(tmp_path):
+    """many, 4, 1 (configs/smoke.yaml): no pair for H4-H6; no sets: the test set is the largest n."""
+    run = write_run(tmp_path / "run", BASE_MAIN, {("many", 6): DESIGN[("many", 75)], ("4", 6): DESIGN[("16", 75)], ("1", 6): BASE_MAIN},
+                    resamples=FAST)
+    out = A.run_analysis(run, make_figures=False)
+    assert out["controls"]["h4"] == out["controls"]["h5"] == out["controls"]["h6"] == []
+    assert [s["hypothesis"] for s in out["controls"]["skipped"]] == ["H4", "H5", "H6"]
+    assert out["beyond_n"]["set"] == "test" and out["beyond_n"]["check"] == [] and "no evaluation set has more samples" in out["beyond_n"]["check_skipped"]
+    assert out["boundary"]["set"] == "test" and out["ood"] == {} and out["diversity"]["conditions"] == []
+    assert out["tokens"]["rows"] == [] and out["eval_sets"].keys() == {"test"}
+    rep = (run / "report.md").read_text()
+    assert "H4 not asked: no registered condition with a KL anchor" in rep and "## The token level" not in rep
+
+
+def _study_copy(tmp_path, **cfg):
+    return write_study(tmp_path / "run", study_config(**cfg))
+
+
+@pytest.mark.parametrize("gone,tokens", [("evalsets/wide/eval_16_s0_010.json", True), ("evalsets/ood/eval_base.json", True),
+                                         ("tokens_rft_s1_005.json", True), ("tokens_rft_s1_005.json", False)])
+def test_study_missing_set_and_token_files_are_named_and_refused(tmp_path, gone, tokens):
+    run = _study_copy(tmp_path, tokens={"enabled": tokens}, analyze={"resamples": 100})
+    (run / gone).unlink()
+    if not tokens:  # token files are then reported as found, never required
+        out = A.run_analysis(run, make_figures=False)
+        assert out["missing"] == [] and len(out["tokens"]["rows"]) == 27
+        assert "tokens.enabled is off" in (run / "report.md").read_text()
+        return
+    total = 28 + (1 + 7) + (1 + 14) + 28
+    with pytest.raises(A.InputError, match=rf"1 of {total} expected evaluations are missing \({gone}\)"):
+        A.run_analysis(run, make_figures=False)
+    out = A.run_analysis(run, make_figures=False, partial=True)
+    assert out["missing"] == [gone] and (run / "report.md").read_text().startswith(f"**PARTIAL REPORT: 1 of {total}")
+
+
+@pytest.mark.parametrize("where,edit,what", [
+    ("evalsets/wide/eval_many_s0_010.json", lambda d: d.update(eval_set="ood"), "eval_set field is 'ood'"),
+    ("eval_many_s0_010.json", lambda d: d.update(eval_set="wide"), "eval_set field is 'wide'"),
+    ("evalsets/ood/eval_rft_s1_010.json", lambda d: d.update(task="arith-2x1"), "task 'arith-2x1'"),
+    ("evalsets/wide/eval_base.json", lambda d: d["sampling"].update(n=16) or [p.update(n=16) for p in d["problems"]], "n=16"),
+    ("evalsets/ood/eval_sft_s0_010.json", lambda d: d["problems"].reverse(), "problems differ"),
+    ("eval_many_s0_010.json", lambda d: d["problems"][0].update(distinct_answers="3"), "distinct_answers"),
+    ("tokens_many_s0_005.json", lambda d: d["problems"][0]["ranks"].pop(), "one length"),
+    ("tokens_many_s0_005.json", lambda d: d.pop("summary"), "malformed token file"),
+])
+def test_study_malformed_set_and_token_files(tmp_path, where, edit, what):
+    run = _study_copy(tmp_path, analyze={"resamples": 100})
+    _edit(run / where, edit)
+    with pytest.raises(A.InputError) as ei:
+        A.run_analysis(run, make_figures=False, partial=True)
+    assert where.split("/")[-1] in str(ei.value) and what in str(ei.value)
+
+
+def test_study_stale_set_file_and_token_summary_mismatch(tmp_path):
+    run = _study_copy(tmp_path, analyze={"resamples": 100})
+    (run / "evalsets/wide/eval_many_s1_010.json").write_text((run / "evalsets/wide/eval_many_s0_010.json").read_text())
+    with pytest.raises(A.InputError, match="eval_many_s1_010.json: many seed 1 step 10 is not among the models of eval_sets.wide"):
+        A.run_analysis(run, make_figures=False)
+    (run / "evalsets/wide/eval_many_s1_010.json").unlink()
+    _set(run / "tokens_many_s0_005.json", "summary", "share_reranked", 0.5)
+    (run / "evalsets" / "old").mkdir()
+    A.run_analysis(run, make_figures=False)
+    rep = (run / "report.md").read_text()
+    assert "tokens_many_s0_005.json: its summary differs from its per-problem detail in share_reranked" in rep
+    assert "evalsets/old/ is not a registered evaluation set" in rep
+
+
+def test_compare_conditions_against_a_reference_loop():
+    """Counts in, the documented draws written out: problems default_rng(seed), condition a's seeds
+    default_rng([seed, 1]), condition b's default_rng([seed, 2]); pass@1 = c / n."""
+    rng = np.random.default_rng(9)
+    a, b, base = rng.binomial(8, 0.5, (3, 25)), rng.binomial(8, 0.3, (2, 25)), rng.binomial(8, 0.2, 25)
+    summ, ra, rb = A.compare_conditions(a, b, base, 8, 8, 300, 4, 0.95)
+    idx = np.random.default_rng(4).integers(0, 25, size=(300, 25))
+    sa, sb = np.random.default_rng([4, 1]).integers(0, 3, size=(300, 3)), np.random.default_rng([4, 2]).integers(0, 2, size=(300, 2))
+    ref = [np.mean([a[j, idx[r]].mean() for j in sa[r]]) / 8 - np.mean([b[j, idx[r]].mean() for j in sb[r]]) / 8 for r in range(300)]
+    assert (ra - rb)[:, 0] == pytest.approx(ref, abs=1e-12)
+    assert summ["diff_pass1"] == pytest.approx(a.mean() / 8 - b.mean() / 8) and summ["delta_b"][0] == pytest.approx((b.mean() - base.mean()) / 8)
+    assert summ["ci_pass1"] == pytest.approx(list(np.quantile(ref, [0.025, 0.975])))
+    same, r1, r2 = A.compare_conditions(a[:1], a[:1], base, 8, 8, 300, 4, 0.95)  # one seed each, the same counts: exactly 0
+    assert not np.any(r1 - r2) and same["ci_passk"] == [0.0, 0.0]

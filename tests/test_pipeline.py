@@ -19,7 +19,35 @@ def pipeline(*args, **kw):
     return subprocess.run([sys.executable, str(ROOT / "pipeline.py"), *args], cwd=ROOT, env=ENV, capture_output=True, text=True, **kw)
 
 
-CONDS, SEEDS, STEPS = ("many", "4", "1"), (0, 1), (3, 6)
+CONDS, SEEDS, STEPS = ("many", "4", "1", "4-kl", "format", "rft", "sft"), (0, 1), (3, 6)
+N_TRAIN, N_EVAL = 7 * 2, 1 + 7 * 2 * 2  # jobs of the smoke config: training runs; test-set evaluations
+
+
+@pytest.fixture(scope="module")
+def small_cfg(tmp_path_factory):
+    """The smoke config with three of its conditions (one control), no extra evaluation sets and
+    no token stage: the same hashes, so its training runs and evaluations must equal smoke's
+    byte for byte, at a third of the cost (for the tests that run a study more than once)."""
+    import yaml
+
+    d = yaml.safe_load(SMOKE.read_text())
+    d["conditions"] = {k: v for k, v in d["conditions"].items() if k in ("many", "4", "sft")}
+    d.pop("eval_sets")
+    d["tokens"]["enabled"] = False
+    path = tmp_path_factory.mktemp("cfg") / "small.yaml"
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def small_jobs2(small_cfg, fitted_dir, tmp_path_factory):
+    """The small study with --jobs 2 (worker processes)."""
+    run = tmp_path_factory.mktemp("jobs2") / "run"
+    run.mkdir()
+    shutil.copytree(fitted_dir, run / "base_model")
+    r = pipeline("--config", str(small_cfg), "--out", str(run), "--quiet", "--jobs", "2", timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return run
 
 
 def expected_files(run: Path) -> list[Path]:
@@ -54,10 +82,13 @@ def smoke_run(tmp_path_factory):
 
 
 def _eval_content(path: Path) -> dict:
+    """An evaluation without what may differ between two runs of the same job: timings, the
+    adapter's path, and the full config it records (a smaller config can run the same job);
+    the stage hash, which covers every setting the job depends on, stays."""
     d = json.loads(path.read_text())
     d.pop("seconds")
-    d.pop("model")  # the adapter's path: differs between run folders
-    d["provenance"].pop("time")
+    d.pop("model")
+    d["provenance"] = {"stage_hash": d["provenance"]["stage_hash"], "inputs": d["provenance"]["inputs"]}
     return d
 
 
@@ -74,9 +105,10 @@ def test_end_to_end_writes_every_file(smoke_run):
     missing = [str(p) for p in expected_files(smoke_run) if not p.exists() or p.stat().st_size == 0]
     assert not missing
     man = json.loads((smoke_run / "manifest.json").read_text())
-    assert [s for s in man["stage_order"]] == ["base", "probe", "select", "lr-sweep", "train", "eval", "analyze"]
+    assert [s for s in man["stage_order"]] == ["base", "probe", "select", "lr-sweep", "train", "eval", "tokens", "analyze"]
     assert all(man["stages"][s]["status"] == "done" and man["stages"][s]["seconds"] >= 0 for s in man["stage_order"])
-    assert len(man["jobs"]) == 3 * 2 + 1 + 3 * 2 * 2 and all(j["status"] == "done" for j in man["jobs"].values())
+    assert len(man["jobs"]) == N_TRAIN + N_EVAL + (1 + 7) + (1 + 14) + 28  # + wide, ood, tokens
+    assert all(j["status"] == "done" for j in man["jobs"].values())
     assert man["plan_sha256"] and man["versions"]["torch"]
     # the eval file holds what the issue asks for, and its numbers follow from its own counts
     ev = json.loads((smoke_run / "eval_many_s1_006.json").read_text())
@@ -97,10 +129,10 @@ def test_end_to_end_writes_every_file(smoke_run):
     sel = json.loads((smoke_run / "selection.json").read_text())
     assert len(sel["sets"]["1"]) == 1 and 0 < len(sel["sets"]["4"]) <= 4
     v = json.loads((smoke_run / "verdicts.json").read_text())
-    assert len(v["entries"]) == 3 * 2 * 2  # conditions x checkpoints x scorings, each over both seeds
+    assert len(v["entries"]) == 7 * 2 * 2  # conditions x checkpoints x scorings, each over both seeds
     assert json.loads((smoke_run / "eval_base.json").read_text())["adapter_sha256"] is None
     shas = {json.loads((smoke_run / f"eval_{c}_s{s}_006.json").read_text())["adapter_sha256"] for c in CONDS for s in SEEDS}
-    assert len(shas) == 6  # every condition and seed trained its own adapter
+    assert len(shas) == 14  # every condition and seed trained its own adapter
     done = json.loads((smoke_run / "train_many_s0" / "done.json").read_text())
     assert done["train_seed"] == 0 and done["micro_batch"] == 16 and done["micro_batch_auto"] is False
     # outputs are readable by others
@@ -112,11 +144,11 @@ def test_second_run_skips_everything_and_dry_run_says_done(smoke_run):
     before = snapshot(smoke_run)
     r = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--quiet", timeout=300)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.count("done, skipped") == 7
+    assert r.stdout.count("done, skipped") == 8
     after = snapshot(smoke_run)
     assert {k: v for k, v in after.items() if k != "manifest.json"} == {k: v for k, v in before.items() if k != "manifest.json"}
     d = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--dry-run", timeout=120)
-    assert d.returncode == 0 and d.stdout.count(" done") == 7 and "to do" not in d.stdout and "0 train/eval jobs left" in d.stdout
+    assert d.returncode == 0 and d.stdout.count(" done") == 8 and "to do" not in d.stdout and "0 train/eval jobs left" in d.stdout
     j = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--print-jobs", timeout=120)
     assert j.returncode == 0 and "grpo.py" not in j.stdout
 
@@ -128,24 +160,17 @@ def test_print_jobs_lists_every_job_as_a_command(tmp_path):
     assert [x.split("--stage ")[1] for x in lines if x.startswith("python pipeline.py") and "--stage" in x] == ["base", "probe", "select", "lr-sweep"]
     train = [x for x in lines if x.startswith("python grpo.py train")]
     evals = [x for x in lines if x.startswith("python grpo.py eval")]
-    assert len(train) == 6 and len(evals) == 13
-    assert any("--condition 4 --seed 1" in x for x in train)
+    assert len(train) == N_TRAIN and len(evals) == N_EVAL + 8 + 15
+    assert len([x for x in lines if x.startswith("python grpo.py tokens")]) == 28
+    assert any("--condition 4-kl --seed 1" in x for x in train)
     assert any(x.endswith("train_1_s1/step_006") for x in evals)
     assert not (tmp_path / "new").exists()  # printing writes nothing
 
 
-def test_jobs_2_writes_the_same_bytes_as_jobs_1(smoke_run, fitted_dir, tmp_path):
-    run = tmp_path / "run"
-    run.mkdir()
-    shutil.copytree(fitted_dir, run / "base_model")
-    r = pipeline("--config", str(SMOKE), "--out", str(run), "--quiet", "--jobs", "2", timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    a, b = outputs_bytes(run), outputs_bytes(smoke_run)
-    assert a.keys() == b.keys() and len(a) == 12 + 13
-    assert [k for k in a if a[k] != b[k]] == []
-    va = json.loads((run / "verdicts.json").read_text())
-    vb = json.loads((smoke_run / "verdicts.json").read_text())
-    assert va["entries"] == vb["entries"]
+def test_jobs_2_writes_the_same_bytes_as_jobs_1(smoke_run, small_jobs2):
+    a, b = outputs_bytes(small_jobs2), outputs_bytes(smoke_run)
+    assert len(a) == 3 * 2 * 2 + 1 + 3 * 2 * 2  # adapters; evaluations
+    assert [k for k in a if a[k] != b.get(k)] == []  # every file equals the one --jobs 1 wrote for the same job
 
 
 def test_changing_train_seeds_leaves_problems_selection_and_base_eval_alone(smoke_run, tmp_path):
@@ -154,8 +179,12 @@ def test_changing_train_seeds_leaves_problems_selection_and_base_eval_alone(smok
 
     one = C.load(str(SMOKE))
     other = C.load(str(SMOKE), ["train.seeds=[7, 8, 9]"])
-    for stage in ("base", "probe", "select"):
+    for stage in ("base", "probe"):
         assert P.stage_hash(one, stage) == P.stage_hash(other, stage), stage
+    import grpo
+
+    sizes = {"sizes": grpo.selection_sizes(one)}
+    assert sizes == {"sizes": grpo.selection_sizes(other)} and P.stage_hash(one, "select", sizes) == P.stage_hash(other, "select", sizes)
     assert P.stage_hash(one, "eval", {"adapter_sha256": None}) == P.stage_hash(other, "eval", {"adapter_sha256": None})
     # and the pipeline agrees: with other seeds, base, probe, select and the base evaluation are done
     d = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--dry-run", "--set", "train.seeds=[7, 8, 9]", timeout=120)
@@ -173,12 +202,12 @@ def test_rerun_one_stage_by_hand(smoke_run):
     assert "analyze: running" in r.stdout and report.stat().st_mtime_ns != old
 
 
-def test_killed_mid_training_then_resumed_equals_uninterrupted(smoke_run, fitted_dir, tmp_path):
+def test_killed_mid_training_then_resumed_equals_uninterrupted(smoke_run, small_cfg, small_jobs2, fitted_dir, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     shutil.copytree(fitted_dir, run / "base_model")  # the same base, bit for bit (checked below)
     assert (run / "base_model" / "model.safetensors").read_bytes() == (smoke_run / "base_model" / "model.safetensors").read_bytes()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "pipeline.py"), "--config", str(SMOKE), "--out", str(run), "--quiet"],
+    proc = subprocess.Popen([sys.executable, str(ROOT / "pipeline.py"), "--config", str(small_cfg), "--out", str(run), "--quiet"],
                             cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     state = run / "train_many_s0" / "last" / "state.json"
     deadline = time.time() + 300
@@ -188,22 +217,23 @@ def test_killed_mid_training_then_resumed_equals_uninterrupted(smoke_run, fitted
     proc.wait()
     assert state.exists(), "the run never reached training"
     killed_at = json.loads(state.read_text())["step"]
-    assert not (run / "train_1_s1" / "done.json").exists() and not (run / "verdicts.json").exists()
+    assert not (run / "train_sft_s1" / "done.json").exists() and not (run / "verdicts.json").exists()
     assert (run / ".pipeline.lock").exists()  # left behind by the killed process: stale, taken over below
-    r = pipeline("--config", str(SMOKE), "--out", str(run), "--quiet", timeout=600)
+    r = pipeline("--config", str(small_cfg), "--out", str(run), "--quiet", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "stale lock" in r.stdout
     assert killed_at < 6 and f"train many s0: resuming {run / 'train_many_s0'} from step {killed_at + 1}" in r.stdout
     a, b = outputs_bytes(run), outputs_bytes(smoke_run)
-    assert a.keys() == b.keys() and [k for k in a if a[k] != b[k]] == []
-    assert json.loads((run / "verdicts.json").read_text())["entries"] == json.loads((smoke_run / "verdicts.json").read_text())["entries"]
+    assert len(a) == 24 and [k for k in a if a[k] != b.get(k)] == []
+    # the verdicts equal those of the same study run with --jobs 2, never killed
+    assert json.loads((run / "verdicts.json").read_text())["entries"] == json.loads((small_jobs2 / "verdicts.json").read_text())["entries"]
 
 
-def test_ctrl_c_ends_in_one_line_and_records_interrupted(fitted_dir, tmp_path):
+def test_ctrl_c_ends_in_one_line_and_records_interrupted(small_cfg, fitted_dir, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     shutil.copytree(fitted_dir, run / "base_model")
-    proc = subprocess.Popen([sys.executable, str(ROOT / "pipeline.py"), "--config", str(SMOKE), "--out", str(run), "--quiet"],
+    proc = subprocess.Popen([sys.executable, str(ROOT / "pipeline.py"), "--config", str(small_cfg), "--out", str(run), "--quiet"],
                             cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     state = run / "train_many_s0" / "last" / "state.json"
     deadline = time.time() + 300
@@ -240,12 +270,12 @@ def test_a_second_pipeline_on_the_same_folder_is_refused(smoke_run, tmp_path):
     assert snapshot(run) == before
 
 
-def test_retrain_with_new_checkpoints_leaves_no_stale_evaluation(smoke_run, tmp_path):
-    run = copy_run(smoke_run, tmp_path / "run")
+def test_retrain_with_new_checkpoints_leaves_no_stale_evaluation(small_cfg, small_jobs2, tmp_path):
+    run = copy_run(small_jobs2, tmp_path / "run")
     sets = ["--set", "train.checkpoints=[2, 6]"]
-    r = pipeline("--config", str(SMOKE), "--out", str(run), *sets, "--quiet", timeout=300)
+    r = pipeline("--config", str(small_cfg), "--out", str(run), *sets, "--quiet", timeout=300)
     assert r.returncode == 2 and "train.checkpoints=[3, 6] there, [2, 6] here" in r.stderr  # refused without --force
-    r = pipeline("--config", str(SMOKE), "--out", str(run), *sets, "--force", "--quiet", timeout=900)
+    r = pipeline("--config", str(small_cfg), "--out", str(run), *sets, "--force", "--quiet", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     assert not list(run.glob("eval_*_003.json")) and len(list(run.glob("eval_*_002.json"))) == 6
     assert {e["step"] for e in json.loads((run / "verdicts.json").read_text())["entries"]} == {2, 6}
