@@ -3,8 +3,13 @@
 Tasks (each a generator seeded by an explicit argument, identical on every machine):
   arith-3x2   a * b - c, a 3-digit, b 2-digit, c 3-digit   (the study's task, e.g. 413 * 41 - 882)
   arith-2x2   a * b - c, a 2-digit, b 2-digit, c 3-digit   (the easier variant of the base-rate probe)
+  arith-3x3   a * b - c, all 3-digit                       (the study's out-of-distribution set)
   arith-2x1   a * b - c, a 2-digit, b 1-digit, c 2-digit   (the CPU world: a tiny model can learn it)
+  arith-2x1-1 a * b - c, a 2-digit, b 1-digit, c 1-digit   (the CPU world's out-of-distribution set)
   arith-1x1   a * b - c, all 1-digit                       (the smoke test: learnable in seconds)
+
+Splits (draw_splits): test, train, pretrain (the CPU world's base), dev (checks during training),
+drawn in that order from one generator seeded by (task, task seed), never sharing a question.
   countdown   three numbers and a target reachable with + - * / using each number once
 
 Scoring decisions (every one is tested in tests/test_countdown.py):
