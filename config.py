@@ -149,7 +149,7 @@ class EvalSetCfg:
     n: int = 256
     k_max: int = 256
     models: str = "final-first-seed"  # all | final | final-first-seed: which checkpoints besides the base
-    sampling: SamplingCfg = field(default_factory=lambda: SamplingCfg(temperature=0.6, top_p=0.95))
+    sampling: SamplingCfg | None = None  # None: the eval section's sampling (the same as the test set's)
     problems_per_batch: int = 1
     seeds: str = "own"  # own: the set's own sampling seeds (new draws); test: the test set's (same n and batching reproduce its counts)
 
@@ -289,8 +289,20 @@ def _build(cls, data: dict, prefix: str = ""):
     for f in dataclasses.fields(cls):
         if f.name in data:
             where = f"{prefix}.{f.name}" if prefix else f.name
-            setattr(obj, f.name, _coerce(data[f.name], hints[f.name], where))
+            default = getattr(obj, f.name)
+            if dataclasses.is_dataclass(default) and isinstance(data[f.name], dict):
+                # a partial mapping overrides the field's own default, key by key: `sampling:
+                # {max_new_tokens: 96}` keeps an evaluation set's temperature 0.6, not SamplingCfg's 1.0
+                setattr(obj, f.name, _build(type(default), {**C_asdict_shallow(default), **data[f.name]}, where))
+            else:
+                setattr(obj, f.name, _coerce(data[f.name], hints[f.name], where))
     return obj
+
+
+def C_asdict_shallow(obj) -> dict:
+    """A dataclass's fields as a mapping, one level deep (nested dataclasses stay objects and are
+    rebuilt by _build from their own defaults only when the mapping names them)."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if not dataclasses.is_dataclass(getattr(obj, f.name))}
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -429,7 +441,8 @@ def validate(cfg: Config) -> None:
         need(es.task not in (None, cfg.task.name) or es.n_problems <= cfg.task.n_test, f"eval_sets.{name}.n_problems",
              f"the set takes the first test problems: at most task.n_test ({cfg.task.n_test})")
         need(es.models in EVAL_MODELS, f"eval_sets.{name}.models", f"must be one of {', '.join(EVAL_MODELS)}")
-        need(es.sampling.temperature > 0 and 0 < es.sampling.top_p <= 1 and es.sampling.top_k >= 0 and es.sampling.max_new_tokens >= 1,
+        sm = es.sampling or cfg.eval.sampling
+        need(sm.temperature > 0 and 0 < sm.top_p <= 1 and sm.top_k >= 0 and sm.max_new_tokens >= 1,
              f"eval_sets.{name}.sampling", "needs temperature > 0, top_p in (0, 1], top_k >= 0, max_new_tokens >= 1")
         need(es.problems_per_batch >= 1, f"eval_sets.{name}.problems_per_batch", "must be >= 1")
         need(es.seeds in ("own", "test"), f"eval_sets.{name}.seeds", "must be own or test")

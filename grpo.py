@@ -863,7 +863,7 @@ def eval_set_settings(cfg: C.Config, eval_set: str) -> tuple[list, int, int, C.S
         _, test = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
     else:  # another task's own test problems (out of distribution), drawn by the same task seed
         test = countdown.draw_splits(es.task, cfg.task.seed, {"test": es.n_problems})["test"]
-    return test[: es.n_problems], es.n, es.k_max, es.sampling, es.problems_per_batch
+    return test[: es.n_problems], es.n, es.k_max, es.sampling or cfg.eval.sampling, es.problems_per_batch
 
 
 def eval_extra(cfg: C.Config, adapter_sha: str | None, eval_set: str) -> dict:

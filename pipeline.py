@@ -44,6 +44,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -418,24 +419,23 @@ def train_seconds_per_step(run: Path) -> float | None:
     return statistics.median(secs) if secs else None
 
 
-def estimate_seconds(plan: Plan, jobs: list[Job], n: int) -> float | None:
-    """Seconds left for `jobs` on n workers, from this run's measured step and evaluation times."""
+def estimate_seconds(plan: Plan, jobs: list[Job], n: int) -> tuple[float, list[str]]:
+    """Seconds left for `jobs` on n workers, from this run's measured step and evaluation times,
+    and the kinds of job nothing has been measured for yet (left out of the figure)."""
     sps = train_seconds_per_step(plan.run)
     per = [d["seconds"] / (d["n_problems"] * d["sampling"]["n"]) for f in plan.run.glob("eval_*.json")
            if (d := P.read_json(f)) and "seconds" in d and "n_problems" in d]
     per_sample = sum(per) / len(per) if per else None
-    total = 0.0
+    total, unknown = 0.0, set()
     for j in jobs:
-        if j.stage == "train":
-            if sps is None:
-                return None
+        if j.stage == "train" and sps is not None:
             rows = P.read_json(plan.g.train_dir(plan.run, *_cond_seed(j)) / "last" / "state.json")
             total += (j.steps - (rows or {}).get("step", 0)) * sps
-        else:
-            if per_sample is None:
-                return None
+        elif j.stage != "train" and per_sample is not None:
             total += per_sample * j.samples
-    return total / max(1, n)
+        else:
+            unknown.add("training" if j.stage == "train" else "evaluation")
+    return total / max(1, n), sorted(unknown)
 
 
 def _cond_seed(job: Job) -> tuple[str, int]:
@@ -443,8 +443,10 @@ def _cond_seed(job: Job) -> tuple[str, int]:
     return a[a.index("--condition") + 1], int(a[a.index("--seed") + 1])
 
 
-def fmt_minutes(sec: float | None) -> str:
-    return "unknown (nothing measured yet)" if sec is None else f"~{sec / 60:.0f} min" if sec >= 60 else f"~{sec:.0f} s"
+def fmt_minutes(est: tuple[float, list[str]]) -> str:
+    sec, unknown = est
+    text = f"~{sec / 60:.0f} min" if sec >= 60 else f"~{sec:.0f} s"
+    return text + (f" plus {' and '.join(unknown)} (not measured yet)" if unknown else "")
 
 
 # ============================================================================= the run folder
@@ -552,10 +554,13 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
 
 
 def write_manifest(run: Path, cfg: C.Config, stages: dict, jobs: dict) -> None:
+    import grpo
+
+    order = [s for s in STAGES if not (s == "base" and not grpo.builds_base(cfg)) and not (s == "tokens" and not cfg.tokens.enabled)]
     P.atomic_write_json(run / "manifest.json", {
         "config": C.to_dict(cfg), "config_hash": C.digest(C.to_dict(cfg)),
         "plan_sha256": P.file_sha256(ROOT / "PLAN.md"), "revision": P.code_revision(), "versions": P.versions(),
-        "stage_order": STAGES, "stages": stages, "jobs": jobs,
+        "stage_order": order, "stages": stages, "jobs": jobs,
     })
 
 
@@ -615,8 +620,8 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
         print(f"  {s:<9} {state}")
     left = plan.jobs(todo)
     eta = estimate_seconds(plan, left, n)
-    print(f"  {len(left)} train/eval jobs left; estimated {fmt_minutes(eta)} with --jobs {n}"
-          + (" (from this run's measured step and evaluation times)" if eta is not None else ""))
+    print(f"  {len(left)} train/eval jobs left; estimated {fmt_minutes(eta)} with --jobs {n} (from this run's measured "
+          "step and evaluation times)")
 
 
 def print_jobs(plan: Plan, todo: list[str], config_path: str, out: Path, sets: list[str]) -> None:
@@ -692,6 +697,10 @@ def main(argv: list[str] | None = None) -> int:
             print_jobs(plan, todo, a.config, run, a.set)
         return 0
 
+    def terminated(signum, frame):  # a scheduler's time limit (Slurm sends SIGTERM first): end as Ctrl-C does
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminated)
     lock = Lock(run)
     stages: dict = {}
     jobs_status: dict = {}
@@ -737,7 +746,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         _mark(run, cfg, stages, jobs_status, current, "interrupted", "Ctrl-C")
-        print(f"pipeline.py: interrupted during stage {current}; run the same command again to resume "
+        print(f"pipeline.py: interrupted (Ctrl-C or SIGTERM) during stage {current}; run the same command again to resume "
               f"(training resumes from its last checkpoint)", file=sys.stderr)
         return 130
     except (FileNotFoundError, ValueError, RuntimeError, C.ConfigError) as e:

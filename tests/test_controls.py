@@ -162,10 +162,22 @@ def test_sampler_entropy_is_the_untempered_distributions_and_draws_nothing(fitte
         assert a.entropy[i] == pytest.approx((-(lp.exp() * lp).sum(-1)).mean().item(), rel=1e-4)
 
 
+def test_an_evaluation_set_samples_like_the_eval_section_unless_it_says_otherwise():
+    cfg = C.load(None, ["eval.sampling.max_new_tokens=96", "eval_sets.wide.n=16", "eval_sets.wide.k_max=16"])
+    problems, n, k_max, s, _ = grpo.eval_set_settings(cfg, "wide")
+    assert s == cfg.eval.sampling and s.max_new_tokens == 96 and (n, k_max) == (16, 16)
+    cfg = C.load(None, ["eval.sampling.max_new_tokens=96", "eval_sets.wide.sampling.max_new_tokens=50"])
+    s = grpo.eval_set_settings(cfg, "wide")[3]
+    assert (s.temperature, s.top_p, s.max_new_tokens) == (1.0, 1.0, 50)  # a mapping given in full is taken as is
+    # a partial mapping keeps the field's own defaults for the keys it does not name
+    cfg = C.load(None, ["eval.sampling.max_new_tokens=96"])
+    assert (cfg.eval.sampling.temperature, cfg.eval.sampling.top_p) == (0.6, 0.95)
+
+
 def test_a_wide_set_with_the_test_sets_n_and_batching_reproduces_its_counts(fitted_dir, smoke_cfg, tmp_path):
     cfg = cfg_for(smoke_cfg)
     cfg.eval_sets = {"wide": C.EvalSetCfg(n_problems=cfg.task.n_test, n=cfg.eval.n, k_max=cfg.eval.k_max, models="final",
-                                          sampling=cfg.eval.sampling, problems_per_batch=cfg.eval.problems_per_batch, seeds="test")}
+                                          problems_per_batch=cfg.eval.problems_per_batch, seeds="test")}
     t = grpo.evaluate(cfg, str(fitted_dir), None, tmp_path / "t.json", progress=False)
     w = grpo.evaluate(cfg, str(fitted_dir), None, tmp_path / "w.json", progress=False, eval_set="wide")
     assert w["eval_set"] == "wide" and t["eval_set"] == "test"

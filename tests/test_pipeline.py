@@ -229,7 +229,8 @@ def test_killed_mid_training_then_resumed_equals_uninterrupted(smoke_run, small_
     assert json.loads((run / "verdicts.json").read_text())["entries"] == json.loads((small_jobs2 / "verdicts.json").read_text())["entries"]
 
 
-def test_ctrl_c_ends_in_one_line_and_records_interrupted(small_cfg, fitted_dir, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_ends_in_one_line_and_records_interrupted(sig, small_cfg, fitted_dir, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     shutil.copytree(fitted_dir, run / "base_model")
@@ -239,11 +240,11 @@ def test_ctrl_c_ends_in_one_line_and_records_interrupted(small_cfg, fitted_dir, 
     deadline = time.time() + 300
     while time.time() < deadline and not state.exists():
         time.sleep(0.01)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and "interrupted during stage train" in lines[0], err
+    assert len(lines) == 1 and "interrupted (Ctrl-C or SIGTERM) during stage train" in lines[0], err
     man = json.loads((run / "manifest.json").read_text())
     assert man["stages"]["train"]["status"] == "interrupted"
     assert not (run / ".pipeline.lock").exists()
