@@ -1,12 +1,15 @@
 """Memory of the 0.5B study: the estimate from the code path, and (on a GPU) the measurement.
 
     python bench/memory_05b.py [--micro-batch 3] [--prompt-len 80] [--measure]
+    python bench/memory_05b.py --cpu-check 24 --micro-batch 2 [--uniform]   # the estimate against peak RSS
 
 The estimate (grpo.estimate_memory) needs no download: the shape of Qwen2.5-0.5B-Instruct is
 written below. With --measure and a CUDA device, a randomly initialised model of exactly that
 shape in bf16 runs one full training step at 16 x 8 completions of max_new_tokens each (every
-completion forced to full length: the worst case) and one evaluation batch, and reports
-torch.cuda.max_memory_allocated for each phase.
+completion forced to full length, every other one a token shorter so that micro-batches are
+padded and attention takes its masked path: the worst case) and one evaluation batch, and reports
+torch.cuda.max_memory_allocated for each phase (bench/gpu_check.py does this and more, in one JSON).
+The CPU check makes its rows ragged the same way (--uniform: all the same length, no mask).
 """
 import argparse
 import time
@@ -24,7 +27,7 @@ QWEN05B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_h
 
 
 def gib(x: float) -> str:
-    return f"{x / 2**30:6.2f} GiB"
+    return f"{x / 2**30:6.3f} GiB"
 
 
 def main():
@@ -36,6 +39,7 @@ def main():
     p.add_argument("--cpu-check", type=int, default=0, metavar="LAYERS",
                    help="check the per-micro-batch part of the estimate on the CPU: a model of 0.5B's width and vocabulary "
                         "with this many layers, one micro-batch forward/backward, peak RSS growth against the estimate")
+    p.add_argument("--uniform", action="store_true", help="with --cpu-check: every row the same length (no padding, no attention mask)")
     a = p.parse_args()
     if a.cpu_check:
         return cpu_check(a)
@@ -84,7 +88,8 @@ def main():
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     adv = torch.randn(n)
-    grpo.policy_gradient(model, [prompts[i // t.group_size] for i in range(n)], smp.tokens, adv, n * t.sampling.max_new_tokens, mb, 0)
+    comps = [x[:-1] if i % 2 else x for i, x in enumerate(smp.tokens)]  # ragged by one token: the masked attention path
+    grpo.policy_gradient(model, [prompts[i // t.group_size] for i in range(n)], comps, adv, n * t.sampling.max_new_tokens, mb, 0)
     opt.step()
     opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
@@ -95,10 +100,27 @@ def main():
     print(f"  measured eval batch {cfg.eval.problems_per_batch} x {cfg.eval.n}: peak {gib(torch.cuda.max_memory_allocated())}")
 
 
+def ragged_rows(b: int, prompt_len: int, Lc: int, g: torch.Generator, uniform: bool = False):
+    """b random prompts and completions. Ragged (what training sees): row 0 has the longest prompt
+    and the longest completion (so the padded micro-batch is prompt_len + Lc wide, the estimate's
+    T), the others are shorter, so pack() pads them and attention takes its masked path. uniform:
+    every row prompt_len + Lc (no padding, no mask: the path the estimate's ragged=False counts)."""
+    plens = [prompt_len if uniform or i == 0 else prompt_len - 1 - (5 * i) % max(1, prompt_len // 4) for i in range(b)]
+    clens = [Lc if uniform or i == 0 else max(1, Lc - 1 - (37 * i) % max(1, Lc // 2)) for i in range(b)]
+    prompts = [torch.randint(0, 150000, (n,), generator=g).tolist() for n in plens]
+    comps = [torch.randint(0, 150000, (n,), generator=g).tolist() for n in clens]
+    return prompts, comps
+
+
 def cpu_check(a) -> None:
     """Peak resident memory growth of one micro-batch's forward + backward (bf16, CPU) against the
     estimate's activations + logits for the same depth. The CPU allocator returns large blocks to
-    the system, so peak RSS tracks live tensors closely enough to check the estimate's size."""
+    the system, so peak RSS tracks live tensors closely enough to check the estimate's size.
+
+    One CPU-only cost is reported apart: lm_head runs on a non-contiguous slice of the hidden
+    states (logits_to_keep), which torch's matmul cannot fold into one matrix product, and the CPU
+    batched product then copies the (V, H) weight once per row: b x V x H x 2 bytes at its peak.
+    bench/gpu_check.py measures whether CUDA does the same."""
     import resource
 
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -107,14 +129,14 @@ def cpu_check(a) -> None:
     mc = Qwen2Config(**{**QWEN05B, "num_hidden_layers": a.cpu_check})
     cfg = C.load(a.config)
     b, Lc = a.micro_batch or 1, cfg.train.sampling.max_new_tokens
+    ragged = not a.uniform and b > 1  # one row has nothing to pad
     torch.manual_seed(0)
     model = Qwen2ForCausalLM._from_config(mc, dtype=torch.bfloat16).eval()  # built in bf16: no fp32 peak first
     for q in model.parameters():
         q.requires_grad_(False)
     grpo.apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, 0)
     g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(0, 150000, (a.prompt_len,), generator=g).tolist() for _ in range(b)]
-    comps = [torch.randint(0, 150000, (Lc,), generator=g).tolist() for _ in range(b)]
+    prompts, comps = ragged_rows(b, a.prompt_len, Lc, g, uniform=not ragged)
     for q in model.parameters():  # grads of LoRA exist before we measure (they are "static" in the estimate)
         if q.requires_grad:
             q.grad = torch.zeros_like(q)
@@ -123,10 +145,17 @@ def cpu_check(a) -> None:
     t0 = time.perf_counter()
     grpo.policy_gradient(model, prompts, comps, torch.ones(b), b * Lc, b, 0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    e = grpo.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), a.prompt_len, Lc, b, b)
-    print(f"CPU check, {a.cpu_check} layers of 0.5B's width, micro-batch {b}, {a.prompt_len} + {Lc} tokens: "
-          f"peak RSS growth {gib(peak - before)}, estimate (activations + logits) {gib(e['activations'] + e['logits'])} "
-          f"({time.perf_counter() - t0:.0f} s)")
+    args = (mc, cfg.lora.r, len(cfg.lora.targets), a.prompt_len, Lc, b, b)
+    new = grpo.estimate_memory(*args, ragged=ragged)
+    old = grpo.estimate_memory(*args, ragged=False)  # the estimate before the masked path was counted
+    copies = b * mc.vocab_size * mc.hidden_size * 2
+    growth = peak - before
+    est = new["activations"] + new["logits"]
+    print(f"CPU check, {a.cpu_check} layers of 0.5B's width, micro-batch {b} {'ragged (masked attention)' if ragged else 'uniform (no mask)'}, "
+          f"{a.prompt_len} + {Lc} tokens ({time.perf_counter() - t0:.0f} s):\n"
+          f"  peak RSS growth {gib(growth)}, less the CPU-only lm_head weight copies ({gib(copies)}): {gib(growth - copies)}\n"
+          f"  estimate (activations + logits) {gib(est)} (of which masked attention {gib(new['attention_mask'])}; "
+          f"without it {gib(old['activations'] + old['logits'])}); measured / estimate {(growth - copies) / est:.3f}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,215 @@
+"""The rehearsal: Qwen's real tokenizer and chat format, the exact Qwen2.5-0.5B-Instruct shape in
+bf16 with Qwen's shipped generation config, and the qwen05b protocol end to end (2 layers, tiny
+sizes) through pipeline.main; plus bench/gpu_check.py's CPU dry run."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import config as C
+import countdown
+import grpo
+import qwen_shape
+
+ROOT = Path(__file__).resolve().parents[1]
+REHEARSAL = ROOT / "configs" / "rehearsal.yaml"
+QWEN_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+CPU = torch.device("cpu")
+# The fast version: 2 layers, one problem per step, one step, one test problem; the registered
+# evaluation sets, the token stage, dev checks and KL logging are left to the full rehearsal. select
+# looks at the first train problems up to the planted one (qwen_shape.planted_problem), 8 samples each.
+FAST = ["model.qwen_shape.layers=2", "task.n_train=8", "task.n_test=1",
+        "train.problems_per_step=1", "train.group_size=4", "train.steps=1", "train.checkpoints=[1]",
+        "train.dev_every=0", "train.log_kl_every=0",
+        "train.sampling.max_new_tokens=12", "eval.sampling.max_new_tokens=12", "eval.n=4", "eval.k_max=4",
+        "select.samples=8", "lr_sweep.candidates=[0.0001]", "lr_sweep.steps=1", "lr_sweep.last=1",
+        "probe.n_problems=1", "probe.samples=2", "probe.arith_problems=1", "probe.arith_samples=2", "analyze.resamples=100"]
+
+
+def fast_sets() -> list[str]:
+    train, _ = countdown.make_splits("arith-3x2", 8, 1, 0)
+    planted = qwen_shape.planted_problem(train)
+    return FAST + [f"select.n_problems={train.index(planted) + 1}"]
+
+
+def fast_config(folder: Path) -> Path:
+    """configs/rehearsal.yaml without its evaluation sets and token stage (--set cannot remove a key)."""
+    data = yaml.safe_load(REHEARSAL.read_text())
+    data.pop("eval_sets", None)
+    data["tokens"] = {"enabled": False}
+    path = folder / "rehearsal_fast.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return qwen_shape.load_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory):
+    """One fast rehearsal through pipeline.main, shared by the tests below."""
+    import pipeline
+
+    folder = tmp_path_factory.mktemp("rehearsal")
+    run = folder / "run"
+    sets = [x for s in fast_sets() for x in ("--set", s)]
+    rc = pipeline.main(["--config", str(fast_config(folder)), "--out", str(run), "--quiet", *sets])
+    assert rc == 0
+    return run
+
+
+# ----------------------------------------------------------------------------- tokenizer
+
+
+def test_tokenizer_ids_the_study_depends_on(tok):
+    assert type(tok).__name__ == "Qwen2Tokenizer" and len(tok) == 151665  # Qwen2.5's: ids 0..151664
+    assert tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|im_end|>"]) == [151643, 151644, 151645]
+    assert tok.pad_token_id == 151643 and tok.eos_token_id == 151645
+    ids = tok.encode("413 * 41 - 882", add_special_tokens=False)
+    assert len(ids) == 12  # one token per digit: 4 1 3 ' *' ' ' 4 1 ' -' ' ' 8 8 2
+    assert [tok.decode([i]) for i in ids if tok.decode([i]).strip().isdigit()] == list("41341882")
+    # the package's file is Qwen3-era (<think> is one token there); Qwen2.5, and ours, split it
+    raw = json.loads((qwen_shape.package_tokenizer_dir() / "tokenizer.json").read_text())
+    assert {t["content"]: t["id"] for t in raw["added_tokens"]}["<think>"] == 151667
+    assert tok.convert_ids_to_tokens(tok.encode("<think>", add_special_tokens=False)) == ["<th", "ink", ">"]
+    assert tok.decode(tok.encode("<answer>-16 051</answer>\n", add_special_tokens=False)) == "<answer>-16 051</answer>\n"
+
+
+def test_rendered_prompt_is_qwen_chatml_token_for_token(tok):
+    _, test = countdown.make_splits("arith-3x2", 0, 1, 0)
+    p = test[0]
+    messages = countdown.prompt_messages(p, "instruct")
+    assert messages[0] == {"role": "system", "content": QWEN_SYSTEM}  # Qwen2.5-Instruct's default, sent explicitly
+    instruction = messages[1]["content"]
+    assert p.question in instruction and "<answer>" in instruction
+    expected = (f"<|im_start|>system\n{QWEN_SYSTEM}<|im_end|>\n<|im_start|>user\n"
+                f"{instruction}<|im_end|>\n<|im_start|>assistant\n")
+    assert tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == expected
+    ids = grpo.render_prompts(tok, [p], "instruct")[0]
+    assert ids == tok.encode(expected, add_special_tokens=False)
+    assert ids[:3] == [151644, 8948, 198] and ids[-3:] == [151644, 77091, 198]  # <|im_start|>system\n ... <|im_start|>assistant\n
+    assert ids.count(151645) == 2 and ids.count(151644) == 3
+    # where this template differs from Qwen2.5-Instruct's: given no system message it adds none
+    # (Qwen2.5's inserts QWEN_SYSTEM), hence the explicit one above
+    bare = tok.apply_chat_template(messages[1:], tokenize=False, add_generation_prompt=True)
+    assert bare == f"<|im_start|>user\n{instruction}<|im_end|>\n<|im_start|>assistant\n"
+
+
+# ----------------------------------------------------------------------------- the built model
+
+
+def test_built_folder_has_the_exact_shape_bf16_and_shipped_generation_config(rehearsal, tok):
+    base = rehearsal / "base_model"
+    mc = json.loads((base / "config.json").read_text())
+    for key, value in qwen_shape.ARCH.items():
+        if key in ("sliding_window",):  # transformers 5 writes null while use_sliding_window is false
+            continue
+        assert mc[key] == (2 if key == "num_hidden_layers" else value), key
+    assert mc["num_hidden_layers"] == 2 and mc["model_type"] == "qwen2" and mc["dtype"] == "bfloat16"
+    assert mc["vocab_size"] == 151936 > len(tok)  # as in the real model: the embedding has spare rows
+    gen = json.loads((base / "generation_config.json").read_text())
+    assert {k: gen[k] for k in qwen_shape.GENERATION} == qwen_shape.GENERATION
+    assert gen["repetition_penalty"] == 1.1 and gen["top_k"] == 20 and gen["top_p"] == 0.8 and gen["temperature"] == 0.7
+    from safetensors import safe_open
+
+    with safe_open(str(base / "model.safetensors"), "pt") as f:
+        dtypes = {f.get_tensor(k).dtype for k in f.keys()}
+        assert "lm_head.weight" not in f.keys()  # tied to the embedding
+    assert dtypes == {torch.bfloat16}
+    info = json.loads((base / "build.json").read_text())
+    assert info["stage_hash"] and info["params"] == 165_960_320  # 136.1M embedding + 2 x 14.9M per layer + norm
+    back = grpo.load_tokenizer(str(base))
+    assert type(back).__name__ == "Qwen2Tokenizer" and len(back) == len(tok)
+    text = "<|im_start|>user\nCompute 413 * 41 - 882.<|im_end|>\n"
+    assert back.encode(text, add_special_tokens=False) == tok.encode(text, add_special_tokens=False)
+
+
+def test_model_reloads_and_shipped_sampling_settings_change_nothing(rehearsal, tmp_path):
+    """The folder's generation_config.json is read by transformers (the model carries
+    repetition_penalty 1.1) yet our samples are the same without the file."""
+    cfg = C.load(str(REHEARSAL), fast_sets())
+    bare = tmp_path / "bare"
+    shutil.copytree(rehearsal / "base_model", bare)
+    (bare / "generation_config.json").unlink()
+    outs = []
+    for folder in (rehearsal / "base_model", bare):
+        model, tok = grpo.load_model(cfg, str(folder), CPU)
+        assert next(model.parameters()).dtype == torch.bfloat16
+        if folder != bare:
+            assert model.generation_config.repetition_penalty == 1.1 and model.generation_config.top_k == 20
+            assert grpo.stop_ids(model, tok) == [151643, 151645]  # <|endoftext|> comes from generation_config.json
+        _, test = countdown.make_splits("arith-3x2", 8, 2, 0)
+        prompts = grpo.render_prompts(tok, test, "instruct")
+        s = C.SamplingCfg(temperature=1.0, max_new_tokens=12)
+        outs.append(grpo.sample(model, prompts, 4, s, 7, [151643, 151645], 151643).tokens)
+    assert outs[0] == outs[1]
+
+
+def test_planted_answer_gives_mixed_rewards_and_ragged_stops(tok):
+    """The rehearsal's base writes one train problem's answer about half the time (else a bare
+    "<answer>"), and ends with either stop token: rewards vary, lengths differ, stops are drawn."""
+    train, _ = countdown.make_splits("arith-3x2", 8, 2, 0)
+    planted = qwen_shape.planted_problem(train)
+    assert len(set(str(planted.answer))) == len(str(planted.answer))
+    model = qwen_shape.random_model(1, 0)
+    qwen_shape.plant_response(model, tok, planted.answer)
+    prompts = grpo.render_prompts(tok, [planted], "instruct")
+    smp = grpo.sample(model, prompts, 16, C.SamplingCfg(temperature=1.0, max_new_tokens=12), 0, [151643, 151645], 151643)
+    texts = tok.batch_decode(smp.tokens, skip_special_tokens=True)
+    right = sum(countdown.score_strict(t, planted.answer) for t in texts)
+    assert 3 <= right <= 13  # ~8 of 16
+    assert {t[-1] for t in smp.tokens if t[-1] in (151643, 151645)} == {151643, 151645}
+    assert len({len(t) for t in smp.tokens}) >= 2
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+def test_rehearsal_runs_every_stage_on_the_real_code_path(rehearsal):
+    man = json.loads((rehearsal / "manifest.json").read_text())
+    core = ["base", "probe", "select", "lr-sweep", "train", "eval", "analyze"]
+    assert set(core) <= set(man["stages"]) and all(v["status"] == "done" for v in man["stages"].values()), man["stages"]
+    sel = json.loads((rehearsal / "selection.json").read_text())
+    assert sel["sets"]["1"] and sel["sets"]["16"]  # the planted problem is informative (0 < p < 1)
+    trained = 0
+    for cond in ("many", "16", "1"):
+        done = json.loads((rehearsal / f"train_{cond}_s0" / "done.json").read_text())
+        assert done["micro_batch_auto"] is True and done["micro_batch"] >= 1  # micro_batch: 0 -> from memory_gb
+        assert 0 < done["memory_estimate_gib"] < 8
+        assert {151643, 151645} <= set(done["stop_ids"]) and done["dtype"] == "bfloat16"
+        rows = grpo.read_log(rehearsal / f"train_{cond}_s0" / "train_log.csv")
+        assert len(rows) == 1
+        trained += sum(r["sec_fwd_bwd"] > 0.5 and r["grad_norm"] > 0 for r in rows)
+        if cond == "1":
+            assert rows[0]["truncated_frac"] < 1  # stop tokens ended completions
+            assert rows[0]["len_max"] > rows[0]["len_mean"]  # ragged: the micro-batch was right-padded
+    assert trained >= 1  # mixed rewards in a group: the bf16 forward/backward ran
+    for f in sorted(rehearsal.glob("eval_*.json")):
+        ev = json.loads(f.read_text())
+        assert {151643, 151645} <= set(ev["sampling"]["stop_ids"]) and ev["sampling"]["repetition_penalty"] == 1.0
+    assert (rehearsal / "report.md").exists() and (rehearsal / "verdicts.json").exists()
+
+
+# ----------------------------------------------------------------------------- the GPU check, dry
+
+
+def test_gpu_check_dry_run_prints_one_json_object():
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--dry"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    for key in ("device", "torch", "date", "dry", "shape", "train_step", "eval_batch", "sampler"):
+        assert key in out, key
+    assert out["dry"] is True and out["device"] == "cpu"
+    t = out["train_step"]
+    assert t["micro_batch"] >= 1 and t["seconds"] > 0 and t["peak_allocated_gib"] >= 0 and t["estimate_gib"] > 0
+    assert out["sampler"]["ours_tokens_per_s"] > 0 and out["sampler"]["generate_tokens_per_s"] > 0
