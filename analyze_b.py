@@ -1364,19 +1364,24 @@ def _k_axis(ax, k_max: int) -> None:
     ax.set_xlabel("k (samples)")
 
 
-def training_logs(run: Path) -> list[tuple[str, int | None, list[dict]]]:
-    """[(condition, seed or None, rows)] for every RUN/train_*/train_log.csv, in the design's
-    condition order where the design can be read, then by name; seeds ascending."""
+def training_files(run: Path, name: str) -> list[tuple[str, int | None, Path]]:
+    """[(condition, seed or None, path)] for every RUN/train_*/<name>, in the design's condition
+    order where the design can be read, then by name; seeds ascending."""
     try:
         order = read_design(run).conditions
     except InputError:
         order = []
     found = []
-    for f in run.glob("train_*/train_log.csv"):
+    for f in run.glob(f"train_*/{name}"):
         m = TRAIN_RE.match(f.parent.name)
         found.append((m["cond"], int(m["seed"]) if m["seed"] else None, f))
     found.sort(key=lambda t: (order.index(t[0]) if t[0] in order else len(order), t[0], t[1] or 0))
-    return [(c, s, _read_csv(f)) for c, s, f in found]
+    return found
+
+
+def training_logs(run: Path) -> list[tuple[str, int | None, list[dict]]]:
+    """[(condition, seed or None, rows)] for every RUN/train_*/train_log.csv (training_files' order)."""
+    return [(c, s, _read_csv(f)) for c, s, f in training_files(run, "train_log.csv")]
 
 
 TRAIN_PANELS = [("reward_mean", "mean reward (strict)"), ("zero_signal_frac", "groups with no signal (share)"),
@@ -1436,19 +1441,10 @@ def training_dev_figure(run: Path, checkpoints: list[int]) -> Path | None:
     train.dev_every steps): loose pass@1 and loose pass@n over steps, per condition a thick line for
     the mean over seeds (at the steps every seed has) and a thin line per seed. None when no file."""
     run = Path(run)
-    try:
-        order = read_design(run).conditions
-    except InputError:
-        order = []
-    logs = []
-    for f in run.glob("train_*/train_eval.csv"):
-        m = TRAIN_RE.match(f.parent.name)
-        rows = _read_csv(f, required=DEV_REQUIRED, drawn=DEV_COLUMNS)
-        if rows:
-            logs.append((m["cond"], int(m["seed"]) if m["seed"] else 0, rows))
+    logs = [(c, s or 0, rows) for c, s, f in training_files(run, "train_eval.csv")
+            if (rows := _read_csv(f, required=DEV_REQUIRED, drawn=DEV_COLUMNS))]
     if not logs:
         return None
-    logs.sort(key=lambda t: (order.index(t[0]) if t[0] in order else len(order), t[0], t[1]))
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     conds = list(dict.fromkeys(c for c, _, _ in logs))

@@ -256,3 +256,34 @@ def test_numbers_in_a_yaml_file(tmp_path):
 def test_numbers_that_are_not_numbers_are_still_one_line_errors(typed):
     with pytest.raises(C.ConfigError, match=r"train\.lr: expected a number"):
         C.load(None, [f"train.lr={typed}"])
+
+
+# ----------------------------------------------------------------------------- learning rates and clipping
+
+
+def test_learning_rate_sources(tmp_path):
+    """A condition's own lr, else train.lr, else the sweep's choice (its own with per_condition)."""
+    cfg = C.load(None, ["conditions.many.lr=0.5"])
+    assert grpo.read_lr(cfg, tmp_path, "many") == 0.5
+    with pytest.raises(FileNotFoundError, match="lr_choice.json"):
+        grpo.read_lr(cfg, tmp_path, "16")
+    (tmp_path / "lr_choice.json").write_text(json.dumps({"chosen": 0.01, "per_condition": {"16": 0.02}}))
+    assert grpo.read_lr(cfg, tmp_path, "16") == 0.01  # the single-rate rule (the default)
+    cfg = C.load(None, ["lr_sweep.per_condition=true"])
+    assert grpo.read_lr(cfg, tmp_path, "16") == 0.02
+    with pytest.raises(FileNotFoundError, match="no rate for condition 1"):
+        grpo.read_lr(cfg, tmp_path, "1")
+    assert C.load(None, ["train.lr=0.003"]).train.lr == 0.003 and grpo.read_lr(C.load(None, ["train.lr=0.003"]), tmp_path, "1") == 0.003
+
+
+def test_per_condition_sweep_needs_an_lr_for_sft():
+    with pytest.raises(C.ConfigError, match=r"conditions\.sft\.lr"):
+        C.load(None, ["lr_sweep.per_condition=true", "conditions.sft.method=sft"])
+
+
+def test_grad_clip_is_logged_before_and_after(fitted_dir, smoke_cfg, tmp_path):
+    cfg = cfg_for(smoke_cfg, **{"train.dev_every": 0, "train.grad_clip": 1e-4})
+    out = _train(cfg, fitted_dir, tmp_path / "clip", steps=2)
+    rows = grpo.read_log(out / "train_log.csv")
+    moved = [r for r in rows if r["grad_norm"] > 1e-4]
+    assert moved and all(r["grad_norm_clipped"] == pytest.approx(1e-4) for r in moved)
