@@ -234,8 +234,11 @@ def test_ctrl_c_ends_in_one_line_and_records_interrupted(sig, small_cfg, fitted_
     run = tmp_path / "run"
     run.mkdir()
     shutil.copytree(fitted_dir, run / "base_model")
+    # a shell that starts jobs in the background hands them SIGINT ignored, and Python then
+    # installs no KeyboardInterrupt handler: restore the default, as a terminal's Ctrl-C has it
     proc = subprocess.Popen([sys.executable, str(ROOT / "pipeline.py"), "--config", str(small_cfg), "--out", str(run), "--quiet"],
-                            cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     state = run / "train_many_s0" / "last" / "state.json"
     deadline = time.time() + 300
     while time.time() < deadline and not state.exists():
