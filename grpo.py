@@ -26,9 +26,10 @@ surrogate -sum(A * log pi) / constant:
 LoRA and the sampler are written by hand so that every line of the method can be read here;
 tests check them against PEFT and `model.generate`.
 
-    python grpo.py train   --config configs/smoke.yaml --condition many
-    python grpo.py eval    --config configs/smoke.yaml [--adapter RUN/train_many/step_006]
-    python grpo.py select | lr-sweep | probe --config ...
+    python grpo.py train   --config configs/smoke.yaml --run RUN --condition many --seed 0
+    python grpo.py eval    --config configs/smoke.yaml --run RUN [--adapter RUN/train_many_s0/step_006] [--eval-set wide]
+    python grpo.py tokens  --config configs/smoke.yaml --run RUN --adapter RUN/train_many_s0/step_006
+    python grpo.py select | lr-sweep | probe --config ... --run RUN
 """
 from __future__ import annotations
 
