@@ -293,13 +293,13 @@ def _build(cls, data: dict, prefix: str = ""):
             if dataclasses.is_dataclass(default) and isinstance(data[f.name], dict):
                 # a partial mapping overrides the field's own default, key by key: `sampling:
                 # {max_new_tokens: 96}` keeps an evaluation set's temperature 0.6, not SamplingCfg's 1.0
-                setattr(obj, f.name, _build(type(default), {**C_asdict_shallow(default), **data[f.name]}, where))
+                setattr(obj, f.name, _build(type(default), {**_shallow_fields(default), **data[f.name]}, where))
             else:
                 setattr(obj, f.name, _coerce(data[f.name], hints[f.name], where))
     return obj
 
 
-def C_asdict_shallow(obj) -> dict:
+def _shallow_fields(obj) -> dict:
     """A dataclass's fields as a mapping, one level deep (nested dataclasses stay objects and are
     rebuilt by _build from their own defaults only when the mapping names them)."""
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if not dataclasses.is_dataclass(getattr(obj, f.name))}
