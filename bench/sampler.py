@@ -1,5 +1,7 @@
 """Sampling throughput: our hand-written sampler against `model.generate`, same model, batch,
-settings and seed, alternating A/B runs on one thread. Also checks that greedy outputs agree.
+settings and seed, alternating A/B runs on one thread. Also checks that greedy outputs agree, and
+counts the ops that read a tensor's value into Python (each one a host sync on a GPU) per
+decoded token, with the profiler (grpo.count_host_reads).
 
     python bench/sampler.py [--model results/tiny/base_model] [--prompts 16 --group 8 --max-new 96 --repeats 5]
 """
@@ -48,6 +50,13 @@ def main():
     s = C.SamplingCfg(temperature=a.temperature, top_p=1.0, top_k=0, max_new_tokens=a.max_new)
     gs = GenerationConfig(do_sample=True, temperature=a.temperature, top_p=1.0, top_k=0, repetition_penalty=1.0,
                           max_new_tokens=a.max_new, num_return_sequences=a.group, eos_token_id=stops, pad_token_id=pad)
+
+    reads, smp = grpo.count_host_reads(lambda: grpo.sample(model, prompts, a.group, s, 0, stops, pad))
+    steps = max(len(t) for t in smp.tokens)
+    g_reads, g = grpo.count_host_reads(lambda: model.generate(input_ids=ids, attention_mask=mask, generation_config=gs))
+    g_steps = g.shape[1] - ids.shape[1]
+    print(f"host reads (item/nonzero/equal, counted by the profiler): ours {reads} over {steps} decoded positions "
+          f"({reads / steps:.2f} per token), generate {g_reads} over {g_steps} ({g_reads / g_steps:.2f} per token)")
     rates = {"ours": [], "generate": []}
     def run_ours(r):
         with Timer() as t:

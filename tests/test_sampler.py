@@ -1,0 +1,152 @@
+"""The fast sampler against the plain one it replaced, bit for bit, and its host reads per token."""
+import pytest
+import torch
+
+import config as C
+import countdown
+import grpo
+
+CPU = torch.device("cpu")
+
+
+@torch.inference_mode()  # lighter than no_grad: no version counters or autograd metadata per op
+def reference_sample(model, prompts: list[list[int]], n: int, s: C.SamplingCfg, seed: int, stops: list[int], pad: int,
+           entropy: bool = False) -> grpo.Samples:
+    """The sampler as first written (commit 448a232..70b0d05): per-token host reads, a
+    DynamicCache concatenated at every token, the mask grown by torch.cat. grpo.sample must
+    give exactly its tokens, flags and entropies."""
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    ids, mask = grpo.left_pad(prompts, pad)  # (P, Lp)
+    ids, mask = ids.to(device), mask.to(device)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # (P, Lp): positions count real tokens only
+    cache = DynamicCache(config=model.config)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True,
+                   logits_to_keep=grpo.last_positions(ids.shape[1], 1, device)).logits[:, -1]  # (P, V)
+    cache.batch_repeat_interleave(n)  # (P*n, ...) every sample starts from its prompt's cache
+    logits = logits.repeat_interleave(n, 0)  # (B, V), B = P*n
+    mask = mask.repeat_interleave(n, 0)  # (B, Lp)
+    next_pos = pos[:, -1:].repeat_interleave(n, 0) + 1  # (B, 1)
+    B = logits.shape[0]
+    out = [[] for _ in range(B)]
+    truncated = [False] * B
+    alive = torch.arange(B, device=device)  # row -> sample index
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    stop = torch.tensor(stops, device=device)
+    ent_sum = torch.zeros(B, device=device)  # (B,) summed token entropy per sample
+    for t in range(s.max_new_tokens):
+        logits = logits.float()
+        if entropy:
+            lp = logits.log_softmax(-1)  # (b, V) untempered
+            ent_sum.index_add_(0, alive, -(lp.exp() * lp).sum(-1) * (~done))  # rows already finished add nothing
+        if s.temperature == 0:
+            tok = logits.argmax(-1)  # (b,)
+        else:
+            logits = grpo.filter_logits(logits / s.temperature, s.top_k, s.top_p)
+            tok = torch.multinomial(logits.softmax(-1), 1, generator=gen).squeeze(1)  # (b,)
+        for i, t_id, d in zip(alive.tolist(), tok.tolist(), done.tolist()):
+            if not d:  # a row that finished earlier but still sits in the batch records nothing
+                out[i].append(t_id)
+        done = done | torch.isin(tok, stop)  # (b,) finished rows (they may still sit in the batch)
+        if t == s.max_new_tokens - 1:
+            for i, f in zip(alive.tolist(), done.tolist()):
+                truncated[i] = not f
+            break
+        n_done = int(done.sum())
+        if n_done == len(done):
+            break
+        if n_done * 8 >= len(done):  # compact once an eighth has finished: each compaction copies the cache
+            keep = (~done).nonzero().squeeze(1)  # rows still decoding
+            cache.batch_select_indices(keep)
+            alive, tok, mask, next_pos, done = alive[keep], tok[keep], mask[keep], next_pos[keep], done[keep]
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)  # (b, L+1)
+        logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, cache=cache, use_cache=True).logits[:, -1]  # (b, V)
+        next_pos = next_pos + 1
+    ent = [e / max(len(o), 1) for e, o in zip(ent_sum.tolist(), out)] if entropy else None
+    return grpo.Samples(out, truncated, ent)
+
+
+# ============================================================================= log-probs & the loss
+
+
+def load(fitted_dir, smoke_cfg, dtype="float32"):
+    d = C.to_dict(smoke_cfg)
+    d["model"]["build"], d["model"]["path"], d["model"]["dtype"] = None, str(fitted_dir), dtype
+    cfg = C._build(C.Config, d)
+    model, tok = grpo.load_model(cfg, str(fitted_dir), CPU)
+    return cfg, model, tok
+
+
+def ragged_prompts(tok, n=5):
+    _, test = countdown.make_splits("arith-1x1", 10, n, 0)
+    prompts = grpo.render_prompts(tok, test, "bare")
+    prompts[1] = prompts[1][:4] + prompts[1][-3:]  # different lengths: real left padding
+    prompts[2] = prompts[2] + prompts[0][1:5]
+    return prompts
+
+
+SETTINGS = [
+    C.SamplingCfg(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=40),
+    C.SamplingCfg(temperature=0.6, top_p=0.95, top_k=0, max_new_tokens=40),
+    C.SamplingCfg(temperature=0.7, top_p=0.8, top_k=5, max_new_tokens=12),
+    C.SamplingCfg(temperature=0, max_new_tokens=40),
+    C.SamplingCfg(temperature=1.0, max_new_tokens=1),
+]
+
+
+@pytest.mark.parametrize("s", SETTINGS, ids=lambda s: f"T{s.temperature}-p{s.top_p}-k{s.top_k}-new{s.max_new_tokens}")
+@pytest.mark.parametrize("lora", [False, True], ids=["base", "lora"])
+def test_fast_sampler_equals_the_plain_one_bit_for_bit(fitted_dir, smoke_cfg, s, lora):
+    cfg, model, tok = load(fitted_dir, smoke_cfg)
+    if lora:  # a LoRA with non-zero B, so the adapter changes the samples
+        grpo.apply_lora(model, 4, 8, ["q_proj", "v_proj", "up_proj"], 0)
+        g = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    prompts = ragged_prompts(tok)
+    stops, pad = grpo.stop_ids(model, tok), grpo.pad_id(tok)
+    for seed in (0, 11):
+        fast = grpo.sample(model, prompts, 6, s, seed, stops, pad, entropy=True)
+        ref = reference_sample(model, prompts, 6, s, seed, stops, pad, entropy=True)
+        assert fast.tokens == ref.tokens
+        assert fast.truncated == ref.truncated
+        assert fast.entropy == ref.entropy  # same floats: same ops in the same order
+    if s.max_new_tokens == 40 and s.temperature > 0:
+        assert len({len(t) for t in fast.tokens}) > 1  # rows finished at different steps: compaction ran
+
+
+def test_bf16_model_samples_equal_the_plain_sampler(fitted_dir, smoke_cfg):
+    _, model, tok = load(fitted_dir, smoke_cfg, "bfloat16")
+    prompts = ragged_prompts(tok)
+    stops, pad = grpo.stop_ids(model, tok), grpo.pad_id(tok)
+    s = SETTINGS[0]
+    assert grpo.sample(model, prompts, 4, s, 3, stops, pad).tokens == reference_sample(model, prompts, 4, s, 3, stops, pad).tokens
+
+
+def test_the_cache_refuses_to_overflow(fitted_dir, smoke_cfg):
+    _, model, tok = load(fitted_dir, smoke_cfg)
+    ids, mask = grpo.left_pad(ragged_prompts(tok), grpo.pad_id(tok))
+    cache = grpo.kv_cache(model, ids.shape[1] - 1)
+    with pytest.raises(RuntimeError, match="capacity"):
+        model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True)
+
+
+def test_at_most_one_host_read_per_decoded_token(fitted_dir, smoke_cfg):
+    """Every op that hands a tensor's value to Python, counted with the profiler over a whole
+    sampling call (grpo.count_host_reads), including those inside transformers' forward: at
+    most one per decoded token, plus two per call. The plain sampler made three per token."""
+    _, model, tok = load(fitted_dir, smoke_cfg)
+    prompts = ragged_prompts(tok)
+    stops, pad = grpo.stop_ids(model, tok), grpo.pad_id(tok)
+    s = C.SamplingCfg(temperature=1.0, max_new_tokens=40)
+    grpo.sample(model, prompts, 8, s, 0, stops, pad)  # warm-up
+    reads, smp = grpo.count_host_reads(lambda: grpo.sample(model, prompts, 8, s, 0, stops, pad, entropy=True))
+    steps = max(len(t) for t in smp.tokens)  # decoded positions
+    assert steps > 5
+    assert reads <= steps + 2, (reads, steps)  # one per token, plus two per call: transformers' prefill mask check, our NaN check
+    old, _ = grpo.count_host_reads(lambda: reference_sample(model, prompts, 8, s, 0, stops, pad, entropy=True))
+    assert old > steps  # the counter does see per-token reads: the plain sampler's int(done.sum()) and more
