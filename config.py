@@ -77,6 +77,10 @@ class LoraCfg:
     r: int = 32
     alpha: int = 64
     targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    # Sample (training rollouts, dev checks, evaluations) with W + (alpha/r) B A folded into one
+    # weight in the base's dtype: no LoRA kernels per decoded token, at the cost of rounding the
+    # sum (bench/fold_kl.py measures the policy mismatch; PLAN.md change 21). Off: the exact policy.
+    fold_for_sampling: bool = False
 
 
 @dataclass
@@ -121,6 +125,10 @@ class TrainCfg:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     log_kl_every: int = 0  # log the k3 KL to the base every this many steps when no KL term is trained (0 = never)
     grad_clip: float | None = None  # clip the gradient's global norm to this (None = off, as the report ran)
+    # Micro-batches of completions of similar length (sorted by length before they are cut), so
+    # less of each is padding. The gradient is the same sum in another order: equal up to float
+    # rounding, not bit for bit, so it is a setting (PLAN.md change 21).
+    sort_by_length: bool = False
     # Held-out checks during training: pass@1 and pass@n on `dev` problems (a split disjoint from
     # train and test), sampled like the evaluation, every dev_every steps -> train_eval.csv.
     dev_every: int = 0  # 0 = off

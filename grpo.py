@@ -45,7 +45,7 @@ import re
 import shutil
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,14 +185,30 @@ def render_prompts(tok, problems, style: str) -> list[list[int]]:
 # ============================================================================= LoRA
 
 
+class SharedCast:
+    """The fp32 copy of a LoRA layer's input, shared by the LoRA layers of one parent module:
+    q/k/v read the same hidden state, as do gate/up, so a bf16 base casts it once, not three
+    times (an fp32 base casts nothing). The copy is remade whenever the input is another tensor
+    (o_proj's, or the next forward's); holding the last input keeps its identity from being reused."""
+
+    def __init__(self):
+        self.src, self.out = None, None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x is not self.src:
+            self.src, self.out = x, x.to(torch.float32)
+        return self.out
+
+
 class LoRALinear(nn.Module):
     """y = W x + (alpha / r) * B A x, with W frozen, A (r, in) random, B (out, r) zero, so the
     wrapped layer starts out exactly equal to W. Sub-module names follow PEFT (base_layer,
     lora_A, lora_B) so our state_dict keys are PEFT's keys."""
 
-    def __init__(self, base: nn.Linear, r: int, alpha: float, generator: torch.Generator):
+    def __init__(self, base: nn.Linear, r: int, alpha: float, generator: torch.Generator, cast: "SharedCast | None" = None):
         super().__init__()
         self.base_layer = base
+        self.cast = cast or SharedCast()
         self.lora_A = nn.Linear(base.in_features, r, bias=False, device=base.weight.device, dtype=torch.float32)
         self.lora_B = nn.Linear(r, base.out_features, bias=False, device=base.weight.device, dtype=torch.float32)
         self.scaling = alpha / r
@@ -209,7 +225,7 @@ class LoRALinear(nn.Module):
         y = self.base_layer(x)  # (..., out), base dtype
         if not self.enabled:
             return y
-        delta = self.lora_B(self.lora_A(x.to(self.lora_A.weight.dtype)))  # (..., out), fp32 LoRA
+        delta = self.lora_B(self.lora_A(self.cast(x)))  # (..., out), fp32 LoRA
         return y + (self.scaling * delta).to(y.dtype)
 
 
@@ -220,10 +236,11 @@ def apply_lora(model: nn.Module, r: int, alpha: float, targets: list[str], seed:
     g = torch.Generator().manual_seed(seed)
     wrapped = []
     for name, module in list(model.named_modules()):
+        cast = SharedCast()  # one per parent module (the attention block, the MLP)
         for child_name, child in list(module.named_children()):
             full = f"{name}.{child_name}" if name else child_name
             if isinstance(child, nn.Linear) and child_name in targets:
-                setattr(module, child_name, LoRALinear(child, r, alpha, g))
+                setattr(module, child_name, LoRALinear(child, r, alpha, g, cast))
                 wrapped.append(full)
     if not wrapped:
         raise ValueError(f"lora.targets {targets} match no linear layer of the model")
@@ -243,6 +260,29 @@ def lora_disabled(model: nn.Module):
         yield model
     finally:
         for m in layers:
+            m.enabled = True
+
+
+@contextmanager
+def lora_folded(model: nn.Module):
+    """For sampling only (no gradient): every LoRA layer runs as one linear layer whose weight is
+    W + (alpha/r) B A, computed in fp32 and stored in the base's dtype, so a decoded token pays
+    no LoRA kernels (7 x layers x 6 of them otherwise). The frozen W is kept and put back on exit;
+    the folded copies (the wrapped layers' size, in the base dtype) live only inside the block.
+    Rounding the sum to bf16 moves the policy: bench/fold_kl.py measures by how much, and
+    `train.fold_lora` (off unless a config turns it on) decides whether training samples use it."""
+    layers = [m for m in model.modules() if isinstance(m, LoRALinear)]
+    frozen = [m.base_layer.weight for m in layers]
+    with torch.no_grad():
+        for m, w in zip(layers, frozen):
+            folded = w.float() + m.scaling * (m.lora_B.weight @ m.lora_A.weight)  # (out, in) fp32
+            m.base_layer.weight = nn.Parameter(folded.to(w.dtype), requires_grad=False)
+            m.enabled = False
+    try:
+        yield model
+    finally:
+        for m, w in zip(layers, frozen):
+            m.base_layer.weight = w
             m.enabled = True
 
 
@@ -520,18 +560,63 @@ def pack(prompts: list[list[int]], completions: list[list[int]], pad: int):
     return ids, attn, pos, cmask
 
 
+class TokenLogProbs(torch.autograd.Function):
+    """log softmax(logits)[target] at positions 0..Lc-1 of logits (b, Lc+1, V), in fp32, made
+    a chunk of positions at a time: forward keeps only the logits it was given and logsumexp
+    (b, Lc); backward writes the logits' gradient chunk by chunk. Autograd through
+    `logits.float()`, logsumexp and gather would keep an fp32 copy of all the logits and build
+    two more fp32 tensors of that size in backward: 16 bytes per completion position and
+    vocabulary entry for a bf16 model, 4 here (0.87 GiB of the 0.5B's 16 x 384 micro-batch row,
+    0.22 here). The numbers are the same ops in the same order, per chunk: same values, same
+    gradients (tests/test_speed_options.py)."""
+
+    CHUNK = 2**24  # elements of one chunk's fp32 temporaries (64 MB each)
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        b, T, V = logits.shape
+        Lc = T - 1
+        step = max(1, TokenLogProbs.CHUNK // (b * V))
+        lse = torch.empty((b, Lc), dtype=torch.float32, device=logits.device)
+        logp = torch.empty((b, Lc), dtype=torch.float32, device=logits.device)
+        for c in range(0, Lc, step):
+            e = min(c + step, Lc)
+            x = logits[:, c:e].float()  # (b, chunk, V)
+            lse[:, c:e] = x.logsumexp(-1)
+            logp[:, c:e] = x.gather(-1, targets[:, c:e, None]).squeeze(-1) - lse[:, c:e]
+        ctx.save_for_backward(logits, targets, lse)
+        return logp
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        logits, targets, lse = ctx.saved_tensors
+        b, T, V = logits.shape
+        step = max(1, TokenLogProbs.CHUNK // (b * V))
+        grad = torch.zeros_like(logits)  # (b, Lc+1, V): the last position feeds no log-prob
+        for c in range(0, T - 1, step):
+            e = min(c + step, T - 1)
+            x = logits[:, c:e].float()
+            gc = g[:, c:e]
+            d = (-gc).unsqueeze(-1) * (x - lse[:, c:e].unsqueeze(-1)).exp()  # logsumexp's backward
+            d.scatter_add_(-1, targets[:, c:e, None], gc.unsqueeze(-1))  # gather's
+            grad[:, c:e] = d
+        return grad, None
+
+
 def completion_logprobs(model, ids, attn, pos, Lc: int, with_entropy: bool = False):
     """log pi(token) for the last Lc positions: (b, Lc), and with_entropy the full-vocabulary
     entropy of pi at each of them: (b, Lc) (else None). Only the completion's logits are made
-    (logits_to_keep), upcast to fp32; gather minus logsumexp avoids a second (b, Lc, V) tensor
-    (the entropy needs one: softmax times logits)."""
+    (logits_to_keep); the log-probabilities come from TokenLogProbs, which upcasts to fp32 a
+    chunk at a time. The entropy needs softmax times logits over the whole vocabulary, so with
+    it the logits are upcast all at once."""
     keep = last_positions(ids.shape[1], Lc + 1, ids.device)
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=keep).logits[:, :-1].float()  # (b, Lc, V)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=keep).logits  # (b, Lc+1, V)
     targets = ids[:, -Lc:]  # (b, Lc)
+    if not with_entropy:
+        return TokenLogProbs.apply(logits, targets), None
+    logits = logits[:, :-1].float()  # (b, Lc, V)
     lse = logits.logsumexp(-1)  # (b, Lc)
     logp = logits.gather(-1, targets[..., None]).squeeze(-1) - lse  # (b, Lc)
-    if not with_entropy:
-        return logp, None
     return logp, lse - (logits.softmax(-1) * logits).sum(-1)  # (b, Lc): H = logsumexp - E_pi[logit]
 
 
@@ -567,7 +652,7 @@ def control_terms(logp, cmask, normalizer: float, ref_logp=None, kl: float = 0.0
 
 
 def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: float, micro_batch: int, pad: int,
-                    kl: float = 0.0, entropy: float = 0.0, measure_kl: bool = False) -> dict:
+                    kl: float = 0.0, entropy: float = 0.0, measure_kl: bool = False, sort_by_length: bool = False) -> dict:
     """Accumulate the gradient over micro-batches (exact: the loss is a plain sum with a
     constant normalizer). Without a KL or entropy term, samples whose advantage is exactly 0 add
     nothing and are skipped. Returns the loss and, when computed, the mean per-token k3 KL to
@@ -575,6 +660,8 @@ def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: 
     device = next(model.parameters()).device
     every_row = kl > 0 or entropy > 0
     rows = [i for i in range(len(completions)) if every_row or adv[i].item() != 0.0]
+    order = (lambda idx: sorted(idx, key=lambda i: len(completions[i]))) if sort_by_length else list  # train.sort_by_length
+    rows = order(rows)
     total, kl_sum, ent_sum, n_tok = 0.0, 0.0, 0.0, 0.0
 
     def micro_batches(idx):
@@ -602,7 +689,7 @@ def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: 
     if measure_kl and kl == 0:  # a diagnostic only: no gradient, every sample
         kl_sum, n_tok = 0.0, 0.0
         with torch.no_grad():
-            for _, ids, attn, pos, cmask in micro_batches(list(range(len(completions)))):
+            for _, ids, attn, pos, cmask in micro_batches(order(range(len(completions)))):
                 logp, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])
                 with lora_disabled(model):
                     ref, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])
@@ -616,16 +703,17 @@ def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: 
 
 
 def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens: int, micro_batch: int,
-                    n_samples: int, weight_bytes: int = 2, top_p: bool = False, ragged: bool = True) -> dict[str, float]:
+                    n_samples: int, weight_bytes: int = 2, top_p: bool = False, ragged: bool = True, fold: bool = False) -> dict[str, float]:
     """Peak accelerator bytes of a training step and of sampling, from this file's code path.
     mc: the model's config (hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
     num_key_value_heads, vocab_size). Counts what autograd keeps per token and layer (bf16
-    activations, the fp32 copies LoRALinear makes of its inputs), the completion logits
+    activations, the fp32 copies LoRALinear makes of its inputs, one per parent module: SharedCast), the completion logits
     (bf16 out of lm_head, the fp32 upcast, and their gradients), the KV cache, and LoRA weights with
     grads and AdamW state (fp32). Leaves out the allocator's slack and the CUDA context.
     ragged: the micro-batch is padded (prompts or completions of different lengths, as in every
     real step), so attention takes its masked path (counted in "attention_mask"); False: the
-    unpadded path, as when every row has the same length."""
+    unpadded path, as when every row has the same length. fold: sampling holds a folded copy of
+    the wrapped weights (lora.fold_for_sampling)."""
     H, I, L, V = mc.hidden_size, mc.intermediate_size, mc.num_hidden_layers, mc.vocab_size
     kv = H // mc.num_attention_heads * mc.num_key_value_heads
     params = V * H + L * (H * H + H + 2 * (H * kv + kv) + H * H + 3 * H * I + 2 * H) + H  # tied embeddings
@@ -633,10 +721,10 @@ def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens
     T, Lc, b, a = prompt_len + new_tokens, new_tokens, micro_batch, 2  # a: bytes per bf16 activation
     per_token_layer = (
         H * (a * 2 + 4)  # attention RMSNorm: its input and output (+ fp32 statistics, rounded up)
-        + 3 * H * 4 + H * a + 2 * kv * a + H * a + 2 * kv * a  # LoRA fp32 copies for q, k, v; q, k, v before and after RoPE
+        + H * 4 + H * a + 2 * kv * a + H * a + 2 * kv * a  # the LoRA fp32 copy q, k, v share; q, k, v before and after RoPE
         + H * a + H * 4 + H * a  # attention output, o_proj's LoRA fp32 copy, residual
         + H * (a * 2 + 4)  # MLP RMSNorm
-        + 2 * H * 4 + 4 * I * a + I * 4  # gate/up LoRA copies; gate, up, silu(gate), product; down's LoRA copy
+        + H * 4 + 4 * I * a + I * 4  # the LoRA copy gate/up share; gate, up, silu(gate), product; down's LoRA copy
         + 7 * lora_r * 4  # LoRA A outputs
     )
     # A padded micro-batch passes transformers' bool mask (b, 1, T, T) to SDPA, which then cannot do GQA itself:
@@ -645,20 +733,31 @@ def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens
     # RSS of padded vs unpadded micro-batches (bench/memory_05b.py --cpu-check 8 --micro-batch 2 [--uniform]).
     attention_mask = (b * T * T + L * b * T * T * a + L * b * T * 2 * (H - kv) * a) if ragged else 0
     activations = b * T * L * per_token_layer + attention_mask
-    # bf16 logits, their fp32 upcast, logsumexp's fp32 temporary (its backward's softmax too), fp32 and bf16 grads;
-    # checked against peak RSS on the CPU (bench/memory_05b.py --cpu-check)
-    logits = b * (Lc + 1) * V * (a + 4 + 4 + 4 + a)
+    # The bf16 logits TokenLogProbs keeps and their bf16 gradient, plus its fp32 temporaries: about three of one
+    # chunk's size (the chunk's upcast, exp(x - lse), the chunk's gradient); checked against peak RSS on the CPU
+    # (bench/memory_05b.py --cpu-check). The entropy bonus (a control no registered condition uses) upcasts all
+    # the logits at once and is not counted.
+    logits = b * (Lc + 1) * V * (a + a) + 3 * 4 * min(TokenLogProbs.CHUNK, b * Lc * V)
     static = params * weight_bytes + lora_params * 4 * 4  # LoRA: weight, grad, two AdamW moments
     kv_cache = n_samples * T * L * 2 * kv * a
     sample_logits = n_samples * V * (4 + 4 + (4 + 8 + 4 + 4 + 1 + 1 if top_p else 0))  # fp32 logits, probs, top-p sort
+    folded = L * (2 * H * H + 2 * H * kv + 3 * H * I) * n_targets / 7 * weight_bytes if fold else 0
     return {"params": params, "lora_params": lora_params, "static": static, "activations": activations, "attention_mask": attention_mask, "logits": logits,
-            "train_step": static + activations + logits, "kv_cache": kv_cache, "sampling": static + kv_cache + sample_logits}
+            "train_step": static + activations + logits, "kv_cache": kv_cache,
+            "sampling": static + kv_cache + sample_logits + folded}
+
+
+# Peak RSS growth of one micro-batch over the estimate's activations + logits, measured on the CPU at the
+# 0.5B's width, vocabulary and 24 layers (bench/memory_05b.py --cpu-check 24): 1.10 at micro-batch 2, 1.13 at 4
+# (2026-12-01). The cause of the gap is not pinned down; the automatic micro-batch counts it.
+MEASURED_OVER_ESTIMATE = 1.15
 
 
 def auto_micro_batch(cfg: C.Config, mc, prompt_len: int) -> int:
-    """cfg.micro_batch, or (when it is 0) the largest micro-batch whose estimated training peak
-    fits 85% of cfg.memory_gb (at least 1); the rest is left for the CUDA context and the
-    allocator's fragmentation, which the estimate does not count."""
+    """cfg.micro_batch, or (when it is 0) the largest micro-batch whose training peak (the
+    estimate, its per-micro-batch part raised by MEASURED_OVER_ESTIMATE) fits 85% of
+    cfg.memory_gb (at least 1); the rest is left for the CUDA context and the allocator's
+    fragmentation, which the estimate does not count."""
     if cfg.micro_batch > 0:
         return cfg.micro_batch
     wb = 2 if cfg.model.dtype != "float32" else 4
@@ -666,7 +765,7 @@ def auto_micro_batch(cfg: C.Config, mc, prompt_len: int) -> int:
     for b in range(1, cfg.train.problems_per_step * cfg.train.group_size + 1):
         est = estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), prompt_len, cfg.train.sampling.max_new_tokens, b,
                               cfg.train.problems_per_step * cfg.train.group_size, wb)
-        if est["train_step"] > 0.85 * cfg.memory_gb * 2**30:
+        if est["static"] + MEASURED_OVER_ESTIMATE * (est["activations"] + est["logits"]) > 0.85 * cfg.memory_gb * 2**30:
             break
         fits = b
     return fits
@@ -764,7 +863,7 @@ def dev_check(model, tok, cfg: C.Config, dev: list, step: int) -> dict:
     tied to the problems (so every step and model is sampled alike); draws nothing from training."""
     tc = cfg.train
     texts, _ = sample_problems(model, tok, dev, tc.dev_samples, cfg.eval.sampling, cfg.task.seed, "dev", cfg.task.prompt_style,
-                               cfg.eval.problems_per_batch, progress=False)
+                               cfg.eval.problems_per_batch, progress=False, fold=cfg.lora.fold_for_sampling)
     rows = score_problems(dev, texts, keep_responses=False)
     n = tc.dev_samples
     s = summarize(rows, n, n)
@@ -817,7 +916,7 @@ def train(cfg: C.Config, name: str, cond: C.ConditionCfg, seed: int, pool: list,
     prompt_len = max(len(p) for p in render_prompts(tok, pool[:256], cfg.task.prompt_style))
     micro_batch = auto_micro_batch(cfg, model.config, prompt_len)
     mem = estimate_memory(model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, s.max_new_tokens, micro_batch, P * G,
-                          2 if cfg.model.dtype != "float32" else 4)
+                          2 if cfg.model.dtype != "float32" else 4, fold=cfg.lora.fold_for_sampling)
     normalizer = P * G * s.max_new_tokens  # [D2] a constant, not the response lengths
     params = [p for p in model.parameters() if p.requires_grad]
     dev = []
@@ -837,7 +936,8 @@ def train(cfg: C.Config, name: str, cond: C.ConditionCfg, seed: int, pool: list,
             smp = Samples([[] for _ in range(P * G)], [False] * (P * G), [float("nan")] * (P * G))
             scored = [{"strict": float("nan"), "loose": float("nan"), "format": float("nan")}] * (P * G)
         else:
-            smp = sample(model, prompts, G, s, seed_for(seed, stage, name, step), stops, pad, entropy=True)
+            with lora_folded(model) if cfg.lora.fold_for_sampling else nullcontext():
+                smp = sample(model, prompts, G, s, seed_for(seed, stage, name, step), stops, pad, entropy=True)
             texts = tok.batch_decode(smp.tokens, skip_special_tokens=True)
             scored = [countdown.score(problems[i // G], x) for i, x in enumerate(texts)]
         t1 = time.perf_counter()
@@ -849,7 +949,7 @@ def train(cfg: C.Config, name: str, cond: C.ConditionCfg, seed: int, pool: list,
         # from torch's unseeded global generator.
         measure_kl = tc.log_kl_every > 0 and step % tc.log_kl_every == 0
         pg = policy_gradient(model, [prompts[i // G] for i in range(P * G)], completions, adv, normalizer, micro_batch, pad,
-                             kl=cond.kl, entropy=cond.entropy, measure_kl=measure_kl)
+                             kl=cond.kl, entropy=cond.entropy, measure_kl=measure_kl, sort_by_length=tc.sort_by_length)
         for p in params:
             if p.grad is None:  # every advantage was 0: a zero gradient, and AdamW still steps (momentum), as usual
                 p.grad = torch.zeros_like(p)
@@ -903,18 +1003,19 @@ def pass_at_k_curve(counts: list[int], n: int, k_max: int) -> dict[str, float]:
 
 
 def sample_problems(model, tok, problems, n: int, s: C.SamplingCfg, seed: int, tag: str, style: str,
-                    per_batch: int, progress: bool = True) -> tuple[list[list[str]], list[float]]:
+                    per_batch: int, progress: bool = True, fold: bool = False) -> tuple[list[list[str]], list[float]]:
     """n response texts per problem, and per problem the mean full-vocabulary entropy of the
     untempered policy over all its response tokens. Batches of `per_batch` problems; each
     batch's generator is seeded from (seed, tag, first problem id) so results do not depend on
-    what ran before."""
+    what ran before. fold: sample with the LoRA folded into the weights (lora.fold_for_sampling)."""
     from tqdm import tqdm
 
     stops, pad = stop_ids(model, tok), pad_id(tok)
     prompts = render_prompts(tok, problems, style)
     texts: list[list[str]] = []
     entropies: list[float] = []
-    with tqdm(total=len(problems) * n, desc=tag, unit="sample", disable=not progress, leave=False) as bar:
+    with tqdm(total=len(problems) * n, desc=tag, unit="sample", disable=not progress, leave=False) as bar, \
+            (lora_folded(model) if fold else nullcontext()):
         for b in range(0, len(problems), per_batch):
             smp = sample(model, prompts[b : b + per_batch], n, s, seed_for(seed, tag, problems[b].id), stops, pad, entropy=True)
             dec = tok.batch_decode(smp.tokens, skip_special_tokens=True)
@@ -1004,7 +1105,8 @@ def evaluate(cfg: C.Config, base: str, adapter: str | None, out_file: Path, prog
     # checks the extrapolation out of sample) unless it asks for the test set's.
     own = eval_set != "test" and cfg.eval_sets[eval_set].seeds == "own"
     tag = f"eval-{eval_set}" if own else "eval"
-    texts, ent = sample_problems(model, tok, problems, n, sampling, cfg.task.seed, tag, cfg.task.prompt_style, per_batch, progress)
+    texts, ent = sample_problems(model, tok, problems, n, sampling, cfg.task.seed, tag, cfg.task.prompt_style, per_batch, progress,
+                                 fold=cfg.lora.fold_for_sampling)
     rows = score_problems(problems, texts, cfg.eval.keep_responses, ent)
     result = {
         "model": "base" if adapter is None else str(adapter),

@@ -114,9 +114,12 @@ STAGE_KEYS = {
     "select": ["task", "model", "select", "train.sampling", "eval.problems_per_batch"],
     "lr-sweep": ["task", "model", "lora", "train", "lr_sweep", "micro_batch", "memory_gb"],
     "train": ["task", "model", "lora", "train", "micro_batch", "memory_gb"],
-    "eval": ["task", "model", "eval"],
+    "eval": ["task", "model", "eval", "lora.fold_for_sampling"],
     "tokens": ["task", "model", "tokens", "eval.sampling", "eval.problems_per_batch"],
 }
+# Keys added after runs were made, with the value that means "as before": at that value a key
+# is left out of the hash, so the runs made before it existed keep theirs.
+_ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False}
 _NOT_IN_HASH = {
     "lr-sweep": ("seeds", "lr", "checkpoints", "steps", "log_kl_every", "dev_every"),
     "train": ("seeds",),
@@ -132,10 +135,27 @@ def _pick(d: dict, key: str):
 
 def hashed_settings(cfg_dict: dict, stage: str) -> dict:
     """The settings a stage's results depend on, by dotted key."""
-    picked = {key: _pick(cfg_dict, key) for key in STAGE_KEYS[stage]}
+    picked = {key: _pick(cfg_dict, key) for key in STAGE_KEYS[stage] if _present(cfg_dict, key)}
     if stage in _NOT_IN_HASH:
         picked["train"] = {k: v for k, v in picked["train"].items() if k not in _NOT_IN_HASH[stage]}
+    for key, off in _ADDED_OFF.items():
+        section, name = key.split(".")
+        if key in picked and picked[key] == off:
+            del picked[key]
+        elif section in picked and picked[section].get(name, off) == off:
+            picked[section] = {k: v for k, v in picked[section].items() if k != name}
     return picked
+
+
+def _present(d: dict, key: str) -> bool:
+    """False only for a key of _ADDED_OFF that an older config lacks."""
+    try:
+        _pick(d, key)
+        return True
+    except KeyError:
+        if key in _ADDED_OFF:
+            return False
+        raise
 
 
 def stage_hash(cfg: C.Config, stage: str, extra=None) -> str:
@@ -153,8 +173,9 @@ def differing_setting(recorded: dict | None, cfg: C.Config, stage: str) -> str:
     except (KeyError, TypeError):
         return "a config from another version of the code"
     for k in sorted(set(now) | set(then)):
-        if now.get(k) != then.get(k):
-            return f"{k}={json.dumps(then.get(k))} there, {json.dumps(now.get(k))} here"
+        off = _ADDED_OFF.get(k)  # a key left out of the hash at its "as before" value
+        if now.get(k, off) != then.get(k, off):
+            return f"{k}={json.dumps(then.get(k, off))} there, {json.dumps(now.get(k, off))} here"
     return f"the inputs it was made from ({json.dumps(recorded.get('inputs'))[:100]})"
 
 

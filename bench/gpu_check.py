@@ -18,7 +18,9 @@ by the process's peak RSS (a code-path check, not a measurement).
               for configs/qwen05b.yaml (micro_batch 0, memory_gb 8).
   eval_batch  eval.problems_per_batch x eval.n samples at eval's settings, full length.
   sampler     tokens/s of grpo.sample against model.generate, same prompts, batch and settings
-              (temperature 1, no top-k/top-p, no repetition penalty), alternating, median of 3.
+              (temperature 1, no top-k/top-p, no repetition penalty), alternating, median of 3;
+              also grpo.sample with the LoRA folded (lora.fold_for_sampling) and its host reads per
+              decoded token (grpo.count_host_reads).
   lm_head_on_slice  what lm_head costs on a non-contiguous slice of the hidden states (as
               logits_to_keep makes it) against a contiguous copy: on the CPU torch copies the
               (V, H) weight once per row there (bench/memory_05b.py); this says whether CUDA does.
@@ -30,6 +32,7 @@ import json
 import statistics
 import sys
 import time
+from contextlib import nullcontext
 
 import torch
 
@@ -87,7 +90,7 @@ def _status_kib(field: str) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
-def train_step(model, opt, prompts, G: int, s: C.SamplingCfg, micro_batch: int, pad: int, seed: int) -> dict:
+def train_step(model, opt, prompts, G: int, s: C.SamplingCfg, micro_batch: int, pad: int, seed: int, sort: bool = False) -> dict:
     """One Dr. GRPO step as grpo.train runs it, forced to full length and padded (see the docstring)."""
     t0 = time.perf_counter()
     smp = grpo.sample(model, prompts, G, s, seed, [10**9], pad, entropy=True)  # no stop id can be drawn: full length
@@ -95,7 +98,8 @@ def train_step(model, opt, prompts, G: int, s: C.SamplingCfg, micro_batch: int, 
     n = len(smp.tokens)
     completions = [x[:-1] if i % 2 else x for i, x in enumerate(smp.tokens)]  # (n,) ragged by one token
     adv = torch.randn(n, generator=torch.Generator().manual_seed(seed)).clamp(min=0.1)  # (n,) non-zero: every row trains
-    grpo.policy_gradient(model, [prompts[i // G] for i in range(n)], completions, adv, n * s.max_new_tokens, micro_batch, pad)
+    grpo.policy_gradient(model, [prompts[i // G] for i in range(n)], completions, adv, n * s.max_new_tokens, micro_batch, pad,
+                         sort_by_length=sort)
     opt.step()
     opt.zero_grad(set_to_none=True)
     if model.device.type == "cuda":
@@ -118,10 +122,11 @@ def sampler_vs_generate(model, prompts, G: int, s: C.SamplingCfg, stops: list[in
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    def ours(r):
+    def ours(r, fold=False):
         sync()
         t = time.perf_counter()
-        out = grpo.sample(model, prompts, G, s, r, stops, pad)
+        with grpo.lora_folded(model) if fold else nullcontext():
+            out = grpo.sample(model, prompts, G, s, r, stops, pad)
         sync()
         return sum(len(x) for x in out.tokens) / (time.perf_counter() - t)
 
@@ -137,13 +142,16 @@ def sampler_vs_generate(model, prompts, G: int, s: C.SamplingCfg, stops: list[in
         return n_tok / (time.perf_counter() - t)
 
     ours(0), generate(0)  # warm-up (kernels, allocator)
-    rates = {"ours": [], "generate": []}
+    rates = {"ours": [], "generate": [], "folded": []}
     for r in range(1, repeats + 1):
-        pair = [("ours", ours), ("generate", generate)]
+        pair = [("ours", ours), ("generate", generate), ("folded", lambda r: ours(r, fold=True))]
         for name, fn in pair if r % 2 else pair[::-1]:
             rates[name].append(fn(r))
     mo, mg = statistics.median(rates["ours"]), statistics.median(rates["generate"])
+    reads, smp = grpo.count_host_reads(lambda: grpo.sample(model, prompts, G, s, 0, stops, pad))
     return {"rows": len(prompts) * G, "max_new_tokens": s.max_new_tokens, "repeats": repeats,
+            "ours_host_reads_per_token": round(reads / max(max(len(x) for x in smp.tokens), 1), 3),
+            "ours_folded_tokens_per_s": round(statistics.median(rates["folded"]), 1),
             "ours_tokens_per_s": round(mo, 1), "generate_tokens_per_s": round(mg, 1), "speedup": round(mo / mg, 3)}
 
 
@@ -214,10 +222,10 @@ def main(argv=None) -> int:
     est = grpo.estimate_memory(model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, t.sampling.max_new_tokens, mb, n)
     log(f"train step: {t.problems_per_step} x {t.group_size} x {t.sampling.max_new_tokens}, micro-batch {mb}, "
         f"estimate {est['train_step'] / GIB:.2f} GiB; step 1 (warm-up, makes AdamW's state)")
-    train_step(model, opt, prompts, t.group_size, t.sampling, mb, pad, seed=1)
+    train_step(model, opt, prompts, t.group_size, t.sampling, mb, pad, seed=1, sort=t.sort_by_length)
     log("train step 2 (measured)")
     with Peak(device) as pk:
-        st = train_step(model, opt, prompts, t.group_size, t.sampling, mb, pad, seed=2)
+        st = train_step(model, opt, prompts, t.group_size, t.sampling, mb, pad, seed=2, sort=t.sort_by_length)
     res["train_step"] = {
         "micro_batch": mb, "micro_batch_auto": cfg.micro_batch == 0, "rows": n, "tokens": st["tokens"],
         "estimate_gib": round(est["train_step"] / GIB, 3), "estimate_parts_gib": {k: round(est[k] / GIB, 3) for k in ("static", "activations", "attention_mask", "logits")},
