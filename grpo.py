@@ -452,7 +452,9 @@ def sample(model, prompts: list[list[int]], n: int, s: C.SamplingCfg, seed: int,
     Speed: the prompt is run once and its KV cache copied to its n samples; the cache and the
     attention mask are preallocated for the whole decode (kv_cache); tokens, finished flags and
     entropies stay on the device, and the host reads one number per token (how many rows have
-    finished) plus the results once at the end. Finished sequences leave the batch, in one
+    finished) plus the results once at the end. (Reading it every few tokens instead would move
+    the compactions, and with them which random draws each row gets: other samples than the
+    registered runs were made with.) Finished sequences leave the batch, in one
     compaction whenever an eighth of the rows have finished (each compaction copies the cache).
     A finished row still in the batch draws tokens that are thrown away, so which tokens a row
     gets depends on this schedule, deterministically: same inputs and seed, same samples. One

@@ -4,8 +4,16 @@ counts the ops that read a tensor's value into Python (each one a host sync on a
 decoded token, with the profiler (grpo.count_host_reads).
 
     python bench/sampler.py [--model results/tiny/base_model] [--prompts 16 --group 8 --max-new 96 --repeats 5]
+    python bench/sampler.py --adapter results/tiny_seeds/train_many_s0/step_100 --model results/tiny_seeds/base_model
+
+With --adapter the model carries that LoRA (as it does when training samples its rollouts), and
+two more samplers join the rotation: ours with the LoRA folded into the weights
+(lora.fold_for_sampling) and the plain per-token sampler this one replaced (kept in
+tests/test_sampler.py, whose tests show both give the same tokens).
 """
 import argparse
+import sys
+from contextlib import nullcontext
 
 import torch
 
@@ -14,6 +22,9 @@ from common import ROOT, Timer, median, model_dir  # noqa: F401  (ROOT puts the 
 import config as C
 import countdown
 import grpo
+
+sys.path.insert(0, str(ROOT / "tests"))
+from test_sampler import reference_sample  # noqa: E402  (the plain sampler, kept beside its bit-for-bit test)
 
 
 def main():
@@ -26,6 +37,7 @@ def main():
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--adapter", default=None, help="a PEFT-format adapter folder to sample with (LoRA on)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     from transformers import GenerationConfig
@@ -33,6 +45,10 @@ def main():
     path = model_dir(a.model)
     cfg = C.load(None, ["model.dtype=float32", f"model.path={path}"])
     model, tok = grpo.load_model(cfg, str(path), torch.device("cpu"))
+    if a.adapter:
+        acfg = grpo.adapter_config(a.adapter)
+        grpo.apply_lora(model, acfg["r"], acfg["lora_alpha"], acfg["target_modules"], 0)
+        grpo.load_adapter(model, a.adapter)
     _, test = countdown.make_splits(a.task, 0, a.prompts, 0)
     prompts = grpo.render_prompts(tok, test, "bare")
     stops, pad = grpo.stop_ids(model, tok), grpo.pad_id(tok)
@@ -57,10 +73,14 @@ def main():
     g_steps = g.shape[1] - ids.shape[1]
     print(f"host reads (item/nonzero/equal, counted by the profiler): ours {reads} over {steps} decoded positions "
           f"({reads / steps:.2f} per token), generate {g_reads} over {g_steps} ({g_reads / g_steps:.2f} per token)")
-    rates = {"ours": [], "generate": []}
-    def run_ours(r):
-        with Timer() as t:
+    def run_ours(r, fold=False):
+        with grpo.lora_folded(model) if fold else nullcontext(), Timer() as t:
             out = grpo.sample(model, prompts, a.group, s, r, stops, pad)
+        return sum(len(x) for x in out.tokens) / t.seconds
+
+    def run_plain(r):
+        with Timer() as t:
+            out = reference_sample(model, prompts, a.group, s, r, stops, pad)
         return sum(len(x) for x in out.tokens) / t.seconds
 
     def run_generate(r):
@@ -69,15 +89,37 @@ def main():
             g = model.generate(input_ids=ids, attention_mask=mask, generation_config=gs)[:, ids.shape[1]:]
         return int((g != pad).sum()) / t.seconds  # generate pads after EOS; the model never emits the pad id here
 
+    # where our sampler's time goes: the model's forward calls against everything else (one run)
+    spent = []
+    real_forward = model.forward
+
+    def timed_forward(*args, **kw):
+        with Timer() as t:
+            out = real_forward(*args, **kw)
+        spent.append(t.seconds)
+        return out
+
+    model.forward = timed_forward
+    with Timer() as whole:
+        grpo.sample(model, prompts, a.group, s, 0, stops, pad)
+    model.forward = real_forward
+    print(f"ours, one run: {whole.seconds:.3f} s, of which the model's {len(spent)} forward calls {sum(spent):.3f} s "
+          f"({sum(spent) / whole.seconds:.0%}); the sampler's own work {whole.seconds - sum(spent):.3f} s")
+
+    runners = {"ours": run_ours, "generate": run_generate}
+    if a.adapter:
+        runners.update({"folded": lambda r: run_ours(r, fold=True), "plain": run_plain})
+    rates = {name: [] for name in runners}
     for r in range(a.repeats):
-        order = [("ours", run_ours), ("generate", run_generate)]
+        order = list(runners.items())
         for name, fn in order if r % 2 == 0 else order[::-1]:  # alternate which goes first
             rates[name].append(fn(r))
-        print(f"  repeat {r}: ours {rates['ours'][-1]:8.0f} tok/s   generate {rates['generate'][-1]:8.0f} tok/s")
-    mo, mg = median(rates["ours"]), median(rates["generate"])
+        print(f"  repeat {r}: " + "   ".join(f"{name} {rates[name][-1]:8.0f} tok/s" for name in runners))
+    med = {name: median(v) for name, v in rates.items()}
     print(f"median tokens/s over {a.repeats} alternating runs, batch {a.prompts} x {a.group}, T {a.temperature}, "
-          f"{a.threads} thread(s): ours {mo:.0f}, generate {mg:.0f}, speed-up {mo / mg:.2f}x")
-
+          f"{a.threads} thread(s){', LoRA ' + a.adapter if a.adapter else ''}: "
+          + ", ".join(f"{name} {v:.0f}" for name, v in med.items()) + f"; ours / generate {med['ours'] / med['generate']:.2f}x"
+          + (f", folded / generate {med['folded'] / med['generate']:.2f}x, ours / plain {med['ours'] / med['plain']:.2f}x" if a.adapter else ""))
 
 if __name__ == "__main__":
     main()
