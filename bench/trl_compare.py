@@ -6,7 +6,7 @@ projections, constant learning rate, no KL (beta 0), Dr. GRPO loss with unscaled
 update per sampling, gradient checkpointing off, fp32, one torch thread. TRL comes from
 requirements-dev.txt (it is not a runtime dependency).
 
-    python bench/trl_compare.py [--model results/tiny/base_model] [--steps 4 --rounds 3]
+    python bench/trl_compare.py [--model results/tiny/base_model] [--steps 4 --rounds 3] [--set lora.fold_for_sampling=true]
 
 Each round runs `--steps` steps of each, alternating which goes first; the first step of every run is left out
 (warm-up). Prints the median seconds per step of each and the ratio.
@@ -30,7 +30,7 @@ def ours(path: Path, a, tmp: Path, round_: int) -> list[float]:
     cfg = C.load(None, [f"model.path={path}", "model.dtype=float32", f"threads={a.threads}", "device=cpu",
                         f"task.name={a.task}", "task.prompt_style=bare",
                         "train.problems_per_step=16", "train.group_size=8", f"train.sampling.max_new_tokens={a.max_new}",
-                        "lora.r=32", "lora.alpha=64", f"micro_batch={a.micro_batch}"])
+                        "lora.r=32", "lora.alpha=64", f"micro_batch={a.micro_batch}", *a.set])
     train_set, _ = countdown.make_splits(a.task, 200, 16, 0)
     out = grpo.train(cfg, "many", C.ConditionCfg(), round_, train_set, a.lr, tmp / f"ours_{round_}", str(path), steps=a.steps, checkpoints=[], progress=False)
     rows = grpo.read_log(out / "train_log.csv")
@@ -87,6 +87,7 @@ def main():
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--micro-batch", type=int, default=32)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--set", action="append", default=[], help="a config override for ours (e.g. train.sort_by_length=true)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -99,7 +100,7 @@ def main():
                 res[name] += fn(path, a, Path(tmp), r)
             print(f"round {r}: ours median {median(res['ours']):.2f} s/step, TRL median {median(res['trl']):.2f} s/step", flush=True)
     mo, mt = median(res["ours"]), median(res["trl"])
-    print(f"seconds per step, 16 x 8, max {a.max_new} new tokens, LoRA r32, {a.threads} thread(s), medians over "
+    print(f"seconds per step, 16 x 8, max {a.max_new} new tokens, LoRA r32, {a.threads} thread(s){', ours with ' + ' '.join(a.set) if a.set else ''}, medians over "
           f"{len(res['ours'])} / {len(res['trl'])} steps: ours {mo:.2f}, TRL {mt:.2f}, TRL/ours {mt / mo:.2f}x")
 
 
