@@ -189,7 +189,9 @@ class SharedCast:
     """The fp32 copy of a LoRA layer's input, shared by the LoRA layers of one parent module:
     q/k/v read the same hidden state, as do gate/up, so a bf16 base casts it once, not three
     times (an fp32 base casts nothing). The copy is remade whenever the input is another tensor
-    (o_proj's, or the next forward's); holding the last input keeps its identity from being reused."""
+    (o_proj's, or the next forward's); holding the last input keeps its identity from being reused.
+    apply_lora clears every cast after each forward of the model, so none outlives it (autograd
+    keeps what backward needs by its own references)."""
 
     def __init__(self):
         self.src, self.out = None, None
@@ -198,6 +200,9 @@ class SharedCast:
         if x is not self.src:
             self.src, self.out = x, x.to(torch.float32)
         return self.out
+
+    def clear(self) -> None:
+        self.src, self.out = None, None
 
 
 class LoRALinear(nn.Module):
@@ -234,7 +239,7 @@ def apply_lora(model: nn.Module, r: int, alpha: float, targets: list[str], seed:
     LoRA weights are kept in fp32 even on a bf16 base: AdamW updates of ~1e-5 relative size
     vanish in bf16's 8-bit mantissa."""
     g = torch.Generator().manual_seed(seed)
-    wrapped = []
+    wrapped, casts = [], []
     for name, module in list(model.named_modules()):
         cast = SharedCast()  # one per parent module (the attention block, the MLP)
         for child_name, child in list(module.named_children()):
@@ -242,6 +247,13 @@ def apply_lora(model: nn.Module, r: int, alpha: float, targets: list[str], seed:
             if isinstance(child, nn.Linear) and child_name in targets:
                 setattr(module, child_name, LoRALinear(child, r, alpha, g, cast))
                 wrapped.append(full)
+                casts.append(cast)
+
+    def clear_casts(*_):  # no fp32 copy outlives a forward (a hook's return value would replace the output: None)
+        for c in casts:
+            c.clear()
+
+    model.register_forward_hook(clear_casts)
     if not wrapped:
         raise ValueError(f"lora.targets {targets} match no linear layer of the model")
     for n, p in model.named_parameters():
@@ -270,20 +282,24 @@ def lora_folded(model: nn.Module):
     no LoRA kernels (7 x layers x 6 of them otherwise). The frozen W is kept and put back on exit;
     the folded copies (the wrapped layers' size, in the base dtype) live only inside the block.
     Rounding the sum to bf16 moves the policy: bench/fold_kl.py measures by how much, and
-    `train.fold_lora` (off unless a config turns it on) decides whether training samples use it."""
-    layers = [m for m in model.modules() if isinstance(m, LoRALinear)]
-    frozen = [m.base_layer.weight for m in layers]
-    with torch.no_grad():
-        for m, w in zip(layers, frozen):
-            folded = w.float() + m.scaling * (m.lora_B.weight @ m.lora_A.weight)  # (out, in) fp32
-            m.base_layer.weight = nn.Parameter(folded.to(w.dtype), requires_grad=False)
-            m.enabled = False
+    `lora.fold_for_sampling` (off unless a config turns it on) decides whether training rollouts,
+    dev checks and evaluations use it. A layer switched off (lora_disabled) stays the base.
+    Everything is put back on exit, also when folding itself fails partway."""
+    saved = []  # (layer, its frozen weight, whether its LoRA was on), for every layer touched so far
     try:
+        with torch.no_grad():
+            for m in (m for m in model.modules() if isinstance(m, LoRALinear)):
+                w = m.base_layer.weight
+                saved.append((m, w, m.enabled))
+                if m.enabled:
+                    folded = w.float() + m.scaling * (m.lora_B.weight @ m.lora_A.weight)  # (out, in) fp32
+                    m.base_layer.weight = nn.Parameter(folded.to(w.dtype), requires_grad=False)
+                    m.enabled = False
         yield model
     finally:
-        for m, w in zip(layers, frozen):
+        for m, w, enabled in saved:
             m.base_layer.weight = w
-            m.enabled = True
+            m.enabled = enabled
 
 
 def lora_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -379,8 +395,9 @@ def growing_kv_class():
         """One layer's KV cache in a buffer allocated once for the whole decode (capacity: prompt
         plus max_new_tokens). Each token is written into the next free slot and attention reads
         a view of the filled part, so nothing is concatenated per token (transformers'
-        DynamicLayer copies the whole cache at every token: 31% of the tiny world's sampling
-        time). Values are the same as DynamicLayer's, so the samples are too."""
+        DynamicLayer copies the whole cache at every token, a copy that grows with the length;
+        on the tiny CPU model it is lost in the noise). Values are the same as DynamicLayer's,
+        so the samples are too."""
 
         def __init__(self, capacity: int):
             super().__init__()
@@ -389,6 +406,7 @@ def growing_kv_class():
         def lazy_initialization(self, key_states, value_states):
             self.device = key_states.device
             b, h, _, _ = key_states.shape
+            self.rows = b  # rows in use: compaction moves the kept rows to the front
             self.kbuf = key_states.new_empty(b, h, self.capacity, key_states.shape[-1])  # (b, kv heads, capacity, head dim)
             self.vbuf = value_states.new_empty(b, h, self.capacity, value_states.shape[-1])
             self.is_initialized = True
@@ -399,24 +417,30 @@ def growing_kv_class():
             end = self.length + key_states.shape[-2]
             if end > self.capacity:
                 raise RuntimeError(f"KV cache capacity {self.capacity} exceeded ({end} positions)")
-            self.kbuf[:, :, self.length : end] = key_states
-            self.vbuf[:, :, self.length : end] = value_states
+            self.kbuf[: self.rows, :, self.length : end] = key_states
+            self.vbuf[: self.rows, :, self.length : end] = value_states
             self.length = end
             self._views()
             return self.keys, self.values
 
         def _views(self):
-            self.keys, self.values = self.kbuf[:, :, : self.length], self.vbuf[:, :, : self.length]
+            self.keys, self.values = self.kbuf[: self.rows, :, : self.length], self.vbuf[: self.rows, :, : self.length]
 
         def get_seq_length(self) -> int:
             return self.length
 
         def batch_repeat_interleave(self, repeats: int) -> None:
             self.kbuf, self.vbuf = self.kbuf.repeat_interleave(repeats, 0), self.vbuf.repeat_interleave(repeats, 0)
+            self.rows *= repeats
             self._views()
 
         def batch_select_indices(self, indices: torch.Tensor) -> None:
-            self.kbuf, self.vbuf = self.kbuf[indices], self.vbuf[indices]
+            """Keep rows `indices`, in that order, moved to the front of the same buffers: only
+            the filled positions are copied, and nothing new the buffers' size is allocated."""
+            m, L = len(indices), self.length
+            self.kbuf[:m, :, :L] = self.kbuf[indices, :, :L]  # the right side is gathered into a new tensor first
+            self.vbuf[:m, :, :L] = self.vbuf[indices, :, :L]
+            self.rows = m
             self._views()
 
     return GrowingKV
@@ -467,7 +491,9 @@ def sample(model, prompts: list[list[int]], n: int, s: C.SamplingCfg, seed: int,
     device = next(model.parameters()).device
     gen = torch.Generator(device=device).manual_seed(seed)
     ids, mask = left_pad(prompts, pad)  # (P, Lp)
-    ids, mask = ids.to(device), mask.to(device)
+    padded = len({len(p) for p in prompts}) > 1  # does any row in the decoding batch carry padding? (kept on the host)
+    padded_rows = (mask == 0).any(-1)  # (P,) prompts shorter than the longest
+    ids, mask, padded_rows = ids.to(device), mask.to(device), padded_rows.to(device)
     P, Lp = ids.shape
     T = s.max_new_tokens
     pos = (mask.cumsum(-1) - 1).clamp(min=0)  # (P, Lp): positions count real tokens only
@@ -480,8 +506,12 @@ def sample(model, prompts: list[list[int]], n: int, s: C.SamplingCfg, seed: int,
     # The decode steps' attention mask, built once: (B, 1, 1, Lp+T), True = attend, the prompt's
     # padding then ones. Given 4-D, transformers uses it as it is (the sdpa mask it would build for
     # one query) instead of rebuilding it and asking the device whether it is all ones, per token.
+    # When no row in the batch is padded, no mask is passed: transformers would drop an all-ones
+    # mask itself, and attention without one takes another kernel path (GQA inside SDPA) whose
+    # numbers differ in the last bits from the masked path.
     full_mask = torch.ones((B, 1, 1, Lp + T), dtype=torch.bool, device=device)
     full_mask[:, 0, 0, :Lp] = mask.repeat_interleave(n, 0).bool()
+    padded_rows = padded_rows.repeat_interleave(n, 0)  # (B,)
     next_pos = pos[:, -1:].repeat_interleave(n, 0) + 1  # (B, 1)
     NONE = -1  # marks a slot with no token (the sample had finished, or left the batch)
     out = torch.full((B, max(T, 1)), NONE, dtype=torch.long, device=device)  # (B, T) every sample's tokens
@@ -507,14 +537,18 @@ def sample(model, prompts: list[list[int]], n: int, s: C.SamplingCfg, seed: int,
         if t == T - 1:
             break
         b = len(alive)
-        n_done = int(done.sum())  # the one host sync per token
+        # The one host read per token carries two numbers: how many rows have finished, and
+        # whether any row still decoding is padded (what the batch holds after a compaction).
+        code = int(done.sum() * 2 + (padded_rows & ~done).any())
+        n_done = code // 2
         if n_done == b:
             break
         if n_done * 8 >= b:  # compact once an eighth has finished: each compaction copies the cache
             keep = torch.argsort(done.to(torch.uint8), stable=True)[: b - n_done]  # rows still decoding, in order (no sync)
             cache.batch_select_indices(keep)
             alive, tok, full_mask, next_pos, done = alive[keep], tok[keep], full_mask[keep], next_pos[keep], done[keep]
-        mask = full_mask[..., : Lp + t + 1]  # (b, 1, 1, Lp+t+1) a view, no copy
+            padded_rows, padded = padded_rows[keep], bool(code % 2)
+        mask = full_mask[..., : Lp + t + 1] if padded else None  # (b, 1, 1, Lp+t+1) a view, no copy
         logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, cache=cache, use_cache=True).logits[:, -1]  # (b, V)
         next_pos = next_pos + 1
     if nan_seen.item():
@@ -568,9 +602,10 @@ class TokenLogProbs(torch.autograd.Function):
     (b, Lc); backward writes the logits' gradient chunk by chunk. Autograd through
     `logits.float()`, logsumexp and gather would keep an fp32 copy of all the logits and build
     two more fp32 tensors of that size in backward: 16 bytes per completion position and
-    vocabulary entry for a bf16 model, 4 here (0.87 GiB of the 0.5B's 16 x 384 micro-batch row,
-    0.22 here). The numbers are the same ops in the same order, per chunk: same values, same
-    gradients (tests/test_speed_options.py)."""
+    vocabulary entry for a bf16 model, 4 here (for one micro-batch row of the 0.5B study, 385
+    positions x 151,936 entries: 0.87 GiB before, 0.22 GiB here). The numbers are the same ops in
+    the same order, per chunk: same values and gradients on the CPU (tests/test_speed_options.py;
+    a GPU's reduction kernels may split rows differently, untested)."""
 
     CHUNK = 2**24  # elements of one chunk's fp32 temporaries (64 MB each)
 

@@ -4,7 +4,7 @@ sequences sampled from the exact policy; with the KL of the exact policy to the 
 for scale (how far training moved the policy at all).
 
     python bench/fold_kl.py [--model results/tiny_seeds/base_model] [--adapter results/tiny_seeds/train_many_s0/step_100]
-                            [--dtypes float32 bfloat16] [--prompts 32 --group 4 --max-new 96]
+                            [--dtypes float32 bfloat16] [--prompts 32 --group 4 --max-new 96] [--task arith-3x2 --style instruct]
 
 On a bf16 base the fold rounds each updated weight to 8 mantissa bits, so an update smaller
 than half a unit in the last place of its weight is lost: run this on the study's own base and a
@@ -32,7 +32,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=str(ROOT / "results" / "tiny_seeds" / "base_model"))
     p.add_argument("--adapter", default=str(ROOT / "results" / "tiny_seeds" / "train_many_s0" / "step_100"))
-    p.add_argument("--task", default="arith-2x1")
+    p.add_argument("--task", default="arith-2x1", help="the study's task (arith-3x2 for Qwen)")
+    p.add_argument("--style", default="bare", help="the prompt style (instruct for Qwen)")
     p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     p.add_argument("--prompts", type=int, default=32)
     p.add_argument("--group", type=int, default=4)
@@ -51,7 +52,7 @@ def main():
         grpo.apply_lora(model, acfg["r"], acfg["lora_alpha"], acfg["target_modules"], 0)
         grpo.load_adapter(model, a.adapter)
         _, test = countdown.make_splits(a.task, 0, a.prompts, 0)
-        prompts = grpo.render_prompts(tok, test, "bare")
+        prompts = grpo.render_prompts(tok, test, a.style)
         s = C.SamplingCfg(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=a.max_new)
         smp = grpo.sample(model, prompts, a.group, s, 0, grpo.stop_ids(model, tok), grpo.pad_id(tok))
         ids, attn, pos, cmask = grpo.pack([pr for pr in prompts for _ in range(a.group)], smp.tokens, grpo.pad_id(tok))

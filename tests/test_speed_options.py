@@ -87,6 +87,42 @@ def test_folded_sampling_weights_are_w_plus_scaled_ba_and_restored(fitted_dir, s
     assert kl.max() > 1e-6
 
 
+def test_fold_puts_everything_back_after_an_error_and_keeps_switched_off_layers_the_base(fitted_dir, smoke_cfg):
+    _, model, _, batch = model_with_lora(fitted_dir, smoke_cfg)
+    layers = [m for m in model.modules() if isinstance(m, grpo.LoRALinear)]
+    frozen = [m.base_layer.weight for m in layers]
+    with torch.no_grad():
+        exact = model(**batch).logits
+        with grpo.lora_disabled(model):
+            base = model(**batch).logits
+            with grpo.lora_folded(model):  # inside lora_disabled: nothing to fold, the base it stays
+                assert torch.equal(model(**batch).logits, base)
+            assert all(not m.enabled for m in layers)  # still switched off after the fold
+    assert all(m.enabled for m in layers)
+    # a failure while folding the fifth layer (a shape error here; out of memory on a GPU) leaves nothing folded
+    good = layers[4].lora_A.weight
+    layers[4].lora_A.weight = torch.nn.Parameter(torch.zeros(good.shape[0] + 1, good.shape[1]))
+    with pytest.raises(RuntimeError):
+        with grpo.lora_folded(model):
+            pass
+    layers[4].lora_A.weight = good
+    assert all(m.base_layer.weight is w and m.enabled for m, w in zip(layers, frozen))
+    with torch.no_grad():
+        assert torch.equal(model(**batch).logits, exact)
+
+
+def test_no_fp32_copy_outlives_a_forward(fitted_dir, smoke_cfg):
+    _, model, _, batch = model_with_lora(fitted_dir, smoke_cfg, "bfloat16")
+    casts = {id(m.cast): m.cast for m in model.modules() if isinstance(m, grpo.LoRALinear)}.values()
+    seen = []
+    layer = next(m for m in model.modules() if isinstance(m, grpo.LoRALinear))
+    layer.register_forward_hook(lambda mod, args, out: seen.append(mod.cast.out is not None) and None)
+    with torch.no_grad():
+        model(**batch)
+    assert seen == [True]  # held while the model runs...
+    assert all(c.src is None and c.out is None for c in casts)  # ...and let go when it returns
+
+
 def test_fold_for_sampling_reaches_training_and_evaluation(fitted_dir, smoke_cfg, tmp_path, monkeypatch):
     cfg, model, tok, _ = model_with_lora(fitted_dir, smoke_cfg)
     cfg.lora.fold_for_sampling = True
@@ -147,7 +183,7 @@ def plain_logprobs(logits, targets):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("chunk", [2**24, 3 * 50])  # one chunk; chunks of one position (b * V = 150) with a ragged tail
+@pytest.mark.parametrize("chunk", [2**24, 2 * 3 * 50])  # one chunk; chunks of two positions (b * V = 150): 2, 2, 2, 1
 def test_chunked_token_logprobs_equal_autograd_bit_for_bit(dtype, chunk, monkeypatch):
     monkeypatch.setattr(grpo.TokenLogProbs, "CHUNK", chunk)
     g = torch.Generator().manual_seed(0)
