@@ -365,8 +365,9 @@ def last_positions(T: int, k: int, device) -> torch.Tensor:
     """The last k of T positions, as an index tensor for `logits_to_keep`. An int k makes
     transformers run lm_head on hidden[:, -k:], a non-contiguous view, and on the CPU torch's
     batched matmul then copies the whole (V, H) weight once per row (1.4 s and 272 MB per row
-    at Qwen's 151,936 x 896); indexing gathers the small hidden slice instead. The same logits up to their last bits
-    (the other matmul path rounds differently now and then: PLAN.md change 22)."""
+    at Qwen's 151,936 x 896); indexing gathers the small hidden slice instead. The same logits
+    up to their last bits (the other matmul path rounds differently now and then: PLAN.md
+    change 22)."""
     return torch.arange(T - k, T, device=device)
 
 
