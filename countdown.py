@@ -60,6 +60,7 @@ ARITH_DIGITS = {
     "arith-1x1": (1, 1, 1),
 }
 TASKS = tuple(ARITH_DIGITS) + ("countdown",)
+SCORINGS = ("strict", "loose")  # the two scorings every verdict is judged on (score() also gives "format")
 
 COUNTDOWN_MAX_NUMBER = 99  # the three numbers are drawn from 1..99
 COUNTDOWN_MAX_TARGET = 999  # targets are kept in 1..999

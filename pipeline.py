@@ -40,63 +40,28 @@ wall time.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shlex
-import shutil
 import signal
-import socket
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import config as C
-import provenance as P
+import config
+import provenance
+import study
+from jobs import Aside, Job, Lock, Refused, Runner, estimate_seconds, fmt_minutes, log, now, run_grpo
 
 ROOT = Path(__file__).resolve().parent
 STAGES = ["base", "probe", "select", "lr-sweep", "train", "eval", "tokens", "analyze"]
 JOB_STAGES = ("train", "eval", "tokens")
 
 
-def log(msg: str) -> None:
-    print(f"[pipeline {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-class Refused(Exception):
-    """An output in the run folder was made under another config (or the folder is locked)."""
-
-
-# ============================================================================= jobs
-
-
-@dataclass
-class Job:
-    """One unit of work: the `grpo.py` command that makes `outputs`."""
-    stage: str  # train | eval | tokens
-    name: str  # e.g. "train many s0", "eval many s0 step 50", "eval base", "eval-wide base", "tokens many s0 step 50"
-    argv: list[str]  # grpo.py's arguments
-    needs: list[str] = field(default_factory=list)  # names of jobs that must finish first
-    steps: int = 0  # training steps (for the ETA)
-    samples: int = 0  # responses an evaluation draws (for the ETA)
-
-    def command(self) -> str:
-        return " ".join(shlex.quote(x) for x in ["python", "grpo.py", *self.argv])
-
-
 class Plan:
     """What each stage produces for this config and run folder, and whether it is done, out of
     date (made from other inputs: redo it) or foreign (made under other settings: refuse)."""
 
-    def __init__(self, cfg: C.Config, run: Path, config_path: str, sets: list[str]):
-        import grpo  # torch is imported only once the config has been validated
-
-        self.cfg, self.run, self.g = cfg, run, grpo
+    def __init__(self, cfg: config.Config, run: Path, config_path: str, sets: list[str]):
+        self.cfg, self.run = cfg, run
         self.config_path, self.sets = config_path, sets
 
     # ------------------------------------------------------------------ the design
@@ -112,62 +77,62 @@ class Plan:
         of the first seed only (final-first-seed)."""
         steps = self.steps_of() if models == "all" else self.steps_of()[-1:]
         seeds = self.cfg.train.seeds if models != "final-first-seed" else self.cfg.train.seeds[:1]
-        return [self.g.train_dir(self.run, c, s) / f"step_{st:03d}" for c in self.cfg.conditions for s in seeds for st in steps]
+        return [study.adapter_dir(self.run, c, s, st) for c in self.cfg.conditions for s in seeds for st in steps]
 
     def evals(self) -> list[tuple[str, Path, Path | None]]:
         """(evaluation set, eval file, adapter folder or None) for the base and every model each set evaluates."""
         out = []
         sets = [("test", "all")] + [(name, es.models) for name, es in self.cfg.eval_sets.items()]
         for name, models in sets:
-            folder = self.g.eval_dir(self.run, name)
+            folder = study.eval_dir(self.run, name)
             out.append((name, folder / "eval_base.json", None))
-            out += [(name, folder / self.g.eval_name(str(a)), a) for a in self.adapters(models)]
+            out += [(name, folder / study.eval_name(a), a) for a in self.adapters(models)]
         return out
 
     def tokens(self) -> list[tuple[Path, Path]]:
         """(tokens file, adapter folder) for every trained checkpoint, when tokens.enabled."""
         if not self.cfg.tokens.enabled:
             return []
-        return [(self.run / self.g.eval_name(str(a)).replace("eval_", "tokens_", 1), a) for a in self.adapters("all")]
+        return [(self.run / study.tokens_name(a), a) for a in self.adapters("all")]
 
     # ------------------------------------------------------------------ hashes
 
     def train_hash(self, cond: str, seed: int) -> str | None:
         try:
-            _, _, inputs = self.g.train_job(self.cfg, cond, seed, self.run)
+            _, _, inputs = study.train_inputs(self.cfg, cond, seed, self.run)
         except (FileNotFoundError, ValueError):
             return None
-        return P.stage_hash(self.cfg, "train", inputs)
+        return provenance.stage_hash(self.cfg, "train", inputs)
 
     def eval_hash(self, adapter: Path | None, eval_set: str = "test", stage: str = "eval") -> str | None:
-        sha = None if adapter is None else P.file_sha256(adapter / "adapter_model.safetensors")
+        sha = None if adapter is None else provenance.file_sha256(adapter / "adapter_model.safetensors")
         if adapter is not None and sha is None:
             return None
-        extra = self.g.eval_extra(self.cfg, sha, eval_set) if stage == "eval" else {"adapter_sha256": sha}
-        return P.stage_hash(self.cfg, stage, extra)
+        extra = study.eval_inputs(self.cfg, sha, eval_set) if stage == "eval" else {"adapter_sha256": sha}
+        return provenance.stage_hash(self.cfg, stage, extra)
 
     def outputs(self, stage: str) -> list[tuple[Path, Path, str | None]]:
         """(output to move aside, the file recording its provenance, the hash it should record)."""
         run, cfg = self.run, self.cfg
         if stage == "base":
-            if not self.g.builds_base(cfg):
+            if not study.builds_base(cfg):
                 return []
-            h = P.stage_hash(cfg, "base")
+            h = provenance.stage_hash(cfg, "base")
             return [(run / "base_model", run / "base_model" / "build.json", h)]
         if stage == "probe":
-            h = P.stage_hash(cfg, "probe")
+            h = provenance.stage_hash(cfg, "probe")
             return [(run / f"probe_{t}.json",) * 2 + (h,) for t in cfg.probe.tasks]
         if stage == "select":
-            return [(run / "selection.json",) * 2 + (P.stage_hash(cfg, "select", {"sizes": self.g.selection_sizes(cfg)}),)]
+            return [(run / "selection.json",) * 2 + (provenance.stage_hash(cfg, "select", {"sizes": study.selection_sizes(cfg)}),)]
         if stage == "lr-sweep":
             if cfg.train.lr is not None:
                 return []
             inputs = {"problems": "all", "seed": cfg.train.seeds[0]}
-            return [(run / "lr_choice.json",) * 2 + (P.stage_hash(cfg, "lr-sweep", inputs),)]
+            return [(run / "lr_choice.json",) * 2 + (provenance.stage_hash(cfg, "lr-sweep", inputs),)]
         if stage == "train":
             out = []
             for c, s in self.train_units():
-                d = self.g.train_dir(run, c, s)
+                d = study.train_dir(run, c, s)
                 marker = d / "done.json" if (d / "done.json").exists() else d / "last" / "state.json"
                 out.append((d, marker, self.train_hash(c, s)))
             return out
@@ -181,8 +146,8 @@ class Plan:
         """missing | done | stale (same settings, other inputs) | foreign (other settings)."""
         if not marker.exists():
             return "missing"
-        rec = P.read_json(marker)
-        got = (rec or {}).get("stage_hash") if stage == "base" else P.recorded_hash(marker)
+        rec = provenance.read_json(marker)
+        got = (rec or {}).get("stage_hash") if stage == "base" else provenance.recorded_hash(marker)
         if want is not None and got == want:
             return "done"
         if stage == "base":
@@ -191,26 +156,26 @@ class Plan:
         if not prov or not isinstance(prov.get("config"), dict):
             return "foreign"
         try:
-            same = P.hashed_settings(prov["config"], stage) == P.hashed_settings(C.to_dict(self.cfg), stage)
+            same = provenance.hashed_settings(prov["config"], stage) == provenance.hashed_settings(config.to_dict(self.cfg), stage)
         except (KeyError, TypeError):
             same = False
         return "stale" if same else "foreign"
 
     def why(self, stage: str, marker: Path) -> str:
-        rec = P.read_json(marker)
+        rec = provenance.read_json(marker)
         if stage == "base":
             return "another model build (model.build / model.qwen_shape / task)"
-        return P.differing_setting((rec or {}).get("provenance"), self.cfg, stage)
+        return provenance.differing_setting((rec or {}).get("provenance"), self.cfg, stage)
 
     # ------------------------------------------------------------------ done
 
     def analyze_done(self) -> bool:
-        v = P.read_json(self.run / "verdicts.json")
+        v = provenance.read_json(self.run / "verdicts.json")
         if not v or not (self.run / "report.md").exists():
             return False
         run, a = self.run, self.cfg.analyze
         files = sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")) + sorted(run.glob("tokens_*.json"))
-        now = {f.relative_to(run).as_posix(): P.file_sha256(f) for f in files}  # what analyze_b records as its inputs
+        now = {f.relative_to(run).as_posix(): provenance.file_sha256(f) for f in files}  # what analyze_b records as its inputs
         prim = v.get("primary") or {}
         same = (v.get("resamples"), v.get("ci"), v.get("seed"), v.get("equivalence_margin"), prim.get("condition"), prim.get("scoring")) \
             == (a.resamples, a.ci, a.seed, a.equivalence_margin, a.primary_condition, a.primary_scoring)
@@ -220,7 +185,7 @@ class Plan:
         if stage == "analyze":
             return self.analyze_done()
         if stage == "train" and condition:
-            return all(self.state("train", self.g.train_dir(self.run, c, s) / "done.json", self.train_hash(c, s)) == "done"
+            return all(self.state("train", study.train_dir(self.run, c, s) / "done.json", self.train_hash(c, s)) == "done"
                        for c, s in self.train_units(condition))
         if stage == "train":
             return all(self.state(stage, d / "done.json", h) == "done" for d, _, h in self.outputs(stage))
@@ -239,15 +204,15 @@ class Plan:
         out: list[Job] = []
         if "train" in stages:
             for c, s in self.train_units(condition):
-                if self.state("train", self.g.train_dir(self.run, c, s) / "done.json", self.train_hash(c, s)) != "done":
+                if self.state("train", study.train_dir(self.run, c, s) / "done.json", self.train_hash(c, s)) != "done":
                     out.append(Job("train", f"train {c} s{s}", self.base_argv("train") + ["--condition", c, "--seed", str(s)],
                                    steps=self.cfg.train.steps))
         pending = {j.name for j in out}
 
         def needs(adapter: Path) -> tuple[str, list[str]]:
-            who = self.g.adapter_identity(adapter)
-            train_name = f"train {who['condition']} s{who['train_seed']}"
-            return f"{who['condition']} s{who['train_seed']} step {who['step']}", [train_name] if train_name in pending else []
+            identity = study.adapter_identity(adapter)
+            train_name = f"train {identity['condition']} s{identity['train_seed']}"
+            return f"{identity['condition']} s{identity['train_seed']} step {identity['step']}", [train_name] if train_name in pending else []
 
         if "eval" in stages:
             for es, f, adapter in self.evals():
@@ -271,248 +236,7 @@ class Plan:
         return out
 
 
-# ============================================================================= running jobs
-
-
-def run_grpo(argv: list[str]) -> int:
-    """A job in a worker process: exactly `python grpo.py <argv>`, without paying for the
-    torch import once per job."""
-    import grpo
-
-    return grpo.main(argv)
-
-
-class Runner:
-    """Runs jobs in the registry's order, up to `n` at a time, each once the jobs it needs are
-    done. n == 1 runs each job in this process; n > 1 in a pool of n worker processes. Either
-    way a job is grpo.main(argv) with the argv of the command a user would type. Prints what is
-    running, done and left, with an ETA from the measured step and evaluation times."""
-
-    def __init__(self, plan: Plan, n: int, executor: str, ray_address: str | None, quiet: bool, on_done):
-        self.plan, self.n, self.executor, self.quiet, self.on_done = plan, n, executor, quiet, on_done
-        self.ray_address = ray_address
-
-    def argv(self, job: Job) -> list[str]:
-        return job.argv + (["--quiet"] if (self.quiet or self.n > 1 or self.executor == "ray") else [])
-
-    def run(self, jobs: list[Job]) -> dict[str, dict]:
-        if self.executor == "ray":
-            return self._run_ray(jobs)
-        if self.n == 1:
-            return self._schedule(jobs, None)
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        # spawn: a fresh interpreter per worker (no forked torch state)
-        pool = ProcessPoolExecutor(max_workers=self.n, mp_context=mp.get_context("spawn"))
-        try:
-            return self._schedule(jobs, pool)
-        except BaseException:
-            for proc in list(getattr(pool, "_processes", {}).values()):  # Ctrl-C: stop the workers now;
-                proc.terminate()  # each training run keeps its last checkpoint
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-
-    def _schedule(self, jobs: list[Job], pool) -> dict[str, dict]:
-        from concurrent.futures import FIRST_COMPLETED, wait
-
-        status: dict[str, dict] = {}
-        waiting = list(jobs)
-        running: dict = {}  # future -> job
-        started: dict[str, float] = {}
-        last_report = time.perf_counter()
-        while waiting or running:
-            ok = {k for k, v in status.items() if v["status"] == "done"}
-            failed = len(ok) < len(status)
-            ready = [] if failed else [j for j in waiting if all(x in ok for x in j.needs)]
-            if not ready and not running:
-                break  # what is left waits for a job that failed
-            for job in ready[: self.n - len(running)]:
-                waiting.remove(job)
-                started[job.name] = time.perf_counter()
-                log(f"start {job.name}")
-                if pool is None:  # in this process, one at a time
-                    status[job.name] = self._finish(job, run_grpo(self.argv(job)), started)
-                    break
-                running[pool.submit(run_grpo, self.argv(job))] = job
-            if running:
-                finished, _ = wait(list(running), timeout=60, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    job = running.pop(fut)
-                    status[job.name] = self._finish(job, fut.result(), started)
-                if time.perf_counter() - last_report > 60:
-                    last_report = time.perf_counter()
-                    self.progress(jobs, status, [j.name for j in running.values()])
-        return status
-
-    def _finish(self, job: Job, rc: int, started: dict[str, float]) -> dict:
-        sec = round(time.perf_counter() - started[job.name], 1)
-        if rc == 0:
-            log(f"done  {job.name} ({sec:.0f} s)")
-            self.on_done(job)
-            return {"status": "done", "seconds": sec, "finished": now()}
-        log(f"FAILED {job.name} (exit {rc}); rerun it by hand: {job.command()}")
-        return {"status": "failed", "seconds": sec, "exit": rc}
-
-    def progress(self, jobs: list[Job], status: dict[str, dict], running: list[str]) -> None:
-        left = [j for j in jobs if j.name not in status and j.name not in running]
-        done = sum(v["status"] == "done" for v in status.values())
-        eta = estimate_seconds(self.plan, [j for j in jobs if j.name not in status], self.n)
-        log(f"jobs: running {', '.join(running) or '-'}; done {done}/{len(jobs)}; waiting {len(left)}; "
-            f"ETA {fmt_minutes(eta)}")
-
-    def _run_ray(self, jobs: list[Job]) -> dict[str, dict]:
-        """The same commands on a Ray cluster (ray.init(address=...); an embedded local Ray when
-        no address is given). Each task runs `python grpo.py ...` in this repository's folder,
-        which must be the same path on every node (a shared file system)."""
-        try:
-            import ray
-        except ImportError:
-            raise C.ConfigError("--executor ray: ray is not installed (pip install -r requirements-optional.txt)")
-        ray.init(address=self.ray_address, ignore_reinit_error=True, log_to_driver=False)
-
-        @ray.remote(num_cpus=max(1, self.plan.cfg.threads))
-        def run_job(argv: list[str]) -> int:
-            return subprocess.run([sys.executable, str(ROOT / "grpo.py"), *argv], cwd=ROOT).returncode
-
-        status: dict[str, dict] = {}
-        refs: dict[str, object] = {}
-        started: dict[str, float] = {}
-        waiting = list(jobs)
-        by_ref: dict = {}
-        try:
-            while waiting or refs:
-                done_names = {k for k, v in status.items() if v["status"] == "done"}
-                for job in [j for j in waiting if all(x in done_names for x in j.needs)]:
-                    waiting.remove(job)
-                    started[job.name] = time.perf_counter()
-                    log(f"submit {job.name}")
-                    refs[job.name] = run_job.remote(self.argv(job))
-                    by_ref[job.name] = job
-                if not refs:
-                    break  # the rest wait for jobs that failed
-                ready, _ = ray.wait(list(refs.values()), num_returns=1)
-                for name, ref in list(refs.items()):
-                    if ref in ready:
-                        del refs[name]
-                        status[name] = self._finish(by_ref[name], ray.get(ref), started)
-        finally:
-            for ref in refs.values():
-                ray.cancel(ref, force=True)
-        return status
-
-
-def train_seconds_per_step(run: Path) -> float | None:
-    """The median measured seconds per training step in this run so far (sweep or training logs)."""
-    import statistics
-
-    secs = []
-    for f in list(run.glob("train_*/train_log.csv")) + list(run.glob("lr_sweep/lr_*/train_log.csv")):
-        try:
-            import csv
-
-            with open(f) as fh:
-                secs += [float(r["sec_sampling"]) + float(r["sec_fwd_bwd"]) for r in csv.DictReader(fh)]
-        except (OSError, KeyError, ValueError):
-            continue
-    return statistics.median(secs) if secs else None
-
-
-def estimate_seconds(plan: Plan, jobs: list[Job], n: int) -> tuple[float, list[str]]:
-    """Seconds left for `jobs` on n workers, from this run's measured step and evaluation times,
-    and the kinds of job nothing has been measured for yet (left out of the figure)."""
-    sps = train_seconds_per_step(plan.run)
-    per = [d["seconds"] / (d["n_problems"] * d["sampling"]["n"]) for f in plan.run.glob("eval_*.json")
-           if (d := P.read_json(f)) and "seconds" in d and "n_problems" in d]
-    per_sample = sum(per) / len(per) if per else None
-    total, unknown = 0.0, set()
-    for j in jobs:
-        if j.stage == "train" and sps is not None:
-            rows = P.read_json(plan.g.train_dir(plan.run, *_cond_seed(j)) / "last" / "state.json")
-            total += (j.steps - (rows or {}).get("step", 0)) * sps
-        elif j.stage != "train" and per_sample is not None:
-            total += per_sample * j.samples
-        else:
-            unknown.add("training" if j.stage == "train" else "evaluation")
-    return total / max(1, n), sorted(unknown)
-
-
-def _cond_seed(job: Job) -> tuple[str, int]:
-    a = job.argv
-    return a[a.index("--condition") + 1], int(a[a.index("--seed") + 1])
-
-
-def fmt_minutes(est: tuple[float, list[str]]) -> str:
-    sec, unknown = est
-    text = f"~{sec / 60:.0f} min" if sec >= 60 else f"~{sec:.0f} s"
-    return text + (f" plus {' and '.join(unknown)} (not measured yet)" if unknown else "")
-
-
 # ============================================================================= the run folder
-
-
-class Lock:
-    """RUN/.pipeline.lock: one pipeline per run folder. A lock whose process is gone (killed) is
-    reported and taken over, not obeyed forever."""
-
-    def __init__(self, run: Path):
-        self.path = run / ".pipeline.lock"
-        self.held = False
-
-    def acquire(self) -> None:
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": now()}
-        for _ in range(2):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                other = P.read_json(self.path) or {}
-                if other.get("host") == me["host"] and _alive(other.get("pid")):
-                    raise Refused(f"{self.path.parent} is in use by another pipeline.py (pid {other.get('pid')}, started "
-                                  f"{other.get('started')}); wait for it to finish or stop it")
-                if other.get("host") not in (None, me["host"]):
-                    raise Refused(f"{self.path} is held by host {other['host']} (pid {other.get('pid')}); if that run is dead, delete the file")
-                log(f"stale lock from pid {other.get('pid')} (no longer running, started {other.get('started')}): taken over")
-                self.path.unlink(missing_ok=True)
-                continue
-            with os.fdopen(fd, "w") as f:
-                json.dump(me, f)
-            self.held = True
-            return
-        raise Refused(f"{self.path}: could not take the lock")
-
-    def release(self) -> None:
-        if self.held:
-            self.path.unlink(missing_ok=True)
-            self.held = False
-
-
-def _alive(pid) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-class Aside:
-    """Moves out-of-date outputs to RUN/superseded/<time>/ (never deletes a result)."""
-
-    def __init__(self, run: Path):
-        self.run = run
-        self.folder = run / "superseded" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-
-    def move(self, path: Path, why: str) -> None:
-        if not path.exists():
-            return
-        dest = self.folder / path.relative_to(self.run)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(path, dest)
-        log(f"moved aside {path.relative_to(self.run)} -> {dest.relative_to(self.run)} ({why})")
 
 
 def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
@@ -529,7 +253,7 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
             aside.move(path, "another model build (--force)")
     run = plan.run
     if stage == "train":
-        expected = {plan.g.train_dir(run, c, s).name for c, s in plan.train_units()}
+        expected = {study.train_dir(run, c, s).name for c, s in plan.train_units()}
         for d in sorted(run.glob("train_*")):
             if d.is_dir() and d.name not in expected:
                 aside.move(d, "not in this config's conditions x train.seeds")
@@ -553,52 +277,40 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
                 aside.move(d, "made under other settings (--force)")
 
 
-def write_manifest(run: Path, cfg: C.Config, stages: dict, jobs: dict) -> None:
-    import grpo
-
-    order = [s for s in STAGES if not (s == "base" and not grpo.builds_base(cfg)) and not (s == "tokens" and not cfg.tokens.enabled)]
-    P.atomic_write_json(run / "manifest.json", {
-        "config": C.to_dict(cfg), "config_hash": C.digest(C.to_dict(cfg)),
-        "plan_sha256": P.file_sha256(ROOT / "PLAN.md"), "revision": P.code_revision(), "versions": P.versions(),
-        "stage_order": order, "stages": stages, "jobs": jobs,
+def write_manifest(run: Path, cfg: config.Config, stages: dict, jobs: dict) -> None:
+    provenance.atomic_write_json(run / "manifest.json", {
+        "config": config.to_dict(cfg), "config_hash": config.digest(config.to_dict(cfg)),
+        "plan_sha256": provenance.file_sha256(ROOT / "PLAN.md"), "revision": provenance.code_revision(), "versions": provenance.versions(),
+        "stage_order": registered_stages(cfg), "stages": stages, "jobs": jobs,
     })
+
+
+def registered_stages(cfg: config.Config) -> list[str]:
+    """PLAN.md's order of stages, less those this config has none of (its own base; the token level)."""
+    return [s for s in STAGES if not (s == "base" and not study.builds_base(cfg)) and not (s == "tokens" and not cfg.tokens.enabled)]
 
 
 # ============================================================================= single stages
 
 
-def run_single(stage: str, plan: Plan, progress: bool) -> None:
-    cfg, run, g = plan.cfg, plan.run, plan.g
-    if stage == "base":
-        h = P.stage_hash(cfg, "base")
-        if cfg.model.qwen_shape is not None:
-            import qwen_shape
-
-            info = qwen_shape.build_base(cfg, run / "base_model", progress, stage_hash=h)
-            log(f"base: Qwen2.5-0.5B shape, {cfg.model.qwen_shape.layers} layers, {info['params']:,} parameters (random, bf16)")
-        else:
-            import tiny_base
-
-            info = tiny_base.train_base(cfg, run / "base_model", progress, stage_hash=h)
-            log(f"base: {info['params']:,} parameters, loss {info['loss_first']:.2f} -> {info['loss_last_50']:.2f}")
-        return
-    base = g.model_path(cfg, run)
-    if stage == "probe":
-        g.probe(cfg, base, run, progress)
-    elif stage == "select":
-        r = g.select(cfg, base, run, progress)
-        log(f"select: {len(r['informative'])} of {cfg.select.n_problems} problems informative")
-    elif stage == "lr-sweep":
-        if cfg.train.lr is not None:
-            log(f"lr-sweep: not needed, train.lr = {cfg.train.lr:g} is set in the config")
-            return
-        r = g.lr_sweep(cfg, base, run, progress)
-        log(f"lr-sweep: mean reward {r['mean_reward_last']} -> lr {r['chosen']:g}")
-    elif stage == "analyze":
+def run_single(stage: str, plan: Plan, quiet: bool) -> None:
+    """A stage before the jobs (base, probe, select, lr-sweep) is its `grpo.py` command, run in
+    this process; analyze is analyze_b.py's."""
+    cfg, run = plan.cfg, plan.run
+    if stage == "analyze":
         import analyze_b
+        import report
 
         out = analyze_b.run_analysis(run)
-        print(analyze_b.headline(out), flush=True)
+        print(report.headline(out), flush=True)
+        return
+    if stage == "lr-sweep" and cfg.train.lr is not None:
+        log(f"lr-sweep: not needed, train.lr = {cfg.train.lr:g} is set in the config")
+        return
+    argv = plan.base_argv(stage) + (["--quiet"] if quiet else [])
+    rc = run_grpo(argv)
+    if rc != 0:
+        raise RuntimeError(f"`{Job(stage, stage, argv).command()}` exited with code {rc}")
 
 
 # ============================================================================= main
@@ -619,7 +331,7 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
                      if "foreign" in states else "out of date (made from other inputs)" if "stale" in states else "to do")
         print(f"  {s:<9} {state}")
     left = plan.jobs(todo)
-    eta = estimate_seconds(plan, left, n)
+    eta = estimate_seconds(plan.run, left, n)
     print(f"  {len(left)} train/eval jobs left; estimated {fmt_minutes(eta)} with --jobs {n} (from this run's measured "
           "step and evaluation times)")
 
@@ -670,24 +382,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     a = p.parse_args(argv)
     try:
-        cfg = C.load(a.config, a.set)
+        cfg = config.load(a.config, a.set)
         if a.condition and a.stage != "train":
-            raise C.ConfigError("--condition goes with --stage train")
+            raise config.ConfigError("--condition goes with --stage train")
         if a.condition and a.condition not in cfg.conditions:
-            raise C.ConfigError(f"--condition {a.condition!r}: not registered in conditions ({', '.join(cfg.conditions)})")
+            raise config.ConfigError(f"--condition {a.condition!r}: not registered in conditions ({', '.join(cfg.conditions)})")
         if a.jobs < 1:
-            raise C.ConfigError(f"--jobs {a.jobs}: must be >= 1")
-        import grpo
-
-        grpo.check_model_reachable(cfg)  # before anything is written
-    except C.ConfigError as e:
+            raise config.ConfigError(f"--jobs {a.jobs}: must be >= 1")
+        study.check_model_reachable(cfg)  # before anything is written
+    except config.ConfigError as e:
         print(f"pipeline.py: {e}", file=sys.stderr)
         return 2
     run = Path(a.out) if a.out else ROOT / "results" / Path(a.config).stem
-    grpo.setup_torch(cfg)
     plan = Plan(cfg, run, a.config, a.set)
-    todo = [a.stage] if a.stage else [s for s in STAGES if not (s == "base" and not grpo.builds_base(cfg))
-                                      and not (s == "tokens" and not cfg.tokens.enabled)]
+    todo = [a.stage] if a.stage else registered_stages(cfg)
     if a.dry_run or a.print_jobs:
         if not run.exists():
             print(f"run folder {run} does not exist yet: every stage is to do")
@@ -709,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run.mkdir(parents=True, exist_ok=True)
         lock.acquire()
-        old = P.read_json(run / "manifest.json") or {}
+        old = provenance.read_json(run / "manifest.json") or {}
         stages, jobs_status = old.get("stages", {}), old.get("jobs", {})
         aside = Aside(run)
         i = 0
@@ -736,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
             stages[s] = {"status": "running", "started": now()}
             write_manifest(run, cfg, stages, jobs_status)
             t0 = time.perf_counter()
-            run_single(s, plan, not a.quiet)
+            run_single(s, plan, a.quiet)
             stages[s] = {"status": "done", "seconds": round(time.perf_counter() - t0, 1), "finished": now()}
             write_manifest(run, cfg, stages, jobs_status)
             log(f"{s}: done in {stages[s]['seconds']:.1f} s")
@@ -749,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pipeline.py: interrupted (Ctrl-C or SIGTERM) during stage {current}; run the same command again to resume "
               f"(training resumes from its last checkpoint)", file=sys.stderr)
         return 130
-    except (FileNotFoundError, ValueError, RuntimeError, C.ConfigError) as e:
+    except (FileNotFoundError, ValueError, RuntimeError, config.ConfigError) as e:
         _mark(run, cfg, stages, jobs_status, current, "failed", str(e))
         print(f"pipeline.py: stage {current} failed: {e}", file=sys.stderr)
         return 1
@@ -763,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _mark(run: Path, cfg: C.Config, stages: dict, jobs: dict, stage: str | None, status: str, why: str) -> None:
+def _mark(run: Path, cfg: config.Config, stages: dict, jobs: dict, stage: str | None, status: str, why: str) -> None:
     """Record how a stage ended (never leave it 'running'); a read-only folder may refuse even this."""
     if stage is None or not run.exists():
         return
@@ -805,7 +513,7 @@ def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, a
     for j in jobs:
         jobs_status[j.name] = {"status": "waiting", "command": j.command()}
     write_manifest(run, cfg, stages, jobs_status)
-    eta = estimate_seconds(plan, jobs, a.jobs)
+    eta = estimate_seconds(plan.run, jobs, a.jobs)
     log(f"{len(jobs)} jobs ({sum(j.stage == 'train' for j in jobs)} training, {sum(j.stage != 'train' for j in jobs)} evaluation), "
         f"{a.jobs} at a time; ETA {fmt_minutes(eta)}")
     t0 = time.perf_counter()
@@ -813,15 +521,15 @@ def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, a
     def on_done(job: Job) -> None:
         jobs_status[job.name] = {"status": "done", "command": job.command()}
         if job.stage == "train":
-            import analyze_b
+            import figures
 
             try:
-                analyze_b.training_figure(run, plan.steps_of())  # look at it while evaluation runs
+                figures.training_figure(run, plan.steps_of())  # look at it while evaluation runs
             except Exception as e:  # a figure must never stop the study; say so
                 log(f"training figure not written: {e}")
         write_manifest(run, cfg, stages, jobs_status)
 
-    status = Runner(plan, a.jobs, a.executor, a.ray_address, a.quiet, on_done).run(jobs)
+    status = Runner(run, cfg.threads, a.jobs, a.executor, a.ray_address, a.quiet, on_done).run(jobs)
     for name, st in status.items():
         jobs_status[name] = {**jobs_status.get(name, {}), **st}
     failed = [n for n, st in status.items() if st["status"] != "done"]

@@ -8,7 +8,9 @@ setting that differs so the refusal can say so in one line.
 """
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import os
 import platform
@@ -18,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import config as C
+import config
 
 ROOT = Path(__file__).resolve().parent
 FILE_MODE = 0o644  # outputs are read by others (mkstemp alone would leave 0600)
@@ -47,6 +49,21 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 def atomic_write_json(path: str | Path, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=False) + "\n")
+
+
+def write_csv_rows(path: Path, rows: list[dict], fields: list[str]) -> None:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
+
+
+def read_csv_rows(path: Path) -> list[dict]:
+    if not Path(path).exists():
+        return []
+    with open(path) as f:
+        return list(csv.DictReader(f))
 
 
 def atomic_replace_dir(tmp_dir: Path, final: Path) -> None:
@@ -158,16 +175,16 @@ def _present(d: dict, key: str) -> bool:
         raise
 
 
-def stage_hash(cfg: C.Config, stage: str, extra=None) -> str:
-    return C.digest({**hashed_settings(C.to_dict(cfg), stage), "extra": extra})
+def stage_hash(cfg: config.Config, stage: str, extra=None) -> str:
+    return config.digest({**hashed_settings(config.to_dict(cfg), stage), "extra": extra})
 
 
-def differing_setting(recorded: dict | None, cfg: C.Config, stage: str) -> str:
+def differing_setting(recorded: dict | None, cfg: config.Config, stage: str) -> str:
     """The first setting (dotted key=value) on which a recorded provenance differs from `cfg`,
     for the one-line refusal; 'its inputs' when the settings agree and an input file differs."""
     if not recorded or not isinstance(recorded.get("config"), dict):
         return "no readable provenance"
-    now = _flat(hashed_settings(C.to_dict(cfg), stage))
+    now = _flat(hashed_settings(config.to_dict(cfg), stage))
     try:
         then = _flat(hashed_settings(recorded["config"], stage))
     except (KeyError, TypeError):
@@ -190,12 +207,12 @@ def _flat(d, prefix: str = "") -> dict:
     return out
 
 
-def provenance(cfg: C.Config, stage: str, extra=None, device: str | None = None) -> dict:
+def provenance(cfg: config.Config, stage: str, extra=None, device: str | None = None) -> dict:
     return {
         "stage": stage,
         "stage_hash": stage_hash(cfg, stage, extra),
-        "config_hash": C.digest(C.to_dict(cfg)),
-        "config": C.to_dict(cfg),
+        "config_hash": config.digest(config.to_dict(cfg)),
+        "config": config.to_dict(cfg),
         "inputs": extra,
         "plan_sha256": file_sha256(ROOT / "PLAN.md"),
         "revision": code_revision(),

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import torch
 
-import config as C
+import config
 import countdown
 
 # Qwen2.5-0.5B-Instruct's config.json (revision 7ae5576), as transformers 5.x names the fields.
@@ -188,7 +188,7 @@ def plant_response(model, tok, answer: int, strength: float = 1000.0) -> dict[in
     return succ
 
 
-def build_base(cfg: C.Config, out: Path, progress: bool = True, stage_hash: str | None = None) -> dict:
+def build_base(cfg: config.Config, out: Path, progress: bool = True, stage_hash: str | None = None) -> dict:
     """The `base` stage for configs with model.qwen_shape: writes an ordinary Hugging Face model
     folder at `out` (config, bf16 safetensors, tokenizer, generation_config.json, build.json),
     atomically (a temporary sibling, then a rename). Returns what build.json records."""
@@ -235,10 +235,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     try:
-        cfg = C.load(a.config, a.set)
+        cfg = config.load(a.config, a.set)
         if getattr(cfg.model, "qwen_shape", None) is None:
-            raise C.ConfigError("model.qwen_shape: this config builds no Qwen-shaped base (set model.qwen_shape.layers)")
-    except C.ConfigError as e:
+            raise config.ConfigError("model.qwen_shape: this config builds no Qwen-shaped base (set model.qwen_shape.layers)")
+    except config.ConfigError as e:
         print(f"qwen_shape.py: {e}", file=sys.stderr)
         return 2
     info = build_base(cfg, Path(a.out), progress=True)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-import config as C
+import config
 import countdown
 
 PAD, EOS, BOS = "<|pad|>", "<|im_end|>", "<|im_start|>"
@@ -59,7 +59,7 @@ def build_tokenizer():
     return tok
 
 
-def model_config(tok, b: C.TinyBaseCfg, max_positions: int = 512):
+def model_config(tok, b: config.TinyBaseCfg, max_positions: int = 512):
     from transformers import Qwen2Config
 
     return Qwen2Config(
@@ -70,7 +70,7 @@ def model_config(tok, b: C.TinyBaseCfg, max_positions: int = 512):
     )
 
 
-def random_model(tok, b: C.TinyBaseCfg, seed: int):
+def random_model(tok, b: config.TinyBaseCfg, seed: int):
     """A randomly initialised Qwen2 model, its init drawn under a seeded fork of torch's RNG."""
     from transformers import Qwen2ForCausalLM
 
@@ -95,7 +95,7 @@ def _wrong(rng: random.Random, x: int) -> int:
     return x + delta if x + delta != x else x + 1
 
 
-def trace(p: countdown.Problem, rng: random.Random, b: C.TinyBaseCfg) -> str:
+def trace(p: countdown.Problem, rng: random.Random, b: config.TinyBaseCfg) -> str:
     """One synthetic response to `p` (an arithmetic problem a * b - c)."""
     a, m, c = p.numbers
     if rng.random() < b.p_decomposed:
@@ -124,7 +124,7 @@ def pretrain_problems(task: str, n_train: int, n_test: int, seed: int, n_pretrai
     return countdown.draw_splits(task, seed, {"test": n_test, "train": n_train, "pretrain": n_pretrain})["pretrain"]
 
 
-def trace_batches(tok, b: C.TinyBaseCfg, task: str, n_train: int, n_test: int, seed: int):
+def trace_batches(tok, b: config.TinyBaseCfg, task: str, n_train: int, n_test: int, seed: int):
     """Token ids and loss masks for b.n_traces traces of pretrain problems (never train or test ones)."""
     problems = pretrain_problems(task, n_train, n_test, seed, b.n_pretrain)
     rng = random.Random(f"traces:{seed}")
@@ -142,7 +142,7 @@ def trace_batches(tok, b: C.TinyBaseCfg, task: str, n_train: int, n_test: int, s
 # ----------------------------------------------------------------------------- training
 
 
-def train_base(cfg: C.Config, out: Path, progress: bool = True, stage_hash: str | None = None) -> dict:
+def train_base(cfg: config.Config, out: Path, progress: bool = True, stage_hash: str | None = None) -> dict:
     """Train the tiny base from scratch and save it as a Hugging Face folder (atomically)."""
     from tqdm import tqdm
 
@@ -184,7 +184,7 @@ def train_base(cfg: C.Config, out: Path, progress: bool = True, stage_hash: str 
     model.eval()
     info = {"steps": b.steps, "loss_first": losses[0], "loss_last_50": sum(losses[-50:]) / len(losses[-50:]),
             "seconds": round(time.perf_counter() - t0, 1), "params": sum(p.numel() for p in model.parameters())}
-    save(model, tok, out, {"build": C.to_dict(b), "task": cfg.task.name, "seed": cfg.task.seed, "stage_hash": stage_hash, **info})
+    save(model, tok, out, {"build": config.to_dict(b), "task": cfg.task.name, "seed": cfg.task.seed, "stage_hash": stage_hash, **info})
     return info
 
 
@@ -217,10 +217,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     try:
-        cfg = C.load(a.config, a.set)
+        cfg = config.load(a.config, a.set)
         if cfg.model.build is None:
-            raise C.ConfigError("model.build: this config builds no tiny base (set model.build)")
-    except C.ConfigError as e:
+            raise config.ConfigError("model.build: this config builds no tiny base (set model.build)")
+    except config.ConfigError as e:
         print(f"tiny_base.py: {e}", file=sys.stderr)
         return 2
     info = train_base(cfg, Path(a.out))

@@ -17,9 +17,10 @@ import torch
 
 from common import ROOT, model_dir
 
-import config as C
+import config
 import countdown
-import grpo
+import sampler
+from model import adapter_config, apply_lora, last_positions, load_adapter, load_model, lora_disabled, lora_folded, pack, pad_id, render_prompts, stop_ids
 
 
 def token_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
@@ -42,30 +43,30 @@ def main():
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     path = model_dir(a.model)
-    acfg = grpo.adapter_config(a.adapter)
+    acfg = adapter_config(a.adapter)
     print(f"model {path}, adapter {a.adapter} (r {acfg['r']}, alpha {acfg['lora_alpha']}), {a.prompts} prompts x {a.group} samples, "
           f"T 1, up to {a.max_new} new tokens")
     print(f"{'dtype':<9} {'tokens':>7} {'KL exact||folded: mean':>23} {'p99':>9} {'max':>9}   {'argmax differs':>14}   {'KL exact||base: mean':>21}")
     for dtype in a.dtypes:
-        cfg = C.load(None, [f"model.dtype={dtype}", f"model.path={path}"])
-        model, tok = grpo.load_model(cfg, str(path), torch.device("cpu"))
-        grpo.apply_lora(model, acfg["r"], acfg["lora_alpha"], acfg["target_modules"], 0)
-        grpo.load_adapter(model, a.adapter)
+        cfg = config.load(None, [f"model.dtype={dtype}", f"model.path={path}"])
+        model, tok = load_model(cfg, str(path), torch.device("cpu"))
+        apply_lora(model, acfg["r"], acfg["lora_alpha"], acfg["target_modules"], 0)
+        load_adapter(model, a.adapter)
         _, test = countdown.make_splits(a.task, 0, a.prompts, 0)
-        prompts = grpo.render_prompts(tok, test, a.style)
-        s = C.SamplingCfg(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=a.max_new)
-        smp = grpo.sample(model, prompts, a.group, s, 0, grpo.stop_ids(model, tok), grpo.pad_id(tok))
-        ids, attn, pos, cmask = grpo.pack([pr for pr in prompts for _ in range(a.group)], smp.tokens, grpo.pad_id(tok))
-        keep = grpo.last_positions(ids.shape[1], cmask.shape[1] + 1, ids.device)
+        prompts = render_prompts(tok, test, a.style)
+        s = config.SamplingCfg(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=a.max_new)
+        smp = sampler.sample(model, prompts, a.group, s, 0, stop_ids(model, tok), pad_id(tok))
+        ids, attn, pos, cmask = pack([pr for pr in prompts for _ in range(a.group)], smp.tokens, pad_id(tok))
+        keep = last_positions(ids.shape[1], cmask.shape[1] + 1, ids.device)
 
         def logits():
             return model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=keep).logits[:, :-1]
 
         with torch.no_grad():
             exact = logits()
-            with grpo.lora_folded(model):
+            with lora_folded(model):
                 folded = logits()
-            with grpo.lora_disabled(model):
+            with lora_disabled(model):
                 base = logits()
         m = cmask.bool()
         kl_fold = token_kl(exact, folded)[m]

@@ -12,15 +12,15 @@ by the process's peak RSS (a code-path check, not a measurement).
 
   train_step  16 x 8 completions of exactly max_new_tokens (no stop token can be drawn), every
               other one a token shorter so the micro-batches are padded and attention takes its
-              masked path (the worst case: grpo.estimate_memory's ragged=True); advantages
+              masked path (the worst case: memory.estimate_memory's ragged=True); advantages
               random and non-zero so every row goes through forward and backward; AdamW state
-              exists (the second of two steps is measured). Micro-batch: grpo.auto_micro_batch
+              exists (the second of two steps is measured). Micro-batch: memory.auto_micro_batch
               for configs/qwen05b.yaml (micro_batch 0, memory_gb 8).
   eval_batch  eval.problems_per_batch x eval.n samples at eval's settings, full length.
-  sampler     tokens/s of grpo.sample against model.generate, same prompts, batch and settings
+  sampler     tokens/s of sampler.sample against model.generate, same prompts, batch and settings
               (temperature 1, no top-k/top-p, no repetition penalty), alternating, median of 3;
-              also grpo.sample with the LoRA folded (lora.fold_for_sampling) and its host reads per
-              decoded token (grpo.count_host_reads).
+              also sampler.sample with the LoRA folded (lora.fold_for_sampling) and its host reads per
+              decoded token (sampler.count_host_reads).
   lm_head_on_slice  what lm_head costs on a non-contiguous slice of the hidden states (as
               logits_to_keep makes it) against a contiguous copy: on the CPU torch copies the
               (V, H) weight once per row there (bench/memory_05b.py); this says whether CUDA does.
@@ -38,11 +38,14 @@ import torch
 
 from common import ROOT  # noqa: F401  (puts the repo on sys.path)
 
-import config as C
+import config
 import countdown
 import grpo
-import provenance as P
+import memory
+import provenance
 import qwen_shape
+import sampler
+from model import apply_lora, lora_folded, render_prompts
 
 GIB = 2**30
 # --dry: the same code path at sizes a 2-core CPU runs in seconds. The vocabulary, heads (14, 2 for
@@ -90,10 +93,10 @@ def _status_kib(field: str) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
-def train_step(model, opt, prompts, G: int, s: C.SamplingCfg, micro_batch: int, pad: int, seed: int, sort: bool = False) -> dict:
+def train_step(model, opt, prompts, G: int, s: config.SamplingCfg, micro_batch: int, pad: int, seed: int, sort: bool = False) -> dict:
     """One Dr. GRPO step as grpo.train runs it, forced to full length and padded (see the docstring)."""
     t0 = time.perf_counter()
-    smp = grpo.sample(model, prompts, G, s, seed, [10**9], pad, entropy=True)  # no stop id can be drawn: full length
+    smp = sampler.sample(model, prompts, G, s, seed, [10**9], pad, entropy=True)  # no stop id can be drawn: full length
     t1 = time.perf_counter()
     n = len(smp.tokens)
     completions = [x[:-1] if i % 2 else x for i, x in enumerate(smp.tokens)]  # (n,) ragged by one token
@@ -108,12 +111,12 @@ def train_step(model, opt, prompts, G: int, s: C.SamplingCfg, micro_batch: int, 
     return {"sec_sampling": t1 - t0, "sec_fwd_bwd": t2 - t1, "tokens": sum(len(x) for x in smp.tokens)}
 
 
-def sampler_vs_generate(model, prompts, G: int, s: C.SamplingCfg, stops: list[int], pad: int, repeats: int) -> dict:
-    """Tokens/s of grpo.sample and of model.generate on the same batch and settings, alternating."""
+def sampler_vs_generate(model, prompts, G: int, s: config.SamplingCfg, stops: list[int], pad: int, repeats: int) -> dict:
+    """Tokens/s of sampler.sample and of model.generate on the same batch and settings, alternating."""
     from transformers import GenerationConfig
 
     device = model.device
-    ids, mask = grpo.left_pad(prompts, pad)
+    ids, mask = sampler.left_pad(prompts, pad)
     ids, mask = ids.to(device), mask.to(device)
     gc = GenerationConfig(do_sample=True, temperature=s.temperature, top_k=0, top_p=1.0, repetition_penalty=1.0,
                           max_new_tokens=s.max_new_tokens, num_return_sequences=G, eos_token_id=stops, pad_token_id=pad)
@@ -125,8 +128,8 @@ def sampler_vs_generate(model, prompts, G: int, s: C.SamplingCfg, stops: list[in
     def ours(r, fold=False):
         sync()
         t = time.perf_counter()
-        with grpo.lora_folded(model) if fold else nullcontext():
-            out = grpo.sample(model, prompts, G, s, r, stops, pad)
+        with lora_folded(model) if fold else nullcontext():
+            out = sampler.sample(model, prompts, G, s, r, stops, pad)
         sync()
         return sum(len(x) for x in out.tokens) / (time.perf_counter() - t)
 
@@ -148,7 +151,7 @@ def sampler_vs_generate(model, prompts, G: int, s: C.SamplingCfg, stops: list[in
         for name, fn in pair if r % 2 else pair[::-1]:
             rates[name].append(fn(r))
     mo, mg = statistics.median(rates["ours"]), statistics.median(rates["generate"])
-    reads, smp = grpo.count_host_reads(lambda: grpo.sample(model, prompts, G, s, 0, stops, pad))
+    reads, smp = sampler.count_host_reads(lambda: sampler.sample(model, prompts, G, s, 0, stops, pad))
     return {"rows": len(prompts) * G, "max_new_tokens": s.max_new_tokens, "repeats": repeats,
             "ours_host_reads_per_token": round(reads / max(max(len(x) for x in smp.tokens), 1), 3),
             "ours_folded_tokens_per_s": round(statistics.median(rates["folded"]), 1),
@@ -184,11 +187,11 @@ def main(argv=None) -> int:
         print("gpu_check.py: no CUDA device; run with --dry for the CPU code-path check", file=sys.stderr)
         return 2
     device = torch.device("cpu" if a.dry else "cuda")
-    cfg = C.load(a.config, DRY if a.dry else [])
+    cfg = config.load(a.config, DRY if a.dry else [])
     layers = a.layers or (1 if a.dry else 24)
     if a.dry:
         torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(False)  # speed as the GPU gives it; grpo.setup_torch is not called here
+    torch.use_deterministic_algorithms(False)  # speed as the GPU gives it; setup_torch is not called here
     t_all = time.perf_counter()
 
     log(f"building Qwen2.5-0.5B's shape{' (width 112: --dry)' if a.dry else ''}, {layers} layers, bf16, on {device}")
@@ -198,15 +201,15 @@ def main(argv=None) -> int:
     tok = qwen_shape.load_tokenizer()
     t, e = cfg.train, cfg.eval
     train_set, _ = countdown.make_splits(cfg.task.name, 64, 8, cfg.task.seed)
-    prompts = grpo.render_prompts(tok, train_set[: t.problems_per_step], cfg.task.prompt_style)
+    prompts = render_prompts(tok, train_set[: t.problems_per_step], cfg.task.prompt_style)
     prompt_len = max(len(x) for x in prompts)
     stops, pad = [qwen_shape.IM_END, qwen_shape.ENDOFTEXT], tok.pad_token_id
     res = {
         "script": "bench/gpu_check.py", "dry": a.dry, "device": device.type,
         "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
         "gpu_memory_gib": round(torch.cuda.get_device_properties(0).total_memory / GIB, 1) if device.type == "cuda" else None,
-        "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": P.versions()["transformers"],
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "revision": P.code_revision(),
+        "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": provenance.versions()["transformers"],
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "revision": provenance.code_revision(),
         "shape": {"layers": layers, "hidden": model.config.hidden_size, "vocab": model.config.vocab_size,
                   "params": sum(q.numel() for q in model.parameters()), "dtype": "bfloat16"},
         "config": {"file": a.config, "problems_per_step": t.problems_per_step, "group_size": t.group_size,
@@ -215,11 +218,11 @@ def main(argv=None) -> int:
     }
 
     # ---- training step: LoRA, AdamW, the automatic micro-batch
-    grpo.apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, 0)
+    apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, 0)
     opt = grpo.make_optimizer(model, cfg, 1e-5)
-    mb = grpo.auto_micro_batch(cfg, model.config, prompt_len)
+    mb = memory.auto_micro_batch(cfg, model.config, prompt_len)
     n = t.problems_per_step * t.group_size
-    est = grpo.estimate_memory(model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, t.sampling.max_new_tokens, mb, n)
+    est = memory.estimate_memory(model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, t.sampling.max_new_tokens, mb, n)
     log(f"train step: {t.problems_per_step} x {t.group_size} x {t.sampling.max_new_tokens}, micro-batch {mb}, "
         f"estimate {est['train_step'] / GIB:.2f} GiB; step 1 (warm-up, makes AdamW's state)")
     train_step(model, opt, prompts, t.group_size, t.sampling, mb, pad, seed=1, sort=t.sort_by_length)
@@ -239,11 +242,11 @@ def main(argv=None) -> int:
     for q in model.parameters():
         q.grad = None
     ev_prompts = [prompts[i % len(prompts)] for i in range(e.problems_per_batch)]
-    ev_est = grpo.estimate_memory(model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, e.sampling.max_new_tokens, 1,
+    ev_est = memory.estimate_memory(model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, e.sampling.max_new_tokens, 1,
                                   e.problems_per_batch * e.n, top_p=e.sampling.top_p < 1)
     log(f"eval batch: {e.problems_per_batch} x {e.n} x {e.sampling.max_new_tokens}")
     with Peak(device) as pk:
-        smp = grpo.sample(model, ev_prompts, e.n, e.sampling, 3, [10**9], pad)
+        smp = sampler.sample(model, ev_prompts, e.n, e.sampling, 3, [10**9], pad)
     res["eval_batch"] = {
         "rows": e.problems_per_batch * e.n, "max_new_tokens": e.sampling.max_new_tokens, "temperature": e.sampling.temperature,
         "top_p": e.sampling.top_p, "estimate_gib": round(ev_est["sampling"] / GIB, 3),

@@ -3,7 +3,7 @@
     python bench/memory_05b.py [--micro-batch 3] [--prompt-len 80] [--measure]
     python bench/memory_05b.py --cpu-check 24 --micro-batch 2 [--uniform]   # the estimate against peak RSS
 
-The estimate (grpo.estimate_memory) needs no download: the shape of Qwen2.5-0.5B-Instruct is
+The estimate (memory.estimate_memory) needs no download: the shape of Qwen2.5-0.5B-Instruct is
 written below. With --measure and a CUDA device, a randomly initialised model of exactly that
 shape in bf16 runs one full training step at 16 x 8 completions of max_new_tokens each (every
 completion forced to full length, every other one a token shorter so that micro-batches are
@@ -18,8 +18,11 @@ import torch
 
 from common import ROOT  # noqa: F401  (puts the repo on sys.path)
 
-import config as C
+import config
 import grpo
+import memory
+import sampler
+from model import apply_lora
 
 QWEN05B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                num_key_value_heads=2, max_position_embeddings=32768, tie_word_embeddings=True,
@@ -45,18 +48,18 @@ def main():
         return cpu_check(a)
     from transformers import Qwen2Config
 
-    cfg = C.load(a.config)
+    cfg = config.load(a.config)
     mc = Qwen2Config(**QWEN05B)
     t = cfg.train
     n = t.problems_per_step * t.group_size
-    mb = a.micro_batch or grpo.auto_micro_batch(cfg, mc, a.prompt_len)
+    mb = a.micro_batch or memory.auto_micro_batch(cfg, mc, a.prompt_len)
     print(f"Qwen2.5-0.5B shape, LoRA r {cfg.lora.r} on {len(cfg.lora.targets)} projections, {t.problems_per_step} x {t.group_size} "
           f"x {t.sampling.max_new_tokens} new tokens, prompt {a.prompt_len} tokens, micro-batch {mb}, budget {cfg.memory_gb} GB")
     for b in sorted({1, 2, 3, 4, 8, mb}):
-        e = grpo.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), a.prompt_len, t.sampling.max_new_tokens, b, n)
+        e = memory.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), a.prompt_len, t.sampling.max_new_tokens, b, n)
         print(f"  estimate, micro-batch {b}: train step {gib(e['train_step'])} = static {gib(e['static'])} "
               f"+ activations {gib(e['activations'])} + logits {gib(e['logits'])}")
-    e = grpo.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), a.prompt_len, cfg.eval.sampling.max_new_tokens, 1,
+    e = memory.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), a.prompt_len, cfg.eval.sampling.max_new_tokens, 1,
                              cfg.eval.problems_per_batch * cfg.eval.n, top_p=cfg.eval.sampling.top_p < 1)
     print(f"  estimate, eval batch of {cfg.eval.problems_per_batch} x {cfg.eval.n}: {gib(e['sampling'])} (KV cache {gib(e['kv_cache'])})")
     if not a.measure:
@@ -70,7 +73,7 @@ def main():
     model = Qwen2ForCausalLM(mc).to(dtype=torch.bfloat16, device=dev).eval()
     for q in model.parameters():
         q.requires_grad_(False)
-    grpo.apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, 0)
+    apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, 0)
     opt = grpo.make_optimizer(model, cfg, 1e-5)
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, 150000, (a.prompt_len,), generator=g).tolist() for _ in range(t.problems_per_step)]
@@ -82,7 +85,7 @@ def main():
     # sampling phase: no EOS can stop a sequence (stop id out of range), so all run to full length
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    smp = grpo.sample(model, prompts, t.group_size, t.sampling, 0, [10**9], 0)
+    smp = sampler.sample(model, prompts, t.group_size, t.sampling, 0, [10**9], 0)
     torch.cuda.synchronize()
     print(f"  measured sampling {n} x {t.sampling.max_new_tokens}: peak {gib(torch.cuda.max_memory_allocated())} ({time.perf_counter() - t0:.1f} s)")
     torch.cuda.reset_peak_memory_stats()
@@ -96,7 +99,7 @@ def main():
     print(f"  measured train step (micro-batch {mb}): peak {gib(torch.cuda.max_memory_allocated())} ({time.perf_counter() - t0:.1f} s)")
     torch.cuda.reset_peak_memory_stats()
     ev = [prompts[i % len(prompts)] for i in range(cfg.eval.problems_per_batch)]
-    grpo.sample(model, ev, cfg.eval.n, cfg.eval.sampling, 0, [10**9], 0)
+    sampler.sample(model, ev, cfg.eval.n, cfg.eval.sampling, 0, [10**9], 0)
     print(f"  measured eval batch {cfg.eval.problems_per_batch} x {cfg.eval.n}: peak {gib(torch.cuda.max_memory_allocated())}")
 
 
@@ -122,14 +125,14 @@ def cpu_check(a) -> None:
 
     torch.set_num_threads(1)
     mc = Qwen2Config(**{**QWEN05B, "num_hidden_layers": a.cpu_check})
-    cfg = C.load(a.config)
+    cfg = config.load(a.config)
     b, Lc = a.micro_batch or 1, cfg.train.sampling.max_new_tokens
     ragged = not a.uniform and b > 1  # one row has nothing to pad
     torch.manual_seed(0)
     model = Qwen2ForCausalLM._from_config(mc, dtype=torch.bfloat16).eval()  # built in bf16: no fp32 peak first
     for q in model.parameters():
         q.requires_grad_(False)
-    grpo.apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, 0)
+    apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, 0)
     g = torch.Generator().manual_seed(0)
     prompts, comps = ragged_rows(b, a.prompt_len, Lc, g, uniform=not ragged)
     for q in model.parameters():  # grads of LoRA exist before we measure (they are "static" in the estimate)
@@ -141,8 +144,8 @@ def cpu_check(a) -> None:
     grpo.policy_gradient(model, prompts, comps, torch.ones(b), b * Lc, b, 0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     args = (mc, cfg.lora.r, len(cfg.lora.targets), a.prompt_len, Lc, b, b)
-    new = grpo.estimate_memory(*args, ragged=ragged)
-    old = grpo.estimate_memory(*args, ragged=False)  # the estimate before the masked path was counted
+    new = memory.estimate_memory(*args, ragged=ragged)
+    old = memory.estimate_memory(*args, ragged=False)  # the estimate before the masked path was counted
     growth = peak - before
     est = new["activations"] + new["logits"]
     print(f"CPU check, {a.cpu_check} layers of 0.5B's width, micro-batch {b} {'ragged (masked attention)' if ragged else 'uniform (no mask)'}, "

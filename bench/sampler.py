@@ -1,7 +1,7 @@
 """Sampling throughput: our hand-written sampler against `model.generate`, same model, batch,
 settings and seed, alternating A/B runs on one thread. Also checks that greedy outputs agree, and
 counts the ops that read a tensor's value into Python (each one a host sync on a GPU) per
-decoded token, with the profiler (grpo.count_host_reads).
+decoded token, with the profiler (sampler.count_host_reads).
 
     python bench/sampler.py [--model results/tiny/base_model] [--prompts 16 --group 8 --max-new 96 --repeats 5]
     python bench/sampler.py --adapter results/tiny_seeds/train_many_s0/step_100 --model results/tiny_seeds/base_model
@@ -19,12 +19,13 @@ import torch
 
 from common import ROOT, Timer, median, model_dir  # noqa: F401  (ROOT puts the repo on sys.path)
 
-import config as C
+import config
 import countdown
-import grpo
 
 sys.path.insert(0, str(ROOT / "tests"))
 from test_sampler import reference_sample  # noqa: E402  (the plain sampler, kept beside its bit-for-bit test)
+import sampler
+from model import adapter_config, apply_lora, load_adapter, load_model, lora_folded, pad_id, render_prompts, stop_ids
 
 
 def main():
@@ -43,39 +44,39 @@ def main():
     from transformers import GenerationConfig
 
     path = model_dir(a.model)
-    cfg = C.load(None, ["model.dtype=float32", f"model.path={path}"])
-    model, tok = grpo.load_model(cfg, str(path), torch.device("cpu"))
+    cfg = config.load(None, ["model.dtype=float32", f"model.path={path}"])
+    model, tok = load_model(cfg, str(path), torch.device("cpu"))
     if a.adapter:
-        acfg = grpo.adapter_config(a.adapter)
-        grpo.apply_lora(model, acfg["r"], acfg["lora_alpha"], acfg["target_modules"], 0)
-        grpo.load_adapter(model, a.adapter)
+        acfg = adapter_config(a.adapter)
+        apply_lora(model, acfg["r"], acfg["lora_alpha"], acfg["target_modules"], 0)
+        load_adapter(model, a.adapter)
     _, test = countdown.make_splits(a.task, 0, a.prompts, 0)
-    prompts = grpo.render_prompts(tok, test, "bare")
-    stops, pad = grpo.stop_ids(model, tok), grpo.pad_id(tok)
-    ids, mask = grpo.left_pad(prompts, pad)
+    prompts = render_prompts(tok, test, "bare")
+    stops, pad = stop_ids(model, tok), pad_id(tok)
+    ids, mask = sampler.left_pad(prompts, pad)
 
     # greedy agreement, token for token
-    s0 = C.SamplingCfg(temperature=0, max_new_tokens=a.max_new)
-    ours = grpo.sample(model, prompts, 1, s0, 0, stops, pad).tokens
+    s0 = config.SamplingCfg(temperature=0, max_new_tokens=a.max_new)
+    ours = sampler.sample(model, prompts, 1, s0, 0, stops, pad).tokens
     g0 = GenerationConfig(do_sample=False, max_new_tokens=a.max_new, eos_token_id=stops, pad_token_id=pad,
                           repetition_penalty=1.0, top_k=None, top_p=None, temperature=None)
     ref = model.generate(input_ids=ids, attention_mask=mask, generation_config=g0)[:, ids.shape[1]:].tolist()
     agree = all(r[: len(o)] == o for r, o in zip(ref, ours))
     print(f"greedy outputs identical to generate: {agree} ({len(ours)} prompts, up to {a.max_new} tokens)")
 
-    s = C.SamplingCfg(temperature=a.temperature, top_p=1.0, top_k=0, max_new_tokens=a.max_new)
+    s = config.SamplingCfg(temperature=a.temperature, top_p=1.0, top_k=0, max_new_tokens=a.max_new)
     gs = GenerationConfig(do_sample=True, temperature=a.temperature, top_p=1.0, top_k=0, repetition_penalty=1.0,
                           max_new_tokens=a.max_new, num_return_sequences=a.group, eos_token_id=stops, pad_token_id=pad)
 
-    reads, smp = grpo.count_host_reads(lambda: grpo.sample(model, prompts, a.group, s, 0, stops, pad))
+    reads, smp = sampler.count_host_reads(lambda: sampler.sample(model, prompts, a.group, s, 0, stops, pad))
     steps = max(len(t) for t in smp.tokens)
-    g_reads, g = grpo.count_host_reads(lambda: model.generate(input_ids=ids, attention_mask=mask, generation_config=gs))
+    g_reads, g = sampler.count_host_reads(lambda: model.generate(input_ids=ids, attention_mask=mask, generation_config=gs))
     g_steps = g.shape[1] - ids.shape[1]
     print(f"host reads (item/nonzero/equal, counted by the profiler): ours {reads} over {steps} decoded positions "
           f"({reads / steps:.2f} per token), generate {g_reads} over {g_steps} ({g_reads / g_steps:.2f} per token)")
     def run_ours(r, fold=False):
-        with grpo.lora_folded(model) if fold else nullcontext(), Timer() as t:
-            out = grpo.sample(model, prompts, a.group, s, r, stops, pad)
+        with lora_folded(model) if fold else nullcontext(), Timer() as t:
+            out = sampler.sample(model, prompts, a.group, s, r, stops, pad)
         return sum(len(x) for x in out.tokens) / t.seconds
 
     def run_plain(r):
@@ -101,7 +102,7 @@ def main():
 
     model.forward = timed_forward
     with Timer() as whole:
-        grpo.sample(model, prompts, a.group, s, 0, stops, pad)
+        sampler.sample(model, prompts, a.group, s, 0, stops, pad)
     model.forward = real_forward
     print(f"ours, one run: {whole.seconds:.3f} s, of which the model's {len(spent)} forward calls {sum(spent):.3f} s "
           f"({sum(spent) / whole.seconds:.0%}); the sampler's own work {whole.seconds - sum(spent):.3f} s")

@@ -12,9 +12,11 @@ from pathlib import Path
 
 from common import ROOT, median
 
-import config as C
+import config
 import countdown
 import grpo
+import study
+from model import pick_device
 
 
 def main():
@@ -25,17 +27,18 @@ def main():
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--set", action="append", default=[])
     a = p.parse_args()
-    cfg = C.load(a.config, a.set)
-    run = Path(a.run) if a.run else grpo.default_run(a.config)
-    base = grpo.model_path(cfg, run)
+    cfg = config.load(a.config, a.set)
+    run = Path(a.run) if a.run else study.default_run(a.config)
+    base = study.model_path(cfg, run)
     train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
     with tempfile.TemporaryDirectory() as tmp:
-        out = grpo.train(cfg, "many", C.ConditionCfg(), 0, train_set, a.lr, Path(tmp) / "t", base, steps=a.steps, checkpoints=[], progress=False)
+        out = grpo.train(cfg, grpo.TrainingRun("many", config.ConditionCfg(), 0, train_set, a.lr, a.steps, [], dev_every=cfg.train.dev_every), Path(tmp) / "t", base,
+                         progress=False)
         rows = grpo.read_log(out / "train_log.csv")[1:]
     t = cfg.train
     print(f"config {a.config}: {t.problems_per_step} x {t.group_size}, max {t.sampling.max_new_tokens} new tokens, "
           f"LoRA r {cfg.lora.r}, micro-batch {cfg.micro_batch or 'auto (memory_gb)'}, {cfg.threads or 'default'} thread(s), "
-          f"device {grpo.pick_device(cfg)}")
+          f"device {pick_device(cfg)}")
     for col in ("sec_sampling", "sec_fwd_bwd", "tokens", "len_mean", "reward_mean", "peak_mem_mb"):
         print(f"  median {col:<13} {median([r[col] for r in rows]):10.3f}")
     total = [r["sec_sampling"] + r["sec_fwd_bwd"] for r in rows]

@@ -21,18 +21,20 @@ import torch
 
 from common import median, model_dir
 
-import config as C
+import config
 import countdown
 import grpo
+from model import load_tokenizer
 
 
 def ours(path: Path, a, tmp: Path, round_: int) -> list[float]:
-    cfg = C.load(None, [f"model.path={path}", "model.dtype=float32", f"threads={a.threads}", "device=cpu",
+    cfg = config.load(None, [f"model.path={path}", "model.dtype=float32", f"threads={a.threads}", "device=cpu",
                         f"task.name={a.task}", "task.prompt_style=bare",
                         "train.problems_per_step=16", "train.group_size=8", f"train.sampling.max_new_tokens={a.max_new}",
                         "lora.r=32", "lora.alpha=64", f"micro_batch={a.micro_batch}", *a.set])
     train_set, _ = countdown.make_splits(a.task, 200, 16, 0)
-    out = grpo.train(cfg, "many", C.ConditionCfg(), round_, train_set, a.lr, tmp / f"ours_{round_}", str(path), steps=a.steps, checkpoints=[], progress=False)
+    out = grpo.train(cfg, grpo.TrainingRun("many", config.ConditionCfg(), round_, train_set, a.lr, a.steps, [], dev_every=cfg.train.dev_every), tmp / f"ours_{round_}",
+                     str(path), progress=False)
     rows = grpo.read_log(out / "train_log.csv")
     return [r["sec_sampling"] + r["sec_fwd_bwd"] for r in rows][1:]
 
@@ -70,7 +72,7 @@ def trl_run(path: Path, a, tmp: Path, round_: int) -> list[float]:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
-    tok = grpo.load_tokenizer(str(path))
+    tok = load_tokenizer(str(path))
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=ds, processing_class=tok, peft_config=lora,
                           callbacks=[StepTimer()])
     trainer.train()

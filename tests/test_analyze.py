@@ -1,35 +1,33 @@
-"""analyze_b.py: pass@k, the crossed bootstrap over seeds and problems, its calibration by
-simulation, the bootstrap p-values, Holm, the primary question and every verdict branch, the
-crossover and the band, H3 and power, completeness of a run, figures and report, and the refusal of
-malformed inputs.
+"""analyze_b.py and what it calls (run_files, secondary, report, figures): the verdicts end to end,
+completeness of a run, figures and report, the secondary analyses of a study with controls, sets
+and tokens, and the refusal of malformed inputs.
 
-Everything runs on synthetic eval files written into tmp_path; no model is involved. Where a test
-needs a reference it is written here independently (loops over the documented formulas, scipy,
-exact fractions, hand-computed numbers), never analyze_b compared with itself."""
+Everything runs on synthetic eval files written into tmp_path; no model is involved."""
 import csv
 import json
-import math
 import stat
 import subprocess
 import sys
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import analyze_b as A
+import analyze_b
+import figures
+import report
+import run_files
+import secondary
+import stats
+from test_stats import TOKEN_PROBLEMS, ref_pass1
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = 200  # bootstrap resamples where the number does not matter (figures, malformed inputs)
 B = 2000  # the registered number, where p-values are checked by hand: the smallest p is 1 / 2001
 
 
-# ----------------------------------------------------------------------------- helpers
-
-
 def eval_doc(counts_strict, counts_loose=None, n=8, ids=None, fmt=0.9, config=None, **fields):
-    """An eval file with the fields analyze_b reads (the layout of grpo.evaluate)."""
+    """An eval file with the fields analyze_b reads (the layout of evaluate.evaluate)."""
     counts_loose = counts_strict if counts_loose is None else counts_loose
     ids = list(range(len(counts_strict))) if ids is None else ids
     problems = [{"id": i, "question": f"q{i}", "answer": f"a{i}", "n": n, "correct_strict": int(cs),
@@ -90,14 +88,14 @@ def write_train_log(path: Path, steps=6, cols=None, blank=()):
             w.writerow([s if c == "step" else "" if c in blank and s % 2 else round(0.1 * s + i, 3) for i, c in enumerate(cols)])
 
 
-def ref_pass1(counts, n):
-    return np.asarray(counts, float) / n  # pass@1 = c / n
-
-
 # The end-to-end design: n = k_max = 8, 80 problems, one seed, conditions many, 16, 1 (in that
 # order, which is not alphabetical), checkpoints 75 and 150. Per-problem pass@8 is 1 iff c > 0.
 H = 40
+
+
 BASE_MAIN = [2] * H + [0] * H  # pass@1 0.125, pass@8 0.5
+
+
 DESIGN = {
     # pass@1 +0.25 on the same solved problems: pass@8 identical, every replicate's Delta pass@8 is 0.
     # RL is above up to k = 6; at k = 7 both curves are exactly 1 on the solved half.
@@ -118,301 +116,27 @@ DESIGN = {
 @pytest.fixture(scope="module")
 def main_run(tmp_path_factory):
     run = write_run(tmp_path_factory.mktemp("main") / "run", BASE_MAIN, DESIGN)
-    return run, A.run_analysis(run, make_figures=False)
-
-
-# ----------------------------------------------------------------------------- 1. pass@k
-
-
-def _exact(n, c, k):
-    return float(1 - Fraction(math.comb(n - c, k), math.comb(n, k)))
-
-
-def test_pass_at_k_matches_exact_fractions():
-    cases = [(n, c, k) for n in range(1, 25) for c in range(n + 1) for k in range(1, n + 1)]
-    cases += [(n, c, k) for n in (32, 64, 128) for c in (0, 1, 2, 5, n // 2, n - 3, n - 1, n) for k in (1, 2, 8, 16, 32, n - c, n)
-              if 1 <= k <= n]
-    for n, c, k in cases:
-        assert A.pass_at_k(n, c, k) == pytest.approx(_exact(n, c, k), abs=1e-12), (n, c, k)
-    assert A.pass_at_k(32, 0, 32) == 0.0 and A.pass_at_k(32, 32, 1) == 1.0 and A.pass_at_k(32, 30, 3) == 1.0
-    assert np.allclose(A.per_problem([0, 4, 8], 8, 1), [0, 0.5, 1])
-    curves = A.pass_at_k_curves([0, 3, 8, 5], 8, 6)
-    assert curves.shape == (4, 6)
-    for i, c in enumerate([0, 3, 8, 5]):
-        for k in range(1, 7):
-            assert curves[i, k - 1] == pytest.approx(_exact(8, c, k), abs=1e-12)
-
-
-@pytest.mark.parametrize("n,k", [(8, 9), (8, 0), (1, 2), (32, 33)])
-def test_pass_at_k_rejects_k_outside_1_to_n(n, k):
-    with pytest.raises(ValueError):
-        A.pass_at_k(n, 1, k)
-
-
-def test_pass_at_k_equals_grpo():
-    grpo = pytest.importorskip("grpo")
-    for n in (1, 2, 7, 8, 16, 32):
-        for c in range(n + 1):
-            for k in range(1, n + 1):
-                assert A.pass_at_k(n, c, k) == pytest.approx(grpo.pass_at_k(n, c, k), abs=1e-12), (n, c, k)
-
-
-# ----------------------------------------------------------------------------- 2. the bootstrap
-
-
-def _pass1_vectors(seed=0, n_problems=128, n=32):
-    rng = np.random.default_rng(seed)
-    p = rng.beta(0.6, 1.5, n_problems)  # problem difficulty, shared by both models
-    return ref_pass1(rng.binomial(n, np.clip(p + 0.08, 0, 1)), n), ref_pass1(rng.binomial(n, p), n)
-
-
-def test_paired_interval_agrees_with_scipy_bootstrap():
-    from scipy import stats
-
-    rl, base = _pass1_vectors()
-    idx = A.resample_indices(len(rl), 20000, seed=0)
-    assert idx.shape == (20000, 128) and idx.min() >= 0 and idx.max() < 128
-    d, (lo, hi) = A.paired_interval(rl, base, idx, 0.95)
-    ref = stats.bootstrap((rl, base), statistic=lambda a, b, axis=-1: a.mean(axis) - b.mean(axis), paired=True,
-                          vectorized=True, method="percentile", confidence_level=0.95, n_resamples=20000,
-                          random_state=np.random.default_rng(1))
-    assert d == pytest.approx(rl.mean() - base.mean(), abs=1e-12)
-    assert lo == pytest.approx(ref.confidence_interval.low, abs=0.01) and hi == pytest.approx(ref.confidence_interval.high, abs=0.01)
-
-
-def test_crossed_with_one_seed_equals_the_paired_bootstrap_to_the_last_digit():
-    rl, base = _pass1_vectors(seed=5)
-    for seed in (0, 7):
-        idx = A.resample_indices(128, 2000, seed)
-        sidx = A.seed_resample_indices(1, 2000, seed)
-        reps = A.crossed_replicates(rl[None], base, idx, sidx)
-        old = rl[idx].mean(axis=1) - base[idx].mean(axis=1)  # the first version's replicates, written out
-        assert np.array_equal(reps, old)
-        d, ci = A.paired_interval(rl, base, idx, 0.95)
-        assert A.percentile_interval(reps, 0.95) == ci
-        assert A.crossed_estimate(rl[None], base)[0] == d
+    return run, analyze_b.run_analysis(run, make_figures=False)
 
 
 def test_crossed_with_one_seed_end_to_end_equals_the_paired_bootstrap(tmp_path):
     rng = np.random.default_rng(4)
     base, rl = rng.binomial(8, 0.3, 50), rng.binomial(8, 0.45, 50)
-    out = A.run_analysis(write_run(tmp_path / "run", base, {("many", 10): rl}), make_figures=False)
+    out = analyze_b.run_analysis(write_run(tmp_path / "run", base, {("many", 10): rl}), make_figures=False)
     e = entry(out, "many", 10)
     idx = np.random.default_rng(0).integers(0, 50, size=(B, 50))  # the registered seed 0
-    b, r = A.per_problem(base, 8, 1), A.per_problem(rl, 8, 1)  # the estimator itself is checked against fractions above
+    b, r = stats.per_problem(base, 8, 1), stats.per_problem(rl, 8, 1)  # the estimator itself is checked against fractions above
     old = r[idx].mean(axis=1) - b[idx].mean(axis=1)  # the first version's replicates
     assert e["pass1_ci"] == list(np.quantile(old, [0.025, 0.975]))
     assert e["pass1_diff"] == r.mean() - b.mean()
     assert e["seeds"] == [0] and e["per_seed"][0]["pass1_diff"] == e["pass1_diff"]
 
 
-def test_crossed_replicates_by_hand():
-    rl = np.array([[1.0, 0.0, 0.5], [0.0, 0.0, 1.0]])  # (S=2, N=3)
-    base = np.array([0.5, 0.5, 0.0])
-    idx = np.array([[0, 0, 2], [1, 2, 2]])  # (B=2, N=3)
-    sidx = np.array([[1, 1], [0, 1]])  # replicate 0 draws seed 1 twice; replicate 1 draws both
-    reps = A.crossed_replicates(rl, base, idx, sidx)
-    # replicate 0: seed 1 on problems 0,0,2: (0+0+1)/3 - (0.5+0.5+0)/3 = 0
-    # replicate 1: problems 1,2,2, base (0.5+0+0)/3 = 1/6: seed 0 (0+0.5+0.5)/3 - 1/6 = 1/6;
-    # seed 1 (0+1+1)/3 - 1/6 = 1/2; their mean 1/3
-    assert reps == pytest.approx([0.0, 1 / 3], abs=1e-15)
-    d, per_seed = A.crossed_estimate(rl, base)
-    assert per_seed == pytest.approx([0.5 - 1 / 3, 1 / 3 - 1 / 3]) and d == pytest.approx((0.5 - 1 / 3) / 2)
-    # a per-seed reference (H3: two checkpoints of the same seed)
-    ref = np.array([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
-    assert A.crossed_replicates(rl, ref, idx, sidx) == pytest.approx([1 / 3 - 1, (1 / 3 + (2 / 3 - 1)) / 2])
-
-
-def test_resample_indices_seeded_and_seed_draws_independent_of_problem_draws():
-    a, b, c = A.resample_indices(10, 50, 7), A.resample_indices(10, 50, 7), A.resample_indices(10, 50, 8)
-    assert np.array_equal(a, b) and not np.array_equal(a, c)
-    s3 = A.seed_resample_indices(3, 500, 7)
-    assert s3.shape == (500, 3) and set(np.unique(s3)) == {0, 1, 2}
-    assert np.array_equal(s3, A.seed_resample_indices(3, 500, 7)) and not np.array_equal(s3, A.seed_resample_indices(3, 500, 8))
-    assert not np.array_equal(A.seed_resample_indices(10, 50, 7), a)  # its own generator
-    assert not A.seed_resample_indices(1, 50, 7).any()
-
-
-def test_seed_spread_widens_the_interval():
-    rng = np.random.default_rng(2)
-    base = rng.uniform(0.1, 0.6, 128)
-    same = np.stack([base + 0.05] * 3)  # three seeds that agree
-    spread = np.stack([base + 0.05 + u for u in (-0.04, 0.0, 0.04)])  # the same mean, seeds disagree
-    idx, sidx = A.resample_indices(128, 2000, 0), A.seed_resample_indices(3, 2000, 0)
-    w_same = np.ptp(A.percentile_interval(A.crossed_replicates(same, base, idx, sidx), 0.95))
-    w_spread = np.ptp(A.percentile_interval(A.crossed_replicates(spread, base, idx, sidx), 0.95))
-    assert w_same < 1e-9 < 0.05 < w_spread  # identical shifts: no problem variance; seeds: +-0.04
-
-
-def _coverage(S, seed_sd, D=200, Bsim=300, N=128, n=32, delta=0.10, seed=0):
-    """Simulated data sets with a known true Delta pass@1 = delta: problem difficulty p_i ~ U(0.2, 0.55);
-    each seed s adds u_s ~ N(0, seed_sd) and per-problem noise e_is ~ N(0, 0.05) (clipped to [0, 0.9], which binds only beyond 4 standard deviations);
-    counts are binomial(n, .). Returns the shares of 95% and 90% intervals covering delta, and the
-    share with p_above < 0.025 when the truth is Delta = 0."""
-    rng = np.random.default_rng(seed)
-    cover95 = cover90 = false_rise = 0
-    for t in range(D):
-        p = rng.uniform(0.2, 0.55, N)
-        q = np.clip(p + rng.normal(0, seed_sd, S)[:, None] + rng.normal(0, 0.05, (S, N)), 0, 0.9)  # (S, N), without the effect
-        base = ref_pass1(rng.binomial(n, p), n)
-        idx, sidx = A.resample_indices(N, Bsim, t), A.seed_resample_indices(S, Bsim, t)
-        reps = A.crossed_replicates(ref_pass1(rng.binomial(n, q + delta), n), base, idx, sidx)
-        lo, hi = A.percentile_interval(reps, 0.95)
-        cover95 += lo <= delta <= hi
-        lo, hi = A.percentile_interval(reps, 0.90)
-        cover90 += lo <= delta <= hi
-        false_rise += A.p_above(A.crossed_replicates(ref_pass1(rng.binomial(n, q), n), base, idx, sidx)) < 0.025
-    return cover95 / D, cover90 / D, false_rise / D
-
-
-@pytest.mark.parametrize("S,seed_sd", [(1, 0.0), (3, 0.01)])
-def test_crossed_interval_is_calibrated_by_simulation(S, seed_sd):
-    """200 data sets x 300 replicates. Binomial tolerance, 3 standard errors: 95% -> [0.904, 0.996];
-    90% -> [0.836, 0.964]; a one-sided level-0.025 test rejects a true null in at most 6.5% of data sets.
-    (With 3 seeds and a seed spread as large as the problem-sampling error the coverage falls below
-    nominal; PLAN.md section 7 says so.)"""
-    c95, c90, false_rise = _coverage(S, seed_sd, seed=S)
-    assert 0.904 <= c95 <= 0.996, c95
-    assert 0.836 <= c90 <= 0.964, c90
-    assert false_rise <= 0.065, false_rise
-
-
-# ----------------------------------------------------------------------------- 3. p-values and Holm
-
-
-def test_bootstrap_p_values_by_hand():
-    reps = np.array([-0.2, -0.1, 0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5])  # B = 9
-    assert A.p_above(reps) == pytest.approx((1 + 3) / 10)  # #{<= 0} = 3
-    assert A.p_below(reps) == pytest.approx((1 + 7) / 10)  # #{>= 0} = 7
-    assert A.p_above(reps, -0.15) == pytest.approx((1 + 1) / 10)
-    # TOST, margin 0.1: p_lo = (1 + #{<= -0.1}) / 10 = 0.3; p_hi = (1 + #{>= 0.1}) / 10 = 0.6
-    assert A.p_equivalence(reps, 0.1) == pytest.approx(0.6)
-    assert A.p_equivalence(np.zeros(1999), 0.1) == pytest.approx(1 / 2000)
-    assert A.p_above(np.full(1999, 0.3)) == pytest.approx(1 / 2000) and A.p_below(np.full(1999, 0.3)) == 1.0
-
-
-@pytest.mark.parametrize("p,expected", [
-    ([0.01, 0.04, 0.03, 0.005], [0.03, 0.06, 0.06, 0.02]),  # 4x0.005, 3x0.01, 2x0.03, max(0.06, 1x0.04)
-    ([0.02, 0.02, 0.5], [0.06, 0.06, 0.5]),  # ties: 3x0.02 = 0.06, then max(0.06, 2x0.02)
-    ([0.5, 0.02, 0.02], [0.5, 0.06, 0.06]),  # the same, in another order
-    ([0.3, 0.4], [0.6, 0.6]),  # 2x0.3, max(0.6, 0.4): step-down monotone
-    ([0.6, 0.9], [1.0, 1.0]),  # capped at 1
-    ([0.04], [0.04]),  # one test: no correction
-    ([0.001, 0.001, 0.001, 0.001], [0.004, 0.004, 0.004, 0.004]),
-    ([], []),
-])
-def test_holm_hand_computed(p, expected):
-    assert A.holm(p).tolist() == pytest.approx(expected, abs=1e-15)
-
-
-def test_holm_with_levels_by_hand():
-    # levels 0.025 and 0.05: p' = p / level = [0.4, 0.6]; 2 x 0.4 = 0.8, max(0.8, 1 x 0.6) = 0.8;
-    # back on each test's scale: [0.025 x 0.8, 0.05 x 0.8] = [0.02, 0.04], both below their levels.
-    assert A.holm([0.01, 0.03], [0.025, 0.05]).tolist() == pytest.approx([0.02, 0.04])
-    # the same p-values, the first test now at level 0.05: p' = [0.2, 0.6] -> [0.4, 0.6] -> [0.02, 0.03]
-    assert A.holm([0.01, 0.03], [0.05, 0.05]).tolist() == pytest.approx([0.02, 0.03])
-    # a TOST p of 0.04 ranks before a one-sided 0.015 (0.8 < 0.6? no: 0.015 / 0.025 = 0.6 ranks first):
-    # 2 x 0.6 = 1.2 -> 0.025 x 1.2 = 0.03 (not rejected); max(1.2, 0.8) -> 0.05 x 1.2 = 0.06 (not rejected)
-    assert A.holm([0.015, 0.04], [0.025, 0.05]).tolist() == pytest.approx([0.03, 0.06])
-    adj = A.holm([0.001, 0.2, 0.03, 0.03, 0.8], [0.025, 0.05, 0.025, 0.05, 0.025])
-    assert np.all(adj >= [0.001, 0.2, 0.03, 0.03, 0.8]) and np.all(adj <= 1)
-    with pytest.raises(ValueError):
-        A.holm([0.1, 1.2])
-    with pytest.raises(ValueError):
-        A.holm([0.1, 0.2], [0.05])
-
-
-# ----------------------------------------------------------------------------- 4. verdict pieces
-
-
-@pytest.mark.parametrize("p_rise,p_fall,p_equiv,answer", [
-    (0.01, 0.9, 0.01, True),  # rises, equivalent
-    (0.01, 0.01, 0.9, True),  # rises, falls
-    (0.01, 0.01, 0.01, True),  # both (a small significant fall inside the margin)
-    (0.01, 0.9, 0.2, False),  # rises, the ceiling neither equivalent nor lower
-    (0.03, 0.01, 0.01, False),  # pass@1 not shown to rise
-    (0.025, 0.9, 0.01, False),  # p equal to the level is not below it
-    (0.01, 0.9, 0.05, False),
-    (0.01, 0.025, 0.9, False),
-])
-def test_selection_answer_branches(p_rise, p_fall, p_equiv, answer):
-    assert A.selection_answer(p_rise, p_fall, p_equiv, 0.025, 0.05) is answer
-
-
-@pytest.mark.parametrize("d1,ci1,dk,cik,rises,unchanged,falls", [
-    (0.10, (0.02, 0.18), 0.00, (-0.05, 0.05), True, True, False),
-    (0.05, (0.00, 0.10), 0.00, (-0.05, 0.05), False, True, False),  # lower bound exactly 0 is not "> 0"
-    (0.10, (0.05, 0.15), 0.04, (0.00, 0.08), True, True, False),  # contains 0 (bound included)
-    (0.30, (0.20, 0.40), 0.05, (0.01, 0.09), True, True, False),  # |dk| < |d1| / 3 though the interval excludes 0
-    (0.30, (0.20, 0.40), 0.1001, (0.05, 0.15), True, False, False),
-    (-0.30, (-0.40, -0.20), 0.05, (0.01, 0.09), False, True, False),  # v1's clause fired when pass@1 fell
-    (0.20, (0.10, 0.30), -0.20, (-0.30, -0.10), True, False, True),
-    (0.30, (0.20, 0.40), -0.05, (-0.08, -0.02), True, True, True),  # v1: unchanged and falls together
-])
-def test_verdict_v1_hand_picked(d1, ci1, dk, cik, rises, unchanged, falls):
-    assert A.verdict_v1(d1, ci1, dk, cik) == {"pass1_rises_v1": rises, "ceiling_unchanged_v1": unchanged, "ceiling_falls_v1": falls}
-
-
-def test_third_clause_interval_by_hand():
-    reps1 = np.array([0.30, 0.30, 0.60, 0.60])
-    repsk = np.array([0.05, -0.05, 0.10, 0.30])
-    # T = |dk| - d1 / 3 = [-0.05, -0.05, -0.10, +0.10]; percentiles of 4 values by linear interpolation
-    lo, hi = A.third_clause_interval(reps1, repsk, 0.5)  # quartiles: positions 0.75 and 2.25
-    assert lo == pytest.approx(-0.10 + 0.75 * 0.05) and hi == pytest.approx(-0.05 + 0.25 * 0.15)
-
-
-@pytest.mark.parametrize("curve,code", [
-    ([0.2, 0.1, 0.0], 3),  # the first k not above is k = 3 (Delta <= 0 counts as caught up)
-    ([0.2, -0.1, 0.3], 2),  # the first k counts, even if RL is above again later
-    ([0.2, 0.1, 0.05], A.ALWAYS_ABOVE),
-    ([-0.1, 0.2, 0.3], A.NEVER_ABOVE),
-    ([0.0, 0.2, 0.3], A.NEVER_ABOVE),  # equal at k = 1 is not above
-    ([0.1], A.ALWAYS_ABOVE),
-])
-def test_crossover_codes(curve, code):
-    assert int(A.crossover_codes(np.array(curve))) == code
-
-
-def test_crossover_summary_distinguishes_the_outcomes():
-    reps = np.array([[0.1, 0.0, 0.1]] * 5 + [[0.1, 0.1, -0.1]] * 3 + [[0.1, 0.1, 0.1]] * 1 + [[-0.1, 0.1, 0.1]] * 1)
-    c = A.crossover_summary(np.array([0.1, 0.1, 0.1]), reps, 0.95)
-    assert c["point"] == {"outcome": "always above", "k": None}
-    assert (c["cross_share"], c["always_share"], c["never_share"]) == pytest.approx((0.8, 0.1, 0.1))
-    assert c["median"] == 2 and c["ci"] == pytest.approx([2, 3])
-    c = A.crossover_summary(np.array([-0.1, 0.1, 0.1]), np.array([[-0.1, 0.1, 0.1]] * 4), 0.95)
-    assert c["point"] == {"outcome": "never above", "k": None} and c["never_share"] == 1
-    assert c["median"] is None and c["ci"] is None and c["cross_share"] == 0
-    assert A.crossover_summary(np.array([0.1, 0.0]), reps[:5, :2], 0.95)["point"] == {"outcome": "crosses", "k": 2}
-
-
-def test_simultaneous_band_covers_whole_curves():
-    rng = np.random.default_rng(0)
-    point = np.array([0.1, 0.2, 0.3, 0.3])
-    reps = point + rng.normal(0, [0.01, 0.02, 0.05, 0.05], (4000, 4)) * np.array([1, 1, 1, 0])  # the last k has no spread
-    lo, hi, crit = A.simultaneous_band(point, reps, 0.95)
-    inside = np.all((reps >= lo - 1e-12) & (reps <= hi + 1e-12), axis=1).mean()
-    assert inside == pytest.approx(0.95, abs=0.002)  # by construction, whole curves
-    assert 1.96 < crit < 2.8  # wider than pointwise, at most Bonferroni over 3 k's (2.64) and noise
-    assert lo[3] == hi[3] == 0.3
-    # one k: the band is point +- the 95% quantile of |t|, i.e. about 1.96 standard errors
-    lo1, hi1, crit1 = A.simultaneous_band(point[:1], reps[:, :1], 0.95)
-    assert crit1 == pytest.approx(1.96, abs=0.08)
-
-
-def test_detectable_effects_by_hand():
-    d = A.detectable(0.01, 0.03, 0.025, 0.05, 0.8, 0.10)
-    z = 1.959964 + 0.841621
-    assert d["mde_pass1"] == pytest.approx(z * 0.01, abs=1e-5) and d["mde_passk"] == pytest.approx(z * 0.03, abs=1e-5)
-    assert d["equivalence_up_to"] == pytest.approx(0.10 - (1.644854 + 0.841621) * 0.03, abs=1e-5)
-    assert A.detectable(0.01, 0.05, 0.025, 0.05, 0.8, 0.10)["equivalence_up_to"] is None
-
-
-# ----------------------------------------------------------------------------- 5. end to end
-
-
 NEW_FIELDS = {"seeds", "per_seed", "p_pass1", "p_pass1_adj", "p_passk_fall", "p_passk_fall_adj", "p_equiv", "p_equiv_adj",
               "equivalence_margin", "passk_ci90", "ceiling_equivalent", "ceiling_rises", "third_clause_ci", "third_clause",
               "crossover", "primary", "family", "selection", "band", "pass1_rises_v1", "ceiling_unchanged_v1", "ceiling_falls_v1"}
+
+
 OLD_FIELDS = {"condition", "step", "scoring", "pass1_diff", "pass1_ci", "passk_diff", "passk_ci", "k_max", "pass1_rises",
               "ceiling_falls", "coverage_base", "coverage_rl", "only_rl", "only_base", "pass1_base", "pass1_rl",
               "passk_base", "passk_rl", "format_base", "format_rl"}
@@ -532,7 +256,7 @@ def test_primary_answer_leads_the_report(main_run):
 
 def test_primary_answer_no_when_the_ceiling_rises(tmp_path):
     base = [0] * 20 + [4] * 20
-    out = A.run_analysis(write_run(tmp_path / "run", base, {("many", 10): [2] * 20 + [4] * 20}, n=8, k_max=4), make_figures=False)
+    out = analyze_b.run_analysis(write_run(tmp_path / "run", base, {("many", 10): [2] * 20 + [4] * 20}, n=8, k_max=4), make_figures=False)
     e = entry(out, "many", 10)
     assert e["pass1_rises"] and e["ceiling_rises"] and not e["ceiling_equivalent"] and not e["ceiling_falls"]
     assert out["primary"]["answer"] is False
@@ -541,7 +265,7 @@ def test_primary_answer_no_when_the_ceiling_rises(tmp_path):
 
 def test_primary_answer_no_when_pass1_does_not_rise(tmp_path):
     base = [2, 4] * 20
-    out = A.run_analysis(write_run(tmp_path / "run", base, {("many", 10): [4, 2] * 20}), make_figures=False)
+    out = analyze_b.run_analysis(write_run(tmp_path / "run", base, {("many", 10): [4, 2] * 20}), make_figures=False)
     assert out["primary"]["answer"] is False and "**No** (pass@1 is not shown to rise)" in out["primary"]["sentence"]
     assert entry(out, "many", 10)["ceiling_equivalent"] is True  # the ceiling is the same: only half of the question
 
@@ -552,7 +276,7 @@ def test_v1_one_third_branch_and_the_inferential_clause(tmp_path):
     inferential clause agrees (T = |dk| - d1/3 is clearly negative); the new tests call the ceiling
     equivalent and also 'rises' (a tiny but certain gain)."""
     base_s = [4, 5] * 20
-    out = A.run_analysis(write_run(tmp_path / "run", (base_s, base_s), {("many", 10): ([8] * 40, base_s)}, n=8, k_max=4),
+    out = analyze_b.run_analysis(write_run(tmp_path / "run", (base_s, base_s), {("many", 10): ([8] * 40, base_s)}, n=8, k_max=4),
                          make_figures=False)
     e = entry(out, "many", 10, "strict")
     assert e["pass1_diff"] == pytest.approx(0.5 * 4 / 8 + 0.5 * 3 / 8) and e["passk_diff"] == pytest.approx(0.5 / 70)
@@ -569,7 +293,7 @@ def test_multi_seed_against_a_reference_loop(tmp_path):
     base = np.array([2] * 10 + [0] * 10 + [5] * 10)
     seeds = {0: [4] * 10 + [0] * 10 + [5] * 10, 1: [6] * 10 + [1] * 10 + [5] * 10, 2: [2] * 10 + [0] * 10 + [3] * 10}
     run = write_run(tmp_path / "run", base, {("many", s, 20): c for s, c in seeds.items()}, resamples=500)
-    out = A.run_analysis(run, make_figures=False)
+    out = analyze_b.run_analysis(run, make_figures=False)
     e = entry(out, "many", 20)
     own = {s: (np.array(c) - base).mean() / 8 for s, c in seeds.items()}
     assert [p["seed"] for p in e["per_seed"]] == [0, 1, 2] and e["seeds"] == [0, 1, 2]
@@ -588,9 +312,6 @@ def test_multi_seed_against_a_reference_loop(tmp_path):
     assert "## Per-seed spread" in rep and rep.count("| many | 20 | loose |") == 3 + 2  # 3 per-seed rows, v1 table, coverage
 
 
-# ----------------------------------------------------------------------------- 6. completeness and layout
-
-
 def _three_seeds(tmp_path, drop=(), **kw):
     rl = {(c, s, st): [1 + s, 2, 3, 0] for c in ("many", "16-kl") for s in (0, 1) for st in (5, 10)}
     for k in drop:
@@ -599,15 +320,15 @@ def _three_seeds(tmp_path, drop=(), **kw):
 
 
 def test_complete_run_with_dashes_and_digits_in_names(tmp_path):
-    out = A.run_analysis(_three_seeds(tmp_path), make_figures=False)
+    out = analyze_b.run_analysis(_three_seeds(tmp_path), make_figures=False)
     assert [(e["condition"], e["step"]) for e in out["entries"]][::2] == [("many", 5), ("many", 10), ("16-kl", 5), ("16-kl", 10)]
     assert all(e["seeds"] == [0, 1] for e in out["entries"])
 
 
 def test_missing_evaluation_is_refused_and_named(tmp_path):
     run = _three_seeds(tmp_path, drop=[("16-kl", 1, 10)])
-    with pytest.raises(A.InputError) as ei:
-        A.run_analysis(run, make_figures=False)
+    with pytest.raises(run_files.InputError) as ei:
+        analyze_b.run_analysis(run, make_figures=False)
     msg = str(ei.value)
     assert "eval_16-kl_s1_010.json" in msg and "1 of 8" in msg and "--partial" in msg and "\n" not in msg
     assert not (run / "verdicts.json").exists() and not (run / "report.md").exists()
@@ -615,13 +336,13 @@ def test_missing_evaluation_is_refused_and_named(tmp_path):
 
 def test_partial_run_says_so_in_its_first_line(tmp_path):
     run = _three_seeds(tmp_path, drop=[("16-kl", 1, 10), ("many", 0, 5)])
-    out = A.run_analysis(run, make_figures=False, partial=True)
+    out = analyze_b.run_analysis(run, make_figures=False, partial=True)
     first = (run / "report.md").read_text().splitlines()[0]
     assert first.startswith("**PARTIAL REPORT: 2 of 8 expected evaluations are missing")
     assert "eval_many_s0_005.json" in first and "eval_16-kl_s1_010.json" in first
     assert out["partial"] is True and out["missing"] == ["eval_many_s0_005.json", "eval_16-kl_s1_010.json"]
     assert entry(out, "many", 5)["seeds"] == [1] and entry(out, "16-kl", 10)["seeds"] == [0]
-    assert A.headline(out).startswith("PARTIAL: missing eval_many_s0_005.json")
+    assert report.headline(out).startswith("PARTIAL: missing eval_many_s0_005.json")
     r = _cli("--run", str(run), "--no-figures")
     assert r.returncode == 1 and "eval_many_s0_005.json" in r.stderr
     r = _cli("--run", str(run), "--no-figures", "--partial")
@@ -637,16 +358,16 @@ def test_partial_run_says_so_in_its_first_line(tmp_path):
 def test_evaluation_outside_the_design_is_an_error(tmp_path, name, what):
     run = _three_seeds(tmp_path)
     (run / name).write_text((run / "eval_many_s0_005.json").read_text())
-    with pytest.raises(A.InputError) as ei:
-        A.run_analysis(run, make_figures=False, partial=True)
+    with pytest.raises(run_files.InputError) as ei:
+        analyze_b.run_analysis(run, make_figures=False, partial=True)
     assert name in str(ei.value) and what in str(ei.value)
 
 
 def test_fields_must_agree_with_the_file_name(tmp_path):
     run = _three_seeds(tmp_path)
     _set(run / "eval_many_s1_010.json", "train_seed", 0)
-    with pytest.raises(A.InputError, match=r"eval_many_s1_010.json: its train_seed field is 0 but its name says 1"):
-        A.run_analysis(run, make_figures=False)
+    with pytest.raises(run_files.InputError, match=r"eval_many_s1_010.json: its train_seed field is 0 but its name says 1"):
+        analyze_b.run_analysis(run, make_figures=False)
 
 
 def test_design_comes_from_the_manifest_first(tmp_path):
@@ -654,12 +375,12 @@ def test_design_comes_from_the_manifest_first(tmp_path):
     cfg = json.loads((run / "eval_base.json").read_text())["provenance"]["config"]
     cfg["train"]["seeds"] = [0, 1, 2]
     (run / "manifest.json").write_text(json.dumps({"config": cfg}))
-    with pytest.raises(A.InputError, match="4 of 12 expected evaluations are missing"):
-        A.run_analysis(run, make_figures=False)
+    with pytest.raises(run_files.InputError, match="4 of 12 expected evaluations are missing"):
+        analyze_b.run_analysis(run, make_figures=False)
     cfg["conditions"] = {"16-kl": {}, "many": {}}  # the manifest's order is the report's
     cfg["train"]["seeds"] = [0, 1]
     (run / "manifest.json").write_text(json.dumps({"config": cfg}))
-    out = A.run_analysis(run, make_figures=False)
+    out = analyze_b.run_analysis(run, make_figures=False)
     assert out["entries"][0]["condition"] == "16-kl" and out["design"]["source"] == "manifest.json"
 
 
@@ -667,21 +388,21 @@ def test_single_seed_layout_of_older_runs(tmp_path):
     """results/tiny: eval_<cond>_<step>.json and train.conditions as a list; read as seed 0."""
     run = write_run(tmp_path / "run", BASE_MAIN, {("many", 50): DESIGN[("many", 75)], ("16", 50): DESIGN[("16", 75)]}, legacy=True)
     write_train_log(run / "train_many" / "train_log.csv")
-    out = A.run_analysis(run, make_figures=False)
+    out = analyze_b.run_analysis(run, make_figures=False)
     assert [e["condition"] for e in out["entries"]] == ["many", "many", "16", "16"]
     assert all(e["seeds"] == [0] for e in out["entries"]) and out["design"]["layout"].startswith("single-seed")
     rep = (run / "report.md").read_text()
     assert "train_16/train_log.csv is missing" in rep and "train_many/train_log.csv is missing" not in rep
     (run / "eval_16_050.json").unlink()
-    with pytest.raises(A.InputError, match="eval_16_050.json"):
-        A.run_analysis(run, make_figures=False)
+    with pytest.raises(run_files.InputError, match="eval_16_050.json"):
+        analyze_b.run_analysis(run, make_figures=False)
 
 
 def test_config_errors_name_the_key(tmp_path):
     run = _three_seeds(tmp_path)
     _set(run / "eval_base.json", "provenance", "config", "analyze", "primary_condition", "nope")
-    with pytest.raises(A.InputError, match=r"eval_base.json: config analyze.primary_condition must be one of"):
-        A.run_analysis(run, make_figures=False)
+    with pytest.raises(run_files.InputError, match=r"eval_base.json: config analyze.primary_condition must be one of"):
+        analyze_b.run_analysis(run, make_figures=False)
 
 
 def test_outputs_are_readable_by_others(main_run):
@@ -692,16 +413,13 @@ def test_outputs_are_readable_by_others(main_run):
 
 def test_headline(main_run):
     _, out = main_run
-    h = A.headline(json.loads(json.dumps(out)))  # from what verdicts.json holds
+    h = report.headline(json.loads(json.dumps(out)))  # from what verdicts.json holds
     lines = h.splitlines()
     assert lines[0] == out["primary"]["sentence"].replace("**", "")
     rows = [line.split()[0] for line in lines[3:]]
     assert rows == ["many", "many", "16", "16", "1", "1"]
     assert "many *" in h and "equivalent" in h and "falls" in h and "ceiling rises" in h
     assert "+0.250 [" in lines[3]
-
-
-# ----------------------------------------------------------------------------- 7. figures and report
 
 
 def test_figures_and_report(tmp_path, monkeypatch):
@@ -714,13 +432,13 @@ def test_figures_and_report(tmp_path, monkeypatch):
     write_train_log(run / "lr_sweep" / "lr_0.001" / "train_log.csv")
     write_train_log(run / "lr_sweep" / "lr_0.0001" / "train_log.csv", steps=3)
     seen = {}
-    save = A._save
+    save = figures._save
 
     def spy(fig, path):
         seen[path.name] = [ax for ax in fig.axes if ax.axison]
         return save(fig, path)
-    monkeypatch.setattr(A, "_save", spy)
-    A.run_analysis(run)
+    monkeypatch.setattr(figures, "_save", spy)
+    analyze_b.run_analysis(run)
     names = ["passk_many.png", "passk_16-kl.png", "passk_beyond_n.png", "training.png", "lr_sweep.png"]
     assert sorted(seen) == sorted(names)
     for name in names:
@@ -763,26 +481,26 @@ def test_report_names_a_rising_ceiling_and_keeps_tables_apart(main_run):
 
 def test_training_figure_tolerates_new_and_missing_columns(tmp_path):
     run = tmp_path / "run"
-    assert A.training_figure(run, [5]) is None  # no logs, no figure, nothing written
+    assert figures.training_figure(run, [5]) is None  # no logs, no figure, nothing written
     assert not (run / "figures").exists()
     write_train_log(run / "train_many_s0" / "train_log.csv", cols=["step", "reward_mean"])  # the two required ones
     write_train_log(run / "train_many_s1" / "train_log.csv",
                     cols=["step", "reward_mean", "entropy_mean", "kl_mean", "a_new_column"], blank=("kl_mean",))
     (run / "train_16_s0").mkdir()
     (run / "train_16_s0" / "train_log.csv").write_text("step,note,reward_mean\n1,warm-up,0.1\n2,,0.2\n")  # a text column
-    assert [r["reward_mean"] for r in A._read_csv(run / "train_16_s0" / "train_log.csv")] == [0.1, 0.2]
-    p = A.training_figure(run, [2, 4])
+    assert [r["reward_mean"] for r in run_files.read_csv(run / "train_16_s0" / "train_log.csv")] == [0.1, 0.2]
+    p = figures.training_figure(run, [2, 4])
     assert p == run / "figures" / "training.png" and p.stat().st_size > 1000
-    rows = A._read_csv(run / "train_many_s1" / "train_log.csv")
+    rows = run_files.read_csv(run / "train_many_s1" / "train_log.csv")
     assert np.isnan(rows[0]["kl_mean"]) and rows[1]["kl_mean"] == pytest.approx(0.2 + 3)  # empty cells read as NaN
     write_train_log(run / "train_16_s0" / "train_log.csv", cols=["step", "loss"])
-    with pytest.raises(A.InputError, match="train_16_s0/train_log.csv"):
-        A.training_figure(run, [2, 4])
+    with pytest.raises(run_files.InputError, match="train_16_s0/train_log.csv"):
+        figures.training_figure(run, [2, 4])
 
 
 def test_no_training_logs_means_no_training_figures(tmp_path):
     run = write_run(tmp_path / "run", BASE_MAIN, {("many", 75): DESIGN[("many", 75)]}, resamples=FAST)
-    A.run_analysis(run)
+    analyze_b.run_analysis(run)
     assert sorted(p.name for p in (run / "figures").iterdir()) == ["passk_beyond_n.png", "passk_many.png"]
 
 
@@ -790,11 +508,11 @@ def test_report_warns_on_mismatched_provenance(tmp_path):
     run = write_run(tmp_path / "run", BASE_MAIN, {("many", 75): DESIGN[("many", 75)]}, resamples=FAST)
     f = run / "eval_many_s0_075.json"
     _set(f, "provenance", "stage_hash", "other")  # expected: the adapter differs
-    A.run_analysis(run, make_figures=False)
+    analyze_b.run_analysis(run, make_figures=False)
     assert "other evaluation settings" not in (run / "report.md").read_text()
     _set(f, "provenance", "plan_sha256", "other")
     _set(f, "provenance", "config", "eval", {"k_max": 8, "sampling": {"temperature": 1.0}})
-    A.run_analysis(run, make_figures=False)
+    analyze_b.run_analysis(run, make_figures=False)
     rep = (run / "report.md").read_text()
     assert "eval_many_s0_075.json was made under a different PLAN.md" in rep
     assert "eval_many_s0_075.json records other evaluation settings" in rep
@@ -802,17 +520,14 @@ def test_report_warns_on_mismatched_provenance(tmp_path):
 
 def test_report_says_which_inputs_are_missing_or_from_another_config(tmp_path):
     run = write_run(tmp_path / "run", BASE_MAIN, {("many", 75): DESIGN[("many", 75)]}, resamples=FAST)
-    A.run_analysis(run, make_figures=False)
+    analyze_b.run_analysis(run, make_figures=False)
     rep = (run / "report.md").read_text()
     assert "selection.json is missing" in rep and "train_many_s0/train_log.csv is missing" in rep
     (run / "selection.json").write_text(json.dumps({"rule": "r", "informative": [], "sets": {}, "short": {}, "pass_rates": {},
                                                      "provenance": {"config_hash": "not-the-same"}}))
-    A.run_analysis(run, make_figures=False)
+    analyze_b.run_analysis(run, make_figures=False)
     rep = (run / "report.md").read_text()
     assert "selection.json is missing" not in rep and "selection.json was made with another config (hash not-the-same)" in rep
-
-
-# ----------------------------------------------------------------------------- 8. malformed inputs
 
 
 def _good_run(tmp_path):
@@ -836,6 +551,8 @@ def _set(path, *keys_value):
 
 
 M, S16 = "eval_many_s0_075.json", "eval_16_s0_075.json"
+
+
 BREAKAGES = {
     "missing_base": (lambda r: (r / "eval_base.json").unlink(), "eval_base.json"),
     "invalid_json": (lambda r: (r / M).write_text('{"sampling": {"n": 8}, "problems": ['), M),
@@ -860,12 +577,12 @@ BREAKAGES = {
 @pytest.mark.parametrize("name", list(BREAKAGES))
 def test_broken_inputs_raise_input_error_and_write_nothing(tmp_path, name):
     run = _good_run(tmp_path)
-    A.run_analysis(run, make_figures=False)  # a previous, good analysis
+    analyze_b.run_analysis(run, make_figures=False)  # a previous, good analysis
     before = {f: (run / f).read_bytes() for f in ("verdicts.json", "report.md")}
     breaker, fname = BREAKAGES[name]
     breaker(run)
-    with pytest.raises(A.InputError) as ei:
-        A.run_analysis(run, partial=True)
+    with pytest.raises(run_files.InputError) as ei:
+        analyze_b.run_analysis(run, partial=True)
     msg = str(ei.value)
     assert fname in msg and "\n" not in msg
     assert {f: (run / f).read_bytes() for f in before} == before
@@ -880,7 +597,7 @@ def _cli(*args):
 @pytest.mark.parametrize("name", ["missing_base", "count_above_n"])
 def test_cli_broken_inputs_exit_1_with_one_line(tmp_path, name):
     run = _good_run(tmp_path)
-    A.run_analysis(run, make_figures=False)
+    analyze_b.run_analysis(run, make_figures=False)
     before = (run / "verdicts.json").read_bytes()
     breaker, fname = BREAKAGES[name]
     breaker(run)
@@ -910,218 +627,48 @@ def test_cli_success_prints_the_headline(tmp_path):
                                  "7,0.5,0,0,0,0,0,0,0,0,0,0,0,0,99\n"])
 def test_malformed_training_log_is_an_input_error_and_writes_nothing(tmp_path, row):
     run = write_run(tmp_path / "run", [1, 0, 3, 8], {("many", 75): [2, 0, 4, 8]}, resamples=100)
-    A.run_analysis(run, make_figures=False)
+    analyze_b.run_analysis(run, make_figures=False)
     before = (run / "verdicts.json").read_bytes()
     write_train_log(run / "train_many_s0" / "train_log.csv")
     with open(run / "train_many_s0" / "train_log.csv", "a") as f:
         f.write(row)
-    with pytest.raises(A.InputError, match="train_log.csv"):
-        A.run_analysis(run)
+    with pytest.raises(run_files.InputError, match="train_log.csv"):
+        analyze_b.run_analysis(run)
     assert (run / "verdicts.json").read_bytes() == before
     assert not (run / "figures").exists()
 
 
-# ----------------------------------------------------------------------------- 9. determinism
-
-
 def test_deterministic(tmp_path):
     run = write_run(tmp_path / "run", BASE_MAIN, DESIGN, resamples=FAST)
-    a = A.run_analysis(run, make_figures=False)
-    b = A.run_analysis(run, make_figures=False)
+    a = analyze_b.run_analysis(run, make_figures=False)
+    b = analyze_b.run_analysis(run, make_figures=False)
     assert a["entries"] == b["entries"] == json.loads((run / "verdicts.json").read_text())["entries"]
-    c = A.run_analysis(run, make_figures=False, seed=1)  # the seed is what fixes the intervals
+    c = analyze_b.run_analysis(run, make_figures=False, seed=1)  # the seed is what fixes the intervals
     assert [e["pass1_ci"] for e in c["entries"]] != [e["pass1_ci"] for e in a["entries"]]
     assert [e["pass1_diff"] for e in c["entries"]] == [e["pass1_diff"] for e in a["entries"]]
 
 
-# ----------------------------------------------------------------------------- 10. pass@k beyond n: the beta-binomial model
-
-
-def _bb_counts(rng, N, n, a, b, zero_share=0.0):
-    p = rng.beta(a, b, N)
-    p[: int(round(zero_share * N))] = 0.0  # problems the model can never solve
-    return rng.binomial(n, p)
-
-
-def test_betabinom_logpmf_equals_scipy():
-    from scipy.stats import betabinom
-
-    for n, a, b in [(8, 0.3, 2.0), (32, 0.8, 2.5), (256, 5.0, 0.4), (1, 1.0, 1.0)]:
-        c = np.arange(n + 1)
-        assert np.allclose(A.betabinom_logpmf(c, n, a, b), betabinom.logpmf(c, n, a, b), atol=1e-10, rtol=1e-12)
-
-
-def test_model_pass_at_k_is_the_closed_form_and_the_expected_unbiased_estimator():
-    """pass@k = 1 - B(a, b + k) / B(a, b) three ways: the integral E[1 - (1 - p)^k] over Beta(a, b)
-    (scipy.integrate), and for k <= n the expectation of the unbiased estimator over the
-    beta-binomial counts (an exact identity, so to rounding)."""
-    from scipy import integrate, stats
-
-    for a, b, pi in [(0.8, 2.5, 0.0), (2.0, 0.5, 0.0), (0.3, 4.0, 0.25)]:
-        ks = np.array([1, 2, 5, 16, 32, 100, 1024])
-        got = A.betabinom_pass_at_k(a, b, ks, pi)
-        ref = [(1 - pi) * integrate.quad(lambda p: (1 - (1 - p) ** k) * stats.beta.pdf(p, a, b), 0, 1, limit=200)[0] for k in ks]
-        assert got == pytest.approx(ref, abs=1e-7)
-        n = 32
-        pmf = stats.betabinom.pmf(np.arange(n + 1), n, a, b)
-        pmf = (1 - pi) * pmf + pi * (np.arange(n + 1) == 0)  # the zero-inflated counts
-        for k in (1, 3, 8, 32):
-            expected = sum(pmf[c] * A.pass_at_k(n, c, k) for c in range(n + 1))
-            assert A.betabinom_pass_at_k(a, b, [k], pi)[0] == pytest.approx(expected, abs=1e-12)
-    assert A.model_pass_at_k({"alpha": 1.0, "beta": 1.0, "pi": 0.0}, [1, 3]) == pytest.approx([1 / 2, 3 / 4])  # 1 - 1/(k+1)
-
-
-def _fisher_se(a, b, n, N):
-    """Standard errors of the MLE of (a, b) from N problems: the inverse of N times the Fisher
-    information, sum_c P(c) (d log P / d theta)(d log P / d theta)^T, the scores by central differences
-    of scipy's logpmf (written here independently of analyze_b)."""
-    from scipy.stats import betabinom
-
-    c, h = np.arange(n + 1), 1e-5
-    pmf = betabinom.pmf(c, n, a, b)
-    da = (betabinom.logpmf(c, n, a + h, b) - betabinom.logpmf(c, n, a - h, b)) / (2 * h)
-    db = (betabinom.logpmf(c, n, a, b + h) - betabinom.logpmf(c, n, a, b - h)) / (2 * h)
-    info = np.array([[pmf @ (da * da), pmf @ (da * db)], [pmf @ (da * db), pmf @ (db * db)]])
-    return np.sqrt(np.diag(np.linalg.inv(N * info)))
-
-
-@pytest.mark.parametrize("a,b", [(0.8, 2.5), (3.0, 1.5)])
-def test_betabinom_fit_recovers_known_parameters(a, b):
-    """4000 problems x n = 32: the fit lands within 4 standard errors (the Fisher information at the
-    truth) of alpha and beta, and the plain model is the one chosen."""
-    rng = np.random.default_rng(11)
-    N, n = 4000, 32
-    f = A.fit_pass_model(_bb_counts(rng, N, n, a, b), n)
-    se = _fisher_se(a, b, n, N)
-    assert abs(f["alpha"] - a) < 4 * se[0] and abs(f["beta"] - b) < 4 * se[1], (f["alpha"], f["beta"], se)
-    assert f["chosen"] == "beta-binomial" and f["pi"] == 0.0 and not f["at_bound"]
-    assert f["aic"] == pytest.approx(2 * 2 - 2 * f["loglik"])
-
-
-def test_fitted_curve_agrees_with_the_empirical_curve_at_k_up_to_n():
-    """A large simulated sample: the fitted model's pass@k for k <= n matches the mean unbiased
-    estimate within 4 standard errors of that mean (plus 0.002 for the fit's own error)."""
-    rng = np.random.default_rng(5)
-    N, n = 3000, 16
-    c = _bb_counts(rng, N, n, 0.6, 1.8)
-    f = A.fit_pass_model(c, n)
-    curves = A.pass_at_k_curves(c, n, n)  # (N, n)
-    emp, se = curves.mean(axis=0), curves.std(axis=0, ddof=1) / np.sqrt(N)
-    model = A.model_pass_at_k(f, np.arange(1, n + 1))
-    assert np.all(np.abs(model - emp) < 4 * se + 0.002), np.abs(model - emp) / se
-
-
-def test_zero_inflated_model_is_chosen_when_some_problems_are_unsolvable_and_not_otherwise():
-    """10 simulated sets each: with 30% unsolvable problems (Beta(2, 2) elsewhere, which rarely gives
-    zeros) AIC picks the zero-inflated model every time and recovers pi within 0.1; with none it
-    picks it at most 3 times in 10 (by chance about 8%: half of a chi-square(1) beyond 2)."""
-    rng = np.random.default_rng(3)
-    chosen_zi = []
-    for zero_share in (0.3, 0.0):
-        picks = []
-        for _ in range(10):
-            f = A.fit_pass_model(_bb_counts(rng, 400, 32, 2.0, 2.0, zero_share), 32)
-            picks.append(f["chosen"] == "zero-inflated beta-binomial")
-            if zero_share:
-                assert f["pi"] == pytest.approx(zero_share, abs=0.1)
-                assert f["fits"]["zero-inflated beta-binomial"]["aic"] < f["fits"]["beta-binomial"]["aic"]
-        chosen_zi.append(sum(picks))
-    assert chosen_zi[0] == 10 and chosen_zi[1] <= 3, chosen_zi
-
-
-def test_degenerate_counts_fit_without_error():
-    """All zeros, all n, and one count for every problem (a binomial): the fit ends on its box,
-    says so, and its curve is the limit (0, 1, the binomial's 1 - (1 - p)^k)."""
-    f0, f1, fb = A.fit_pass_model([0] * 30, 8), A.fit_pass_model([8] * 30, 8), A.fit_pass_model([2] * 30, 8)
-    assert f0["at_bound"] and A.model_pass_at_k(f0, [1024])[0] < 1e-3
-    assert f1["at_bound"] and A.model_pass_at_k(f1, [1])[0] > 0.999
-    assert fb["at_bound"] and A.model_pass_at_k(fb, [1, 8, 32]) == pytest.approx(1 - 0.75 ** np.array([1, 8, 32]), abs=1e-3)
-
-
-def test_extrapolation_check_by_hand():
-    """Fit on n = 8 counts all 2 (a binomial with p = 1/4), predict pass@32 = 1 - (3/4)^32; the large
-    set solves 14 of 16 problems: measured 0.875; naive pass@8 = 1 - (3/4)^8 per problem."""
-    r = A.extrapolation_check([2] * 16, 8, [20] * 10 + [0] * 2 + [5] * 4, 32)
-    assert r["predicted"] == pytest.approx(1 - 0.75 ** 32, abs=1e-3) and r["measured"] == 0.875
-    assert r["error"] == pytest.approx(r["predicted"] - 0.875) and r["naive"] == pytest.approx(A.pass_at_k(8, 2, 8))
-    assert (r["fit_n"], r["target_k"], r["model_used"]) == (8, 32, "beta-binomial")
-
-
-# ----------------------------------------------------------------------------- 11. boundary, contrasts, shares, tokens
-
-
-def test_boundary_by_hand():
-    b = A.boundary([0, 0, 3, 5, 0, 1], [2, 0, 0, 5, 1, 0], ["a", "b", "c", "d", "e", "f"])
-    assert (b["only_rl"], b["only_rl_ids"], b["only_base"], b["only_base_ids"]) == (2, ["a", "e"], 2, ["c", "f"])
-    assert (b["solved_base"], b["solved_rl"]) == (3, 3)
-
-
-def test_condition_contrast_by_hand_and_independent_seed_draws():
-    """Two conditions (2 seeds each) on 3 problems, one k. The contrast's replicates equal
-    mean_j a[sidx_a[b,j], idx[b]] - mean_j b[sidx_b[b,j], idx[b]], written out here; the base cancels."""
-    a = np.array([[1.0, 0.0, 0.5], [0.5, 0.5, 0.5]])[..., None]  # (S=2, N=3, K=1)
-    b = np.array([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])[..., None]
-    base = np.array([0.2, 0.1, 0.0])[:, None]
-    idx = np.array([[0, 0, 2], [1, 2, 2], [0, 1, 2]])
-    sa, sb = np.array([[1, 1], [0, 1], [0, 0]]), np.array([[0, 0], [1, 0], [1, 1]])
-    summ, ra, rb = A.condition_contrast(a, b, base, idx, sa, sb, 0.95)
-    ref = [np.mean([a[j, idx[r], 0].mean() for j in sa[r]]) - np.mean([b[j, idx[r], 0].mean() for j in sb[r]]) for r in range(3)]
-    assert (ra - rb)[:, 0] == pytest.approx(ref, abs=1e-15)
-    assert summ["diff"] == pytest.approx([0.5 - 0.5]) and summ["delta_a"] == pytest.approx([0.5 - 0.1])
-    assert summ["ci_passk"] == pytest.approx(list(np.quantile(ref, [0.025, 0.975])))
-    s1, s2 = A.seed_resample_indices(3, 500, 0), A.seed_resample_indices(3, 500, 0, stream=2)
-    assert np.array_equal(s1, A.seed_resample_indices(3, 500, 0, stream=1)) and not np.array_equal(s1, s2)
-
-
-def test_ratio_estimate_and_when_it_is_not_estimable():
-    num, den = np.array([0.1, 0.2, 0.3, 0.2]), np.array([0.2, 0.4, 0.3, 0.4])
-    r = A.ratio_estimate(0.2, 0.4, num, den, 0.5)
-    assert r["estimable"] and r["share"] == 0.5 and r["ci"] == pytest.approx(list(np.quantile(num / den, [0.25, 0.75])))
-    r = A.ratio_estimate(0.2, 0.1, num, np.array([-0.1, 0.1, 0.2, 0.3]), 0.95)
-    assert r == {"estimable": False, "share": None, "ci": None, "why": "the reference gain's 95% interval contains 0"}
-
-
-def test_lead_crossover_from_either_side():
-    rft = A.lead_crossover(np.array([-0.25, -0.1, 0.0]), np.array([[-0.25, -0.1, 0.0]] * 3), 0.95)
-    assert rft["leader_at_k1"] == "b" and rft["point"] == {"outcome": "crosses", "k": 3}
-    sft = A.lead_crossover(np.array([0.25, 0.1, -0.5]), np.array([[0.25, 0.1, -0.5]] * 3), 0.95)
-    assert sft["leader_at_k1"] == "a" and sft["point"] == {"outcome": "crosses", "k": 3}
-    assert A.lead_crossover(np.zeros(3), np.zeros((3, 3)), 0.95)["leader_at_k1"] == "tie"
-
-
-TOKEN_PROBLEMS = [{"id": 0, "classes": [0, 0, 1, 0, 2, 0, 0, 0, 0, 0], "ranks": [1, 1, 3, 1, 7, 1, 1, 1, 1, 1],
-                   "base_entropy": [0.2, 0.2, 2.0, 0.2, 2.0, 0.2, 0.2, 0.2, 0.2, 0.2]},
-                  {"id": 1, "classes": [0] * 10, "ranks": [1] * 10, "base_entropy": [0.2] * 10}]
-
-
-def test_token_summary_by_hand():
-    s = A.token_summary(TOKEN_PROBLEMS)
-    assert (s["positions"], s["unchanged"], s["reranked"], s["shifted"]) == (20, 18, 1, 1)
-    assert (s["share_unchanged"], s["share_reranked"], s["share_shifted"]) == pytest.approx((0.9, 0.05, 0.05))
-    assert s["mean_rank_changed"] == 5 and s["base_entropy_changed"] == pytest.approx(2.0)
-    assert s["base_entropy_unchanged"] == pytest.approx(0.2) and s["entropy_ratio"] == pytest.approx(10.0)
-    same = A.token_summary([{"id": 0, "classes": [0] * 4, "ranks": [1] * 4, "base_entropy": [0.5] * 4}])  # a model against itself
-    assert same["share_unchanged"] == 1 and same["mean_rank_changed"] is None and same["entropy_ratio"] is None
-
-
 def test_find_twins_reads_the_settings_not_the_names():
-    st = {c: {**A.DEFAULT_CONDITION, **v} for c, v in {
+    st = {c: {**run_files.DEFAULT_CONDITION, **v} for c, v in {
         "many": {}, "16": {"problems": "select-16"}, "1": {"problems": "select-1"}, "16-kl": {"problems": "select-16", "kl": 0.001},
         "format": {"reward": "format"}, "rft": {"method": "rft"}, "sft": {"method": "sft", "lr": 0.01},
         "anchored-1": {"problems": "select-1", "kl": 0.01, "entropy": 0.1}}.items()}
-    assert A.find_twins(st, "kl", lambda s: s["kl"] > 0) == [("16-kl", "16")]  # anchored-1 has no twin (entropy differs)
-    assert A.find_twins(st, "reward", lambda s: s["reward"] == "format") == [("format", "many")]
-    assert A.find_twins(st, "method", lambda s: s["method"] != "grpo") == [("rft", "many"), ("sft", "many")]  # lr is ignored
-
-
-# ----------------------------------------------------------------------------- 12. the study with controls, sets and tokens
+    assert secondary.find_twins(st, "kl", lambda s: s["kl"] > 0) == [("16-kl", "16")]  # anchored-1 has no twin (entropy differs)
+    assert secondary.find_twins(st, "reward", lambda s: s["reward"] == "format") == [("format", "many")]
+    assert secondary.find_twins(st, "method", lambda s: s["method"] != "grpo") == [("rft", "many"), ("sft", "many")]  # lr is ignored
 
 
 STUDY_CONDITIONS = {"many": {"problems": "all"}, "16": {"problems": "select-16"}, "1": {"problems": "select-1"},
                     "16-kl": {"problems": "select-16", "kl": 0.001}, "format": {"problems": "all", "reward": "format"},
                     "rft": {"problems": "all", "method": "rft"}, "sft": {"problems": "all", "method": "sft"}}
+
+
 SEEDS, STEPS, NT = [0, 1], [5, 10], 40  # the test set: 40 problems x n = 8
+
+
 STUDY_BASE = [2] * 20 + [0] * 20  # pass@1 0.125, pass@8 0.5
+
+
 STUDY_TEST = {  # the same counts at both checkpoints and for both seeds, strict = loose
     "many": [6] * 20 + [0] * 20,  # pass@1 +0.25, pass@8 unchanged: equivalent
     "16": [8] * 10 + [0] * 30,  # pass@1 +0.125, pass@8 -0.25: the ceiling falls
@@ -1131,11 +678,23 @@ STUDY_TEST = {  # the same counts at both checkpoints and for both seeds, strict
     "rft": [8] * 20 + [0] * 20,  # above many at k = 1 (1.0 vs 0.75 on the solved half), equal from k = 3
     "sft": [1] * 40,  # pass@k = k/8 on every problem: below many at k = 1..3, equal at 4, above after
 }
+
+
 WIDE_N, WIDE_IDS = 32, list(range(16))  # the wide set: the first 16 test problems x 32 samples
+
+
 WIDE_BASE = [8] * 12 + [0] * 4  # ids 12..15 never solved by the base
+
+
 WIDE_MANY = [20] * 10 + [0] * 2 + [5] * 4  # only RL: 12..15; only base: 10, 11
+
+
 OOD_IDS = list(range(100, 120))
+
+
 OOD_BASE, OOD_MANY = [1] * 10 + [0] * 10, [2] * 10 + [0] * 10  # pass@1 +0.0625, pass@8 unchanged
+
+
 DIV_BASE, DIV_RL = {"distinct_answers": 4, "answer_entropy": 1.2, "token_entropy": 0.8}, {"distinct_answers": 2, "answer_entropy": 0.5, "token_entropy": 0.4}
 
 
@@ -1174,7 +733,7 @@ def write_study(run: Path, cfg=None) -> Path:
             for st in STEPS:
                 key = (c, s, st)
                 put(run / f"eval_{c}_s{s}_{st:03d}.json", study_doc(STUDY_TEST[c], 8, ids, cfg, "test", "arith-2x1", DIV_RL, key))
-                tokens = {"condition": c, "train_seed": s, "step": st, "summary": A.token_summary(TOKEN_PROBLEMS), "problems": TOKEN_PROBLEMS,
+                tokens = {"condition": c, "train_seed": s, "step": st, "summary": stats.token_summary(TOKEN_PROBLEMS), "problems": TOKEN_PROBLEMS,
                           "provenance": {"config": cfg}}
                 put(run / f"tokens_{c}_s{s}_{st:03d}.json", tokens)
             put(run / f"evalsets/ood/eval_{c}_s{s}_010.json",
@@ -1192,7 +751,7 @@ def study(tmp_path_factory):
             write_train_log(run / f"train_{c}_s{s}" / "train_log.csv", steps=10,
                             cols=["step", "reward_mean", "entropy_mean", "kl_mean", "grad_norm", "grad_norm_clipped"])
             write_dev_log(run / f"train_{c}_s{s}" / "train_eval.csv", seed=s)
-    return run, A.run_analysis(run, make_figures=False)  # the figures: test_study_figures
+    return run, analyze_b.run_analysis(run, make_figures=False)  # the figures: test_study_figures
 
 
 def write_dev_log(path: Path, seed=0, steps=(2, 4, 6, 8, 10)):
@@ -1222,9 +781,9 @@ def test_study_controls_h4_h5_h6(study):
     assert h5["reference_gain_ci"] == entry(out, "many", 10, "strict")["pass1_ci"]  # stream 1: the entry's own replicates
     h6 = {h["other"]: h for h in c["h6"]}
     assert set(h6) == {"rft", "sft"} and all(h["rl"] == "many" and h["scoring"] == "loose" for h in h6.values())
-    many = A.pass_at_k_curves(STUDY_TEST["many"], 8, 8).mean(axis=0)
+    many = stats.pass_at_k_curves(STUDY_TEST["many"], 8, 8).mean(axis=0)
     for o in ("rft", "sft"):
-        assert h6[o]["diff"] == pytest.approx(list(many - A.pass_at_k_curves(STUDY_TEST[o], 8, 8).mean(axis=0)), abs=1e-12)
+        assert h6[o]["diff"] == pytest.approx(list(many - stats.pass_at_k_curves(STUDY_TEST[o], 8, 8).mean(axis=0)), abs=1e-12)
         assert all(lo <= d <= hi for lo, d, hi in zip(h6[o]["lo"], h6[o]["diff"], h6[o]["hi"]))
     assert h6["rft"]["crossover"]["leader_at_k1"] == "rft" and h6["rft"]["crossover"]["point"] == {"outcome": "crosses", "k": 3}
     assert h6["sft"]["crossover"]["leader_at_k1"] == "many" and h6["sft"]["crossover"]["point"] == {"outcome": "crosses", "k": 4}
@@ -1301,18 +860,18 @@ def test_study_figures(study, tmp_path, monkeypatch):
     test_figures_and_report's): each has a y label on every panel; the extrapolated part is dashed
     and labelled model-based in the legend."""
     run, _ = study
-    res = A.analyze(run, resamples=FAST)
+    res = analyze_b.analyze(run, resamples=FAST)
     seen = {}
-    save = A._save
+    save = figures._save
 
     def spy(fig, path):
         seen[path.name] = [ax for ax in fig.axes if ax.axison]
         return save(fig, path)
-    monkeypatch.setattr(A, "_save", spy)
+    monkeypatch.setattr(figures, "_save", spy)
     out = tmp_path / "figures"
     out.mkdir()
-    paths = [A.beyond_figure(out, res), *A.ood_figures(out, res), A.diversity_figure(out, res), A.controls_figure(out, res),
-             A.training_dev_figure(run, [5, 10])]
+    paths = [figures.beyond_figure(out, res), *figures.ood_figures(out, res), figures.diversity_figure(out, res), figures.controls_figure(out, res),
+             figures.training_dev_figure(run, [5, 10])]
     assert [p.name for p in paths] == ["passk_beyond_n.png", "ood_ood.png", "diversity.png", "controls_h6.png", "training_dev.png"]
     for name, axes in seen.items():
         assert all(ax.get_ylabel() for ax in axes), name
@@ -1344,20 +903,20 @@ def test_training_dev_figure_and_new_log_columns(tmp_path):
     write_dev_log(run / "train_many_s1" / "train_eval.csv", seed=1, steps=(2, 4, 6))
     (run / "train_sft_s0").mkdir()
     (run / "train_sft_s0" / "train_log.csv").write_text("step,reward_mean,entropy_mean,kl_mean,grad_norm_clipped\n1,nan,0.5,nan,1.0\n2,nan,0.4,nan,0.9\n")
-    assert A.training_figure(run, [5]) == run / "figures" / "training.png"  # sft: no reward, drawn without error
+    assert figures.training_figure(run, [5]) == run / "figures" / "training.png"  # sft: no reward, drawn without error
     assert (run / "figures" / "training_dev.png").stat().st_size > 1000
-    rows = A._read_csv(run / "train_many_s0" / "train_eval.csv", required=A.DEV_REQUIRED, drawn=A.DEV_COLUMNS)
+    rows = run_files.read_csv(run / "train_many_s0" / "train_eval.csv", required=run_files.DEV_REQUIRED, drawn=run_files.DEV_COLUMNS)
     assert np.isnan(rows[0]["strict_passn"]) and np.isnan(rows[0]["format_rate"]) and rows[-1]["loose_pass1"] == pytest.approx(0.3)
     (run / "train_many_s1" / "train_eval.csv").write_text("step,loose_pass1\n2,abc\n")
-    with pytest.raises(A.InputError, match="train_many_s1/train_eval.csv"):
-        A.training_dev_figure(run, [5])
+    with pytest.raises(run_files.InputError, match="train_many_s1/train_eval.csv"):
+        figures.training_dev_figure(run, [5])
 
 
 def test_smoke_design_skips_the_controls_and_uses_the_test_set(tmp_path):
     """many, 4, 1 (configs/smoke.yaml): no pair for H4-H6; no sets: the test set is the largest n."""
     run = write_run(tmp_path / "run", BASE_MAIN, {("many", 6): DESIGN[("many", 75)], ("4", 6): DESIGN[("16", 75)], ("1", 6): BASE_MAIN},
                     resamples=FAST)
-    out = A.run_analysis(run, make_figures=False)
+    out = analyze_b.run_analysis(run, make_figures=False)
     assert out["controls"]["h4"] == out["controls"]["h5"] == out["controls"]["h6"] == []
     assert [s["hypothesis"] for s in out["controls"]["skipped"]] == ["H4", "H5", "H6"]
     assert out["beyond_n"]["set"] == "test" and out["beyond_n"]["check"] == [] and "no evaluation set has more samples" in out["beyond_n"]["check_skipped"]
@@ -1377,14 +936,14 @@ def test_study_missing_set_and_token_files_are_named_and_refused(tmp_path, gone,
     run = _study_copy(tmp_path, tokens={"enabled": tokens}, analyze={"resamples": 100})
     (run / gone).unlink()
     if not tokens:  # token files are then reported as found, never required
-        out = A.run_analysis(run, make_figures=False)
+        out = analyze_b.run_analysis(run, make_figures=False)
         assert out["missing"] == [] and len(out["tokens"]["rows"]) == 27
         assert "tokens.enabled is off" in (run / "report.md").read_text()
         return
     total = 28 + (1 + 7) + (1 + 14) + 28
-    with pytest.raises(A.InputError, match=rf"1 of {total} expected evaluations are missing \({gone}\)"):
-        A.run_analysis(run, make_figures=False)
-    out = A.run_analysis(run, make_figures=False, partial=True)
+    with pytest.raises(run_files.InputError, match=rf"1 of {total} expected evaluations are missing \({gone}\)"):
+        analyze_b.run_analysis(run, make_figures=False)
+    out = analyze_b.run_analysis(run, make_figures=False, partial=True)
     assert out["missing"] == [gone] and (run / "report.md").read_text().startswith(f"**PARTIAL REPORT: 1 of {total}")
 
 
@@ -1401,36 +960,20 @@ def test_study_missing_set_and_token_files_are_named_and_refused(tmp_path, gone,
 def test_study_malformed_set_and_token_files(tmp_path, where, edit, what):
     run = _study_copy(tmp_path, analyze={"resamples": 100})
     _edit(run / where, edit)
-    with pytest.raises(A.InputError) as ei:
-        A.run_analysis(run, make_figures=False, partial=True)
+    with pytest.raises(run_files.InputError) as ei:
+        analyze_b.run_analysis(run, make_figures=False, partial=True)
     assert where.split("/")[-1] in str(ei.value) and what in str(ei.value)
 
 
 def test_study_stale_set_file_and_token_summary_mismatch(tmp_path):
     run = _study_copy(tmp_path, analyze={"resamples": 100})
     (run / "evalsets/wide/eval_many_s1_010.json").write_text((run / "evalsets/wide/eval_many_s0_010.json").read_text())
-    with pytest.raises(A.InputError, match="eval_many_s1_010.json: many seed 1 step 10 is not among the models of eval_sets.wide"):
-        A.run_analysis(run, make_figures=False)
+    with pytest.raises(run_files.InputError, match="eval_many_s1_010.json: many seed 1 step 10 is not among the models of eval_sets.wide"):
+        analyze_b.run_analysis(run, make_figures=False)
     (run / "evalsets/wide/eval_many_s1_010.json").unlink()
     _set(run / "tokens_many_s0_005.json", "summary", "share_reranked", 0.5)
     (run / "evalsets" / "old").mkdir()
-    A.run_analysis(run, make_figures=False)
+    analyze_b.run_analysis(run, make_figures=False)
     rep = (run / "report.md").read_text()
     assert "tokens_many_s0_005.json: its summary differs from its per-problem detail in share_reranked" in rep
     assert "evalsets/old/ is not a registered evaluation set" in rep
-
-
-def test_compare_conditions_against_a_reference_loop():
-    """Counts in, the documented draws written out: problems default_rng(seed), condition a's seeds
-    default_rng([seed, 1]), condition b's default_rng([seed, 2]); pass@1 = c / n."""
-    rng = np.random.default_rng(9)
-    a, b, base = rng.binomial(8, 0.5, (3, 25)), rng.binomial(8, 0.3, (2, 25)), rng.binomial(8, 0.2, 25)
-    summ, ra, rb = A.compare_conditions(a, b, base, 8, 8, 300, 4, 0.95)
-    idx = np.random.default_rng(4).integers(0, 25, size=(300, 25))
-    sa, sb = np.random.default_rng([4, 1]).integers(0, 3, size=(300, 3)), np.random.default_rng([4, 2]).integers(0, 2, size=(300, 2))
-    ref = [np.mean([a[j, idx[r]].mean() for j in sa[r]]) / 8 - np.mean([b[j, idx[r]].mean() for j in sb[r]]) / 8 for r in range(300)]
-    assert (ra - rb)[:, 0] == pytest.approx(ref, abs=1e-12)
-    assert summ["diff_pass1"] == pytest.approx(a.mean() / 8 - b.mean() / 8) and summ["delta_b"][0] == pytest.approx((b.mean() - base.mean()) / 8)
-    assert summ["ci_pass1"] == pytest.approx(list(np.quantile(ref, [0.025, 0.975])))
-    same, r1, r2 = A.compare_conditions(a[:1], a[:1], base, 8, 8, 300, 4, 0.95)  # one seed each, the same counts: exactly 0
-    assert not np.any(r1 - r2) and same["ci_passk"] == [0.0, 0.0]

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import study
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "smoke.yaml"
@@ -116,7 +117,7 @@ def test_end_to_end_writes_every_file(smoke_run):
     n = ev["sampling"]["n"]
     assert set(ev["sampling"]) >= {"n", "temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens", "seed", "stop_ids"}
     assert ev["sampling"]["repetition_penalty"] == 1.0
-    from analyze_b import pass_at_k
+    from stats import pass_at_k
 
     for s in ("strict", "loose"):
         counts = [p[f"correct_{s}"] for p in ev["problems"]]
@@ -174,18 +175,17 @@ def test_jobs_2_writes_the_same_bytes_as_jobs_1(smoke_run, small_jobs2):
 
 
 def test_changing_train_seeds_leaves_problems_selection_and_base_eval_alone(smoke_run, tmp_path):
-    import config as C
-    import provenance as P
+    import config
+    import provenance
 
-    one = C.load(str(SMOKE))
-    other = C.load(str(SMOKE), ["train.seeds=[7, 8, 9]"])
+    one = config.load(str(SMOKE))
+    other = config.load(str(SMOKE), ["train.seeds=[7, 8, 9]"])
     for stage in ("base", "probe"):
-        assert P.stage_hash(one, stage) == P.stage_hash(other, stage), stage
-    import grpo
+        assert provenance.stage_hash(one, stage) == provenance.stage_hash(other, stage), stage
 
-    sizes = {"sizes": grpo.selection_sizes(one)}
-    assert sizes == {"sizes": grpo.selection_sizes(other)} and P.stage_hash(one, "select", sizes) == P.stage_hash(other, "select", sizes)
-    assert P.stage_hash(one, "eval", {"adapter_sha256": None}) == P.stage_hash(other, "eval", {"adapter_sha256": None})
+    sizes = {"sizes": study.selection_sizes(one)}
+    assert sizes == {"sizes": study.selection_sizes(other)} and provenance.stage_hash(one, "select", sizes) == provenance.stage_hash(other, "select", sizes)
+    assert provenance.stage_hash(one, "eval", {"adapter_sha256": None}) == provenance.stage_hash(other, "eval", {"adapter_sha256": None})
     # and the pipeline agrees: with other seeds, base, probe, select and the base evaluation are done
     d = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--dry-run", "--set", "train.seeds=[7, 8, 9]", timeout=120)
     assert d.returncode == 0, d.stderr

@@ -12,10 +12,12 @@ import pytest
 import torch
 import yaml
 
-import config as C
+import config
 import countdown
 import grpo
 import qwen_shape
+import sampler
+from model import load_model, load_tokenizer, render_prompts, stop_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 REHEARSAL = ROOT / "configs" / "rehearsal.yaml"
@@ -93,7 +95,7 @@ def test_rendered_prompt_is_qwen_chatml_token_for_token(tok):
     expected = (f"<|im_start|>system\n{QWEN_SYSTEM}<|im_end|>\n<|im_start|>user\n"
                 f"{instruction}<|im_end|>\n<|im_start|>assistant\n")
     assert tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == expected
-    ids = grpo.render_prompts(tok, [p], "instruct")[0]
+    ids = render_prompts(tok, [p], "instruct")[0]
     assert ids == tok.encode(expected, add_special_tokens=False)
     assert ids[:3] == [151644, 8948, 198] and ids[-3:] == [151644, 77091, 198]  # <|im_start|>system\n ... <|im_start|>assistant\n
     assert ids.count(151645) == 2 and ids.count(151644) == 3
@@ -126,7 +128,7 @@ def test_built_folder_has_the_exact_shape_bf16_and_shipped_generation_config(reh
     assert dtypes == {torch.bfloat16}
     info = json.loads((base / "build.json").read_text())
     assert info["stage_hash"] and info["params"] == 165_960_320  # 136.1M embedding + 2 x 14.9M per layer + norm
-    back = grpo.load_tokenizer(str(base))
+    back = load_tokenizer(str(base))
     assert type(back).__name__ == "Qwen2Tokenizer" and len(back) == len(tok)
     text = "<|im_start|>user\nCompute 413 * 41 - 882.<|im_end|>\n"
     assert back.encode(text, add_special_tokens=False) == tok.encode(text, add_special_tokens=False)
@@ -135,21 +137,21 @@ def test_built_folder_has_the_exact_shape_bf16_and_shipped_generation_config(reh
 def test_model_reloads_and_shipped_sampling_settings_change_nothing(rehearsal, tmp_path):
     """The folder's generation_config.json is read by transformers (the model carries
     repetition_penalty 1.1) yet our samples are the same without the file."""
-    cfg = C.load(str(REHEARSAL), fast_sets())
+    cfg = config.load(str(REHEARSAL), fast_sets())
     bare = tmp_path / "bare"
     shutil.copytree(rehearsal / "base_model", bare)
     (bare / "generation_config.json").unlink()
     outs = []
     for folder in (rehearsal / "base_model", bare):
-        model, tok = grpo.load_model(cfg, str(folder), CPU)
+        model, tok = load_model(cfg, str(folder), CPU)
         assert next(model.parameters()).dtype == torch.bfloat16
         if folder != bare:
             assert model.generation_config.repetition_penalty == 1.1 and model.generation_config.top_k == 20
-            assert grpo.stop_ids(model, tok) == [151643, 151645]  # <|endoftext|> comes from generation_config.json
+            assert stop_ids(model, tok) == [151643, 151645]  # <|endoftext|> comes from generation_config.json
         _, test = countdown.make_splits("arith-3x2", 8, 2, 0)
-        prompts = grpo.render_prompts(tok, test, "instruct")
-        s = C.SamplingCfg(temperature=1.0, max_new_tokens=12)
-        outs.append(grpo.sample(model, prompts, 4, s, 7, [151643, 151645], 151643).tokens)
+        prompts = render_prompts(tok, test, "instruct")
+        s = config.SamplingCfg(temperature=1.0, max_new_tokens=12)
+        outs.append(sampler.sample(model, prompts, 4, s, 7, [151643, 151645], 151643).tokens)
     assert outs[0] == outs[1]
 
 
@@ -161,8 +163,8 @@ def test_planted_answer_gives_mixed_rewards_and_ragged_stops(tok):
     assert len(set(str(planted.answer))) == len(str(planted.answer))
     model = qwen_shape.random_model(1, 0)
     qwen_shape.plant_response(model, tok, planted.answer)
-    prompts = grpo.render_prompts(tok, [planted], "instruct")
-    smp = grpo.sample(model, prompts, 16, C.SamplingCfg(temperature=1.0, max_new_tokens=12), 0, [151643, 151645], 151643)
+    prompts = render_prompts(tok, [planted], "instruct")
+    smp = sampler.sample(model, prompts, 16, config.SamplingCfg(temperature=1.0, max_new_tokens=12), 0, [151643, 151645], 151643)
     texts = tok.batch_decode(smp.tokens, skip_special_tokens=True)
     right = sum(countdown.score_strict(t, planted.answer) for t in texts)
     assert 3 <= right <= 13  # ~8 of 16
@@ -187,7 +189,7 @@ def test_rehearsal_runs_every_stage_on_the_real_code_path(rehearsal):
         assert {151643, 151645} <= set(done["stop_ids"]) and done["dtype"] == "bfloat16"
         rows = grpo.read_log(rehearsal / f"train_{cond}_s0" / "train_log.csv")
         assert len(rows) == 1
-        trained += sum(r["sec_fwd_bwd"] > 0.5 and r["grad_norm"] > 0 for r in rows)
+        trained += sum(r["grad_norm"] > 0 for r in rows)  # a zero-advantage step leaves every gradient exactly 0
         if cond == "1":
             assert rows[0]["truncated_frac"] < 1  # stop tokens ended completions
             assert rows[0]["len_max"] > rows[0]["len_mean"]  # ragged: the micro-batch was right-padded

@@ -5,16 +5,17 @@ import random
 import pytest
 import torch
 
-import config as C
+import config
 import countdown
-import grpo
+import sampler
 import tiny_base
+from model import load_model, load_tokenizer, pad_id, render_prompts, stop_ids
 
 
 def test_tokenizer_round_trip_and_chat_template(tmp_path):
     tok = tiny_base.build_tokenizer()
     tiny_base.save_tokenizer(tok, tmp_path)
-    back = grpo.load_tokenizer(str(tmp_path))
+    back = load_tokenizer(str(tmp_path))
     text = "<think>57 * 5 = 50 * 5 + 7 * 5 = 250 + 35 = 285. 285 - 42 = 243</think>The answer is 243."
     ids = back(text, add_special_tokens=False)["input_ids"]
     assert back.decode(ids) == text  # spaces and newlines survive (AutoTokenizer's Qwen2 class dropped them)
@@ -27,7 +28,7 @@ def test_tokenizer_round_trip_and_chat_template(tmp_path):
 
 @pytest.mark.parametrize("decomposed", [1.0, 0.0])
 def test_traces_compute_right_without_slips_and_use_tags_as_configured(decomposed):
-    b = C.TinyBaseCfg(p_decomposed=decomposed, p_slip=0.0, p_oneshot_wrong=0.0, p_tags=0.5)
+    b = config.TinyBaseCfg(p_decomposed=decomposed, p_slip=0.0, p_oneshot_wrong=0.0, p_tags=0.5)
     train, _ = countdown.make_splits("arith-2x1", 200, 10, 0)
     rng = random.Random(0)
     tagged = 0
@@ -42,7 +43,7 @@ def test_traces_compute_right_without_slips_and_use_tags_as_configured(decompose
 
 
 def test_slips_and_wrong_one_shot_products_make_wrong_answers():
-    b = C.TinyBaseCfg(p_decomposed=0.0, p_oneshot_wrong=1.0, p_tags=1.0)
+    b = config.TinyBaseCfg(p_decomposed=0.0, p_oneshot_wrong=1.0, p_tags=1.0)
     train, _ = countdown.make_splits("arith-2x1", 100, 10, 0)
     rng = random.Random(1)
     assert not any(countdown.score_loose(tiny_base.trace(p, rng, b), p.answer) for p in train)
@@ -53,7 +54,7 @@ def test_pretraining_learns_to_copy_operands(fitted_dir, smoke_cfg):
     into its working where the same architecture untrained never does."""
     info = json.loads((fitted_dir / "build.json").read_text())
     assert info["loss_last_50"] < 0.25 * info["loss_first"]
-    cfg = C._build(C.Config, {**C.to_dict(smoke_cfg), "model": {"path": str(fitted_dir), "dtype": "float32"}})
+    cfg = config._build(config.Config, {**config.to_dict(smoke_cfg), "model": {"path": str(fitted_dir), "dtype": "float32"}})
     _, test = countdown.make_splits(smoke_cfg.task.name, smoke_cfg.task.n_train, smoke_cfg.task.n_test, smoke_cfg.task.seed)
     untrained = fitted_dir.parent / "untrained"
     tok = tiny_base.build_tokenizer()
@@ -61,9 +62,24 @@ def test_pretraining_learns_to_copy_operands(fitted_dir, smoke_cfg):
     tiny_base.save_tokenizer(tok, untrained)
     copied = {}
     for name, path in (("fitted", fitted_dir), ("untrained", untrained)):
-        model, tk = grpo.load_model(cfg, str(path), torch.device("cpu"))
-        prompts = grpo.render_prompts(tk, test, "bare")
-        out = grpo.sample(model, prompts, 1, C.SamplingCfg(temperature=0, max_new_tokens=20), 0, grpo.stop_ids(model, tk), grpo.pad_id(tk))
+        model, tk = load_model(cfg, str(path), torch.device("cpu"))
+        prompts = render_prompts(tk, test, "bare")
+        out = sampler.sample(model, prompts, 1, config.SamplingCfg(temperature=0, max_new_tokens=20), 0, stop_ids(model, tk), pad_id(tk))
         texts = tk.batch_decode(out.tokens, skip_special_tokens=True)
         copied[name] = sum(t.startswith(f"<think>{p.numbers[0]} * {p.numbers[1]} = ") for p, t in zip(test, texts)) / len(test)
     assert copied["fitted"] >= 0.75 and copied["untrained"] == 0.0
+
+
+def test_gold_solutions_are_right_and_match_the_tiny_traces():
+    for task in ("arith-3x2", "arith-2x1", "arith-3x3", "arith-1x1"):
+        for p in countdown.generate(task, 20, 3):
+            for style in ("instruct", "bare"):
+                g = countdown.gold_solution(p, style)
+                assert countdown.score(p, g) == {"strict": True, "loose": True, "format": True}, g
+    # the CPU world's gold solution is the tiny base's own correct, tagged, decomposed trace
+    b = config.TinyBaseCfg(p_decomposed=1.0, p_slip=0.0, p_tags=1.0)
+    for p in countdown.generate("arith-2x1", 20, 1):
+        assert countdown.gold_solution(p, "bare") == tiny_base.trace(p, random.Random(0), b)
+    p = countdown.Problem("x", "arith-3x2", "413 * 41 - 882", 16051, (413, 41, 882), "")
+    assert countdown.gold_solution(p) == ("<think>413 * 41 = 413 * 40 + 413 * 1 = 16520 + 413 = 16933. 16933 - 882 = 16051"
+                                          "</think>\n<answer>16051</answer>")

@@ -1,0 +1,297 @@
+"""Running the pipeline's jobs: a job is the `grpo.py` command a user could type; the runner runs
+them in the registry's order, N at a time in worker processes or on a Ray cluster, each once the
+jobs it waits for are done, with an ETA from the run's measured times. Also the run folder's lock
+and the move-aside of outputs that a rerun replaces (RUN/superseded/<time>/, never deleted).
+No torch in this process: a worker runs grpo.py itself.
+"""
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import config
+import provenance
+import study
+
+ROOT = Path(__file__).resolve().parent
+
+
+def log(msg: str) -> None:
+    print(f"[pipeline {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class Refused(Exception):
+    """An output in the run folder was made under another config (or the folder is locked)."""
+
+
+@dataclass
+class Job:
+    """One unit of work: the `grpo.py` command that makes `outputs`."""
+    stage: str  # train | eval | tokens
+    name: str  # e.g. "train many s0", "eval many s0 step 50", "eval base", "eval-wide base", "tokens many s0 step 50"
+    argv: list[str]  # grpo.py's arguments
+    needs: list[str] = field(default_factory=list)  # names of jobs that must finish first
+    steps: int = 0  # training steps (for the ETA)
+    samples: int = 0  # responses an evaluation draws (for the ETA)
+
+    def command(self) -> str:
+        return " ".join(shlex.quote(x) for x in ["python", "grpo.py", *self.argv])
+
+
+def run_grpo(argv: list[str]) -> int:
+    """A job: exactly `python grpo.py <argv>`, run as __main__ in this process (a worker's), so
+    torch is imported once per worker, not once per job. Returns the command's exit code."""
+    saved = sys.argv
+    sys.argv = [str(ROOT / "grpo.py"), *argv]
+    try:
+        runpy.run_path(str(ROOT / "grpo.py"), run_name="__main__")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = saved
+    return 0
+
+
+class Runner:
+    """Runs jobs in the registry's order, up to `n` at a time, each once the jobs it needs are
+    done. n == 1 runs each job in this process; n > 1 in a pool of n worker processes. Either
+    way a job is grpo.main(argv) with the argv of the command a user would type. Prints what is
+    running, done and left, with an ETA from the measured step and evaluation times."""
+
+    def __init__(self, run: Path, threads: int, n: int, executor: str, ray_address: str | None, quiet: bool, on_done):
+        self.folder, self.threads, self.n, self.executor, self.quiet, self.on_done = run, threads, n, executor, quiet, on_done
+        self.ray_address = ray_address
+
+    def argv(self, job: Job) -> list[str]:
+        return job.argv + (["--quiet"] if (self.quiet or self.n > 1 or self.executor == "ray") else [])
+
+    def run(self, jobs: list[Job]) -> dict[str, dict]:
+        if self.executor == "ray":
+            return self._run_ray(jobs)
+        if self.n == 1:
+            return self._schedule(jobs, None)
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawn: a fresh interpreter per worker (no forked torch state)
+        pool = ProcessPoolExecutor(max_workers=self.n, mp_context=mp.get_context("spawn"))
+        try:
+            return self._schedule(jobs, pool)
+        except BaseException:
+            for proc in list(getattr(pool, "_processes", {}).values()):  # Ctrl-C: stop the workers now;
+                proc.terminate()  # each training run keeps its last checkpoint
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _schedule(self, jobs: list[Job], pool) -> dict[str, dict]:
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        status: dict[str, dict] = {}
+        waiting = list(jobs)
+        running: dict = {}  # future -> job
+        started: dict[str, float] = {}
+        last_report = time.perf_counter()
+        while waiting or running:
+            ok = {k for k, v in status.items() if v["status"] == "done"}
+            failed = len(ok) < len(status)
+            ready = [] if failed else [j for j in waiting if all(x in ok for x in j.needs)]
+            if not ready and not running:
+                break  # what is left waits for a job that failed
+            for job in ready[: self.n - len(running)]:
+                waiting.remove(job)
+                started[job.name] = time.perf_counter()
+                log(f"start {job.name}")
+                if pool is None:  # in this process, one at a time
+                    status[job.name] = self._finish(job, run_grpo(self.argv(job)), started)
+                    break
+                running[pool.submit(run_grpo, self.argv(job))] = job
+            if running:
+                finished, _ = wait(list(running), timeout=60, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    job = running.pop(fut)
+                    status[job.name] = self._finish(job, fut.result(), started)
+                if time.perf_counter() - last_report > 60:
+                    last_report = time.perf_counter()
+                    self.progress(jobs, status, [j.name for j in running.values()])
+        return status
+
+    def _finish(self, job: Job, rc: int, started: dict[str, float]) -> dict:
+        sec = round(time.perf_counter() - started[job.name], 1)
+        if rc == 0:
+            log(f"done  {job.name} ({sec:.0f} s)")
+            self.on_done(job)
+            return {"status": "done", "seconds": sec, "finished": now()}
+        log(f"FAILED {job.name} (exit {rc}); rerun it by hand: {job.command()}")
+        return {"status": "failed", "seconds": sec, "exit": rc}
+
+    def progress(self, jobs: list[Job], status: dict[str, dict], running: list[str]) -> None:
+        left = [j for j in jobs if j.name not in status and j.name not in running]
+        done = sum(v["status"] == "done" for v in status.values())
+        eta = estimate_seconds(self.folder, [j for j in jobs if j.name not in status], self.n)
+        log(f"jobs: running {', '.join(running) or '-'}; done {done}/{len(jobs)}; waiting {len(left)}; "
+            f"ETA {fmt_minutes(eta)}")
+
+    def _run_ray(self, jobs: list[Job]) -> dict[str, dict]:
+        """The same commands on a Ray cluster (ray.init(address=...); an embedded local Ray when
+        no address is given). Each task runs `python grpo.py ...` in this repository's folder,
+        which must be the same path on every node (a shared file system)."""
+        try:
+            import ray
+        except ImportError:
+            raise config.ConfigError("--executor ray: ray is not installed (pip install -r requirements-optional.txt)")
+        ray.init(address=self.ray_address, ignore_reinit_error=True, log_to_driver=False)
+
+        @ray.remote(num_cpus=max(1, self.threads))
+        def run_job(argv: list[str]) -> int:
+            return subprocess.run([sys.executable, str(ROOT / "grpo.py"), *argv], cwd=ROOT).returncode
+
+        status: dict[str, dict] = {}
+        refs: dict[str, object] = {}
+        started: dict[str, float] = {}
+        waiting = list(jobs)
+        by_ref: dict = {}
+        try:
+            while waiting or refs:
+                done_names = {k for k, v in status.items() if v["status"] == "done"}
+                for job in [j for j in waiting if all(x in done_names for x in j.needs)]:
+                    waiting.remove(job)
+                    started[job.name] = time.perf_counter()
+                    log(f"submit {job.name}")
+                    refs[job.name] = run_job.remote(self.argv(job))
+                    by_ref[job.name] = job
+                if not refs:
+                    break  # the rest wait for jobs that failed
+                ready, _ = ray.wait(list(refs.values()), num_returns=1)
+                for name, ref in list(refs.items()):
+                    if ref in ready:
+                        del refs[name]
+                        status[name] = self._finish(by_ref[name], ray.get(ref), started)
+        finally:
+            for ref in refs.values():
+                ray.cancel(ref, force=True)
+        return status
+
+
+def train_seconds_per_step(run: Path) -> float | None:
+    """The median measured seconds per training step in this run so far (sweep or training logs)."""
+    import statistics
+
+    secs = []
+    for f in list(run.glob("train_*/train_log.csv")) + list(run.glob("lr_sweep/lr_*/train_log.csv")):
+        try:
+            import csv
+
+            with open(f) as fh:
+                secs += [float(r["sec_sampling"]) + float(r["sec_fwd_bwd"]) for r in csv.DictReader(fh)]
+        except (OSError, KeyError, ValueError):
+            continue
+    return statistics.median(secs) if secs else None
+
+
+def estimate_seconds(run: Path, jobs: list[Job], n: int) -> tuple[float, list[str]]:
+    """Seconds left for `jobs` on n workers, from this run's measured step and evaluation times,
+    and the kinds of job nothing has been measured for yet (left out of the figure)."""
+    sps = train_seconds_per_step(run)
+    per = [d["seconds"] / (d["n_problems"] * d["sampling"]["n"]) for f in run.glob("eval_*.json")
+           if (d := provenance.read_json(f)) and "seconds" in d and "n_problems" in d]
+    per_sample = sum(per) / len(per) if per else None
+    total, unknown = 0.0, set()
+    for j in jobs:
+        if j.stage == "train" and sps is not None:
+            rows = provenance.read_json(study.train_dir(run, *_cond_seed(j)) / "last" / "state.json")
+            total += (j.steps - (rows or {}).get("step", 0)) * sps
+        elif j.stage != "train" and per_sample is not None:
+            total += per_sample * j.samples
+        else:
+            unknown.add("training" if j.stage == "train" else "evaluation")
+    return total / max(1, n), sorted(unknown)
+
+
+def _cond_seed(job: Job) -> tuple[str, int]:
+    a = job.argv
+    return a[a.index("--condition") + 1], int(a[a.index("--seed") + 1])
+
+
+def fmt_minutes(est: tuple[float, list[str]]) -> str:
+    sec, unknown = est
+    text = f"~{sec / 60:.0f} min" if sec >= 60 else f"~{sec:.0f} s"
+    return text + (f" plus {' and '.join(unknown)} (not measured yet)" if unknown else "")
+
+
+# ============================================================================= the run folder
+
+
+class Lock:
+    """RUN/.pipeline.lock: one pipeline per run folder. A lock whose process is gone (killed) is
+    reported and taken over, not obeyed forever."""
+
+    def __init__(self, run: Path):
+        self.path = run / ".pipeline.lock"
+        self.held = False
+
+    def acquire(self) -> None:
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": now()}
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                other = provenance.read_json(self.path) or {}
+                if other.get("host") == me["host"] and _alive(other.get("pid")):
+                    raise Refused(f"{self.path.parent} is in use by another pipeline.py (pid {other.get('pid')}, started "
+                                  f"{other.get('started')}); wait for it to finish or stop it")
+                if other.get("host") not in (None, me["host"]):
+                    raise Refused(f"{self.path} is held by host {other['host']} (pid {other.get('pid')}); if that run is dead, delete the file")
+                log(f"stale lock from pid {other.get('pid')} (no longer running, started {other.get('started')}): taken over")
+                self.path.unlink(missing_ok=True)
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+            self.held = True
+            return
+        raise Refused(f"{self.path}: could not take the lock")
+
+    def release(self) -> None:
+        if self.held:
+            self.path.unlink(missing_ok=True)
+            self.held = False
+
+
+def _alive(pid) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Aside:
+    """Moves out-of-date outputs to RUN/superseded/<time>/ (never deletes a result)."""
+
+    def __init__(self, run: Path):
+        self.run = run
+        self.folder = run / "superseded" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+    def move(self, path: Path, why: str) -> None:
+        if not path.exists():
+            return
+        dest = self.folder / path.relative_to(self.run)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, dest)
+        log(f"moved aside {path.relative_to(self.run)} -> {dest.relative_to(self.run)} ({why})")

@@ -1,0 +1,288 @@
+"""The secondary analyses of PLAN.md sections 7b and 7c: the controls' hypotheses H4-H6, pass@k
+beyond n (the beta-binomial model and its check on the study's own data), boundary counts,
+diversity, test vs out-of-distribution sets, and the token level. Descriptive or secondary
+throughout; the statistics come from stats.py, the inputs from run_files.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from countdown import SCORINGS
+from run_files import DEFAULT_CONDITION, Design
+from stats import (boundary, compare_conditions, boot_curves, extrapolation_check, fit_pass_model, model_pass_at_k,
+                   pass_at_k_curves, per_problem, percentile_interval, ratio_estimate, resample_indices)
+
+
+CONTROL_SCORING = {"H4": "loose", "H5": "strict", "H6": "loose"}  # PLAN.md section 7b
+
+
+DIVERSITY = (("distinct_answers", "distinct answers"), ("answer_entropy", "answer entropy (nats)"),
+             ("token_entropy", "token entropy at T = 1 (nats)"))
+
+
+PAPER_TABLE2 = {"source": "arXiv 2605.06241, Table 2 (a different model and task)", "share_reranked": [0.01, 0.04],
+                "share_shifted": [0.0001, 0.0012], "entropy_ratio": [7.6, 12.6], "mean_rank_changed": [2.1, 2.4]}
+
+
+MODEL_BASED = "model-based (beta-binomial)"
+
+
+def _key_fields(key) -> dict:
+    return {"condition": "base", "seed": None, "step": None} if key is None else {"condition": key[0], "seed": key[1], "step": key[2]}
+
+
+def model_label(key) -> str:
+    return "base" if key is None else f"{key[0]} s{key[1]} step {key[2]}"
+
+
+def _counts(doc: dict, sc: str) -> np.ndarray:
+    return np.array([p[f"correct_{sc}"] for p in doc["problems"]])
+
+
+def _ordered(design: Design, docs: dict, step: int | None = None) -> list[tuple]:
+    """The keys of docs in the design's order (conditions as registered, then seeds, then steps)."""
+    return [k for k in design.expected() if k in docs and (step is None or k[2] == step)]
+
+
+def find_twins(settings: dict[str, dict], varied: str, is_treated) -> list[tuple[str, str]]:
+    """(treated, twin) pairs of registered conditions: treated satisfies is_treated(its settings);
+    its twin is the first condition (config order) whose settings equal the treated one's on every
+    key but `varied` and lr (a per-condition rate is a tuning, not a different recipe), and whose
+    `varied` value is the default (DEFAULT_CONDITION). The controls are found from the registry's
+    settings, never from a condition's name."""
+    ignore = {varied, "lr"}
+    pairs = []
+    for name, s in settings.items():
+        if not is_treated(s):
+            continue
+        for other, t in settings.items():
+            if other != name and t[varied] == DEFAULT_CONDITION[varied] and \
+                    all(t[k] == s[k] for k in DEFAULT_CONDITION if k not in ignore):
+                pairs.append((name, other))
+                break
+    return pairs
+
+
+# ============================================================================= controls: H4-H6
+
+
+def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], B: int, bseed: int, ci: float, last: int,
+                     k_max: int) -> dict:
+    """H4-H6 (PLAN.md section 7b), each asked of every registered pair its settings define
+    (find_twins), at the last checkpoint; a hypothesis whose conditions are not registered, or whose
+    evaluations are missing, is listed as skipped with the reason. Seeds of the two conditions are
+    drawn independently (compare_conditions), problems shared."""
+    out = {"step": last, "scorings": dict(CONTROL_SCORING), "h4": [], "h5": [], "h6": [], "skipped": []}
+    by_key = {(e["condition"], e["step"], e["scoring"]): e for e in entries}
+    n = base["sampling"]["n"]
+
+    def seeds_of(c):
+        return [s for s in design.seeds if (c, s, last) in rl]
+
+    def contrast(sc, a, b):
+        sa, sb = seeds_of(a), seeds_of(b)
+        summ, ra, rb = compare_conditions([_counts(rl[(a, s, last)], sc) for s in sa], [_counts(rl[(b, s, last)], sc) for s in sb],
+                                          _counts(base, sc), n, k_max, B, bseed, ci)
+        return summ, ra, rb, sa, sb
+
+    def ready(h, sc, a, b) -> bool:
+        lacking = [c for c in (a, b) if not seeds_of(c)]
+        if lacking:
+            out["skipped"].append({"hypothesis": h, "conditions": [a, b], "why": f"no evaluation of {', '.join(lacking)} at step {last}"})
+        return not lacking
+
+    st = design.settings
+    pairs = find_twins(st, "kl", lambda s: s["kl"] > 0)
+    if not pairs:
+        out["skipped"].append({"hypothesis": "H4", "conditions": [], "why": "no registered condition with a KL anchor (kl > 0) and an unanchored twin"})
+    for anchored, plain in pairs:
+        sc = CONTROL_SCORING["H4"]
+        if not ready("H4", sc, anchored, plain):
+            continue
+        ea, eb = by_key[(anchored, last, sc)], by_key[(plain, last, sc)]
+        summ, _, _, sa, sb = contrast(sc, anchored, plain)
+        out["h4"].append({
+            "anchored": anchored, "unanchored": plain, "kl": st[anchored]["kl"], "step": last, "scoring": sc, "k_max": k_max,
+            "anchored_passk_diff": ea["passk_diff"], "anchored_passk_ci90": ea["passk_ci90"], "anchored_p_equiv_adj": ea["p_equiv_adj"],
+            "anchored_ceiling_equivalent": ea["ceiling_equivalent"],
+            "unanchored_passk_diff": eb["passk_diff"], "unanchored_passk_ci": eb["passk_ci"],
+            "unanchored_p_falls_adj": eb["p_passk_fall_adj"], "unanchored_ceiling_falls": eb["ceiling_falls"],
+            "holds": bool(ea["ceiling_equivalent"] and eb["ceiling_falls"]),
+            "contrast": summ["diff_passk"], "contrast_ci": summ["ci_passk"], "seeds_anchored": sa, "seeds_unanchored": sb,
+            "contrast_curve": {k: summ[k] for k in ("diff", "lo", "hi", "crit", "level")},
+            "test": f"anchored: TOST within ±{design.margin:g} on its Holm-adjusted p (entry {anchored}/{last}/{sc}); unanchored: "
+                    f"ceiling falls on its Holm-adjusted p (entry {plain}/{last}/{sc}); H4 holds when both do. The contrast "
+                    f"Δpass@{k_max}({anchored}) − Δpass@{k_max}({plain}) is descriptive (crossed bootstrap, seeds of the two "
+                    f"conditions drawn independently, problems shared)"})
+    pairs = find_twins(st, "reward", lambda s: s["reward"] == "format")
+    if not pairs:
+        out["skipped"].append({"hypothesis": "H5", "conditions": [], "why": "no registered format-reward condition with a strict-reward twin"})
+    for fmt, ref in pairs:
+        sc = CONTROL_SCORING["H5"]
+        if not ready("H5", sc, fmt, ref):
+            continue
+        summ, ra, rb, sa, sb = contrast(sc, ref, fmt)  # a = the reference (its replicates are its entry's)
+        d_ref, d_fmt = summ["delta_a"][0], summ["delta_b"][0]
+        out["h5"].append({
+            "condition": fmt, "reference": ref, "step": last, "scoring": sc, "gain": d_fmt, "gain_ci": summ["delta_b_ci_pass1"],
+            "reference_gain": d_ref, "reference_gain_ci": summ["delta_a_ci_pass1"], **ratio_estimate(d_fmt, d_ref, rb[:, 0], ra[:, 0], ci),
+            "seeds_condition": sb, "seeds_reference": sa,
+            "statistic": f"share = Δ{sc} pass@1({fmt}) / Δ{sc} pass@1({ref}); percentile interval of the replicate ratios; an estimate, not a test"})
+    pairs = find_twins(st, "method", lambda s: s["method"] in ("rft", "sft"))
+    if not pairs:
+        out["skipped"].append({"hypothesis": "H6", "conditions": [], "why": "no registered rft or sft condition with a GRPO twin"})
+    for other, rlc in pairs:
+        sc = CONTROL_SCORING["H6"]
+        if not ready("H6", sc, other, rlc):
+            continue
+        summ, _, _, sa, sb = contrast(sc, rlc, other)
+        lead = summ["crossover"]["leader_at_k1"]
+        summ["crossover"]["leader_at_k1"] = {"a": rlc, "b": other}.get(lead, "tie")
+        out["h6"].append({"rl": rlc, "other": other, "method": st[other]["method"], "step": last, "scoring": sc, **summ,
+                          "seeds_rl": sa, "seeds_other": sb,
+                          "statistic": f"Δ_k = pass@k({rlc}) − pass@k({other}), k = 1..{k_max}; simultaneous {ci:.0%} band (max-|t|); "
+                                       "descriptive, secondary, not adjusted"})
+    return out
+
+
+# ============================================================================= beyond n, diversity, out of distribution, tokens
+
+
+def _largest_set(design: Design, sets: dict, n_test: int) -> str | None:
+    """The set on the trained task with the most samples per problem, if it has more than the test set."""
+    cands = [(spec["n"], name) for name, spec in design.eval_sets.items() if not spec["ood"] and sets[name][0] is not None]
+    return max(cands)[1] if cands and max(cands)[0] > n_test else None
+
+
+def analyze_beyond(design: Design, base: dict, rl: dict, sets: dict, last: int, n_test: int) -> dict:
+    """pass@k beyond n (the beta-binomial fits, per model and scoring, on the largest-n set), the
+    model's check against the study's own data (fit on the test set's counts of the large set's
+    problems, predict the large set's measured pass@n) and the boundary counts at that n."""
+    big = _largest_set(design, sets, n_test)
+    if big:
+        bdoc, brl, n, prefix = sets[big][0], sets[big][1], design.eval_sets[big]["n"], f"evalsets/{big}/"
+    else:
+        bdoc, brl, n, prefix = base, rl, n_test, ""
+    ext = design.extrapolate_to
+    models = [(None, bdoc)] + [(k, brl[k]) for k in _ordered(design, brl, last)]
+    fits, curves_out, check, bound = [], {}, [], []
+    for key, d in models:
+        for sc in SCORINGS:
+            c = _counts(d, sc)
+            f = fit_pass_model(c, n)
+            ks = np.unique(np.geomspace(n, max(ext, n), 64).round().astype(int))
+            curves_out[(key, sc)] = {"measured": pass_at_k_curves(c, n, n).mean(axis=0), "ks_model": ks, "model": model_pass_at_k(f, ks)}
+            fits.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "file": prefix + d["_file"], "n": n,
+                         "n_problems": len(c), "chosen": f["chosen"], "alpha": f["alpha"], "beta": f["beta"], "pi": f["pi"],
+                         "aic": {m: g["aic"] for m, g in f["fits"].items()}, "loglik": {m: g["loglik"] for m, g in f["fits"].items()},
+                         "at_bound": f["at_bound"], "measured_pass_at_n": float(per_problem(c, n, n).mean()),
+                         "model_pass_at_n": float(model_pass_at_k(f, [n])[0]), "extrapolate_to": ext,
+                         "model_pass_at_extrapolated": float(model_pass_at_k(f, [ext])[0])})
+            if key is not None:
+                bound.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "n": n, "file": prefix + d["_file"],
+                              "base_file": prefix + bdoc["_file"], **boundary(_counts(bdoc, sc), c, [p["id"] for p in d["problems"]])})
+    skipped = None
+    if big:
+        pos = {p["id"]: i for i, p in enumerate(base["problems"])}
+        ids = [p["id"] for p in bdoc["problems"]]
+        if design.eval_sets[big]["task"] != (design.config.get("task") or {}).get("name") or any(i not in pos for i in ids):
+            skipped = f"the problems of {prefix}eval_base.json are not all test problems"
+        else:
+            sub = [pos[i] for i in ids]
+            for key, d in models:
+                td = base if key is None else rl.get(key)
+                if td is None:
+                    continue
+                for sc in SCORINGS:
+                    r = extrapolation_check(_counts(td, sc)[sub], n_test, _counts(d, sc), n)
+                    check.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "fit_file": td["_file"],
+                                  "target_file": prefix + d["_file"], "n_problems": len(ids), **r})
+    else:
+        skipped = "no evaluation set has more samples per problem than the test set"
+    return {"set": big or "test", "n": n, "extrapolate_to": ext,
+            "rule": "maximum likelihood (scipy Nelder-Mead on logit μ, log(α + β), logit π; fit_betabinom); the zero-inflated "
+                    "beta-binomial (3 parameters) when its AIC is lower than the beta-binomial's (2)", "label": MODEL_BASED, "fits": fits, "check": check, "check_skipped": skipped, "boundary": bound,
+            "_curves": curves_out}
+
+
+def _diversity_means(doc: dict) -> dict:
+    """Mean over problems of each diversity field (None when no problem carries it)."""
+    out = {}
+    for k, _ in DIVERSITY:
+        v = [p[k] for p in doc["problems"] if p.get(k) is not None and not np.isnan(p[k])]
+        out[k] = float(np.mean(v)) if v else None
+    return out
+
+
+def analyze_diversity(design: Design, base: dict, rl: dict, sets: dict) -> dict:
+    """Per model (every set that carries the fields) the mean over problems of distinct answers,
+    answer entropy and token entropy; per set, condition and checkpoint the mean over seeds."""
+    models, conds = [], []
+    for name, (b, docs, prefix) in [("test", (base, rl, ""))] + [(s, (v[0], v[1], f"evalsets/{s}/")) for s, v in sets.items()]:
+        if b is None:
+            continue
+        rows = [(None, b)] + [(k, docs[k]) for k in _ordered(design, docs)]
+        got = [(k, d, _diversity_means(d)) for k, d in rows]
+        if all(v is None for _, _, m in got for v in m.values()):
+            continue  # files from before the diversity fields
+        for k, d, m in got:
+            models.append({"set": name, **_key_fields(k), "model": model_label(k), "file": prefix + d["_file"], **m})
+        conds.append({"set": name, "condition": "base", "step": None, "seeds": [], **got[0][2]})
+        for c in design.conditions:
+            for st in design.checkpoints:
+                ms = [(k[1], m) for k, _, m in got[1:] if (k[0], k[2]) == (c, st)]
+                if ms:
+                    conds.append({"set": name, "condition": c, "step": st, "seeds": [s for s, _ in ms],
+                                  **{f: (float(np.mean([m[f] for _, m in ms if m[f] is not None])) if any(m[f] is not None for _, m in ms) else None)
+                                     for f, _ in DIVERSITY}})
+    return {"models": models, "conditions": conds, "fields": {k: w for k, w in DIVERSITY}}
+
+
+def analyze_ood(design: Design, sets: dict, entries: list[dict], curves: dict, B: int, bseed: int, ci: float, draws,
+                last: int, k_test: int) -> dict:
+    """Test vs each out-of-distribution set (a set whose task is not the trained one), per condition at
+    the last checkpoint and scoring: pass@1 and pass@k_max with Delta vs base; the test side from the
+    registered entries, the out-of-distribution side from its own crossed bootstrap (its problems
+    drawn by resample_indices(N_ood, B, seed)), percentile intervals, not adjusted: descriptive."""
+    by_key = {(e["condition"], e["step"], e["scoring"]): e for e in entries}
+    out = {}
+    for name, spec in design.eval_sets.items():
+        b, docs, _ = sets[name]
+        if not spec["ood"] or b is None:
+            continue
+        n, K = spec["n"], spec["k_max"]
+        idx = resample_indices(len(b["problems"]), B, bseed)
+        rows, figure = [], {}
+        for sc in SCORINGS:
+            bc = pass_at_k_curves(_counts(b, sc), n, K)  # (N, K)
+            figure[(sc, "base")] = (curves[sc]["base"].mean(axis=0), bc.mean(axis=0))
+            rows.append({"condition": "base", "step": None, "scoring": sc, "seeds": [],
+                         "test_pass1": float(curves[sc]["base"][:, 0].mean()), "test_passk": float(curves[sc]["base"][:, -1].mean()),
+                         "ood_pass1": float(bc[:, 0].mean()), "ood_passk": float(bc[:, -1].mean())})
+            for c in design.conditions:
+                keys = [k for k in _ordered(design, docs, last) if k[0] == c]
+                e = by_key.get((c, last, sc))
+                if not keys or e is None:
+                    continue
+                pr = np.stack([pass_at_k_curves(_counts(docs[k], sc), n, K) for k in keys])  # (S, N, K)
+                point, _, reps = boot_curves(pr[..., [0, K - 1]], bc[:, [0, K - 1]], idx, draws(len(keys)))
+                figure[(sc, c)] = (curves[sc][(c, last)][1].mean(axis=1).mean(axis=0), pr.mean(axis=1).mean(axis=0))
+                rows.append({"condition": c, "step": last, "scoring": sc, "seeds": [k[1] for k in keys],
+                             "test_pass1": e["pass1_rl"], "test_pass1_diff": e["pass1_diff"], "test_pass1_ci": e["pass1_ci"],
+                             "test_passk": e["passk_rl"], "test_passk_diff": e["passk_diff"], "test_passk_ci": e["passk_ci"],
+                             "ood_pass1": float(pr[:, :, 0].mean()), "ood_pass1_diff": float(point[0]),
+                             "ood_pass1_ci": list(percentile_interval(reps[:, 0], ci)),
+                             "ood_passk": float(pr[:, :, -1].mean()), "ood_passk_diff": float(point[1]),
+                             "ood_passk_ci": list(percentile_interval(reps[:, 1], ci))})
+        out[name] = {"task": spec["task"], "n": n, "k_max": K, "test_k_max": k_test, "n_problems": len(b["problems"]), "rows": rows,
+                     "note": "Secondary and descriptive: percentile intervals of the crossed bootstrap, not adjusted for multiplicity",
+                     "_figure": figure}
+    return out
+
+
+def analyze_tokens(design: Design, docs: dict, warnings: list[str]) -> dict:
+    """One row per token file (condition x seed x checkpoint), its summary recomputed from the
+    per-problem detail, beside the paper's ranges."""
+    rows = [{**_key_fields(k), "file": docs[k]["_file"], **docs[k]["_summary"]} for k in _ordered(design, docs)]
+    return {"enabled": design.tokens_enabled, "rows": rows, "paper": PAPER_TABLE2, "warnings": warnings,
+            "note": "summaries pooled over every response position of every problem, recomputed from each file's per-problem detail"}

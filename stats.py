@@ -1,0 +1,463 @@
+"""The study's statistics: pure functions on arrays, each with its formula in its docstring.
+
+pass@k (the unbiased estimator), the crossed bootstrap over training seeds and test problems,
+bootstrap p-values, Holm's correction, TOST equivalence, the crossover and a simultaneous band,
+the first version's criteria, the beta-binomial model of pass@k beyond n, boundary counts,
+contrasts between two conditions, and the token-level summary.
+
+Notation: N test problems, S training seeds, B bootstrap replicates, K = k_max. "Delta" is always
+RL - base. numpy and scipy only; tests check each piece on arrays with a known answer.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+from statistics import NormalDist
+
+import numpy as np
+
+NEVER_ABOVE, ALWAYS_ABOVE = 0, -1  # crossover codes; a crossing is coded by its k (>= 2)
+
+
+# ============================================================================= pass@k and the crossed bootstrap
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al., arXiv 2107.03374): 1 - C(n-c, k) / C(n, k), in the stable
+    product form 1 - prod_{i=n-c+1}^{n} (1 - k / i). k > n is an error, never a silent skip.
+    The whole study uses this one function (evaluation and analysis alike)."""
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= n, got k={k}, n={n}")
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n, got c={c}, n={n}")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+def per_problem(counts, n: int, k: int) -> np.ndarray:
+    """(N,) per-problem pass@k from per-problem correct counts out of n."""
+    return np.array([pass_at_k(n, int(c), k) for c in counts])
+
+
+@functools.lru_cache(maxsize=16)
+def _pass_table(n: int, k_max: int) -> np.ndarray:
+    """(n+1, K) pass_at_k(n, c, k) for every count c and k = 1..K, computed once per (n, K): the
+    wide set's 257 x 256 table takes seconds in this exact loop."""
+    table = np.array([[pass_at_k(n, c, k) for k in range(1, k_max + 1)] for c in range(n + 1)])
+    table.flags.writeable = False
+    return table
+
+
+def pass_at_k_curves(counts, n: int, k_max: int) -> np.ndarray:
+    """(N, K) per-problem pass@k for k = 1..K: row i, column k-1 is pass_at_k(n, counts[i], k).
+    Built from a table over the n + 1 possible counts, so each value is computed once."""
+    return _pass_table(int(n), int(k_max))[np.asarray(counts, dtype=int)]
+
+
+def resample_indices(n_problems: int, resamples: int, seed: int) -> np.ndarray:
+    """(B, N) problem indices drawn with replacement from a generator seeded with `seed`."""
+    return np.random.default_rng(seed).integers(0, n_problems, size=(resamples, n_problems))
+
+
+def seed_resample_indices(n_seeds: int, resamples: int, seed: int, stream: int = 1) -> np.ndarray:
+    """(B, S) seed positions drawn with replacement. A generator of its own, seeded with
+    (seed, stream), so the problem draws are those of resample_indices(.., seed) whatever S is.
+    Stream 1 draws every condition's seeds against the base; stream 2 draws the second condition
+    of a contrast between two conditions (condition_contrast), independently of the first."""
+    return np.random.default_rng([seed, stream]).integers(0, n_seeds, size=(resamples, n_seeds))
+
+
+def crossed_estimate(rl: np.ndarray, base: np.ndarray) -> tuple[float, np.ndarray]:
+    """The point estimate and each seed's own difference.
+    rl: (S, N); base: (N,), or (S, N) when each seed has its own reference (H3).
+    per_seed[s] = mean_i rl[s, i] - mean_i base[(s,) i];  estimate = mean_s per_seed[s]."""
+    rl, base = np.asarray(rl, float), np.asarray(base, float)
+    per_seed = rl.mean(axis=1) - base.mean(axis=-1)  # (S,)
+    return float(per_seed.mean()), per_seed
+
+
+def crossed_replicates(rl: np.ndarray, base: np.ndarray, idx: np.ndarray, sidx: np.ndarray) -> np.ndarray:
+    """Crossed bootstrap over seeds and problems: (B,) replicates of the mean difference.
+    rl: (S, N) per-seed, per-problem values; base: (N,) shared by every seed, or (S, N) paired with
+    each seed; idx: (B, N) problem draws (the same for the base and every seed); sidx: (B, S) seed
+    draws, independent of idx. Replicate b:
+        D*_b = (1/S) sum_j [ mean_i rl[sidx[b,j], idx[b,i]] - mean_i base[(sidx[b,j],) idx[b,i]] ]
+    With S = 1 (sidx all 0) this is the paired bootstrap over problems of the first version, bit for
+    bit: mean_i rl[idx[b,i]] - mean_i base[idx[b,i]]."""
+    rl, base = np.asarray(rl, float), np.asarray(base, float)
+    rl_m = rl[:, idx].mean(axis=-1)  # (S, B): each seed's mean over replicate b's problems
+    base_m = base[..., idx].mean(axis=-1)  # (B,) or (S, B)
+    d = rl_m - base_m  # (S, B)
+    return d[sidx.T, np.arange(idx.shape[0])].mean(axis=0)  # (S drawn, B) -> (B,)
+
+
+def boot_curves(rl: np.ndarray, base: np.ndarray, idx: np.ndarray, sidx: np.ndarray):
+    """Point curve (K,), per-seed curves (S, K) and replicate curves (B, K) of Delta pass@k.
+    rl: (S, N, K); base: (N, K) or (S, N, K). One k at a time keeps memory at S x B x N."""
+    K = rl.shape[-1]
+    point, per_seed, reps = np.empty(K), np.empty((rl.shape[0], K)), np.empty((idx.shape[0], K))
+    for k in range(K):
+        point[k], per_seed[:, k] = crossed_estimate(rl[..., k], base[..., k])
+        reps[:, k] = crossed_replicates(rl[..., k], base[..., k], idx, sidx)
+    return point, per_seed, reps
+
+
+def percentile_interval(reps: np.ndarray, level: float) -> tuple[float, float]:
+    """Percentile interval: the (1-level)/2 and 1-(1-level)/2 quantiles of the replicates."""
+    alpha = (1 - level) / 2
+    lo, hi = np.quantile(reps, [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
+def p_above(reps: np.ndarray, value: float = 0.0) -> float:
+    """One-sided bootstrap p-value for H0: Delta <= value against Delta > value:
+    p = (1 + #{D* <= value}) / (B + 1). Below 0.025 <=> (up to interpolation) the 95% interval's
+    lower bound is above `value`. Never 0: the smallest p is 1 / (B + 1)."""
+    reps = np.asarray(reps)
+    return float((1 + np.count_nonzero(reps <= value)) / (reps.size + 1))
+
+
+def p_below(reps: np.ndarray, value: float = 0.0) -> float:
+    """One-sided bootstrap p-value for H0: Delta >= value against Delta < value:
+    p = (1 + #{D* >= value}) / (B + 1)."""
+    reps = np.asarray(reps)
+    return float((1 + np.count_nonzero(reps >= value)) / (reps.size + 1))
+
+
+def p_equivalence(reps: np.ndarray, margin: float) -> float:
+    """TOST (two one-sided tests) p-value for H0: |Delta| >= margin against |Delta| < margin:
+    p = max(p_lo, p_hi), p_lo = (1 + #{D* <= -m}) / (B + 1), p_hi = (1 + #{D* >= m}) / (B + 1).
+    Below 0.05 <=> (up to interpolation) the 90% interval lies inside (-m, m)."""
+    return max(p_above(reps, -margin), p_below(reps, margin))
+
+
+def holm(pvals, levels=None) -> np.ndarray:
+    """Holm's step-down adjustment (Holm 1979), monotone and capped at 1.
+    Sort ascending, p_(1) <= ... <= p_(m):  adj_(j) = min(1, max_{l <= j} (m - l + 1) p_(l)).
+    Tests judged at different levels a_i (here 0.025 one-sided, 0.05 TOST): the same on the scaled
+    p'_i = p_i / a_i, which would be compared with 1, reported back on each test's own scale:
+        adj_i = min(1, a_i * max_{l <= rank(i)} (m - l + 1) p'_(l)),  test i rejected <=> adj_i < a_i.
+    This is the weighted Holm procedure; the family-wise error is at most max_i a_i. With equal
+    levels it is the ordinary Holm adjustment. Ties get the same adjusted value."""
+    p = np.asarray(pvals, dtype=float)
+    lv = np.ones_like(p) if levels is None else np.asarray(levels, dtype=float)
+    if p.shape != lv.shape or p.ndim != 1:
+        raise ValueError("holm: pvals and levels must be 1-d and of the same length")
+    if np.any((p < 0) | (p > 1)) or np.any(lv <= 0):
+        raise ValueError("holm: p-values must lie in [0, 1] and levels be > 0")
+    m = p.size
+    q = p / lv
+    order = np.argsort(q, kind="stable")
+    stepped = np.maximum.accumulate(q[order] * (m - np.arange(m)))  # (m - l + 1) p'_(l), running max
+    out = np.empty(m)
+    out[order] = np.minimum(1.0, stepped * lv[order])
+    return out
+
+
+def simultaneous_band(point: np.ndarray, reps: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """Simultaneous band for a curve (max-|t| over k). point: (K,), reps: (B, K) replicates.
+    se_k = sd_b(D*_bk);  t*_b = max_k |D*_bk - point_k| / se_k;  c = level-quantile of t*;
+    band_k = point_k +- c se_k. Points with se_k = 0 (no spread) get a band of width 0."""
+    se = reps.std(axis=0, ddof=1)  # (K,)
+    ok = se > 1e-12
+    tmax = (np.abs(reps[:, ok] - point[ok]) / se[ok]).max(axis=1) if ok.any() else np.zeros(len(reps))  # (B,)
+    crit = float(np.quantile(tmax, level))
+    half = np.where(ok, crit * se, 0.0)
+    return point - half, point + half, crit
+
+
+def crossover_codes(diff: np.ndarray) -> np.ndarray:
+    """Where the base catches up. diff: (..., K) curves of Delta pass@k, k = 1..K.
+    The code is the first k at which RL is no longer above the base (Delta <= 0) after being above
+    at k = 1 (so k >= 2); NEVER_ABOVE (0) when RL is not above at k = 1; ALWAYS_ABOVE (-1) when it
+    is above at every k <= K. |Delta| below 1e-12 counts as equal: two curves that agree in exact
+    arithmetic can differ by rounding (pass@1 of 3 of 8 is not exactly 0.375 in the product form)."""
+    above = np.asarray(diff) > 1e-12
+    first_not = np.argmax(~above, axis=-1) + 1  # 1-based k of the first k not above (meaningless when all are above)
+    return np.where(~above[..., 0], NEVER_ABOVE, np.where(above.all(axis=-1), ALWAYS_ABOVE, first_not))
+
+
+def crossover_summary(point: np.ndarray, reps: np.ndarray, level: float) -> dict:
+    """The crossover of the point curve, and its distribution over the replicates (B, K): the
+    shares that cross, stay above and are never above, and for the crossing ones the median k
+    and the range at `level` (its quantiles rounded outwards to whole k)."""
+    outcome = {NEVER_ABOVE: "never above", ALWAYS_ABOVE: "always above"}
+    c0 = int(crossover_codes(point))
+    codes = crossover_codes(reps)  # (B,)
+    ks = codes[codes >= 2]
+    B = len(codes)
+    return {
+        "point": {"outcome": outcome.get(c0, "crosses"), "k": c0 if c0 >= 2 else None},
+        "median": float(np.median(ks)) if ks.size else None,
+        "ci": [int(np.quantile(ks, (1 - level) / 2, method="lower")), int(np.quantile(ks, (1 + level) / 2, method="higher"))] if ks.size else None,
+        "cross_share": ks.size / B,
+        "always_share": float(np.count_nonzero(codes == ALWAYS_ABOVE) / B),
+        "never_share": float(np.count_nonzero(codes == NEVER_ABOVE) / B),
+    }
+
+
+def third_clause_interval(reps1: np.ndarray, repsk: np.ndarray, level: float) -> tuple[float, float]:
+    """Interval of the one-third clause's statistic, T = |Delta pass@k| - Delta pass@1 / 3, from the
+    same replicates. The clause holds when the upper bound is < 0 (asked only when pass@1 rises)."""
+    return percentile_interval(np.abs(repsk) - np.asarray(reps1) / 3, level)
+
+
+def verdict_v1(d1: float, ci1, dk: float, cik) -> dict:
+    """The first version's criteria, on 95% intervals and point estimates, unadjusted:
+    pass@1 rises <=> ci1 low > 0; ceiling unchanged <=> cik contains 0 or |dk| < |d1| / 3;
+    ceiling falls <=> cik high < 0."""
+    return {
+        "pass1_rises_v1": bool(ci1[0] > 0),
+        "ceiling_unchanged_v1": bool((cik[0] <= 0 <= cik[1]) or abs(dk) < abs(d1) / 3),
+        "ceiling_falls_v1": bool(cik[1] < 0),
+    }
+
+
+def selection_answer(p_rise: float, p_fall: float, p_equiv: float, alpha_one: float, alpha_tost: float) -> bool:
+    """The primary question as an intersection-union test:
+    selection <=> p_rise < alpha_one AND (p_equiv < alpha_tost OR p_fall < alpha_one).
+    The union needs no correction (either part rejects H0 of 'no selection' only if both hold)."""
+    return bool(p_rise < alpha_one and (p_equiv < alpha_tost or p_fall < alpha_one))
+
+
+def detectable(se1: float, sek: float, alpha_one: float, alpha_tost: float, power: float, margin: float) -> dict:
+    """Normal-approximation design sensitivity from the bootstrap SEs of the primary Deltas:
+    smallest Delta detected with the given power by a one-sided test at alpha_one:
+        mde = (z_{1-alpha_one} + z_power) * se;
+    the equivalence test (TOST at alpha_tost) has that power when the true |Delta pass@k| is at most
+        margin - (z_{1-alpha_tost} + z_power) * se_k   (None when that is negative)."""
+    z = NormalDist().inv_cdf
+    eq = margin - (z(1 - alpha_tost) + z(power)) * sek
+    return {"mde_pass1": (z(1 - alpha_one) + z(power)) * se1, "mde_passk": (z(1 - alpha_one) + z(power)) * sek,
+            "equivalence_up_to": eq if eq >= 0 else None}
+
+
+# ============================================================================= pass@k beyond n: a model
+
+
+LOG_BOUND, S_BOUND = 15.0, 12.0  # the fit's search box (fit_betabinom)
+
+
+def count_histogram(counts, n: int) -> np.ndarray:
+    """(n+1,) how many problems had each count c = 0..n."""
+    c = np.asarray(counts, dtype=int)
+    if c.size == 0 or c.min() < 0 or c.max() > n:
+        raise ValueError(f"need counts in 0..n={n}")
+    return np.bincount(c, minlength=n + 1)
+
+
+def betabinom_pass_at_k(alpha: float, beta: float, ks, pi: float = 0.0) -> np.ndarray:
+    """Model-based pass@k. Each problem's success probability p ~ Beta(alpha, beta), so
+        pass@k = E[1 - (1 - p)^k] = 1 - B(alpha, beta + k) / B(alpha, beta);
+    the zero-inflated model adds a share pi of problems with p = 0:
+        pass@k = (1 - pi) (1 - B(alpha, beta + k) / B(alpha, beta)).
+    Defined for every k >= 1 (that is the point: k beyond the n samples drawn). For k <= n it is
+    also the expectation of the unbiased estimator pass_at_k(n, c, k) over c ~ the fitted
+    beta-binomial, so at k <= n the model and the data estimate the same quantity."""
+    from scipy.special import betaln
+
+    ks = np.asarray(ks, dtype=float)
+    return (1.0 - pi) * -np.expm1(betaln(alpha, beta + ks) - betaln(alpha, beta))
+
+
+def betabinom_logpmf(c, n: int, alpha: float, beta: float) -> np.ndarray:
+    """log P(c) under BetaBinomial(n, alpha, beta) = log C(n, c) + log B(c + alpha, n - c + beta)
+    - log B(alpha, beta). Written out because scipy.stats.betabinom.logpmf, which the tests hold it
+    equal to, costs ~0.5 ms a call in the optimiser's inner loop."""
+    from scipy.special import betaln, gammaln
+
+    c = np.asarray(c, dtype=float)
+    return gammaln(n + 1) - gammaln(c + 1) - gammaln(n - c + 1) + betaln(c + alpha, n - c + beta) - betaln(alpha, beta)
+
+
+def fit_betabinom(counts, n: int, zero_inflated: bool = False, plain: dict | None = None) -> dict:
+    """Maximum-likelihood fit of a beta-binomial to per-problem counts c_i of n:
+        c_i ~ BetaBinomial(n, alpha, beta)                       (2 parameters), or
+        P(c = 0) = pi + (1 - pi) BB(0), P(c) = (1 - pi) BB(c)    (zero-inflated, 3 parameters).
+    scipy.optimize.minimize (Nelder-Mead, bounded) over theta = (logit mu, log s) with
+    mu = alpha / (alpha + beta), s = alpha + beta (and logit pi): in these coordinates the ridge of
+    near-binomial data (s -> infinity at fixed mu) runs along one axis, which the search follows in
+    a few steps. The box: |logit mu|, |logit pi| <= 15, -15 <= log s <= 12 (s = 1.6e5 is already a
+    binomial for every n we use). Several starts (the method of moments among them); the best
+    likelihood wins. The likelihood is summed over the n + 1 possible counts, weighted by how often
+    each occurs. The zero-inflated fit starts from the plain one (`plain`, fitted here if not given)
+    and never reports a lower likelihood (pi -> 0 nests it). at_bound: mu or s ended on the box."""
+    from scipy.optimize import minimize
+    from scipy.special import expit, logit
+
+    hist = count_histogram(counts, n)
+    cs = np.arange(n + 1)
+    used = hist > 0
+    box = [(-LOG_BOUND, LOG_BOUND), (-LOG_BOUND, S_BOUND)] + ([(-LOG_BOUND, LOG_BOUND)] if zero_inflated else [])
+
+    def nll(theta):
+        mu, sz = expit(theta[0]), np.exp(theta[1])
+        lp = betabinom_logpmf(cs[used], n, mu * sz, (1 - mu) * sz)
+        if zero_inflated:
+            pi = expit(theta[2])
+            lp = np.log1p(-pi) + lp
+            if used[0]:
+                lp[0] = np.logaddexp(np.log(pi), lp[0])
+        v = -float(hist[used] @ lp)
+        return v if np.isfinite(v) else 1e300
+
+    p = np.asarray(counts, float) / n
+    m, v = p.mean(), p.var()
+    mu0 = float(logit(np.clip(m, 1e-4, 1 - 1e-4)))
+    starts = [(mu0, np.log(2.0))]  # the mean, s = 2 (alpha + beta = 2: a spread-out Beta)
+    if 0 < m < 1 and v > 0:  # the method of moments on c / n
+        starts.insert(0, (mu0, float(np.clip(np.log(max(m * (1 - m) / v - 1, 1e-3)), -10, 10))))
+    if zero_inflated:
+        plain = plain or fit_betabinom(counts, n)
+        th0 = (logit(np.clip(plain["alpha"] / (plain["alpha"] + plain["beta"]), 1e-6, 1 - 1e-6)), np.log(plain["alpha"] + plain["beta"]))
+        zeros = float(np.mean(p == 0))
+        starts = [(*th0, logit(q)) for q in (1e-3, max(zeros / 2, 1e-3), max(zeros * 0.9, 1e-3))] + [(*starts[0], logit(max(zeros / 2, 1e-3)))]
+    starts = [np.clip(np.array(s0, float), [b[0] for b in box], [b[1] for b in box]) for s0 in starts]
+    best = min((minimize(nll, s0, method="Nelder-Mead", bounds=box, options={"xatol": 1e-7, "fatol": 1e-10, "maxiter": 600})
+                for s0 in starts), key=lambda r: r.fun)
+    th = best.x
+    mu, sz = float(expit(th[0])), float(np.exp(th[1]))
+    out = {"model": "zero-inflated beta-binomial" if zero_inflated else "beta-binomial",
+           "alpha": mu * sz, "beta": (1 - mu) * sz, "pi": float(expit(th[2])) if zero_inflated else 0.0,
+           "loglik": -float(best.fun), "params": 3 if zero_inflated else 2,
+           "at_bound": bool(abs(th[0]) > LOG_BOUND - 1e-3 or th[1] < -LOG_BOUND + 1e-3 or th[1] > S_BOUND - 1e-3),
+           "n": n, "n_problems": int(hist.sum())}
+    if zero_inflated and out["loglik"] < plain["loglik"]:  # the optimiser missed the nested point
+        out.update(alpha=plain["alpha"], beta=plain["beta"], pi=0.0, loglik=plain["loglik"], at_bound=plain["at_bound"])
+    out["aic"] = 2 * out["params"] - 2 * out["loglik"]
+    return out
+
+
+def fit_pass_model(counts, n: int) -> dict:
+    """Both fits and the registered choice between them: the zero-inflated model is used when its
+    AIC (2 x 3 parameters - 2 log L) is lower than the plain model's (2 x 2 - 2 log L), i.e. when it
+    raises the log-likelihood by more than 1. Returns the chosen fit's fields plus both fits.
+    The fit depends on the counts only through their histogram, so it is cached on it."""
+    return copy.deepcopy(_fit_pass_model(tuple(count_histogram(counts, n).tolist()), n))
+
+
+@functools.lru_cache(maxsize=256)
+def _fit_pass_model(hist: tuple, n: int) -> dict:
+    counts = np.repeat(np.arange(n + 1), hist)
+    bb = fit_betabinom(counts, n)
+    zi = fit_betabinom(counts, n, zero_inflated=True, plain=bb)
+    chosen = zi if zi["aic"] < bb["aic"] else bb
+    return {**chosen, "chosen": chosen["model"], "fits": {"beta-binomial": bb, "zero-inflated beta-binomial": zi},
+            "rule": "AIC: the zero-inflated model (3 parameters) when its AIC is lower than the beta-binomial's (2)"}
+
+
+def model_pass_at_k(fit: dict, ks) -> np.ndarray:
+    """pass@k for k in ks from a fit_betabinom / fit_pass_model result."""
+    return betabinom_pass_at_k(fit["alpha"], fit["beta"], ks, fit["pi"])
+
+
+def extrapolation_check(small_counts, n_small: int, large_counts, n_large: int) -> dict:
+    """The model validated on the study's own data: fit on the counts of n_small samples per problem
+    and predict pass@n_large, measured on the same problems with n_large samples (the unbiased
+    estimator, which at k = n is the share of problems with c > 0). error = predicted - measured.
+    naive: the measured pass@n_small, what one would say without a model (a floor for pass@n_large)."""
+    fit = fit_pass_model(small_counts, n_small)
+    predicted = float(model_pass_at_k(fit, [n_large])[0])
+    measured = float(per_problem(large_counts, n_large, n_large).mean())
+    naive = float(per_problem(small_counts, n_small, n_small).mean())
+    return {"fit_n": n_small, "target_k": n_large, "model_used": fit["chosen"], "alpha": fit["alpha"], "beta": fit["beta"],
+            "pi": fit["pi"], "predicted": predicted, "measured": measured, "error": predicted - measured,
+            "naive": naive, "naive_error": naive - measured}
+
+
+# ============================================================================= boundary, contrasts, tokens
+
+
+def boundary(base_counts, rl_counts, ids) -> dict:
+    """The edges of what each model can do, at one n: problems the base never solved (c = 0) that the
+    trained model solved at least once, and the reverse, with their ids."""
+    b, r = np.asarray(base_counts), np.asarray(rl_counts)
+    only_rl = [ids[i] for i in np.flatnonzero((b == 0) & (r > 0))]
+    only_base = [ids[i] for i in np.flatnonzero((b > 0) & (r == 0))]
+    return {"only_rl": len(only_rl), "only_base": len(only_base), "only_rl_ids": only_rl, "only_base_ids": only_base,
+            "solved_base": int(np.count_nonzero(b > 0)), "solved_rl": int(np.count_nonzero(r > 0))}
+
+
+def lead_crossover(point: np.ndarray, reps: np.ndarray, level: float) -> dict:
+    """Where two curves cross, whichever leads. point: (K,) contrast a - b; reps: (B, K). The side
+    above at k = 1 is the leader ('a', 'b' or 'tie'); crossover_summary is then asked from its side
+    (for 'b' on -(a - b)): the first k at which the leader is no longer above."""
+    lead = "a" if point[0] > 1e-12 else "b" if point[0] < -1e-12 else "tie"
+    sign = -1.0 if lead == "b" else 1.0
+    return {"leader_at_k1": lead, **crossover_summary(sign * point, sign * reps, level)}
+
+
+def condition_contrast(pa: np.ndarray, pb: np.ndarray, base: np.ndarray, idx: np.ndarray, sidx_a: np.ndarray,
+                       sidx_b: np.ndarray, level: float) -> tuple[dict, np.ndarray, np.ndarray]:
+    """Two conditions against each other and the base, on the same problems.
+    pa: (Sa, N, K), pb: (Sb, N, K) per-seed, per-problem pass@k; base: (N, K).
+    idx: (B, N) problem draws shared by both; sidx_a: (B, Sa), sidx_b: (B, Sb) seed draws, drawn
+    independently (different training runs). Replicate b of each Delta is crossed_replicates', and
+        C*_bk = Delta*_a,bk - Delta*_b,bk = mean_j pa[sidx_a[b,j], idx[b], k] - mean_j pb[sidx_b[b,j], idx[b], k],
+    the base cancelling on shared problems. Returns the summary (the point curves, percentile
+    intervals at k = 1 and k = K, the simultaneous band of C, where the curves cross) and the
+    replicates (B, K) of Delta_a and Delta_b, from which other statistics (a ratio) are formed."""
+    da, _, ra = boot_curves(pa, base, idx, sidx_a)
+    db, _, rb = boot_curves(pb, base, idx, sidx_b)
+    c, rc = da - db, ra - rb
+    lo, hi, crit = simultaneous_band(c, rc, level)
+    return {"k_max": len(c), "delta_a": da.tolist(), "delta_b": db.tolist(), "diff": c.tolist(), "lo": lo.tolist(), "hi": hi.tolist(),
+            "crit": crit, "level": level,
+            "diff_pass1": float(c[0]), "ci_pass1": list(percentile_interval(rc[:, 0], level)),
+            "diff_passk": float(c[-1]), "ci_passk": list(percentile_interval(rc[:, -1], level)),
+            "delta_a_ci_pass1": list(percentile_interval(ra[:, 0], level)), "delta_b_ci_pass1": list(percentile_interval(rb[:, 0], level)),
+            "delta_a_ci_passk": list(percentile_interval(ra[:, -1], level)), "delta_b_ci_passk": list(percentile_interval(rb[:, -1], level)),
+            "crossover": lead_crossover(c, rc, level)}, ra, rb
+
+
+def compare_conditions(counts_a, counts_b, base_counts, n: int, k_max: int, resamples: int, seed: int,
+                       level: float) -> tuple[dict, np.ndarray, np.ndarray]:
+    """The controls' one entry point: two conditions' per-seed correct counts, counts_a (Sa, N) and
+    counts_b (Sb, N), of n samples on the same N problems, and the base's (N,). pass@k curves for
+    k = 1..k_max, then condition_contrast with the registered draws: problems from
+    resample_indices(N, B, seed) (those of every entry), condition a's seeds from stream 1 (so its
+    Delta replicates are its own entry's), condition b's from stream 2 (independent of a's)."""
+    ca, cb = np.atleast_2d(counts_a), np.atleast_2d(counts_b)
+    pa = np.stack([pass_at_k_curves(c, n, k_max) for c in ca])  # (Sa, N, K)
+    pb = np.stack([pass_at_k_curves(c, n, k_max) for c in cb])  # (Sb, N, K)
+    base = pass_at_k_curves(base_counts, n, k_max)  # (N, K)
+    idx = resample_indices(base.shape[0], resamples, seed)
+    return condition_contrast(pa, pb, base, idx, seed_resample_indices(len(ca), resamples, seed),
+                              seed_resample_indices(len(cb), resamples, seed, stream=2), level)
+
+
+def ratio_estimate(num: float, den: float, num_reps: np.ndarray, den_reps: np.ndarray, level: float) -> dict:
+    """The share num / den with a percentile interval of the replicate ratios num*_b / den*_b.
+    Not estimable when den's own interval contains 0 (the ratio's distribution is then unbounded)."""
+    den_ci = percentile_interval(den_reps, level)
+    if den_ci[0] <= 0 <= den_ci[1]:
+        return {"estimable": False, "share": None, "ci": None, "why": f"the reference gain's {level:.0%} interval contains 0"}
+    return {"estimable": True, "share": num / den, "ci": list(percentile_interval(np.asarray(num_reps) / np.asarray(den_reps), level)),
+            "why": None}
+
+
+def token_summary(problems: list[dict]) -> dict:
+    """The token-level summary (arXiv 2605.06241 §3), pooled over every response position of every
+    problem: classes 0 unchanged, 1 reranked, 2 shifted; shares of each; mean base rank of the
+    trained model's choice at changed positions (class > 0); mean base entropy at changed and at
+    unchanged positions, and their ratio (None where a group is empty or the denominator is 0)."""
+    cls = np.concatenate([np.asarray(p["classes"], int) for p in problems]) if problems else np.zeros(0, int)
+    rank = np.concatenate([np.asarray(p["ranks"], float) for p in problems]) if problems else np.zeros(0)
+    ent = np.concatenate([np.asarray(p["base_entropy"], float) for p in problems]) if problems else np.zeros(0)
+    P = cls.size
+    changed = cls > 0
+
+    def mean(x):
+        return float(x.mean()) if x.size else None
+    ec, eu = mean(ent[changed]), mean(ent[~changed])
+    return {"positions": int(P), "unchanged": int(np.count_nonzero(cls == 0)), "reranked": int(np.count_nonzero(cls == 1)),
+            "shifted": int(np.count_nonzero(cls == 2)),
+            "share_unchanged": float(np.count_nonzero(cls == 0) / P) if P else None,
+            "share_reranked": float(np.count_nonzero(cls == 1) / P) if P else None,
+            "share_shifted": float(np.count_nonzero(cls == 2) / P) if P else None,
+            "mean_rank_changed": mean(rank[changed]), "base_entropy_changed": ec, "base_entropy_unchanged": eu,
+            "entropy_ratio": ec / eu if ec is not None and eu else None}

@@ -1,0 +1,198 @@
+"""The study's bookkeeping, with no torch: seeds from explicit parts, the names of a run folder's
+files and their parsers, and what each stage reads (a condition's problems and learning rate, the
+inputs its stage hash records).
+
+Every file name of a run is made and parsed here, and nowhere else:
+
+  train_<condition>_s<seed>/step_<step>/        an adapter (single-seed runs before train.seeds: train_<condition>/)
+  eval_base.json, eval_<condition>_s<seed>_<step>.json   the test set (older runs: eval_<condition>_<step>.json, seed 0)
+  evalsets/<set>/eval_*.json                     every other registered evaluation set, the same names
+  tokens_<condition>_s<seed>_<step>.json         the token-level comparison of a checkpoint with the base
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import config
+import countdown
+
+ROOT = Path(__file__).resolve().parent
+
+
+def seed_for(*parts) -> int:
+    """A 63-bit seed from explicit parts (task or training seed, stage, step, problem id, ...)."""
+    return int.from_bytes(hashlib.sha256(":".join(map(str, parts)).encode()).digest()[:8], "big") >> 1
+
+
+# ============================================================================= the run folder's names
+
+ADAPTER_DIR = re.compile(r"^train_(?P<cond>.+)_s(?P<seed>\d+)/step_(?P<step>\d+)$")
+TRAIN_DIR = re.compile(r"^train_(?P<cond>.+?)(?:_s(?P<seed>\d+))?$")  # the seed is absent in single-seed runs
+EVAL_FILE = re.compile(r"^eval_(?P<cond>.+)_s(?P<seed>\d+)_(?P<step>\d+)\.json$")
+EVAL_FILE_V1 = re.compile(r"^eval_(?P<cond>.+)_(?P<step>\d+)\.json$")  # single-seed runs before train.seeds
+TOKENS_FILE = re.compile(r"^tokens_(?P<cond>.+)_s(?P<seed>\d+)_(?P<step>\d+)\.json$")
+
+
+def default_run(config_path: str | None) -> Path:
+    return ROOT / "results" / (Path(config_path).stem if config_path else "qwen05b")
+
+
+def train_name(cond: str, seed: int, legacy: bool = False) -> str:
+    """train_<condition>_s<seed> (legacy single-seed runs: train_<condition>)."""
+    return f"train_{cond}" if legacy else f"train_{cond}_s{seed}"
+
+
+def train_dir(run: Path, cond: str, seed: int) -> Path:
+    return Path(run) / train_name(cond, seed)
+
+
+def adapter_dir(run: Path, cond: str, seed: int, step: int) -> Path:
+    return train_dir(run, cond, seed) / f"step_{step:03d}"
+
+
+def eval_file(cond: str, seed: int, step: int, legacy: bool = False) -> str:
+    """eval_<condition>_s<seed>_<step>.json (legacy single-seed runs: eval_<condition>_<step>.json)."""
+    return f"eval_{cond}_{step:03d}.json" if legacy else f"eval_{cond}_s{seed}_{step:03d}.json"
+
+
+def tokens_file(cond: str, seed: int, step: int) -> str:
+    return f"tokens_{cond}_s{seed}_{step:03d}.json"
+
+
+def eval_dir(run: Path, eval_set: str) -> Path:
+    """Where an evaluation set's files go: the run folder for `test`, RUN/evalsets/<set>/ for the others."""
+    return Path(run) if eval_set == "test" else Path(run) / "evalsets" / eval_set
+
+
+def adapter_identity(adapter: str | Path) -> dict:
+    """condition, train_seed and step of RUN/train_<condition>_s<seed>/step_<step> (None where
+    the folder is not named that way, e.g. an adapter from elsewhere)."""
+    a = Path(adapter)
+    m = ADAPTER_DIR.match(f"{a.parent.name}/{a.name}")
+    if not m:
+        return {"condition": None, "train_seed": None, "step": None}
+    return {"condition": m["cond"], "train_seed": int(m["seed"]), "step": int(m["step"])}
+
+
+def _adapter_key(adapter: str | Path) -> tuple[str, int, int]:
+    identity = adapter_identity(adapter)
+    if identity["condition"] is None:
+        raise config.ConfigError(f"--adapter {adapter}: not a RUN/train_<condition>_s<seed>/step_<step> folder; pass --out FILE")
+    return identity["condition"], identity["train_seed"], identity["step"]
+
+
+def eval_name(adapter: str | Path | None) -> str:
+    """eval_base.json, or eval_<condition>_s<seed>_<step>.json for RUN/train_<condition>_s<seed>/step_<step>."""
+    return "eval_base.json" if adapter is None else eval_file(*_adapter_key(adapter))
+
+
+def tokens_name(adapter: str | Path) -> str:
+    """tokens_<condition>_s<seed>_<step>.json for RUN/train_<condition>_s<seed>/step_<step>."""
+    return tokens_file(*_adapter_key(adapter))
+
+
+# ============================================================================= what the stages read
+
+
+def builds_base(cfg: config.Config) -> bool:
+    """True when the `base` stage makes the base model (the CPU world, the rehearsal)."""
+    return cfg.model.build is not None or cfg.model.qwen_shape is not None
+
+
+def model_path(cfg: config.Config, run: str | Path | None) -> str:
+    """The base model: the run's own `base_model/` when the config builds one, else model.path."""
+    if builds_base(cfg):
+        key = "model.build" if cfg.model.build is not None else "model.qwen_shape"
+        if run is None:
+            raise config.ConfigError(f"{key}: this config builds its own base model; pass --run RUN (the folder holding base_model/)")
+        path = Path(run) / "base_model"
+        if not (path / "config.json").exists():
+            raise config.ConfigError(f"{key}: no base model at {path}; run `pipeline.py --stage base` first")
+        return str(path)
+    return cfg.model.path
+
+
+def check_model_reachable(cfg: config.Config) -> None:
+    """Fail early, in one line, when model.path can be neither found locally nor downloaded:
+    a hub id with no network and no local cache, a misspelt id, a missing revision. Reads only
+    the model's config.json (from the cache, or the hub when it can be reached)."""
+    if builds_base(cfg) or os.path.isdir(os.path.expanduser(cfg.model.path)):
+        return
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(cfg.model.path, revision=cfg.model.revision)
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise config.ConfigError(
+            f"model.path {cfg.model.path!r} (model.revision {cfg.model.revision[:12]}) cannot be loaded ({first}): download it "
+            f"first (huggingface-cli download {cfg.model.path} --revision {cfg.model.revision}) or set model.path to a local model folder")
+
+
+def pretrain_count(cfg: config.Config) -> int:
+    """Problems in the pretrain split (drawn before dev, so dev stays disjoint from it)."""
+    return cfg.model.build.n_pretrain if cfg.model.build is not None else 0
+
+
+def selection_sizes(cfg: config.Config) -> list[int]:
+    """The set sizes the select stage picks: N of every registered `problems: select-N`."""
+    return sorted({n for c in cfg.conditions.values() if (n := config.selection_size(c)) is not None}, reverse=True)
+
+
+def condition_pool(cfg: config.Config, cond: config.ConditionCfg, run: Path) -> tuple[list, dict]:
+    """The training problems of a condition and what they came from (for the stage hash)."""
+    train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
+    size = config.selection_size(cond)
+    if size is None:
+        return train_set, {"problems": "all"}
+    sel_path = run / "selection.json"
+    if not sel_path.exists():
+        raise FileNotFoundError(f"{sel_path} is missing: run the select stage before training on {cond.problems}")
+    sel = json.loads(sel_path.read_text())
+    ids = sel["sets"].get(str(size))
+    if not ids:
+        raise ValueError(f"{sel_path}: no problems for {cond.problems} (the base solved none of the first "
+                         f"{cfg.select.n_problems} train problems sometimes-but-not-always)")
+    by_id = {p.id: p for p in train_set}
+    return [by_id[i] for i in ids], {"problems": cond.problems, "ids": ids}
+
+
+def read_lr(cfg: config.Config, run: Path, name: str | None = None) -> float:
+    """A condition's learning rate: its own `lr` if it registers one, else train.lr, else the
+    lr-sweep's choice (its own sweep's, with lr_sweep.per_condition)."""
+    cond = cfg.conditions.get(name) if name is not None else None
+    if cond is not None and cond.lr is not None:
+        return cond.lr
+    if cfg.train.lr is not None:
+        return cfg.train.lr
+    path = run / "lr_choice.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run the lr-sweep stage, or set train.lr")
+    d = json.loads(path.read_text())
+    if cfg.lr_sweep.per_condition and name is not None:
+        if name not in d.get("per_condition", {}):
+            raise FileNotFoundError(f"{path} has no rate for condition {name}: run the lr-sweep stage again (lr_sweep.per_condition)")
+        return float(d["per_condition"][name])
+    return float(d["chosen"])
+
+
+def train_inputs(cfg: config.Config, name: str, seed: int, run: Path) -> tuple[list, float, dict]:
+    """The problem pool, learning rate and stage-hash inputs of one (condition, seed) training run."""
+    cond = cfg.conditions[name]
+    pool, inputs = condition_pool(cfg, cond, run)
+    lr = read_lr(cfg, run, name)
+    return pool, lr, {"condition": name, "settings": config.to_dict(cond), "seed": seed, **inputs, "lr": lr}
+
+
+SWEEP_CONDITION = config.ConditionCfg(problems="all")  # the report's rule: the many condition's recipe
+
+
+def eval_inputs(cfg: config.Config, adapter_sha: str | None, eval_set: str) -> dict:
+    """What an evaluation's stage hash depends on besides the config's eval keys."""
+    if eval_set == "test":
+        return {"adapter_sha256": adapter_sha}
+    return {"adapter_sha256": adapter_sha, "eval_set": eval_set, "settings": config.to_dict(cfg.eval_sets[eval_set])}
