@@ -23,7 +23,7 @@ from model import (last_positions, load_model, load_policy, lora_disabled, lora_
                    setup_torch, stop_ids)
 from provenance import atomic_write_json, file_sha256, provenance
 from sampler import sample
-from stats import pass_at_k
+from stats import pass_at_k, token_summary
 
 
 # ============================================================================= sampling and scoring
@@ -194,18 +194,7 @@ def token_compare(cfg: config.Config, base: str, adapter: str, out_file: Path, p
             r = classify_tokens(basel[i, : len(c)].float(), trained[i, : len(c)].float(), cfg.tokens.top)
             rows.append({"id": problems[b + i].id, "classes": r["classes"].tolist(), "ranks": r["ranks"].tolist(),
                          "base_entropy": [round(x, 5) for x in r["base_entropy"].tolist()]})
-    cls = [c for r in rows for c in r["classes"]]
-    ranks = [k for r in rows for k, c in zip(r["ranks"], r["classes"]) if c > 0]
-    ent = {0: [], 1: []}
-    for r in rows:
-        for c, e in zip(r["classes"], r["base_entropy"]):
-            ent[min(c, 1)].append(e)
-    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
-    summary = {"positions": len(cls), "unchanged": cls.count(0), "reranked": cls.count(1), "shifted": cls.count(2),
-               "share_unchanged": cls.count(0) / max(len(cls), 1), "share_reranked": cls.count(1) / max(len(cls), 1),
-               "share_shifted": cls.count(2) / max(len(cls), 1), "mean_rank_changed": mean(ranks),
-               "base_entropy_changed": mean(ent[1]), "base_entropy_unchanged": mean(ent[0]),
-               "entropy_ratio": mean(ent[1]) / mean(ent[0]) if ent[0] and ent[1] and mean(ent[0]) > 0 else float("nan")}
+    summary = token_summary(rows)  # the analysis recomputes it from `problems` with the same function
     adapter_sha = file_sha256(Path(adapter) / "adapter_model.safetensors")
     result = {**study.adapter_identity(adapter), "model": str(adapter), "adapter_sha256": adapter_sha, "top": cfg.tokens.top,
               "summary": summary, "problems": rows,

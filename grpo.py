@@ -530,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
             train(cfg, training_run(cfg, a.condition, seed, run), out, base, progress)
         elif a.cmd == "tokens":
             r = evaluate.token_compare(cfg, base, a.adapter, out_eval, progress)["summary"]
-            print(f"{out_eval}: {r['positions']} positions, reranked {r['share_reranked']:.4f}, shifted {r['share_shifted']:.4f}")
+            print(f"{out_eval}: {r['positions']} positions, reranked {r['share_reranked'] or 0:.4f}, shifted {r['share_shifted'] or 0:.4f}")
         elif a.cmd == "eval":
             r = evaluate.evaluate(cfg, base, a.adapter, out_eval, progress, a.eval_set)
             print(f"{out_eval}: strict pass@1 {r['pass_at_k']['strict']['1']:.3f}  loose pass@1 {r['pass_at_k']['loose']['1']:.3f}  "
