@@ -42,7 +42,7 @@ import figures
 import report
 import secondary
 from countdown import SCORINGS
-from provenance import atomic_write_text, file_sha256
+from provenance import atomic_write_text, content_sha256, file_sha256, move_aside
 from run_files import (DEV_COLUMNS, DEV_REQUIRED, InputError, find_evals, find_set, find_tokens, read_csv, read_json)
 from stats import (boot_curves, crossed_estimate, crossed_replicates, crossover_summary, detectable, holm, p_above, p_below,
                    p_equivalence, pass_at_k_curves, percentile_interval, resample_indices, seed_resample_indices,
@@ -279,10 +279,17 @@ def run_analysis(run: Path, resamples: int | None = None, seed: int | None = Non
     check_extras(run)  # read every other input now: a bad one must stop us before anything is written
     out = verdicts_json(res, run)
     inputs = sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")) + sorted(run.glob("tokens_*.json"))
-    out["provenance"] = {"inputs": {f.relative_to(run).as_posix(): file_sha256(f) for f in inputs},
+    # inputs: what each input computed (provenance.content_sha256: no timings, no time stamps), so that a
+    # rerun that computes the same counts leaves the analysis done
+    out["provenance"] = {"inputs": {f.relative_to(run).as_posix(): content_sha256(f) for f in inputs},
+                         "analyze": res["design"].config.get("analyze"),
                          "plan_sha256": file_sha256(ROOT / "PLAN.md"), "config_hash": res["base"].get("provenance", {}).get("config_hash"),
                          "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     text = json.dumps(out, indent=1) + "\n"
+    when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    for old in (run / "verdicts.json", run / "report.md", run / "figures"):  # a rerun replaces nothing in place
+        if (dest := move_aside(run, old, when)) is not None:
+            print(f"moved aside {old.relative_to(run)} -> {dest.relative_to(run)} (the analysis is redone)", flush=True)
     figs = figures.figures(run, res) if make_figures else []
     rep = report.report(run, res, figs)
     atomic_write_text(run / "report.md", rep)

@@ -204,6 +204,7 @@ class AnalyzeCfg:
     primary_scoring: str = "loose"  # ... on this scoring
     power: float = 0.8  # the power at which the report states the smallest detectable effects
     extrapolate_to: int = 1024  # the largest k of the model-based (beta-binomial) pass@k curve
+    note: str | None = None  # printed first in report.md, e.g. that a run is a pipeline check and answers nothing
 
 
 @dataclass

@@ -416,12 +416,12 @@ def _ints_in(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Print problems, answers and prompts of a task.")
-    p.add_argument("--task", default="arith-3x2")
-    p.add_argument("--n", default="5")
-    p.add_argument("--seed", default="0")
-    p.add_argument("--split", default="train", choices=("train", "test"))
-    p.add_argument("--n-test", default=128, type=int, help="size of the test split drawn before train")
-    p.add_argument("--style", default="instruct")
+    p.add_argument("--task", default="arith-3x2", help=f"one of {', '.join(TASKS)} (default arith-3x2)")
+    p.add_argument("--n", default="5", help="how many problems (default 5)")
+    p.add_argument("--seed", default="0", help="the task seed that draws every split (default 0)")
+    p.add_argument("--split", default="train", choices=("train", "test"), help="train or test (default train)")
+    p.add_argument("--n-test", default=128, type=int, help="size of the test split drawn before train (default 128)")
+    p.add_argument("--style", default="instruct", help=f"the prompt: one of {', '.join(PROMPT_STYLES)} (default instruct)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     a = p.parse_args(argv)
     try:

@@ -21,7 +21,7 @@ import countdown
 import study
 from model import (last_positions, load_model, load_policy, lora_disabled, lora_folded, pack, pad_id, pick_device, render_prompts,
                    setup_torch, stop_ids)
-from provenance import atomic_write_json, file_sha256, provenance
+from provenance import atomic_write_json, file_sha256, record
 from sampler import sample
 from stats import pass_at_k, token_summary
 
@@ -141,7 +141,7 @@ def evaluate(cfg: config.Config, base: str, adapter: str | None, out_file: Path,
                      "seed_tag": tag, "problems_per_batch": per_batch, "stop_ids": stop_ids(model, tok)},
         "seconds": round(time.perf_counter() - t0, 2),
         "problems": rows,
-        "provenance": provenance(cfg, "eval", study.eval_inputs(cfg, adapter_sha, eval_set), str(device)),
+        "provenance": record(cfg, "eval", study.eval_inputs(cfg, adapter_sha, eval_set), str(device)),
     }
     atomic_write_json(out_file, result)
     return result
@@ -198,7 +198,7 @@ def token_compare(cfg: config.Config, base: str, adapter: str, out_file: Path, p
     adapter_sha = file_sha256(Path(adapter) / "adapter_model.safetensors")
     result = {**study.adapter_identity(adapter), "model": str(adapter), "adapter_sha256": adapter_sha, "top": cfg.tokens.top,
               "summary": summary, "problems": rows,
-              "provenance": provenance(cfg, "tokens", {"adapter_sha256": adapter_sha}, str(device))}
+              "provenance": record(cfg, "tokens", {"adapter_sha256": adapter_sha}, str(device))}
     atomic_write_json(out_file, result)
     return result
 
@@ -219,7 +219,7 @@ def probe(cfg: config.Config, base: str, run: Path, progress: bool = True) -> li
         texts, _ = sample_problems(model, tok, problems, n, cfg.eval.sampling, cfg.task.seed, f"probe-{task}", cfg.task.prompt_style, cfg.eval.problems_per_batch, progress)
         rows = score_problems(problems, texts, keep_responses=False)
         res = {"task": task, "n": n, **summarize(rows, n, n), "examples": [t[0] for t in texts[:3]], "problems": rows,
-               "provenance": provenance(cfg, "probe", None, str(device))}
+               "provenance": record(cfg, "probe", None, str(device))}
         path = run / f"probe_{task}.json"
         atomic_write_json(path, res)
         written.append(path)
@@ -252,7 +252,7 @@ def select(cfg: config.Config, base: str, run: Path, progress: bool = True) -> d
         "sets": {z: [problems[i].id for i in idx] for z, idx in sets.items()},
         "short": {z: len(idx) < int(z) for z, idx in sets.items()},
         "sampling": {"n": cfg.select.samples, "temperature": s.temperature, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0, "max_new_tokens": s.max_new_tokens},
-        "provenance": provenance(cfg, "select", {"sizes": study.selection_sizes(cfg)}, str(device)),
+        "provenance": record(cfg, "select", {"sizes": study.selection_sizes(cfg)}, str(device)),
     }
     atomic_write_json(run / "selection.json", res)
     return res

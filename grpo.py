@@ -51,11 +51,12 @@ import torch
 import config
 import countdown
 import evaluate
+import provenance
 import study
 from memory import auto_micro_batch, estimate_memory
 from model import (apply_lora, completion_logprobs, load_adapter, load_model, lora_disabled, lora_folded,
                    pack, pad_id, pick_device, render_prompts, save_adapter, setup_torch, stop_ids)
-from provenance import (atomic_replace_dir, atomic_write_json, provenance, read_csv_rows, stage_hash, write_csv_rows)
+from provenance import atomic_replace_dir, atomic_write_json, read_csv_rows, record, stage_hash, write_csv_rows
 from sampler import Samples, sample
 
 
@@ -288,14 +289,21 @@ def resume(out: Path, model, opt, meta: dict, device: torch.device) -> tuple[int
         os.replace(old, out / "last")  # killed between the two renames of atomic_replace_dir
     if not (out / "last" / "state.json").exists():
         return 1, [], []
-    state = json.loads((out / "last" / "state.json").read_text())
+    last = out / "last"
+    damaged = f"is damaged, so this run cannot resume: move {out} aside (it then starts again from step 1)"
+    bad = provenance.json_problem(last / "state.json", ("step", "provenance")) or provenance.adapter_problem(last)
+    if bad:
+        raise RuntimeError(f"{last}, the resume point, {damaged} ({bad})")
+    state = json.loads((last / "state.json").read_text())
     if state["provenance"]["stage_hash"] != meta["provenance"]["stage_hash"]:
-        raise RuntimeError(f"{out}/last was made by a different config or inputs; delete {out} or use --force")
-    load_adapter(model, out / "last")
-    # map_location: a run started on a GPU resumes on a CPU-only machine (and the reverse)
-    opt.load_state_dict(torch.load(out / "last" / "optimizer.pt", weights_only=True, map_location=device))
-    rows = [r for r in read_log(out / "train_log.csv") if r["step"] <= state["step"]]
-    dev_rows = [r for r in read_csv_rows(out / "train_eval.csv") if int(r["step"]) <= state["step"]]
+        raise RuntimeError(f"{last} was made by a different config or inputs; delete {out} or use --force")
+    load_adapter(model, last)
+    try:  # map_location: a run started on a GPU resumes on a CPU-only machine (and the reverse)
+        opt.load_state_dict(torch.load(last / "optimizer.pt", weights_only=True, map_location=device))
+        rows = [r for r in read_log(out / "train_log.csv") if r["step"] <= state["step"]]
+        dev_rows = [r for r in read_csv_rows(out / "train_eval.csv") if int(r["step"]) <= state["step"]]
+    except (OSError, RuntimeError, EOFError, ValueError, KeyError, TypeError) as e:
+        raise RuntimeError(f"{last}, the resume point, {damaged} ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
     print(f"{meta['provenance']['stage']} {meta['condition']} s{meta['train_seed']}: resuming {out} from step {state['step'] + 1} "
           f"(last checkpoint: step {state['step']})", flush=True)
     return state["step"] + 1, rows, dev_rows
@@ -336,7 +344,7 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
     opt = make_optimizer(model, cfg, run.lr)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"condition": run.name, "train_seed": run.seed, "lr": run.lr, "steps": run.steps,
-            "provenance": provenance(cfg, run.stage, run.inputs, str(device))}
+            "provenance": record(cfg, run.stage, run.inputs, str(device))}
     start, rows, dev_rows = resume(out, model, opt, meta, device)
     stops, pad = stop_ids(model, tok), pad_id(tok)
     prompt_len = max(len(p) for p in render_prompts(tok, run.pool[:256], cfg.task.prompt_style))
@@ -436,7 +444,7 @@ def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) ->
                    + ("each condition's own recipe" if cfg.lr_sweep.per_condition else "the many condition")
                    + f", training seed {seed}; ties: the smaller rate",
            "mean_reward_last": means[first], "chosen": chosen[first],
-           "provenance": provenance(cfg, "lr-sweep", {"problems": "all", "seed": seed})}
+           "provenance": record(cfg, "lr-sweep", {"problems": "all", "seed": seed})}
     if cfg.lr_sweep.per_condition:
         res["per_condition"], res["mean_reward_by_condition"] = chosen, means
     atomic_write_json(run / "lr_choice.json", res)
@@ -506,8 +514,11 @@ def main(argv: list[str] | None = None) -> int:
             seed = cfg.train.seeds[0] if a.seed is None else a.seed
             if seed not in cfg.train.seeds:
                 raise config.ConfigError(f"--seed {seed}: not in train.seeds {cfg.train.seeds}")
-        if a.cmd in ("eval", "tokens") and a.adapter and not (Path(a.adapter) / "adapter_config.json").exists():
-            raise config.ConfigError(f"--adapter: no adapter_config.json in {a.adapter}")
+        if a.cmd in ("eval", "tokens") and a.adapter and (bad := provenance.adapter_problem(a.adapter)):
+            identity = study.adapter_identity(a.adapter)
+            redo = (f"retrain it (python pipeline.py --config {a.config} --stage train --condition {identity['condition']} --force)"
+                    if identity["condition"] else "give an intact adapter folder")
+            raise config.ConfigError(f"--adapter {a.adapter}: {bad}; {redo}")
         if a.cmd == "eval" and a.eval_set != "test" and a.eval_set not in cfg.eval_sets:
             raise config.ConfigError(f"--eval-set {a.eval_set!r}: not registered (test, or one of eval_sets: {', '.join(cfg.eval_sets) or 'none'})")
         out_eval = None
@@ -517,11 +528,19 @@ def main(argv: list[str] | None = None) -> int:
             out_eval = Path(a.out) if a.out else run / study.tokens_name(a.adapter)
         study.check_model_reachable(cfg)
         base = None if a.cmd == "base" else study.model_path(cfg, run)
+        if base is not None and study.builds_base(cfg) and (bad := provenance.model_folder_problem(base)):
+            raise config.ConfigError(f"{bad}; build the base again (python pipeline.py --config {a.config} --out {run} --stage base --force)")
     except config.ConfigError as e:
         print(f"grpo.py: {e}", file=sys.stderr)
         return 2
     run.mkdir(parents=True, exist_ok=True)
     progress = not a.quiet
+    replaced = {"eval": [out_eval], "tokens": [out_eval], "select": [run / "selection.json"], "lr-sweep": [run / "lr_choice.json"],
+                "probe": [run / f"probe_{t}.json" for t in cfg.probe.tasks]}.get(a.cmd, [])
+    when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    for old in replaced:  # a rerun by hand replaces nothing in place: RUN/superseded/<time>/
+        if old.resolve().is_relative_to(run.resolve()) and (dest := provenance.move_aside(run.resolve(), old.resolve(), when)):
+            print(f"moved aside {old} -> {dest} (this command writes it again)", flush=True)
     try:
         if a.cmd == "base":
             print(build_base(cfg, run, progress))

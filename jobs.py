@@ -70,8 +70,9 @@ class Runner:
     way a job is grpo.main(argv) with the argv of the command a user would type. Prints what is
     running, done and left, with an ETA from the measured step and evaluation times."""
 
-    def __init__(self, run: Path, threads: int, n: int, executor: str, ray_address: str | None, quiet: bool, on_done):
-        self.folder, self.threads, self.n, self.executor, self.quiet, self.on_done = run, threads, n, executor, quiet, on_done
+    def __init__(self, run: Path, threads: int, n: int, executor: str, ray_address: str | None, quiet: bool, on_start, on_done):
+        self.folder, self.threads, self.n, self.executor, self.quiet = run, threads, n, executor, quiet
+        self.on_start, self.on_done = on_start, on_done
         self.ray_address = ray_address
 
     def argv(self, job: Job) -> list[str]:
@@ -114,6 +115,7 @@ class Runner:
                 waiting.remove(job)
                 started[job.name] = time.perf_counter()
                 log(f"start {job.name}")
+                self.on_start(job)
                 if pool is None:  # in this process, one at a time
                     status[job.name] = self._finish(job, run_grpo(self.argv(job)), started)
                     break
@@ -170,6 +172,7 @@ class Runner:
                     waiting.remove(job)
                     started[job.name] = time.perf_counter()
                     log(f"submit {job.name}")
+                    self.on_start(job)
                     refs[job.name] = run_job.remote(self.argv(job))
                     by_ref[job.name] = job
                 if not refs:
@@ -282,16 +285,14 @@ def _alive(pid) -> bool:
 
 
 class Aside:
-    """Moves out-of-date outputs to RUN/superseded/<time>/ (never deletes a result)."""
+    """Moves outputs a rerun replaces to RUN/superseded/<time>/ (never deletes a result); one
+    <time> folder per pipeline run."""
 
     def __init__(self, run: Path):
         self.run = run
-        self.folder = run / "superseded" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        self.when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
 
     def move(self, path: Path, why: str) -> None:
-        if not path.exists():
-            return
-        dest = self.folder / path.relative_to(self.run)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(path, dest)
-        log(f"moved aside {path.relative_to(self.run)} -> {dest.relative_to(self.run)} ({why})")
+        dest = provenance.move_aside(self.run, path, self.when)
+        if dest is not None:
+            log(f"moved aside {path.relative_to(self.run)} -> {dest.relative_to(self.run)} ({why})")

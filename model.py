@@ -19,6 +19,7 @@ import torch.nn as nn
 import config
 import countdown
 from memory import LOGPROB_CHUNK
+from provenance import readable_by_all
 
 
 # ============================================================================= loading
@@ -250,6 +251,7 @@ def save_adapter(model: nn.Module, folder: Path, cfg: config.Config, base_path: 
         "bias": "none", "fan_in_fan_out": False, "use_rslora": False, "init_lora_weights": True, "modules_to_save": None,
     }
     (folder / "adapter_config.json").write_text(json.dumps(adapter_cfg, indent=1) + "\n")
+    readable_by_all(folder)
 
 
 def load_adapter(model: nn.Module, folder: str | Path) -> None:

@@ -143,9 +143,12 @@ class Plan:
         return []
 
     def state(self, stage: str, marker: Path, want: str | None) -> str:
-        """missing | done | stale (same settings, other inputs) | foreign (other settings)."""
+        """missing | damaged (a file cut short or unreadable: redo it) | done | stale (same settings,
+        other inputs) | foreign (other settings)."""
         if not marker.exists():
             return "missing"
+        if self.damage(stage, marker):
+            return "damaged"
         rec = provenance.read_json(marker)
         got = (rec or {}).get("stage_hash") if stage == "base" else provenance.recorded_hash(marker)
         if want is not None and got == want:
@@ -161,6 +164,21 @@ class Plan:
             same = False
         return "stale" if same else "foreign"
 
+    def damage(self, stage: str, marker: Path) -> str | None:
+        """What is wrong with an output that exists, or None: its record is not valid JSON, or (base,
+        train) a weights file is cut short or missing: the base's, a checkpoint's, the resume point's."""
+        bad = provenance.json_problem(marker)
+        if bad:
+            return f"{marker}: {bad}"
+        if stage == "base":
+            return provenance.model_folder_problem(marker.parent)  # RUN/base_model/build.json
+        if stage == "train" and marker.name == "done.json":  # every checkpoint the run itself was asked for
+            steps = ((provenance.read_json(marker).get("provenance") or {}).get("config") or {}).get("train", {}).get("checkpoints", [])
+            return next((bad for st in steps if (bad := provenance.adapter_problem(marker.parent / f"step_{st:03d}"))), None)
+        if stage == "train":
+            return provenance.adapter_problem(marker.parent)  # the resume point RUN/train_*/last/state.json
+        return None
+
     def why(self, stage: str, marker: Path) -> str:
         rec = provenance.read_json(marker)
         if stage == "base":
@@ -170,16 +188,17 @@ class Plan:
     # ------------------------------------------------------------------ done
 
     def analyze_done(self) -> bool:
+        """verdicts.json and report.md exist, were made from what the evaluation and token files now
+        compute (their content hashes: timings and time stamps do not count) and under this config's
+        analyze settings."""
         v = provenance.read_json(self.run / "verdicts.json")
         if not v or not (self.run / "report.md").exists():
             return False
-        run, a = self.run, self.cfg.analyze
+        run = self.run
         files = sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")) + sorted(run.glob("tokens_*.json"))
-        now = {f.relative_to(run).as_posix(): provenance.file_sha256(f) for f in files}  # what analyze_b records as its inputs
-        prim = v.get("primary") or {}
-        same = (v.get("resamples"), v.get("ci"), v.get("seed"), v.get("equivalence_margin"), prim.get("condition"), prim.get("scoring")) \
-            == (a.resamples, a.ci, a.seed, a.equivalence_margin, a.primary_condition, a.primary_scoring)
-        return bool(now) and v.get("provenance", {}).get("inputs") == now and same
+        now = {f.relative_to(run).as_posix(): provenance.content_sha256(f) for f in files}  # what analyze_b records
+        made = v.get("provenance", {})
+        return bool(now) and made.get("inputs") == now and made.get("analyze") == config.to_dict(self.cfg.analyze)
 
     def done(self, stage: str, condition: str | None = None) -> bool:
         if stage == "analyze":
@@ -244,6 +263,9 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
     outputs made from other inputs, and (train, eval) folders and files the design no longer has."""
     for path, marker, want in plan.outputs(stage):
         st = plan.state(stage, marker, want)
+        if st == "damaged":
+            aside.move(path, f"damaged, so it is redone: {plan.damage(stage, marker)}")
+            continue
         if st == "foreign" and not force:
             raise Refused(f"{marker}: made under {plan.why(stage, marker)}; refusing to overwrite it "
                           f"(use --force to replace it and what depends on it, or --out another folder)")
@@ -321,14 +343,15 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
     for s in todo:
         if s in JOB_STAGES:
             states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
-            counts = {k: states.count(k) for k in ("done", "missing", "stale", "foreign") if states.count(k)}
+            counts = {k: states.count(k) for k in ("done", "missing", "damaged", "stale", "foreign") if states.count(k)}
             state = "done" if counts.get("done") == len(states) else ", ".join(f"{v} {k}" for k, v in counts.items())
         elif s == "analyze":
             state = "done" if plan.analyze_done() else ("out of date" if (plan.run / "verdicts.json").exists() else "to do")
         else:
             states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
             state = ("done" if all(x == "done" for x in states) else "made under other settings (would refuse; --force)"
-                     if "foreign" in states else "out of date (made from other inputs)" if "stale" in states else "to do")
+                     if "foreign" in states else "damaged (would be redone)" if "damaged" in states
+                     else "out of date (made from other inputs)" if "stale" in states else "to do")
         print(f"  {s:<9} {state}")
     left = plan.jobs(todo)
     eta = estimate_seconds(plan.run, left, n)
@@ -398,17 +421,18 @@ def main(argv: list[str] | None = None) -> int:
     todo = [a.stage] if a.stage else registered_stages(cfg)
     if a.dry_run or a.print_jobs:
         if not run.exists():
-            print(f"run folder {run} does not exist yet: every stage is to do")
+            print(f"# run folder {run} does not exist yet: every stage is to do")
         if a.dry_run:
             dry_run(plan, todo, a.jobs)
         else:
             print_jobs(plan, todo, a.config, run, a.set)
         return 0
 
-    def terminated(signum, frame):  # a scheduler's time limit (Slurm sends SIGTERM first): end as Ctrl-C does
+    def terminated(signum, frame):  # a scheduler's time limit (Slurm sends SIGTERM first), a closed terminal: end as Ctrl-C does
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, terminated)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, terminated)
     lock = Lock(run)
     stages: dict = {}
     jobs_status: dict = {}
@@ -419,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         lock.acquire()
         old = provenance.read_json(run / "manifest.json") or {}
         stages, jobs_status = old.get("stages", {}), old.get("jobs", {})
+        end_states(stages, jobs_status, "interrupted", "the pipeline that ran it ended without saying how (killed?)")
         aside = Aside(run)
         i = 0
         while i < len(todo):
@@ -429,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
                 i += len(group)
                 rc = run_jobs(plan, group, a, stages, jobs_status, aside)
                 if rc:
+                    end_states(stages, jobs_status, "failed", f"stage {current} failed", todo[i:])
+                    write_manifest(run, cfg, stages, jobs_status)
                     return rc
                 continue
             i += 1
@@ -453,16 +480,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pipeline.py: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        _mark(run, cfg, stages, jobs_status, current, "interrupted", "Ctrl-C")
-        print(f"pipeline.py: interrupted (Ctrl-C or SIGTERM) during stage {current}; run the same command again to resume "
-              f"(training resumes from its last checkpoint)", file=sys.stderr)
+        _mark(run, cfg, stages, jobs_status, todo, current, "interrupted", "Ctrl-C or a signal")
+        print(f"pipeline.py: interrupted during stage {current}; run the same command again: {resumes(cfg, current)}", file=sys.stderr)
         return 130
     except (FileNotFoundError, ValueError, RuntimeError, config.ConfigError) as e:
-        _mark(run, cfg, stages, jobs_status, current, "failed", str(e))
+        _mark(run, cfg, stages, jobs_status, todo, current, "failed", str(e))
         print(f"pipeline.py: stage {current} failed: {e}", file=sys.stderr)
         return 1
     except OSError as e:
-        _mark(run, cfg, stages, jobs_status, current, "failed", str(e))
+        _mark(run, cfg, stages, jobs_status, todo, current, "failed", str(e))
         print(f"pipeline.py: stage {current} failed: {e.strerror or e} ({e.filename or run})", file=sys.stderr)
         return 1
     finally:
@@ -471,18 +497,54 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _mark(run: Path, cfg: config.Config, stages: dict, jobs: dict, stage: str | None, status: str, why: str) -> None:
-    """Record how a stage ended (never leave it 'running'); a read-only folder may refuse even this."""
-    if stage is None or not run.exists():
-        return
-    stages[stage] = {**stages.get(stage, {}), "status": status, "error": why, "ended": now()}
+def resumes(cfg: config.Config, stage: str | None) -> str:
+    """What running the same command again redoes, for the interrupted stage."""
+    if stage == "base" and cfg.model.build is not None:
+        return f"the base's pre-training resumes from its last saved step (every {tiny_base_save_every()} steps)"
+    if stage in JOB_STAGES:
+        return (f"finished jobs are kept, training runs resume from their last checkpoint (every {cfg.train.save_last_every} steps), "
+                "evaluations that were under way are redone")
+    if stage == "lr-sweep":
+        return f"finished candidates are kept, the one under way resumes from its last checkpoint (every {cfg.train.save_last_every} steps)"
+    return f"stage {stage} is redone" if stage else "nothing is lost"
+
+
+def tiny_base_save_every() -> int:
+    import tiny_base
+
+    return tiny_base.SAVE_EVERY
+
+
+def end_states(stages: dict, jobs: dict, status: str, why: str, later: list[str] = ()) -> None:
+    """Give every stage and job still recorded as running or waiting an end state (`status`, with
+    `why`), and the stages in `later` (not reached) the same, so that the manifest never says
+    `running` once no process runs it: done, interrupted and failed are the only end states."""
+    for s in later:
+        stages[s] = {"status": status, "error": f"not reached: {why}"}
+    for s, v in stages.items():
+        if v.get("status") in ("running", "waiting"):
+            stages[s] = {**v, "status": status, "error": why}
     for k, v in jobs.items():
-        if v.get("status") == "running":
-            jobs[k] = {**v, "status": status}
+        if v.get("status") in ("running", "waiting"):
+            jobs[k] = {**v, "status": status, "error": why if v["status"] == "running" else f"not started: {why}"}
+
+
+def _mark(run: Path, cfg: config.Config, stages: dict, jobs: dict, todo: list[str], stage: str | None, status: str, why: str) -> None:
+    """Record how the pipeline ended: the stage it was in, the stages it did not reach, every job
+    that was running or waiting. Further signals are ignored while this is written; a read-only
+    folder may refuse even this."""
+    handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        write_manifest(run, cfg, stages, jobs)
+        if run.exists():
+            if stage is not None:
+                stages[stage] = {**stages.get(stage, {}), "status": status, "error": why, "ended": now()}
+            end_states(stages, jobs, status, why, todo[todo.index(stage) + 1:] if stage in todo else [])
+            write_manifest(run, cfg, stages, jobs)
     except OSError:
         pass
+    finally:
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
 
 
 def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, aside: Aside) -> int:
@@ -518,6 +580,10 @@ def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, a
         f"{a.jobs} at a time; ETA {fmt_minutes(eta)}")
     t0 = time.perf_counter()
 
+    def on_start(job: Job) -> None:
+        jobs_status[job.name] = {"status": "running", "command": job.command(), "started": now()}
+        write_manifest(run, cfg, stages, jobs_status)
+
     def on_done(job: Job) -> None:
         jobs_status[job.name] = {"status": "done", "command": job.command()}
         if job.stage == "train":
@@ -529,11 +595,13 @@ def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, a
                 log(f"training figure not written: {e}")
         write_manifest(run, cfg, stages, jobs_status)
 
-    status = Runner(run, cfg.threads, a.jobs, a.executor, a.ray_address, a.quiet, on_done).run(jobs)
+    status = Runner(run, cfg.threads, a.jobs, a.executor, a.ray_address, a.quiet, on_start, on_done).run(jobs)
     for name, st in status.items():
         jobs_status[name] = {**jobs_status.get(name, {}), **st}
     failed = [n for n, st in status.items() if st["status"] != "done"]
     not_run = [j.name for j in jobs if j.name not in status]
+    for name in not_run:
+        jobs_status[name] = {**jobs_status[name], "status": "failed", "error": "not started: it waits for a job that failed"}
     sec = round(time.perf_counter() - t0, 1)
     for s in group:
         mine = [j for j in jobs if j.stage == s]

@@ -101,6 +101,108 @@ def recorded_hash(path: str | Path) -> str | None:
         return None
 
 
+def readable_by_all(folder: str | Path) -> None:
+    """Every file below `folder` FILE_MODE (0644): safetensors writes its files 0600."""
+    for f in Path(folder).rglob("*"):
+        if f.is_file():
+            os.chmod(f, FILE_MODE)
+
+
+def move_aside(run: Path, path: Path, when: str | None = None) -> Path | None:
+    """Move `path` (inside the run folder `run`) to RUN/superseded/<when>/<its path in the run>,
+    never deleting it; `when` defaults to now (UTC, to the second). Returns where it went, or None
+    when there was nothing to move."""
+    path, run = Path(path), Path(run)
+    if not path.exists():
+        return None
+    dest = run / "superseded" / (when or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())) / path.relative_to(run)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(path, dest)
+    return dest
+
+
+# ----------------------------------------------------------------------------- damaged files
+
+
+def safetensors_problem(path: str | Path) -> str | None:
+    """None when `path` is a whole safetensors file, else what is wrong with it in a few words. A
+    safetensors file is an 8-byte little-endian header length, a JSON header whose data_offsets
+    say where each tensor lies, then the data: a file cut short or padded does not add up."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return f"{size} bytes, shorter than its header"
+            n = int.from_bytes(head, "little")
+            if n > size - 8:
+                return f"its header claims {n:,} bytes but only {size - 8:,} follow (cut short?)"
+            meta = json.loads(f.read(n))
+        end = max((v["data_offsets"][1] for k, v in meta.items() if k != "__metadata__"), default=0)
+    except FileNotFoundError:
+        return "missing"
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError, IndexError):
+        return "its header is not a safetensors header"
+    if 8 + n + end != size:
+        return f"{size:,} bytes where its header describes {8 + n + end:,} (cut short?)"
+    return None
+
+
+def json_problem(path: str | Path, keys: tuple = ()) -> str | None:
+    """None when `path` holds a JSON object with every key in `keys`, else what is wrong."""
+    try:
+        d = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return "missing"
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        return f"not valid JSON ({getattr(e, 'msg', e)})"
+    if not isinstance(d, dict):
+        return "not a JSON object"
+    missing = [k for k in keys if k not in d]
+    return f"no {', '.join(missing)}" if missing else None
+
+
+def adapter_problem(folder: str | Path) -> str | None:
+    """None when an adapter folder is whole (adapter_config.json with r, lora_alpha and
+    target_modules, and a whole adapter_model.safetensors), else which file is wrong and how."""
+    folder = Path(folder)
+    bad = json_problem(folder / "adapter_config.json", ("r", "lora_alpha", "target_modules"))
+    if bad:
+        return f"{folder / 'adapter_config.json'}: {bad}"
+    bad = safetensors_problem(folder / "adapter_model.safetensors")
+    return f"{folder / 'adapter_model.safetensors'}: {bad}" if bad else None
+
+
+def model_folder_problem(folder: str | Path) -> str | None:
+    """None when a Hugging Face model folder looks whole (config.json, every *.safetensors file),
+    else which file is wrong and how."""
+    folder = Path(folder)
+    bad = json_problem(folder / "config.json")
+    if bad:
+        return f"{folder / 'config.json'}: {bad}"
+    for f in sorted(folder.glob("*.safetensors")):
+        bad = safetensors_problem(f)
+        if bad:
+            return f"{f}: {bad}"
+    return None
+
+
+def content_sha256(path: str | Path) -> str | None:
+    """sha256 of what a JSON output computed: the file without its timings ("seconds"), without
+    the path it was made from ("model": the adapter's sha256 and identity stay) and without its
+    provenance, except the stage hash (the settings and inputs it was made from). Two runs that
+    computed the same thing agree, whenever, wherever and at whatever revision they ran."""
+    try:
+        d = json.loads(Path(path).read_text())
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if isinstance(d, dict):
+        d = {k: v for k, v in d.items() if k not in ("seconds", "model", "provenance")} | \
+            {"stage_hash": (d.get("provenance") or {}).get("stage_hash")}
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+
 # ----------------------------------------------------------------------------- what made it
 
 
@@ -207,7 +309,9 @@ def _flat(d, prefix: str = "") -> dict:
     return out
 
 
-def provenance(cfg: config.Config, stage: str, extra=None, device: str | None = None) -> dict:
+def record(cfg: config.Config, stage: str, extra=None, device: str | None = None) -> dict:
+    """What an output records about how it was made (its "provenance" field): the stage, its hash, the
+    config and its hash, the inputs, PLAN.md's sha256, the code revision, package versions, device, time."""
     return {
         "stage": stage,
         "stage_hash": stage_hash(cfg, stage, extra),

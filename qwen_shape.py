@@ -53,6 +53,7 @@ import torch
 
 import config
 import countdown
+import provenance
 
 # Qwen2.5-0.5B-Instruct's config.json (revision 7ae5576), as transformers 5.x names the fields.
 ARCH = dict(
@@ -217,6 +218,7 @@ def build_base(cfg: config.Config, out: Path, progress: bool = True, stage_hash:
     tok.save_pretrained(tmp)
     info["seconds"] = round(time.perf_counter() - t0, 1)
     (tmp / "build.json").write_text(json.dumps(info, indent=1) + "\n")
+    provenance.readable_by_all(tmp)
     old = out.with_name(f".{out.name}.old")
     if old.exists():
         shutil.rmtree(old)

@@ -116,6 +116,8 @@ def report(run: Path, res: dict, figs: list[Path]) -> str:
     entries = res["entries"]
     ps, other = design.primary_scoring, [s for s in SCORINGS if s != design.primary_scoring][0]
     L = []
+    if (design.config.get("analyze") or {}).get("note"):
+        L += [f"**{design.config['analyze']['note']}**", ""]
     if res["missing"]:
         L += [f"**PARTIAL REPORT: {len(res['missing'])} of {design.n_expected()} expected evaluations are missing: "
               f"{', '.join(res['missing'])}.**", ""]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import config
 import countdown
+import provenance
 
 ROOT = Path(__file__).resolve().parent
 
@@ -116,21 +117,57 @@ def model_path(cfg: config.Config, run: str | Path | None) -> str:
     return cfg.model.path
 
 
-def check_model_reachable(cfg: config.Config) -> None:
-    """Fail early, in one line, when model.path can be neither found locally nor downloaded:
-    a hub id with no network and no local cache, a misspelt id, a missing revision. Reads only
-    the model's config.json (from the cache, or the hub when it can be reached)."""
-    if builds_base(cfg) or os.path.isdir(os.path.expanduser(cfg.model.path)):
+def check_model_reachable(cfg: config.Config, timeout: float = 0.5) -> None:
+    """Fail early, in one line (a ConfigError), when the base model cannot be had: a local folder
+    that is damaged, or a hub id that is neither in the local cache nor downloadable (no network,
+    a misspelt id, a missing revision). Offline this answers in well under a second: it asks the
+    cache, then whether the hub answers at all, before any download is tried."""
+    if builds_base(cfg):
         return
-    from transformers import AutoConfig
+    path = os.path.expanduser(cfg.model.path)
+    if os.path.isdir(path):
+        bad = provenance.model_folder_problem(path)
+        if bad:
+            raise config.ConfigError(f"model.path: {bad}; replace the folder with an intact copy of the model")
+        return
+    from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
 
+    repo, rev = cfg.model.path, cfg.model.revision
+    if isinstance(try_to_load_from_cache(repo, "config.json", revision=rev), str):
+        return
+    where = f"model.path {repo!r} (model.revision {rev[:12]})"
+    fetch = f"download it where there is a network (`hf download {repo} --revision {rev}`), or set model.path to a local model folder"
+    if constants.HF_HUB_OFFLINE or not hub_answers(constants.ENDPOINT, timeout):
+        why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else f"{constants.ENDPOINT} does not answer"
+        raise config.ConfigError(f"{where} is not in the local Hugging Face cache and {why}: {fetch}")
     try:
-        AutoConfig.from_pretrained(cfg.model.path, revision=cfg.model.revision)
-    except (OSError, ValueError) as e:
+        hf_hub_download(repo, "config.json", revision=rev)
+    except (OSError, ValueError) as e:  # the hub's errors (unknown repo or revision, HTTP) are OSErrors
         first = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
-        raise config.ConfigError(
-            f"model.path {cfg.model.path!r} (model.revision {cfg.model.revision[:12]}) cannot be loaded ({first}): download it "
-            f"first (huggingface-cli download {cfg.model.path} --revision {cfg.model.revision}) or set model.path to a local model folder")
+        raise config.ConfigError(f"{where} cannot be loaded ({first}): {fetch}")
+
+
+def hub_answers(endpoint: str, timeout: float) -> bool:
+    """Does a TCP connection to the hub's host open within `timeout` seconds? (Name lookup
+    included: it runs in a thread that is abandoned if it takes longer.)"""
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    url = urlparse(endpoint)
+    ok = []
+
+    def connect():
+        try:
+            socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=timeout).close()
+            ok.append(True)
+        except OSError:
+            pass
+
+    worker = threading.Thread(target=connect, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return bool(ok)
 
 
 def pretrain_count(cfg: config.Config) -> int:

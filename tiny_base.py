@@ -32,6 +32,7 @@ import torch
 
 import config
 import countdown
+import provenance
 
 PAD, EOS, BOS = "<|pad|>", "<|im_end|>", "<|im_start|>"
 TAGS = ["<think>", "</think>", "<answer>", "</answer>"]
@@ -142,8 +143,14 @@ def trace_batches(tok, b: config.TinyBaseCfg, task: str, n_train: int, n_test: i
 # ----------------------------------------------------------------------------- training
 
 
+SAVE_EVERY = 100  # steps between the base's resume points (RUN/.base_model.partial)
+
+
 def train_base(cfg: config.Config, out: Path, progress: bool = True, stage_hash: str | None = None) -> dict:
-    """Train the tiny base from scratch and save it as a Hugging Face folder (atomically)."""
+    """Train the tiny base from scratch and save it as a Hugging Face folder (atomically). Every
+    SAVE_EVERY steps the whole training state (weights, AdamW state, the batch generator, the losses
+    so far) is saved beside `out`; a build that was stopped resumes from there and ends with the
+    same weights, bit for bit, as one that never stopped (tested)."""
     from tqdm import tqdm
 
     from transformers.utils import logging as hf_logging
@@ -157,10 +164,13 @@ def train_base(cfg: config.Config, out: Path, progress: bool = True, stage_hash:
     seqs, masks = trace_batches(tok, b, cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=b.lr, betas=(0.9, 0.95), weight_decay=0.01)
     g = torch.Generator().manual_seed(cfg.task.seed)
-    losses = []
+    partial = Path(out).with_name(f".{Path(out).name}.partial")
+    start, losses = resume_point(partial, stage_hash, model, opt, g)
+    if start:
+        print(f"base: resuming from step {start} of {b.steps} ({partial})", flush=True)
     t0 = time.perf_counter()
     model.train()  # Qwen2 has no dropout: train mode draws nothing from torch's global RNG
-    for step in tqdm(range(b.steps), desc="base", disable=not progress, leave=False):
+    for step in tqdm(range(start, b.steps), desc="base", disable=not progress, leave=False, initial=start, total=b.steps):
         lr = b.lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + math.cos(math.pi * step / b.steps))  # warm-up, cosine
         for group in opt.param_groups:
             group["lr"] = lr
@@ -181,11 +191,45 @@ def train_base(cfg: config.Config, out: Path, progress: bool = True, stage_hash:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss.item())
+        if (step + 1) % SAVE_EVERY == 0 and step + 1 < b.steps:
+            save_resume_point(partial, stage_hash, step + 1, model, opt, g, losses)
     model.eval()
     info = {"steps": b.steps, "loss_first": losses[0], "loss_last_50": sum(losses[-50:]) / len(losses[-50:]),
-            "seconds": round(time.perf_counter() - t0, 1), "params": sum(p.numel() for p in model.parameters())}
+            "seconds": round(time.perf_counter() - t0, 1), "resumed_from": start, "params": sum(p.numel() for p in model.parameters())}
     save(model, tok, out, {"build": config.to_dict(b), "task": cfg.task.name, "seed": cfg.task.seed, "stage_hash": stage_hash, **info})
+    if partial.exists():
+        shutil.rmtree(partial)
     return info
+
+
+def save_resume_point(folder: Path, stage_hash: str | None, step: int, model, opt, g: torch.Generator, losses: list[float]) -> None:
+    """Everything the build needs to continue from `step`, written to a temporary folder, then renamed."""
+    tmp = folder.with_name(folder.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    torch.save({"step": step, "stage_hash": stage_hash, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                "generator": g.get_state(), "losses": losses}, tmp / "state.pt")
+    if folder.exists():
+        shutil.rmtree(folder)
+    tmp.rename(folder)
+
+
+def resume_point(folder: Path, stage_hash: str | None, model, opt, g: torch.Generator) -> tuple[int, list[float]]:
+    """(first step to run, losses so far): from `folder` when it holds a resume point of this very
+    build (the same stage hash), loaded into model, opt and g; else (0, []) and the folder is removed."""
+    try:
+        state = torch.load(folder / "state.pt", weights_only=True)
+    except (OSError, RuntimeError, EOFError):
+        state = None  # absent, or cut short by a crash: start from step 0
+    if state is None or state.get("stage_hash") != stage_hash:
+        if folder.exists():
+            shutil.rmtree(folder)
+        return 0, []
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    g.set_state(state["generator"])
+    return state["step"], list(state["losses"])
 
 
 def save_tokenizer(tok, folder: Path) -> None:
@@ -205,6 +249,7 @@ def save(model, tok, out: Path, info: dict) -> None:
     model.save_pretrained(tmp)
     save_tokenizer(tok, tmp)
     (tmp / "build.json").write_text(json.dumps(info, indent=1) + "\n")  # the base stage's done marker (stage_hash)
+    provenance.readable_by_all(tmp)
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)

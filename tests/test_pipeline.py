@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 import study
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,6 +201,7 @@ def test_rerun_one_stage_by_hand(smoke_run):
     r = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--stage", "analyze", "--force", "--quiet", timeout=300)
     assert r.returncode == 0, r.stderr
     assert "analyze: running" in r.stdout and report.stat().st_mtime_ns != old
+    assert len(list((smoke_run / "superseded").glob("*/report.md"))) == 1  # the old report moved aside, not overwritten
 
 
 def test_killed_mid_training_then_resumed_equals_uninterrupted(smoke_run, small_cfg, small_jobs2, fitted_dir, tmp_path):
@@ -247,10 +249,11 @@ def test_ctrl_c_ends_in_one_line_and_records_interrupted(sig, small_cfg, fitted_
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and "interrupted (Ctrl-C or SIGTERM) during stage train" in lines[0], err
+    assert len(lines) == 1 and "interrupted during stage train" in lines[0] and "resume from their last checkpoint" in lines[0], err
     man = json.loads((run / "manifest.json").read_text())
     assert man["stages"]["train"]["status"] == "interrupted"
     assert not (run / ".pipeline.lock").exists()
+    assert ended(man), man
 
 
 def test_another_config_on_a_finished_run_is_refused_and_changes_nothing(smoke_run, tmp_path):
@@ -327,7 +330,7 @@ def test_unreachable_model_writes_nothing(tmp_path):
     cfg.write_text("")
     r = pipeline("--config", str(cfg), "--out", str(tmp_path / "run"), timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
-    assert "download it first" in r.stderr and "model.revision" in r.stderr
+    assert "hf download Qwen/Qwen2.5-0.5B-Instruct --revision" in r.stderr and "model.revision" in r.stderr
     assert not (tmp_path / "run").exists()
 
 
@@ -340,3 +343,147 @@ def test_set_override_and_its_errors(tmp_path):
     assert r.returncode == 2 and "absent.yaml" in r.stderr
     r = pipeline("--config", str(SMOKE), "--out", str(tmp_path / "r"), "--set", "lr_sweep.candidates=[1e-4, 3E-4]", "--dry-run", timeout=120)
     assert r.returncode == 0, r.stderr  # numbers as users type them
+
+
+# ----------------------------------------------------------------------------- faults a user hits
+
+
+def ended(manifest: dict) -> bool:
+    """No stage or job is recorded as running or waiting: done, interrupted and failed are the end states."""
+    return all(v.get("status") in ("done", "interrupted", "failed") for part in ("stages", "jobs") for v in manifest[part].values())
+
+
+def grpo_cmd(*args, **kw):
+    return subprocess.run([sys.executable, str(ROOT / "grpo.py"), *args], cwd=ROOT, env=ENV, capture_output=True, text=True, **kw)
+
+
+def truncate(path: Path, keep: int = 100) -> None:
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+def test_a_damaged_adapter_is_one_line_for_grpo_and_redone_by_the_pipeline(small_cfg, small_jobs2, tmp_path):
+    run = copy_run(small_jobs2, tmp_path / "run")
+    adapter = run / "train_many_s0" / "step_006"
+    original = (small_jobs2 / "train_many_s0" / "step_006" / "adapter_model.safetensors").read_bytes()
+    truncate(adapter / "adapter_model.safetensors")
+    before = snapshot(run)
+    r = grpo_cmd("eval", "--config", str(small_cfg), "--run", str(run), "--adapter", str(adapter), timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "adapter_model.safetensors" in r.stderr and "cut short" in r.stderr and "--stage train --condition many --force" in r.stderr
+    assert snapshot(run) == before  # nothing moved or written
+    r = pipeline("--config", str(small_cfg), "--out", str(run), "--quiet", timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "moved aside train_many_s0" in r.stdout and "damaged" in r.stdout
+    assert (adapter / "adapter_model.safetensors").read_bytes() == original  # retrained, bit for bit
+    assert list((run / "superseded").glob("*/train_many_s0/step_006/adapter_model.safetensors"))
+    assert _eval_content(run / "eval_many_s0_006.json") == _eval_content(small_jobs2 / "eval_many_s0_006.json")
+    man = json.loads((run / "manifest.json").read_text())
+    assert ended(man) and all(v["status"] == "done" for v in man["stages"].values())
+
+
+def test_a_damaged_resume_point_or_base_is_one_line_and_writes_nothing(small_cfg, small_jobs2, tmp_path):
+    run = copy_run(small_jobs2, tmp_path / "run")
+    shutil.rmtree(run / "train_many_s0")
+    shutil.copytree(small_jobs2 / "train_many_s0", run / "train_many_s0", ignore=shutil.ignore_patterns("done.json", "step_006"))
+    truncate(run / "train_many_s0" / "last" / "optimizer.pt")
+    before = snapshot(run)
+    r = grpo_cmd("train", "--config", str(small_cfg), "--run", str(run), "--condition", "many", "--seed", "0", "--quiet", timeout=300)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "the resume point" in r.stderr and "move" in r.stderr and str(run / "train_many_s0") in r.stderr
+    assert snapshot(run) == before
+    truncate(run / "base_model" / "model.safetensors", 1000)
+    r = grpo_cmd("eval", "--config", str(small_cfg), "--run", str(run), timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "model.safetensors" in r.stderr and "--stage base" in r.stderr
+    d = pipeline("--config", str(small_cfg), "--out", str(run), "--dry-run", timeout=120)
+    assert d.returncode == 0 and "damaged (would be redone)" in d.stdout, d.stdout
+
+
+INTERRUPTS = {  # where a Ctrl-C lands: (what raises it, the stage it interrupts)
+    "in a single stage": ("pipeline.run_grpo", "probe"),
+    "mid-job": ("jobs.run_grpo", "eval"),
+    "between jobs": ("jobs.log", "eval"),
+    "in the analysis": ("analyze_b.run_analysis", "analyze"),
+}
+
+
+@pytest.mark.parametrize("where", list(INTERRUPTS))
+def test_the_manifest_never_says_running_after_an_interrupt(where, small_cfg, small_jobs2, tmp_path, monkeypatch):
+    import importlib
+
+    import pipeline as pl
+
+    run = copy_run(small_jobs2, tmp_path / "run")
+    for f in ("probe_countdown.json", "eval_many_s0_003.json", "eval_many_s0_006.json", "verdicts.json"):
+        (run / f).unlink()
+    man = json.loads((run / "manifest.json").read_text())
+    man["jobs"]["train many s0"]["status"] = "running"  # as a killed (SIGKILL) pipeline leaves it
+    (run / "manifest.json").write_text(json.dumps(man))
+    target, stage = INTERRUPTS[where]
+    module, attr = target.split(".", 1)
+    owner = importlib.import_module(module)
+    if "." in attr:
+        cls, attr = attr.split(".")
+        owner = getattr(owner, cls)
+    real = getattr(owner, attr)
+    calls = []
+
+    def interrupt(*args, **kw):
+        if where == "between jobs":  # the first job has finished; the Ctrl-C lands as the next one is about to start
+            calls.append(args[0]) if args[0].startswith("start ") else None
+            if len(calls) < 2:
+                return real(*args, **kw)
+        calls.append(1)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(owner, attr, interrupt)
+    monkeypatch.chdir(ROOT)
+    rc = pl.main(["--config", str(small_cfg), "--out", str(run), "--quiet"])
+    assert rc == 130 and calls
+    man = json.loads((run / "manifest.json").read_text())
+    assert ended(man), {k: v["status"] for k, v in {**man["stages"], **man["jobs"]}.items()}
+    assert man["stages"][stage]["status"] == "interrupted"
+    assert man["jobs"]["train many s0"]["status"] == "interrupted"  # the killed pipeline's leftover
+    later = pl.STAGES[pl.STAGES.index(stage) + 1:]
+    assert all(man["stages"][s]["status"] == "interrupted" for s in later if s in man["stages"])  # not reached
+    assert not (run / ".pipeline.lock").exists()
+
+
+def test_a_hand_rerun_moves_the_old_output_aside_and_leaves_the_analysis_done(small_cfg, small_jobs2, tmp_path):
+    run = copy_run(small_jobs2, tmp_path / "run")
+    r = grpo_cmd("eval", "--config", str(small_cfg), "--run", str(run), "--adapter", str(run / "train_4_s1" / "step_003"), "--quiet",
+                 timeout=300)
+    assert r.returncode == 0, r.stderr
+    moved = list((run / "superseded").glob("*/eval_4_s1_003.json"))
+    assert len(moved) == 1 and _eval_content(moved[0]) == _eval_content(run / "eval_4_s1_003.json")  # the same counts, rewritten
+    d = pipeline("--config", str(small_cfg), "--out", str(run), "--dry-run", timeout=120)
+    assert "  analyze   done" in d.stdout, d.stdout  # timings and time stamps are not what the analysis computed from
+
+
+def test_offline_the_hub_model_fails_in_a_second_with_the_right_command(tmp_path):
+    cfg = tmp_path / "empty.yaml"
+    cfg.write_text("")
+    for env in ({"HF_HUB_OFFLINE": "1"}, {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"}):
+        t0 = time.perf_counter()
+        r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(cfg), "--dry-run"], cwd=ROOT,
+                           env={**ENV, **env}, capture_output=True, text=True, timeout=60)
+        took = time.perf_counter() - t0
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "`hf download Qwen/Qwen2.5-0.5B-Instruct --revision 7ae557604adf67be50417f59c2c2f167def9a775`" in r.stderr
+        assert took < 5, took  # it used to wait 27 s through the hub client's retries
+
+
+def test_help_texts_list_choices_and_subcommands():
+    out = subprocess.run([sys.executable, str(ROOT / "countdown.py"), "--help"], capture_output=True, text=True).stdout
+    assert "arith-3x2" in out and "countdown" in out and "bare" in out
+    out = grpo_cmd("--help").stdout
+    for cmd in ("base", "probe", "select", "lr-sweep", "train", "eval", "tokens"):
+        assert cmd in out
+    assert "token-level comparison" in out and "build the base model" in out
+
+
+def test_outputs_are_readable_by_all_and_the_smoke_report_says_it_is_no_result(smoke_run):
+    for f in [*smoke_run.glob("train_*/step_*/adapter_model.safetensors"), smoke_run / "base_model" / "model.safetensors"]:
+        assert f.stat().st_mode & 0o777 == 0o644, f
+    assert (smoke_run / "report.md").read_text().startswith("**A pipeline check on a toy model")
+    r = pipeline("--config", str(SMOKE), "--out", str(smoke_run / "new"), "--print-jobs", timeout=120)
+    assert all(line.startswith(("python ", "#")) for line in r.stdout.splitlines() if line.strip()), r.stdout

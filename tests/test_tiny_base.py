@@ -83,3 +83,36 @@ def test_gold_solutions_are_right_and_match_the_tiny_traces():
     p = countdown.Problem("x", "arith-3x2", "413 * 41 - 882", 16051, (413, 41, 882), "")
     assert countdown.gold_solution(p) == ("<think>413 * 41 = 413 * 40 + 413 * 1 = 16520 + 413 = 16933. 16933 - 882 = 16051"
                                           "</think>\n<answer>16051</answer>")
+
+
+def test_a_stopped_base_build_resumes_to_the_same_weights_bit_for_bit(smoke_cfg, tmp_path, monkeypatch):
+    cfg = config._build(config.Config, {**config.to_dict(smoke_cfg), "model": {**config.to_dict(smoke_cfg)["model"],
+                                        "build": {**config.to_dict(smoke_cfg.model.build), "steps": 30, "n_traces": 400}}})
+    monkeypatch.setattr(tiny_base, "SAVE_EVERY", 10)
+    straight = tmp_path / "straight" / "base_model"
+    tiny_base.train_base(cfg, straight, progress=False, stage_hash="h")
+    real, calls = torch.optim.AdamW.step, []
+
+    def stop_at_step_25(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 25:
+            raise KeyboardInterrupt  # Ctrl-C during step 25: the resume point holds step 20
+        return real(self, *a, **k)
+
+    out = tmp_path / "stopped" / "base_model"
+    with monkeypatch.context() as m:
+        m.setattr(torch.optim.AdamW, "step", stop_at_step_25)
+        with pytest.raises(KeyboardInterrupt):
+            tiny_base.train_base(cfg, out, progress=False, stage_hash="h")
+    assert not out.exists() and (out.parent / ".base_model.partial" / "state.pt").exists()
+    info = tiny_base.train_base(cfg, out, progress=False, stage_hash="h")
+    assert info["resumed_from"] == 20
+    assert (out / "model.safetensors").read_bytes() == (straight / "model.safetensors").read_bytes()
+    assert not (out.parent / ".base_model.partial").exists()
+    # a resume point of another build is not used
+    with monkeypatch.context() as m:
+        calls.clear()
+        m.setattr(torch.optim.AdamW, "step", stop_at_step_25)
+        with pytest.raises(KeyboardInterrupt):
+            tiny_base.train_base(cfg, tmp_path / "other" / "base_model", progress=False, stage_hash="h")
+    assert tiny_base.train_base(cfg, tmp_path / "other" / "base_model", progress=False, stage_hash="another")["resumed_from"] == 0
