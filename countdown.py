@@ -7,6 +7,8 @@ Tasks (each a generator seeded by an explicit argument, identical on every machi
   arith-2x1   a * b - c, a 2-digit, b 1-digit, c 2-digit   (the CPU world: a tiny model can learn it)
   arith-2x1-1 a * b - c, a 2-digit, b 1-digit, c 1-digit   (the CPU world's out-of-distribution set)
   arith-1x1   a * b - c, all 1-digit                       (the smoke test: learnable in seconds)
+  add-1x1     a + b, 1-digit each                          (the probe ladder for small pretrained models)
+  add-2x2     a + b, 2-digit each                          (likewise)
 
 Splits (draw_splits): test, train, pretrain (the CPU world's base), dev (checks during training),
 drawn in that order from one generator seeded by (task, task seed), never sharing a question.
@@ -59,7 +61,13 @@ ARITH_DIGITS = {
     "arith-3x3": (3, 3, 3),  # the study's out-of-distribution set
     "arith-1x1": (1, 1, 1),
 }
-TASKS = tuple(ARITH_DIGITS) + ("countdown",)
+# task name -> (digits of a, digits of b) for a + b: the bottom of the probe ladder for pretrained models
+# too small for a * b - c (configs/smollm2.yaml; PLAN.md section 11)
+SUM_DIGITS = {
+    "add-1x1": (1, 1),
+    "add-2x2": (2, 2),
+}
+TASKS = tuple(ARITH_DIGITS) + tuple(SUM_DIGITS) + ("countdown",)
 SCORINGS = ("strict", "loose")  # the two scorings every verdict is judged on (score() also gives "format")
 
 COUNTDOWN_MAX_NUMBER = 99  # the three numbers are drawn from 1..99
@@ -87,7 +95,15 @@ def _digits(rng: random.Random, n: int) -> int:
     return rng.randint(10 ** (n - 1), 10**n - 1)
 
 
+def _sum_problem(rng: random.Random, task: str) -> tuple[str, int, tuple[int, ...], str]:
+    da, db = SUM_DIGITS[task]
+    a, b = _digits(rng, da), _digits(rng, db)
+    return f"{a} + {b}", a + b, (a, b), ""
+
+
 def _arith_problem(rng: random.Random, task: str) -> tuple[str, int, tuple[int, ...], str]:
+    if task in SUM_DIGITS:
+        return _sum_problem(rng, task)
     da, db, dc = ARITH_DIGITS[task]
     a, b, c = _digits(rng, da), _digits(rng, db), _digits(rng, dc)
     return f"{a} * {b} - {c}", a * b - c, (a, b, c), ""
@@ -186,18 +202,20 @@ COUNTDOWN_INSTRUCTION = (
 PROMPT_STYLES = ("instruct", "bare")
 
 
-def prompt_messages(problem: Problem, style: str = "instruct") -> list[dict]:
+def prompt_messages(problem: Problem, style: str = "instruct", system: str | None = SYSTEM_PROMPT) -> list[dict]:
     """The chat messages for one problem; the model's chat template renders them later.
 
-    "instruct": the study's prompt (system + user asking for <think> and <answer> tags).
-    "bare": just the question as the user turn, for the CPU world's tiny model, whose own chat
-    template carries the format; it keeps prompts short enough for a character-level model."""
+    "instruct": the study's prompt: the system message `system` (None: none, so the chat
+    template's own default applies, if it has one), then the user turn asking for <think> and
+    <answer> tags. "bare": just the question as the user turn, for the CPU world's tiny model,
+    whose own chat template carries the format; it keeps prompts short enough for a
+    character-level model."""
     if style == "bare":
         return [{"role": "user", "content": problem.question}]
     if style != "instruct":
         raise ValueError(f"unknown prompt style {style!r}; choose one of {', '.join(PROMPT_STYLES)}")
     text = (COUNTDOWN_INSTRUCTION if problem.task == "countdown" else ARITH_INSTRUCTION).format(q=problem.question)
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": text}]
+    return ([{"role": "system", "content": system}] if system is not None else []) + [{"role": "user", "content": text}]
 
 
 # ----------------------------------------------------------------------------- scoring
@@ -322,6 +340,9 @@ def gold_solution(problem: Problem, style: str = "instruct") -> str:
     "instruct" (Qwen): the multiplier split by place value,
     `<think>413 * 41 = 413 * 40 + 413 * 1 = 16520 + 413 = 16933. 16933 - 882 = 16051</think>`
     then a newline and `<answer>16051</answer>`."""
+    if problem.task in SUM_DIGITS:
+        a, b = problem.numbers
+        return f"<think>{a} + {b} = {a + b}</think>" + ("" if style == "bare" else "\n") + f"<answer>{a + b}</answer>"
     if problem.task not in ARITH_DIGITS:
         raise ValueError(f"gold_solution: only arithmetic tasks have written solutions, not {problem.task}")
     a, b, c = problem.numbers

@@ -35,7 +35,8 @@ def pass_at_k_curve(counts: list[int], n: int, k_max: int) -> dict[str, float]:
 
 
 def sample_problems(model, tok, problems, n: int, s: config.SamplingCfg, seed: int, tag: str, style: str,
-                    per_batch: int, progress: bool = True, fold: bool = False) -> tuple[list[list[str]], list[float]]:
+                    per_batch: int, progress: bool = True, fold: bool = False,
+                    system: str | None = countdown.SYSTEM_PROMPT) -> tuple[list[list[str]], list[float]]:
     """n response texts per problem, and per problem the mean full-vocabulary entropy of the
     untempered policy over all its response tokens. Batches of `per_batch` problems; each
     batch's generator is seeded from (seed, tag, first problem id) so results do not depend on
@@ -43,7 +44,7 @@ def sample_problems(model, tok, problems, n: int, s: config.SamplingCfg, seed: i
     from tqdm import tqdm
 
     stops, pad = stop_ids(model, tok), pad_id(tok)
-    prompts = render_prompts(tok, problems, style)
+    prompts = render_prompts(tok, problems, style, system)
     texts: list[list[str]] = []
     entropies: list[float] = []
     with tqdm(total=len(problems) * n, desc=tag, unit="sample", disable=not progress, leave=False) as bar, \
@@ -128,7 +129,7 @@ def evaluate(cfg: config.Config, base: str, adapter: str | None, out_file: Path,
     own = eval_set != "test" and cfg.eval_sets[eval_set].seeds == "own"
     tag = f"eval-{eval_set}" if own else "eval"
     texts, ent = sample_problems(model, tok, problems, n, sampling, cfg.task.seed, tag, cfg.task.prompt_style, per_batch, progress,
-                                 fold=cfg.lora.fold_for_sampling)
+                                 fold=cfg.lora.fold_for_sampling, system=cfg.task.system_prompt)
     rows = score_problems(problems, texts, cfg.eval.keep_responses, ent)
     result = {
         "model": "base" if adapter is None else str(adapter),
@@ -177,7 +178,7 @@ def token_compare(cfg: config.Config, base: str, adapter: str, out_file: Path, p
     stops, pad = stop_ids(model, tok), pad_id(tok)
     _, test = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
     problems = test[: cfg.tokens.n_problems]
-    prompts = render_prompts(tok, problems, cfg.task.prompt_style)
+    prompts = render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
     greedy = config.SamplingCfg(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=cfg.eval.sampling.max_new_tokens)
     rows = []
     per = max(1, cfg.eval.problems_per_batch)
@@ -216,7 +217,8 @@ def probe(cfg: config.Config, base: str, run: Path, progress: bool = True) -> li
     for task in cfg.probe.tasks:
         n_prob, n = (cfg.probe.n_problems, cfg.probe.samples) if task == "countdown" else (cfg.probe.arith_problems, cfg.probe.arith_samples)
         _, problems = countdown.make_splits(task, 0, n_prob, cfg.task.seed)
-        texts, _ = sample_problems(model, tok, problems, n, cfg.eval.sampling, cfg.task.seed, f"probe-{task}", cfg.task.prompt_style, cfg.eval.problems_per_batch, progress)
+        texts, _ = sample_problems(model, tok, problems, n, cfg.eval.sampling, cfg.task.seed, f"probe-{task}", cfg.task.prompt_style,
+                                   cfg.eval.problems_per_batch, progress, system=cfg.task.system_prompt)
         rows = score_problems(problems, texts, keep_responses=False)
         res = {"task": task, "n": n, **summarize(rows, n, n), "examples": [t[0] for t in texts[:3]], "problems": rows,
                "provenance": record(cfg, "probe", None, str(device))}
@@ -241,7 +243,8 @@ def select(cfg: config.Config, base: str, run: Path, progress: bool = True) -> d
     train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
     problems = train_set[: cfg.select.n_problems]
     s = config.SamplingCfg(temperature=cfg.select.temperature, top_p=1.0, top_k=0, max_new_tokens=cfg.train.sampling.max_new_tokens)
-    texts, _ = sample_problems(model, tok, problems, cfg.select.samples, s, cfg.task.seed, "select", cfg.task.prompt_style, cfg.eval.problems_per_batch, progress)
+    texts, _ = sample_problems(model, tok, problems, cfg.select.samples, s, cfg.task.seed, "select", cfg.task.prompt_style,
+                               cfg.eval.problems_per_batch, progress, system=cfg.task.system_prompt)
     rows = score_problems(problems, texts, keep_responses=False)
     rates = [r["correct_strict"] / r["n"] for r in rows]
     sets = choose_sets(rates, study.selection_sizes(cfg))

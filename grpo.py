@@ -320,7 +320,8 @@ def dev_check(model, tok, cfg: config.Config, dev: list, step: int) -> dict:
     tied to the problems (so every step and model is sampled alike); draws nothing from training."""
     n = cfg.train.dev_samples
     texts, _ = evaluate.sample_problems(model, tok, dev, n, cfg.eval.sampling, cfg.task.seed, "dev", cfg.task.prompt_style,
-                                        cfg.eval.problems_per_batch, progress=False, fold=cfg.lora.fold_for_sampling)
+                                        cfg.eval.problems_per_batch, progress=False, fold=cfg.lora.fold_for_sampling,
+                                        system=cfg.task.system_prompt)
     s = evaluate.summarize(evaluate.score_problems(dev, texts, keep_responses=False), n, n)
     return {"step": step, "n_problems": len(dev), "n": n, "strict_pass1": s["pass_at_k"]["strict"]["1"],
             "loose_pass1": s["pass_at_k"]["loose"]["1"], "strict_passn": s["pass_at_k"]["strict"][str(n)],
@@ -347,7 +348,7 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
             "provenance": record(cfg, run.stage, run.inputs, str(device))}
     start, rows, dev_rows = resume(out, model, opt, meta, device)
     stops, pad = stop_ids(model, tok), pad_id(tok)
-    prompt_len = max(len(p) for p in render_prompts(tok, run.pool[:256], cfg.task.prompt_style))
+    prompt_len = max(len(p) for p in render_prompts(tok, run.pool[:256], cfg.task.prompt_style, cfg.task.system_prompt))
     micro_batch = auto_micro_batch(cfg, model.config, prompt_len)
     mem = estimate_memory(model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, s.max_new_tokens, micro_batch, P * G,
                           2 if cfg.model.dtype != "float32" else 4, fold=cfg.lora.fold_for_sampling)
@@ -364,7 +365,7 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         problems = step_problems(run.pool, step, P, study.seed_for(run.seed, run.name), shuffle=(run.cond.problems == "all"))
-        prompts = render_prompts(tok, problems, cfg.task.prompt_style)
+        prompts = render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
         t0 = time.perf_counter()
         samples, scored = rollouts(model, tok, cfg, run, problems, prompts, step, stops, pad) if method.rollouts else no_rollouts(P * G)
         t1 = time.perf_counter()
@@ -466,10 +467,16 @@ COMMANDS = {
 
 
 def build_base(cfg: config.Config, run: Path, progress: bool) -> str:
-    """The `base` stage: the CPU world's tiny base (tiny_base.py) or the rehearsal's Qwen-shaped
-    one (qwen_shape.py), written to RUN/base_model/ with the stage hash it was made under."""
+    """The `base` stage: the CPU world's tiny base (tiny_base.py), the rehearsal's Qwen-shaped one
+    (qwen_shape.py) or a GGUF model converted (gguf_base.py), written to RUN/base_model/ with the
+    stage hash it was made under."""
     setup_torch(cfg)
     out, h = run / "base_model", stage_hash(cfg, "base")
+    if cfg.model.gguf is not None:
+        import gguf_base
+
+        info = gguf_base.build_base(cfg, out, progress, stage_hash=h)
+        return f"{out}: {info['architecture']} from {Path(info['source']).name}, {info['params']:,} parameters (dequantized to float32)"
     if cfg.model.qwen_shape is not None:
         import qwen_shape
 
@@ -564,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
             for path in evaluate.probe(cfg, base, run, progress):
                 print(path)
     except (FileNotFoundError, ValueError, Diverged, RuntimeError) as e:
-        print(f"grpo.py {a.cmd}: {e}", file=sys.stderr)
+        print(f"grpo.py {a.cmd}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}", file=sys.stderr)
         return 1
     except OSError as e:
         print(f"grpo.py {a.cmd}: {e.strerror or e} ({e.filename or 'no file name'})", file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -62,6 +63,10 @@ def load_model(cfg: config.Config, path: str, device: torch.device):
     from transformers import AutoModelForCausalLM
 
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[cfg.model.dtype]
+    if dtype == torch.bfloat16 and device.type == "cpu" and native_bf16() is False:
+        print("note: model.dtype bfloat16 on a CPU without native bf16 (no avx512_bf16 or amx_bf16 in /proc/cpuinfo): bf16 "
+              "matrix products run about 90x slower than float32 on such a CPU (0.7 vs 64 GFLOP/s measured); expect a slow run, "
+              "or set model.dtype=float32", file=sys.stderr, flush=True)
     revision = None if os.path.isdir(path) else cfg.model.revision
     # sdpa (transformers' default, named so the sampler's boolean decode mask always fits it)
     model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=dtype, attn_implementation="sdpa").to(device)
@@ -70,6 +75,18 @@ def load_model(cfg: config.Config, path: str, device: torch.device):
         p.requires_grad_(False)
     tok = load_tokenizer(path, revision)
     return model, tok
+
+
+def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
+    """Does this x86 CPU multiply bf16 natively (avx512_bf16 or amx_bf16)? None when it cannot be told
+    (no /proc/cpuinfo, or not an x86 CPU)."""
+    try:
+        flags = next((line.split(":", 1)[1].split() for line in open(cpuinfo) if line.startswith("flags")), None)
+    except OSError:
+        return None
+    if not flags or "sse2" not in flags:
+        return None
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def load_policy(cfg: config.Config, path: str, adapter: str | Path | None, device: torch.device):
@@ -103,11 +120,12 @@ def pad_id(tok) -> int:
     return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
 
 
-def render_prompts(tok, problems, style: str) -> list[list[int]]:
-    """Token ids of each problem's chat prompt, with the assistant turn opened."""
+def render_prompts(tok, problems, style: str, system: str | None = countdown.SYSTEM_PROMPT) -> list[list[int]]:
+    """Token ids of each problem's chat prompt (countdown.prompt_messages, rendered by the model's
+    chat template), with the assistant turn opened."""
     out = []
     for p in problems:
-        text = tok.apply_chat_template(countdown.prompt_messages(p, style), tokenize=False, add_generation_prompt=True)
+        text = tok.apply_chat_template(countdown.prompt_messages(p, style, system), tokenize=False, add_generation_prompt=True)
         out.append(tok(text, add_special_tokens=False)["input_ids"])
     return out
 
@@ -169,6 +187,7 @@ def apply_lora(model: nn.Module, r: int, alpha: float, targets: list[str], seed:
     LoRA weights are kept in fp32 even on a bf16 base: AdamW updates of ~1e-5 relative size
     vanish in bf16's 8-bit mantissa."""
     g = torch.Generator().manual_seed(seed)
+    names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)})  # for the error below
     wrapped, casts = [], []
     for name, module in list(model.named_modules()):
         cast = SharedCast()  # one per parent module (the attention block, the MLP)
@@ -183,9 +202,11 @@ def apply_lora(model: nn.Module, r: int, alpha: float, targets: list[str], seed:
         for c in casts:
             c.clear()
 
+    unmatched = [t for t in targets if not any(w.rsplit(".", 1)[-1] == t for w in wrapped)]
+    if unmatched:
+        raise ValueError(f"lora.targets {unmatched} match no linear layer of the model; its linear layers are named "
+                         f"{', '.join(names)} (set lora.targets to those of attention and MLP)")
     model.register_forward_hook(clear_casts)
-    if not wrapped:
-        raise ValueError(f"lora.targets {targets} match no linear layer of the model")
     for n, p in model.named_parameters():
         p.requires_grad_("lora_" in n)
     return wrapped

@@ -228,8 +228,8 @@ def versions() -> dict:
 # train.seeds and the condition registry enter train's hash one entry at a time (the `extra`
 # argument), so adding a seed or a condition changes no other run's hash.
 STAGE_KEYS = {
-    "base": ["task.name", "task.seed", "task.n_train", "task.n_test", "model.build", "model.qwen_shape"],
-    "probe": ["task.seed", "task.prompt_style", "model", "probe", "eval"],
+    "base": ["task.name", "task.seed", "task.n_train", "task.n_test", "model.build", "model.qwen_shape", "model.gguf"],
+    "probe": ["task.seed", "task.prompt_style", "task.system_prompt", "model", "probe", "eval"],
     "select": ["task", "model", "select", "train.sampling", "eval.problems_per_batch"],
     "lr-sweep": ["task", "model", "lora", "train", "lr_sweep", "micro_batch", "memory_gb"],
     "train": ["task", "model", "lora", "train", "micro_batch", "memory_gb"],
@@ -238,7 +238,8 @@ STAGE_KEYS = {
 }
 # Keys added after runs were made, with the value that means "as before": at that value a key
 # is left out of the hash, so the runs made before it existed keep theirs.
-_ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False}
+_ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "model.gguf": None,
+              "task.system_prompt": "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."}
 _NOT_IN_HASH = {
     "lr-sweep": ("seeds", "lr", "checkpoints", "steps", "log_kl_every", "dev_every"),
     "train": ("seeds",),

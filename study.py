@@ -101,13 +101,13 @@ def tokens_name(adapter: str | Path) -> str:
 
 def builds_base(cfg: config.Config) -> bool:
     """True when the `base` stage makes the base model (the CPU world, the rehearsal)."""
-    return cfg.model.build is not None or cfg.model.qwen_shape is not None
+    return any(getattr(cfg.model, k) is not None for k in config.BUILDS)
 
 
 def model_path(cfg: config.Config, run: str | Path | None) -> str:
     """The base model: the run's own `base_model/` when the config builds one, else model.path."""
     if builds_base(cfg):
-        key = "model.build" if cfg.model.build is not None else "model.qwen_shape"
+        key = "model." + next(k for k in config.BUILDS if getattr(cfg.model, k) is not None)
         if run is None:
             raise config.ConfigError(f"{key}: this config builds its own base model; pass --run RUN (the folder holding base_model/)")
         path = Path(run) / "base_model"

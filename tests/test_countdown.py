@@ -627,7 +627,7 @@ def test_arith_digit_table():
     assert ARITH_DIGITS["arith-3x2"] == (3, 2, 3)
     assert ARITH_DIGITS["arith-2x2"] == (2, 2, 3)
     assert ARITH_DIGITS["arith-2x1"] == (2, 1, 2)
-    assert set(cd.TASKS) == set(ARITH_DIGITS) | {"countdown"}
+    assert set(cd.TASKS) == set(ARITH_DIGITS) | set(cd.SUM_DIGITS) | {"countdown"}
     for task in cd.TASKS:
         assert task in cd.__doc__
 
@@ -803,3 +803,17 @@ def test_cli_countdown_default_seed():
     r = run_cli("--task", "countdown", "--n", "2")  # the default seed is 0, which once crashed
     assert r.returncode == 0, r.stderr
     assert "Using the numbers" in r.stdout
+
+
+@pytest.mark.parametrize("task", sorted(cd.SUM_DIGITS))
+def test_sum_tasks_draw_distinct_a_plus_b_with_their_gold_solutions(task):
+    da, db = cd.SUM_DIGITS[task]
+    train, test = make_splits(task, 30, 20, 0)
+    assert not {p.question for p in train} & {p.question for p in test} and len({p.question for p in train}) == 30
+    for p in train + test:
+        a, b = p.numbers
+        assert (len(str(a)), len(str(b))) == (da, db) and p.question == f"{a} + {b}" and p.answer == a + b
+        for style in ("instruct", "bare"):
+            assert score(p, cd.gold_solution(p, style)) == {"strict": True, "loose": True, "format": True}
+    with pytest.raises(ValueError, match="too few distinct problems"):
+        make_splits("add-1x1", 70, 20, 0)  # 81 problems in all
