@@ -197,8 +197,9 @@ def analyze(run: Path, resamples: int | None = None, seed: int | None = None, pa
     beyond = secondary.analyze_beyond(design, base, rl, sets, last, n)
     diversity = secondary.analyze_diversity(design, base, rl, sets)
     ood = secondary.analyze_ood(design, sets, entries, curves, B, bseed, ci, draws, last, k_max)
+    strategies = secondary.analyze_strategies(design, base, rl, idx, draws, ci)
     return {"entries": entries, "families": families, "h3": h3, "power": power, "design": design, "missing": missing,
-            "controls": controls, "beyond": beyond, "diversity": diversity, "ood": ood, "tokens": secondary.analyze_tokens(design, tokens, tok_warnings),
+            "controls": controls, "beyond": beyond, "diversity": diversity, "ood": ood, "strategies": strategies, "tokens": secondary.analyze_tokens(design, tokens, tok_warnings),
             "sets": sets,
             "resamples": B, "ci": ci, "seed": bseed, "n": n, "k_max": k_max, "n_problems": N, "alpha_one": a1, "alpha_tost": at,
             "margin": margin, "base": base, "rl": rl, "curves": curves, "primary": prim,
@@ -268,6 +269,7 @@ def verdicts_json(res: dict, run: Path) -> dict:
         "diversity": res["diversity"],
         "ood": {name: {k: v for k, v in o.items() if not k.startswith("_")} for name, o in res["ood"].items()},
         "tokens": res["tokens"],
+        "strategies": res["strategies"],
     }
 
 

@@ -248,6 +248,38 @@ def diversity_figure(out: Path, res: dict) -> Path | None:
     return path
 
 
+def strategies_figure(out: Path, res: dict) -> Path | None:
+    """figures/strategies.png, the last checkpoint: per strategy, its share of the responses (left)
+    and the accuracy within it (right), the base beside each condition (pooled over seeds)."""
+    sg, last = res["strategies"], res["design"].checkpoints[-1]
+    rows = [r for r in sg["conditions"] if r["step"] == last]
+    if sg["skipped"] or not rows:
+        return None
+    plt = _plt()
+    base = sg["models"][0]
+    models = [("base", base)] + [(r["condition"], r) for r in rows]
+    S = sg["strategies"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    width = 0.8 / len(models)
+    for j, (name, m) in enumerate(models):
+        x = np.arange(len(S)) + (j - (len(models) - 1) / 2) * width
+        color = "black" if name == "base" else COLORS[(j - 1) % len(COLORS)]
+        axes[0].bar(x, [m["share"][s] for s in S], width, color=color, label=name, alpha=0.8)
+        axes[1].bar(x, [np.nan if m["accuracy"][s] is None else m["accuracy"][s] for s in S], width, color=color, alpha=0.8)
+    for ax, title in zip(axes, ("share of the responses", "accuracy within the strategy (loose)")):
+        ax.set_xticks(np.arange(len(S)), S)
+        ax.set_ylabel(title)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0].axhline(sg["floor"], color="grey", ls=":", lw=0.8)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"how the product is computed, test set, step {last} (trained: pooled over seeds; dotted: the floor "
+                 f"{sg['floor']:g} of the registered reading)", fontsize=10)
+    fig.tight_layout()
+    path = _save(fig, out / "strategies.png")
+    plt.close(fig)
+    return path
+
+
 def controls_figure(out: Path, res: dict) -> Path | None:
     """H6: the contrast curves pass@k(GRPO) - pass@k(other) with their simultaneous bands."""
     h6 = res["controls"]["h6"]
@@ -277,7 +309,8 @@ def figures(run: Path, res: dict) -> list[Path]:
     out = run / "figures"
     out.mkdir(exist_ok=True)
     written = passk_figures(out, res)
-    for f in (beyond_figure(out, res), *ood_figures(out, res), diversity_figure(out, res), controls_figure(out, res),
+    for f in (beyond_figure(out, res), *ood_figures(out, res), diversity_figure(out, res), strategies_figure(out, res),
+              controls_figure(out, res),
               training_figure(run, res["design"].checkpoints, dev=False), training_dev_figure(run, res["design"].checkpoints),
               lr_sweep_figure(run, out, res["design"])):
         if f:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from countdown import SCORINGS
+from countdown import ARITH_DIGITS, SCORINGS, Problem, classify_strategy
 from provenance import file_sha256
 from run_files import Design, read_json
-from secondary import MODEL_BASED
+from secondary import MODEL_BASED, _operands
 
 ROOT = Path(__file__).resolve().parent
 
@@ -220,10 +220,15 @@ def report(run: Path, res: dict, figs: list[Path]) -> str:
                 st = keys[-1][0]
                 s = min(s for stt, s in keys if stt == st)
                 shown.append((f"{c} seed {s} step {st}", rl[(c, s, st)]))
+        problem = Problem(first["id"], base.get("task"), first["question"], first["answer"], _operands(first["question"]))
+        labelled = base.get("task") in ARITH_DIGITS and problem.numbers is not None
+        tag = (lambda r: f"[{classify_strategy(problem, r)['product']}] ") if labelled else (lambda r: "")
+        if labelled:
+            L += ["Each response is prefixed with its strategy (`countdown.classify_strategy`: how it computes the product).", ""]
         for label, d in shown:
             p = d["problems"][0]
             L.append(f"**{label}** — strict {p['correct_strict']}/{p['n']}, loose {p['correct_loose']}/{p['n']}")
-            L += ["```"] + [r.replace("```", "'''")[:300] for r in p.get("responses", [])[:3]] + ["```", ""]
+            L += ["```"] + [tag(r) + r.replace("```", "'''")[:300] for r in p.get("responses", [])[:3]] + ["```", ""]
     if figs:
         L += ["## Figures", ""] + [f"![{f.stem}](figures/{f.name})" for f in figs]
     L += ["", "## Provenance of the inputs", "", "| file | sha256 | stage hash | PLAN.md sha256 | revision | made |", "|---|---|---|---|---|---|"]
@@ -369,6 +374,7 @@ def report_beyond(res: dict) -> list[str]:
                          f"{_f(r['ood_pass1'])}, {r['ood_pass1_diff']:+.3f} {_ci(r['ood_pass1_ci'])} | "
                          f"{_f(r['test_passk'])}, {r['test_passk_diff']:+.3f} {_ci(r['test_passk_ci'])} | "
                          f"{_f(r['ood_passk'])}, {r['ood_passk_diff']:+.3f} {_ci(r['ood_passk_ci'])} |")
+    L += report_strategies(res)
     tk = res["tokens"]
     if tk["rows"] or tk["enabled"]:
         pp = tk["paper"]
@@ -448,3 +454,35 @@ def _warnings(run: Path, res: dict) -> list[str]:
             warnings.append(f"{d['_file']} was made with another config (hash {d.get('provenance', {}).get('config_hash')}) "
                             f"than eval_base.json ({prov.get('config_hash')})")
     return (["## Warnings", ""] + [f"- {w}" for w in warnings] + [""]) if warnings else []
+
+
+def report_strategies(res: dict) -> list[str]:
+    """PLAN.md section 7d: the strategy table and its registered reading."""
+    sg = res["strategies"]
+    if sg["skipped"]:
+        return ["", "## Strategies", "", f"Not counted: {sg['skipped']}."]
+    S = sg["strategies"]
+    base = sg["models"][0]
+    L = ["", "## Strategies: how each response computes the product (PLAN.md section 7d)", "",
+         "Every test-set response classified by `countdown.classify_strategy`: *split* (partial products of an operand), "
+         "*one-step* (`a * b = N`), *no-product* (no product written). Each cell: share of responses (Δ vs the base [95% CI, crossed "
+         "bootstrap]), accuracy (loose) within the strategy, share of all correct answers it carries; trained models pooled over "
+         f"seeds. {sg['note']}.", "",
+         "| model | step | " + " | ".join(f"{s}" for s in S) + " | subtraction shown |",
+         "|---|---|" + "---|" * len(S) + "---|",
+         "| base | — | " + " | ".join(f"{base['share'][s]:.3f}; acc {_opt(base['accuracy'][s])}; of correct {_opt(base['correct_share'][s])}"
+                                      for s in S) + f" | {base['subtraction_share']:.3f} |"]
+    for r in sg["conditions"]:
+        L.append(f"| {r['condition']} | {r['step']} | " + " | ".join(
+            f"{r['share'][s]:.3f} ({r['delta'][s]:+.3f} {_ci(r['delta_ci'][s])}); acc {_opt(r['accuracy'][s])}; "
+            f"of correct {_opt(r['correct_share'][s])}" for s in S) + f" | {r['subtraction_share']:.3f} |")
+    L += ["", f"**The registered reading** (last checkpoint; descriptive): a strategy is *new* when the base's share is below "
+          f"{sg['floor']:g} and the trained model's above it; *selection at the strategy level* when every strategy the trained model "
+          f"uses at least {sg['nonnegligible']:.0%} of the time has a base share of at least {sg['floor']:g}, and the strategy with the "
+          "highest base accuracy gains share.", "",
+          "| condition | step | new strategies | the base's most accurate strategy | it gains share | selection at the strategy level |",
+          "|---|---|---|---|---|---|"]
+    for r in sg["reading"]:
+        L.append(f"| {r['condition']} | {r['step']} | {', '.join(r['new']) or '—'} | {r['best_base_strategy'] or '—'} | "
+                 f"{_yn(r['best_gains'])} | {_yn(r['selection_at_strategy_level'])} |")
+    return L

@@ -5,11 +5,13 @@ throughout; the statistics come from stats.py, the inputs from run_files.py.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-from countdown import SCORINGS
+from countdown import ARITH_DIGITS, SCORINGS, STRATEGIES, Problem, classify_strategy, score_loose
 from run_files import DEFAULT_CONDITION, Design
-from stats import (boundary, compare_conditions, boot_curves, extrapolation_check, fit_pass_model, model_pass_at_k,
+from stats import (boot_curves, boundary, compare_conditions, crossed_replicates, extrapolation_check, fit_pass_model, model_pass_at_k,
                    pass_at_k_curves, per_problem, percentile_interval, ratio_estimate, resample_indices)
 
 
@@ -286,3 +288,95 @@ def analyze_tokens(design: Design, docs: dict, warnings: list[str]) -> dict:
     rows = [{**_key_fields(k), "file": docs[k]["_file"], **docs[k]["_summary"]} for k in _ordered(design, docs)]
     return {"enabled": design.tokens_enabled, "rows": rows, "paper": PAPER_TABLE2, "warnings": warnings,
             "note": "summaries pooled over every response position of every problem, recomputed from each file's per-problem detail"}
+
+
+# ============================================================================= strategies (PLAN.md section 7d)
+
+STRATEGY_FLOOR, STRATEGY_NONNEGLIGIBLE = 0.01, 0.05  # registered: a base share below the floor is "never used"
+
+
+def strategy_counts(doc: dict) -> dict[str, np.ndarray] | None:
+    """Per problem of an eval file, from its responses (countdown.classify_strategy): how many
+    responses use each strategy (STRATEGIES) and how many of those are loosely correct, and how many
+    show the subtraction; (N,) arrays keyed "<strategy>", "<strategy>_correct", "subtraction". None
+    when the file keeps no responses or its task has no strategies."""
+    probs = doc["problems"]
+    if doc.get("task") not in ARITH_DIGITS or not all("responses" in p and _operands(p["question"]) for p in probs):
+        return None
+    out = {k: np.zeros(len(probs)) for k in (*STRATEGIES, *(f"{s}_correct" for s in STRATEGIES), "subtraction")}
+    for i, p in enumerate(probs):
+        problem = Problem(p["id"], doc["task"], p["question"], p["answer"], _operands(p["question"]))
+        for r in p["responses"]:
+            label = classify_strategy(problem, r)
+            out[label["product"]][i] += 1
+            out[f"{label['product']}_correct"][i] += score_loose(r, p["answer"])
+            out["subtraction"][i] += label["subtraction"]
+    return out
+
+
+def _operands(question: str) -> tuple[int, ...] | None:
+    """(a, b, c) of the question `a * b - c`, or None for another question."""
+    m = re.fullmatch(r"\s*([0-9]+) \* ([0-9]+) - ([0-9]+)\s*", str(question))
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+def _model_strategies(c: dict, n: int) -> dict:
+    """Shares, accuracy and the share of correct answers each strategy carries, pooled over problems."""
+    total = sum(c[s].sum() for s in STRATEGIES)
+    correct = sum(c[f"{s}_correct"].sum() for s in STRATEGIES)
+    return {"share": {s: float(c[s].sum() / total) for s in STRATEGIES},
+            "accuracy": {s: float(c[f"{s}_correct"].sum() / c[s].sum()) if c[s].sum() else None for s in STRATEGIES},
+            "correct_share": {s: float(c[f"{s}_correct"].sum() / correct) if correct else None for s in STRATEGIES},
+            "subtraction_share": float(c["subtraction"].sum() / total), "responses": int(total)}
+
+
+def analyze_strategies(design: Design, base: dict, rl: dict, idx: np.ndarray, draws, ci: float) -> dict:
+    """Which strategy each response to the test set uses, per model and per condition x checkpoint
+    (pooled over seeds): shares, accuracy (loose) and the share of the correct answers each carries;
+    RL - base per strategy share with the crossed bootstrap's percentile interval (the same problem
+    draws as every entry); and the registered reading (PLAN.md section 7d), descriptive."""
+    bc = strategy_counts(base)
+    if bc is None:
+        return {"skipped": "the test set's files keep no responses, or its task (a + b, Countdown) has no strategies", "models": [],
+                "conditions": [], "reading": []}
+    n = base["sampling"]["n"]
+    counts = {k: strategy_counts(d) for k, d in rl.items()}
+    models = [{**_key_fields(None), "file": base["_file"], **_model_strategies(bc, n)}]
+    models += [{**_key_fields(k), "file": rl[k]["_file"], **_model_strategies(counts[k], n)} for k in _ordered(design, rl)]
+    conds, reading = [], []
+    base_m = _model_strategies(bc, n)
+    for c in design.conditions:
+        for st in design.checkpoints:
+            keys = [k for k in _ordered(design, rl, st) if k[0] == c]
+            if not keys:
+                continue
+            row = {"condition": c, "step": st, "seeds": [k[1] for k in keys], "share": {}, "delta": {}, "delta_ci": {}}
+            for s in STRATEGIES:
+                per = np.stack([counts[k][s] / n for k in keys])  # (S, N) each seed's per-problem share
+                row["share"][s] = float(per.mean())
+                row["delta"][s] = float(per.mean() - (bc[s] / n).mean())
+                row["delta_ci"][s] = list(percentile_interval(crossed_replicates(per, bc[s] / n, idx, draws(len(keys))), ci))
+            pooled = {f: sum(counts[k][f] for k in keys) for f in counts[keys[0]]}
+            m = _model_strategies(pooled, n)
+            row.update(accuracy=m["accuracy"], correct_share=m["correct_share"], subtraction_share=m["subtraction_share"])
+            conds.append(row)
+            if st == design.checkpoints[-1]:
+                reading.append(strategy_reading(c, st, base_m, row))
+    return {"skipped": None, "strategies": list(STRATEGIES), "floor": STRATEGY_FLOOR, "nonnegligible": STRATEGY_NONNEGLIGIBLE,
+            "models": models, "conditions": conds, "reading": reading,
+            "note": "Secondary and descriptive (PLAN.md section 7d): countdown.classify_strategy on every test-set response; "
+                    "percentile intervals of the crossed bootstrap, not adjusted"}
+
+
+def strategy_reading(cond: str, step: int, base: dict, row: dict) -> dict:
+    """The registered reading at the last checkpoint: a strategy is *new* when its base share is
+    below the floor and its RL share above it; *selection at the strategy level* holds when every
+    strategy with an RL share of at least STRATEGY_NONNEGLIGIBLE has a base share of at least the
+    floor, and the strategy with the highest base accuracy (among those the base uses) gains share."""
+    used = [s for s in STRATEGIES if base["share"][s] >= STRATEGY_FLOOR and base["accuracy"][s] is not None]
+    best = max(used, key=lambda s: base["accuracy"][s]) if used else None
+    new = [s for s in STRATEGIES if base["share"][s] < STRATEGY_FLOOR and row["share"][s] > STRATEGY_FLOOR]
+    covered = all(base["share"][s] >= STRATEGY_FLOOR for s in STRATEGIES if row["share"][s] >= STRATEGY_NONNEGLIGIBLE)
+    return {"condition": cond, "step": step, "new": new, "best_base_strategy": best,
+            "best_gains": bool(best is not None and row["delta"][best] > 0),
+            "selection_at_strategy_level": bool(covered and best is not None and row["delta"][best] > 0)}

@@ -977,3 +977,70 @@ def test_study_stale_set_file_and_token_summary_mismatch(tmp_path):
     rep = (run / "report.md").read_text()
     assert "tokens_many_s0_005.json: its summary differs from its per-problem detail in share_reranked" in rep
     assert "evalsets/old/ is not a registered evaluation set" in rep
+
+
+# ----------------------------------------------------------------------------- strategies
+
+
+def strategy_doc(split, onestep, none, right, n=8, **fields):
+    """An arith-2x1 eval file of 4 problems whose n responses per problem are `split` decomposed
+    traces, `onestep` one-shot ones and `none` bare answers; the first `right` of each kind are right."""
+    problems = []
+    for i, (a, b, c) in enumerate([(57, 5, 42), (38, 6, 11), (91, 3, 20), (64, 7, 55)]):
+        v = a * b - c
+        kinds = [("split", k) for k in range(split)] + [("one-step", k) for k in range(onestep)] + [("none", k) for k in range(none)]
+        resp = []
+        for kind, k in kinds:
+            ans = v if k < right else v + 1
+            if kind == "split":
+                t, u = a // 10 * 10, a % 10
+                resp.append(f"<think>{a} * {b} = {t} * {b} + {u} * {b} = {t * b} + {u * b} = {a * b}. {a * b} - {c} = {ans}</think>"
+                            f"<answer>{ans}</answer>")
+            elif kind == "one-step":
+                resp.append(f"<think>{a} * {b} = {a * b}. {a * b} - {c} = {ans}</think><answer>{ans}</answer>")
+            else:
+                resp.append(f"The answer is {ans}.")
+        problems.append({"id": f"arith-2x1/test/{i}", "question": f"{a} * {b} - {c}", "answer": v, "n": n, "responses": resp,
+                         "correct_strict": sum(countdown_score(r, v) for r in resp), "correct_loose": sum(countdown_score(r, v) for r in resp),
+                         "format_ok": n})
+    return {"sampling": {"n": n}, "format_rate": 1.0, "task": "arith-2x1", "problems": problems, **fields,
+            "provenance": {"config": {}, "stage_hash": "x", "plan_sha256": "y"}}
+
+
+def countdown_score(r, v):
+    import countdown
+
+    return int(countdown.score_loose(r, v))
+
+
+def test_strategies_are_counted_per_model_and_read_as_registered(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = make_config(["many", "16"], [0, 1], [4, 8], k_max=8, resamples=FAST)
+    cfg["task"] = {"name": "arith-2x1"}
+    base = strategy_doc(4, 4, 0, right=2, config=cfg)  # half split, half one-step; half of each right
+    base["provenance"]["config"] = cfg
+    (run / "eval_base.json").write_text(json.dumps(base))
+    for seed in (0, 1):
+        for step in (4, 8):
+            many = strategy_doc(7, 1, 0, right=6 if step == 8 else 4)  # toward splitting, which gets more right
+            sixteen = strategy_doc(2, 2, 4, right=1)  # a strategy the base never used: bare answers
+            for cond, d in (("many", many), ("16", sixteen)):
+                d.update(condition=cond, train_seed=seed, step=step)
+                d["provenance"]["config"] = cfg
+                (run / f"eval_{cond}_s{seed}_{step:03d}.json").write_text(json.dumps(d))
+    out = analyze_b.run_analysis(run, make_figures=True)
+    sg = out["strategies"]
+    assert sg["models"][0]["share"] == {"split": 0.5, "one-step": 0.5, "no-product": 0.0}
+    assert sg["models"][0]["accuracy"] == {"split": 0.5, "one-step": 0.5, "no-product": None}
+    row = next(r for r in sg["conditions"] if (r["condition"], r["step"]) == ("many", 8))
+    assert row["share"]["split"] == pytest.approx(7 / 8) and row["delta"]["split"] == pytest.approx(7 / 8 - 0.5)
+    assert row["delta_ci"]["split"] == pytest.approx([0.375, 0.375])  # every problem and seed alike: no spread
+    assert row["accuracy"]["split"] == pytest.approx(6 / 7) and row["correct_share"]["split"] == pytest.approx(6 / 7)
+    reading = {r["condition"]: r for r in sg["reading"]}
+    assert reading["many"]["new"] == [] and reading["many"]["selection_at_strategy_level"] is True
+    assert reading["16"]["new"] == ["no-product"] and reading["16"]["selection_at_strategy_level"] is False
+    text = (run / "report.md").read_text()
+    assert "## Strategies" in text and "| 16 | 8 | no-product |" in text
+    assert "[split] <think>57 * 5" in text  # the side-by-side names each response's strategy
+    assert (run / "figures" / "strategies.png").exists()

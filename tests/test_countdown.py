@@ -817,3 +817,59 @@ def test_sum_tasks_draw_distinct_a_plus_b_with_their_gold_solutions(task):
             assert score(p, cd.gold_solution(p, style)) == {"strict": True, "loose": True, "format": True}
     with pytest.raises(ValueError, match="too few distinct problems"):
         make_splits("add-1x1", 70, 20, 0)  # 81 problems in all
+
+
+# ============================================================================ strategies
+
+Q = cd.Problem("q/0", "arith-3x2", "413 * 41 - 882", 16051, (413, 41, 882))
+STRATEGY_CASES = [  # (response, product, subtraction shown)
+    ("<think>413 * 41 = 413 * 40 + 413 * 1 = 16520 + 413 = 16933. 16933 - 882 = 16051</think>\n<answer>16051</answer>", "split", True),
+    ("413 * (40 + 1) = 16520 + 413 = 16933; 16933 − 882 = 16051", "split", True),  # the report's `many` example; a Unicode minus
+    ("413 × 41 = 413 × 40 + 413 = 16,520 + 413 = 16,933", "split", False),  # ×, thousands separators, the operand for 413 * 1
+    ("(400 + 10 + 3) * 41 = 16400 + 410 + 123 = 16933", "split", False),  # the other operand split
+    ("400 * 41 + 10 * 41 + 3 * 41 = 16933", "split", False),
+    ("413 * 40 + 413 * 2 = 17346", "split", False),  # a wrong part is still a split: the method, not its result
+    ("  413\n×  41\n-----\n  413\n16520\n-----\n16933\nSo 16933 - 882 = 16051", "split", True),  # a column of partial products
+    ("413 * 41 = 16933. 16933 - 882 = 16051", "one-step", True),
+    ("41 * 413 = 16933", "one-step", False),
+    ("413 x 41 = 17933, then 17933 - 882 = 17051", "one-step", True),  # a wrong product: still one step
+    ("413 times 41 is 16933", "one-step", False),
+    ("413 * 41 - 882 = 16051", "no-product", False),  # the question restated with a result: no product written
+    ("The answer is 16051.", "no-product", False),
+    ("", "no-product", False),
+    # adversarial: tags, repeated tags, truncation, numbers that only look like partial products
+    ("<answer>413 * 41 = 16933</answer></answer><answer>", "one-step", False),
+    ("<think>413 * 41 = 413 * 40 + 4", "no-product", False),  # cut short before a second product
+    ("<think>413 * 41 = 413 * 40 + 413", "split", False),  # cut short after it
+    ("16933 - 882 = 16051 and 16520 + 413", "no-product", True),  # partial products without the operand written again
+    ("413 * 4 = 1652", "no-product", False),  # another product altogether
+]
+
+
+@pytest.mark.parametrize("response, product, shown", STRATEGY_CASES)
+def test_classify_strategy_on_hand_written_responses(response, product, shown):
+    assert cd.classify_strategy(Q, response) == {"product": product, "subtraction": shown}
+
+
+def test_classify_strategy_only_for_a_times_b_minus_c():
+    with pytest.raises(ValueError):
+        cd.classify_strategy(cd.generate("add-1x1", 1, 0)[0], "3 + 4 = 7")
+    assert cd.STRATEGIES == ("split", "one-step", "no-product")
+
+
+@pytest.mark.parametrize("p_decomposed", [1.0, 0.0, 0.6, 0.25])
+def test_classify_strategy_recovers_the_tiny_bases_method_mix(p_decomposed):
+    """tiny_base.trace draws a decomposed trace with probability p_decomposed (with slips) and a one-shot
+    one otherwise; on problems whose a has two place-value parts the two are told apart."""
+    import random
+
+    import config
+    import tiny_base
+
+    problems = [p for p in cd.generate("arith-2x1", 400, 0) if len(cd._parts(p.numbers[0])) >= 2]
+    b = config.TinyBaseCfg(p_decomposed=p_decomposed, p_slip=0.05, p_oneshot_wrong=0.6)
+    rng = random.Random(7)
+    labels = [cd.classify_strategy(p, tiny_base.trace(p, rng, b)) for p in problems for _ in range(5)]
+    split = sum(x["product"] == "split" for x in labels) / len(labels)
+    assert abs(split - p_decomposed) < 0.03, split  # 1,800+ traces: the binomial SD is at most 0.012
+    assert all(x["product"] in ("split", "one-step") and x["subtraction"] for x in labels)
