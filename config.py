@@ -95,6 +95,9 @@ class LoraCfg:
     # weight in the base's dtype: no LoRA kernels per decoded token, at the cost of rounding the
     # sum (bench/fold_kl.py measures the policy mismatch; PLAN.md change 21). Off: the exact policy.
     fold_for_sampling: bool = False
+    # On CUDA, LoRA's fp32 matrix products (its weights and the fp32 copies of its inputs) in TF32: about
+    # 8x the fp32 throughput at a 10-bit mantissa. Off: exact fp32, as every registered run so far.
+    tf32: bool = False
 
 
 @dataclass
@@ -105,6 +108,10 @@ class SamplingCfg:
     top_p: float = 1.0
     top_k: int = 0
     max_new_tokens: int = 384
+    # How the tokens are decoded, not what they are drawn from: eager (the registered runs' sampler),
+    # graph (static shapes, CUDA graphs on a GPU; other random draws from the same distribution), or
+    # auto (graph on CUDA, else eager). sampler.py says what each does.
+    decode: str = "eager"
 
 
 @dataclass
@@ -226,7 +233,9 @@ class Config:
     threads: int = 0  # torch CPU threads; 0 = torch's default
     device: str = "auto"  # auto | cpu | cuda
     micro_batch: int = 0  # sequences per forward/backward micro-batch; 0 = the largest that fits memory_gb
-    memory_gb: float = 8.0  # accelerator memory budget for the automatic micro-batch (grpo.estimate_memory)
+    # accelerator memory budget (GiB) for the automatic micro-batch (memory.auto_micro_batch); auto: the
+    # device's free memory when training starts (a GPU's torch.cuda.mem_get_info, a CPU's MemAvailable)
+    memory_gb: float | str = 8.0
     model: ModelCfg = field(default_factory=ModelCfg)
     task: TaskCfg = field(default_factory=TaskCfg)
     lora: LoraCfg = field(default_factory=LoraCfg)
@@ -410,7 +419,8 @@ def validate(cfg: Config) -> None:
     need(cfg.threads >= 0, "threads", "must be >= 0 (0 = torch's default)")
     need(cfg.device in ("auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda")
     need(cfg.micro_batch >= 0, "micro_batch", "must be >= 0 (0 = chosen from memory_gb)")
-    need(cfg.memory_gb > 0, "memory_gb", "must be > 0")
+    need(cfg.memory_gb == "auto" or (not isinstance(cfg.memory_gb, str) and cfg.memory_gb > 0), "memory_gb",
+         "must be a number of GiB > 0, or auto (the device's free memory)")
     need(cfg.model.dtype != "float16", "model.dtype", "float16 needs loss scaling, which this code does not do: use bfloat16 (GPU) or float32")
     need(cfg.model.dtype in ("bfloat16", "float32"), "model.dtype", "must be bfloat16 or float32")
     if all(getattr(cfg.model, k) is None for k in BUILDS):
@@ -430,6 +440,7 @@ def validate(cfg: Config) -> None:
          "must be temperature 1.0, top_p 1.0, top_k 0: the policy gradient uses the untempered, untruncated "
          f"log-probabilities, so rollouts must come from that policy (got temperature {ts.temperature:g}, top_p {ts.top_p:g}, top_k {ts.top_k})")
     for name, s in (("train.sampling", cfg.train.sampling), ("eval.sampling", cfg.eval.sampling)):
+        need(s.decode in ("eager", "graph", "auto"), f"{name}.decode", "must be eager, graph or auto")
         need(s.temperature >= 0, f"{name}.temperature", "must be >= 0 (0 = greedy)")
         need(0 < s.top_p <= 1, f"{name}.top_p", "must be in (0, 1]")
         need(s.top_k >= 0, f"{name}.top_k", "must be >= 0 (0 = off)")

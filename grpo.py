@@ -11,7 +11,9 @@ Dr. GRPO (Liu et al., arXiv 2503.20783) as this study runs it. Departures from G
   3. [D3] No KL term to a reference model.
   4. [D4] One sampling, one update: the policy that sampled is the policy being updated, so
           the PPO ratio is 1 and clipping never acts; the loss is the plain policy-gradient
-          surrogate -A * log pi.
+          surrogate -A * log pi. "Is 1" holds as far as the sampler's log-probabilities equal the
+          trainer's: in fp32 they agree to rounding, in bf16 (and with folded LoRA) they do not;
+          train_log.csv logs the gap (logp_gap_mean, logp_gap_max) every step.
   5. [D5] The reward is the strict score only (answer inside <answer> tags); no format reward.
 
 The controls of PLAN.md section 4 are entries of the condition registry, read by the same loop
@@ -54,7 +56,7 @@ import evaluate
 import provenance
 import study
 from memory import auto_micro_batch, estimate_memory
-from model import (apply_lora, completion_logprobs, load_adapter, load_model, lora_disabled, lora_folded,
+from model import (apply_lora, completion_logprobs, free_memory_gib, load_adapter, load_model, lora_disabled, lora_folded,
                    pack, pad_id, pick_device, render_prompts, save_adapter, setup_torch, stop_ids)
 from provenance import atomic_replace_dir, atomic_write_json, read_csv_rows, record, stage_hash, write_csv_rows
 from sampler import Samples, sample
@@ -74,11 +76,21 @@ def drgrpo_loss(logp: torch.Tensor, cmask: torch.Tensor, adv: torch.Tensor, norm
     return -(adv[:, None] * logp * cmask).sum() / normalizer
 
 
+K3_LOG_RATIO_MAX = 5.0  # above this log(ref / pi) k3 grows linearly: a token's weight stays e^5 - 1 = 147
+
+
 def k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Per-token KL(pi || ref) estimate k3 = exp(r) - r - 1 with r = log ref - log pi (Schulman's
-    estimator, as TRL and most GRPO code use): >= 0, unbiased on samples from pi. (b, Lc)."""
+    """Per-token k3 = exp(r) - r - 1 with r = log ref - log pi (Schulman's estimator, as TRL and veRL
+    use), (b, Lc). Its value estimates KL(pi || ref), unbiased on samples from pi; its gradient
+    as a loss on those samples, (exp(r) - 1) grad log pi, estimates that of KL(ref || pi), the
+    reverse direction: it pulls up tokens the base likes more than the policy does. Above
+    r = K3_LOG_RATIO_MAX the curve continues as its tangent, so the gradient's weight is capped at
+    exp(5) - 1: one token with log(ref / pi) = 14 would otherwise weigh exp(14) ~ 1.2e6 times its
+    policy-gradient share (~2,500 times at beta = 0.001) and fill AdamW's second moment."""
     r = ref_logp - logp
-    return torch.exp(r) - r - 1
+    R = K3_LOG_RATIO_MAX
+    inside = torch.exp(r.clamp(max=R)) - r - 1
+    return torch.where(r > R, math.exp(R) - R - 1 + (math.exp(R) - 1) * (r - R), inside)
 
 
 def control_terms(logp, cmask, normalizer: float, ref_logp=None, kl: float = 0.0, ent=None, entropy: float = 0.0) -> torch.Tensor:
@@ -95,17 +107,21 @@ def control_terms(logp, cmask, normalizer: float, ref_logp=None, kl: float = 0.0
 
 
 def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: float, micro_batch: int, pad: int,
-                    kl: float = 0.0, entropy: float = 0.0, measure_kl: bool = False, sort_by_length: bool = False) -> dict:
+                    kl: float = 0.0, entropy: float = 0.0, measure_kl: bool = False, sort_by_length: bool = False,
+                    sampled_logp: list[list[float]] | None = None) -> dict:
     """Accumulate the gradient over micro-batches (exact: the loss is a plain sum with a
     constant normalizer). Without a KL or entropy term, samples whose advantage is exactly 0 add
     nothing and are skipped. Returns the loss and, when computed, the mean per-token k3 KL to
-    the base (kl > 0, or measure_kl) and the mean policy entropy over the trained tokens."""
+    the base (kl > 0, or measure_kl) and the mean policy entropy over the trained tokens; with
+    sampled_logp (the sampler's log pi of each completion token) the mean and largest |log pi
+    (trainer) - log pi (sampler)| over the trained tokens: the policy gap [D4] assumes is 0."""
     device = next(model.parameters()).device
     every_row = kl > 0 or entropy > 0
     rows = [i for i in range(len(completions)) if every_row or adv[i].item() != 0.0]
     order = (lambda idx: sorted(idx, key=lambda i: len(completions[i]))) if sort_by_length else list  # train.sort_by_length
     rows = order(rows)
     total, kl_sum, ent_sum, n_tok = 0.0, 0.0, 0.0, 0.0
+    gap_sum, gap_max = 0.0, float("nan")
 
     def micro_batches(idx):
         for start in range(0, len(idx), micro_batch):
@@ -127,8 +143,13 @@ def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: 
             kl_sum += (k3(logp.detach(), ref) * cmask).sum().item()
         if ent is not None:
             ent_sum += (ent.detach() * cmask).sum().item()
+        if sampled_logp is not None:
+            gap = (logp.detach() - pack_logprobs([sampled_logp[i] for i in chunk], cmask.shape[1]).to(device)).abs() * cmask  # (b, Lc)
+            gap_sum += gap.sum().item()
+            gap_max = max(gap.max().item(), gap_max) if gap_max == gap_max else gap.max().item()
     out = {"loss": total, "kl_mean": kl_sum / max(n_tok, 1) if kl > 0 else float("nan"),
-           "entropy_trained": ent_sum / max(n_tok, 1) if entropy > 0 else float("nan")}
+           "entropy_trained": ent_sum / max(n_tok, 1) if entropy > 0 else float("nan"),
+           "logp_gap_mean": gap_sum / n_tok if sampled_logp is not None and n_tok else float("nan"), "logp_gap_max": gap_max}
     if measure_kl and kl == 0:  # a diagnostic only: no gradient, every sample
         kl_sum, n_tok = 0.0, 0.0
         with torch.no_grad():
@@ -139,6 +160,14 @@ def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: 
                 kl_sum += (k3(logp, ref) * cmask).sum().item()
                 n_tok += cmask.sum().item()
         out["kl_mean"] = kl_sum / max(n_tok, 1)
+    return out
+
+
+def pack_logprobs(rows: list[list[float]], Lc: int) -> torch.Tensor:
+    """(b, Lc) the sampler's per-token log-probabilities, right-padded with 0 as pack() pads completions."""
+    out = torch.zeros((len(rows), Lc))
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r)
     return out
 
 
@@ -217,8 +246,8 @@ def gold_completions(tok, problems: list, copies: int, style: str) -> list[list[
 
 
 LOG_FIELDS = ["step", "reward_mean", "zero_signal_frac", "format_rate", "len_mean", "len_max", "truncated_frac",
-              "entropy_mean", "kl_mean", "loss", "grad_norm", "grad_norm_clipped", "lr", "sec_sampling", "sec_fwd_bwd",
-              "tokens", "peak_mem_mb"]
+              "entropy_mean", "kl_mean", "logp_gap_mean", "logp_gap_max", "loss", "grad_norm", "grad_norm_clipped", "lr",
+              "sec_sampling", "sec_fwd_bwd", "tokens", "peak_mem_mb", "peak_reserved_mb"]
 DEV_FIELDS = ["step", "n_problems", "n", "strict_pass1", "loose_pass1", "strict_passn", "loose_passn", "format_rate"]
 
 
@@ -233,18 +262,21 @@ def log_row(step: int, lr: float, method: Method, rewards: torch.Tensor, scored:
         "format_rate": sum(float(d["format"]) for d in scored) / len(scored),
         "len_mean": sum(lens) / len(lens), "len_max": max(lens), "truncated_frac": sum(samples.truncated) / len(lens),
         "entropy_mean": sum(e * n for e, n in zip(samples.entropy, lens)) / max(sum(lens), 1), "kl_mean": grad["kl_mean"],
+        "logp_gap_mean": grad["logp_gap_mean"], "logp_gap_max": grad["logp_gap_max"],
         "loss": grad["loss"], "grad_norm": gnorm, "grad_norm_clipped": gnorm_after, "lr": lr,
         "sec_sampling": round(seconds[0], 4), "sec_fwd_bwd": round(seconds[1], 4),
-        "tokens": sum(lens), "peak_mem_mb": round(peak_mb, 1),
+        "tokens": sum(lens), "peak_mem_mb": round(peak_mb[0], 1), "peak_reserved_mb": round(peak_mb[1], 1),
     }
 
 
-def peak_memory_mb(device: torch.device) -> float:
+def peak_memory_mb(device: torch.device) -> tuple[float, float]:
+    """(allocated, reserved) peak MiB of this step on CUDA; on a CPU the process's peak RSS, twice."""
     if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
+        return torch.cuda.max_memory_allocated(device) / 2**20, torch.cuda.max_memory_reserved(device) / 2**20
     import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB -> MiB (process peak RSS)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB -> MiB (process peak RSS)
+    return rss, rss
 
 
 def write_log(path: Path, rows: list[dict]) -> None:
@@ -298,8 +330,10 @@ def resume(out: Path, model, opt, meta: dict, device: torch.device) -> tuple[int
     if state["provenance"]["stage_hash"] != meta["provenance"]["stage_hash"]:
         raise RuntimeError(f"{last} was made by a different config or inputs; delete {out} or use --force")
     load_adapter(model, last)
-    try:  # map_location: a run started on a GPU resumes on a CPU-only machine (and the reverse)
-        opt.load_state_dict(torch.load(last / "optimizer.pt", weights_only=True, map_location=device))
+    try:  # to the CPU: load_state_dict moves each moment to its parameter's device and leaves AdamW's step
+        # counter on the CPU, as in a run that never stopped (on a GPU the counters would cost a host sync
+        # per parameter per step: another code path than the uninterrupted run's)
+        opt.load_state_dict(torch.load(last / "optimizer.pt", weights_only=True, map_location="cpu"))
         rows = [r for r in read_log(out / "train_log.csv") if r["step"] <= state["step"]]
         dev_rows = [r for r in read_csv_rows(out / "train_eval.csv") if int(r["step"]) <= state["step"]]
     except (OSError, RuntimeError, EOFError, ValueError, KeyError, TypeError) as e:
@@ -349,7 +383,7 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
     start, rows, dev_rows = resume(out, model, opt, meta, device)
     stops, pad = stop_ids(model, tok), pad_id(tok)
     prompt_len = max(len(p) for p in render_prompts(tok, run.pool[:256], cfg.task.prompt_style, cfg.task.system_prompt))
-    micro_batch = auto_micro_batch(cfg, model.config, prompt_len)
+    micro_batch = auto_micro_batch(cfg, model.config, prompt_len, free_memory_gib(device) if cfg.memory_gb == "auto" else None)
     mem = estimate_memory(model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, s.max_new_tokens, micro_batch, P * G,
                           2 if cfg.model.dtype != "float32" else 4, fold=cfg.lora.fold_for_sampling)
     normalizer = P * G * s.max_new_tokens  # [D2] a constant, not the response lengths
@@ -374,7 +408,8 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
         adv = method.advantages(rewards)  # (P*G,)
         grad = policy_gradient(model, [prompts[i // G] for i in range(P * G)], completions, adv, normalizer, micro_batch, pad,
                                kl=run.cond.kl, entropy=run.cond.entropy,
-                               measure_kl=tc.log_kl_every > 0 and step % tc.log_kl_every == 0, sort_by_length=tc.sort_by_length)
+                               measure_kl=tc.log_kl_every > 0 and step % tc.log_kl_every == 0, sort_by_length=tc.sort_by_length,
+                               sampled_logp=samples.logprobs if method.rollouts else None)
         for p in params:
             if p.grad is None:  # every advantage was 0: a zero gradient, and AdamW still steps (momentum), as usual
                 p.grad = torch.zeros_like(p)

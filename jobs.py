@@ -70,9 +70,11 @@ class Runner:
     way a job is grpo.main(argv) with the argv of the command a user would type. Prints what is
     running, done and left, with an ETA from the measured step and evaluation times."""
 
-    def __init__(self, run: Path, threads: int, n: int, executor: str, ray_address: str | None, quiet: bool, on_start, on_done):
+    def __init__(self, run: Path, threads: int, n: int, executor: str, ray_address: str | None, quiet: bool, on_start, on_done,
+                 gpus: list[str] | None = None):
         self.folder, self.threads, self.n, self.executor, self.quiet = run, threads, n, executor, quiet
         self.on_start, self.on_done = on_start, on_done
+        self.gpus = gpus or []  # one per worker (assign_gpus); none on a CPU
         self.ray_address = ray_address
 
     def argv(self, job: Job) -> list[str]:
@@ -82,12 +84,10 @@ class Runner:
         if self.executor == "ray":
             return self._run_ray(jobs)
         if self.n == 1:
+            if self.gpus:
+                os.environ["CUDA_VISIBLE_DEVICES"] = self.gpus[0]  # read when CUDA starts, which no job has done yet
             return self._schedule(jobs, None)
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        # spawn: a fresh interpreter per worker (no forked torch state)
-        pool = ProcessPoolExecutor(max_workers=self.n, mp_context=mp.get_context("spawn"))
+        pool = worker_pool(self.n, self.gpus)
         try:
             return self._schedule(jobs, pool)
         except BaseException:
@@ -156,7 +156,7 @@ class Runner:
             raise config.ConfigError("--executor ray: ray is not installed (pip install -r requirements-optional.txt)")
         ray.init(address=self.ray_address, ignore_reinit_error=True, log_to_driver=False)
 
-        @ray.remote(num_cpus=max(1, self.threads))
+        @ray.remote(num_cpus=max(1, self.threads), num_gpus=1 if self.gpus else 0)  # Ray sets CUDA_VISIBLE_DEVICES itself
         def run_job(argv: list[str]) -> int:
             return subprocess.run([sys.executable, str(ROOT / "grpo.py"), *argv], cwd=ROOT).returncode
 
@@ -186,6 +186,49 @@ class Runner:
             for ref in refs.values():
                 ray.cancel(ref, force=True)
         return status
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, found without torch: CUDA_VISIBLE_DEVICES when it is set,
+    else one id per line of `nvidia-smi -L`, else none (a CPU machine)."""
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return [g for g in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if g.strip() and g.strip() != "-1"]
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(listed.splitlines()) if line.startswith("GPU ")]
+
+
+def assign_gpus(n: int, gpus: list[str]) -> list[str]:
+    """One GPU per worker: the first n of `gpus` (never two workers on one GPU unless `gpus` names
+    one twice, as --gpus 0,0 asks). Raises ConfigError when there are fewer than n."""
+    if not gpus:
+        return []
+    if len(gpus) < n:
+        raise config.ConfigError(f"--jobs {n} with {len(gpus)} GPU(s) ({','.join(gpus)}): a job needs a GPU of its own; "
+                                 f"use --jobs {len(gpus)}, or name a GPU twice to share it (--gpus {','.join(gpus + gpus[:1])})")
+    return gpus[:n]
+
+
+def _claim_gpu(slots) -> None:
+    """A worker's initializer: this worker's GPU, before anything in it starts CUDA."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = slots.get()
+
+
+def worker_pool(n: int, gpus: list[str]):
+    """n worker processes, started fresh (spawn: no forked torch state), each seeing only its own
+    GPU of `gpus` when there are any."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = mp.get_context("spawn")
+    if not gpus:
+        return ProcessPoolExecutor(max_workers=n, mp_context=ctx)
+    slots = ctx.Queue()
+    for g in gpus:
+        slots.put(g)
+    return ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_claim_gpu, initargs=(slots,))
 
 
 def train_seconds_per_step(run: Path) -> float | None:

@@ -63,19 +63,23 @@ def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens
 MEASURED_OVER_ESTIMATE = 1.15
 
 
-def auto_micro_batch(cfg: config.Config, mc, prompt_len: int) -> int:
+def auto_micro_batch(cfg: config.Config, mc, prompt_len: int, free_gib: float | None = None) -> int:
     """cfg.micro_batch, or (when it is 0) the largest micro-batch whose training peak (the
-    estimate, its per-micro-batch part raised by MEASURED_OVER_ESTIMATE) fits 85% of
-    cfg.memory_gb (at least 1); the rest is left for the CUDA context and the allocator's
-    fragmentation, which the estimate does not count."""
+    estimate, its per-micro-batch part raised by MEASURED_OVER_ESTIMATE) fits 85% of the budget
+    (at least 1): cfg.memory_gb, or with memory_gb auto `free_gib`, the device's free memory that
+    the caller measured; the rest is left for the CUDA context and the allocator's fragmentation,
+    which the estimate does not count."""
     if cfg.micro_batch > 0:
         return cfg.micro_batch
+    budget = free_gib if cfg.memory_gb == "auto" else cfg.memory_gb
+    if budget is None:
+        raise ValueError("memory_gb: auto needs the device's free memory (free_gib)")
     wb = 2 if cfg.model.dtype != "float32" else 4
     fits = 1
     for b in range(1, cfg.train.problems_per_step * cfg.train.group_size + 1):
         est = estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), prompt_len, cfg.train.sampling.max_new_tokens, b,
                               cfg.train.problems_per_step * cfg.train.group_size, wb)
-        if est["static"] + MEASURED_OVER_ESTIMATE * (est["activations"] + est["logits"]) > 0.85 * cfg.memory_gb * 2**30:
+        if est["static"] + MEASURED_OVER_ESTIMATE * (est["activations"] + est["logits"]) > 0.85 * budget * 2**30:
             break
         fits = b
     return fits

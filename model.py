@@ -32,6 +32,14 @@ def pick_device(cfg: config.Config) -> torch.device:
     return torch.device("cpu")
 
 
+def free_memory_gib(device: torch.device) -> float:
+    """What the device has free now: a GPU's free memory, or a CPU's MemAvailable (Linux)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0] / 2**30
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:")) / 2**20
+
+
 def setup_torch(cfg: config.Config) -> None:
     from transformers.utils import logging as hf_logging
 
@@ -41,6 +49,9 @@ def setup_torch(cfg: config.Config) -> None:
     # cuBLAS needs this workspace setting, and some attention backward kernels stay nondeterministic.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=True)
+    # lora.tf32: on CUDA the fp32 matrix products in TF32. In a bf16 model the only fp32 products are
+    # LoRA's (its weights and the fp32 copies of its inputs); in an fp32 model it would be all of them.
+    torch.backends.cuda.matmul.allow_tf32 = bool(cfg.lora.tf32)
     hf_logging.disable_progress_bar()  # "Loading weights" bars on every load; our own bars show progress
 
 

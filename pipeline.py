@@ -49,7 +49,7 @@ from pathlib import Path
 import config
 import provenance
 import study
-from jobs import Aside, Job, Lock, Refused, Runner, estimate_seconds, fmt_minutes, log, now, run_grpo
+from jobs import Aside, Job, Lock, Refused, Runner, assign_gpus, estimate_seconds, fmt_minutes, log, now, run_grpo, visible_gpus
 
 ROOT = Path(__file__).resolve().parent
 STAGES = ["base", "probe", "select", "lr-sweep", "train", "eval", "tokens", "analyze"]
@@ -371,6 +371,9 @@ def print_jobs(plan: Plan, todo: list[str], config_path: str, out: Path, sets: l
         for s in singles:
             print(pipe(s))
     jobs = plan.jobs([s for s in todo if s in JOB_STAGES])
+    if jobs and plan.cfg.device != "cpu":
+        print("# every job wants one GPU of its own: a scheduler's one-GPU slot (Slurm --gres=gpu:1), or "
+              "CUDA_VISIBLE_DEVICES=<one id> before the command")
     train = [j for j in jobs if j.stage == "train"]
     evals = [j for j in jobs if j.stage != "train"]
     if train:
@@ -397,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true",
                    help="replace outputs made under other settings; with --stage, also redo that stage when it is done")
     p.add_argument("--jobs", type=int, default=1, help="training runs and evaluations to run at once (worker processes)")
+    p.add_argument("--gpus", default=None, metavar="IDS",
+                   help="GPUs for the jobs, one per job at a time (default: every visible GPU; e.g. 0,1)")
     p.add_argument("--executor", choices=["local", "ray"], default="local", help="where jobs run: here, or on a Ray cluster")
     p.add_argument("--ray-address", default=None, help="with --executor ray: the cluster (default: a local Ray started here)")
     p.add_argument("--dry-run", action="store_true", help="print the plan (done / to do / out of date, time left) and exit")
@@ -412,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
             raise config.ConfigError(f"--condition {a.condition!r}: not registered in conditions ({', '.join(cfg.conditions)})")
         if a.jobs < 1:
             raise config.ConfigError(f"--jobs {a.jobs}: must be >= 1")
+        gpus = [] if cfg.device == "cpu" else [g.strip() for g in a.gpus.split(",")] if a.gpus else visible_gpus()
+        a.gpu_slots = assign_gpus(a.jobs, gpus) if a.executor == "local" else gpus
         study.check_model_reachable(cfg)  # before anything is written
     except config.ConfigError as e:
         print(f"pipeline.py: {e}", file=sys.stderr)
@@ -595,7 +602,7 @@ def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, a
                 log(f"training figure not written: {e}")
         write_manifest(run, cfg, stages, jobs_status)
 
-    status = Runner(run, cfg.threads, a.jobs, a.executor, a.ray_address, a.quiet, on_start, on_done).run(jobs)
+    status = Runner(run, cfg.threads, a.jobs, a.executor, a.ray_address, a.quiet, on_start, on_done, a.gpu_slots).run(jobs)
     for name, st in status.items():
         jobs_status[name] = {**jobs_status.get(name, {}), **st}
     failed = [n for n, st in status.items() if st["status"] != "done"]

@@ -8,6 +8,7 @@ setting that differs so the refusal can say so in one line.
 """
 from __future__ import annotations
 
+import copy
 import csv
 import hashlib
 import io
@@ -233,13 +234,14 @@ STAGE_KEYS = {
     "select": ["task", "model", "select", "train.sampling", "eval.problems_per_batch"],
     "lr-sweep": ["task", "model", "lora", "train", "lr_sweep", "micro_batch", "memory_gb"],
     "train": ["task", "model", "lora", "train", "micro_batch", "memory_gb"],
-    "eval": ["task", "model", "eval", "lora.fold_for_sampling"],
+    "eval": ["task", "model", "eval", "lora.fold_for_sampling", "lora.tf32"],
     "tokens": ["task", "model", "tokens", "eval.sampling", "eval.problems_per_batch"],
 }
 # Keys added after runs were made, with the value that means "as before": at that value a key
 # is left out of the hash, so the runs made before it existed keep theirs.
 _ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "model.gguf": None,
-              "task.system_prompt": "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."}
+              "task.system_prompt": "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+              "train.sampling.decode": "eager", "eval.sampling.decode": "eager", "lora.tf32": False}
 _NOT_IN_HASH = {
     "lr-sweep": ("seeds", "lr", "checkpoints", "steps", "log_kl_every", "dev_every"),
     "train": ("seeds",),
@@ -259,12 +261,25 @@ def hashed_settings(cfg_dict: dict, stage: str) -> dict:
     if stage in _NOT_IN_HASH:
         picked["train"] = {k: v for k, v in picked["train"].items() if k not in _NOT_IN_HASH[stage]}
     for key, off in _ADDED_OFF.items():
-        section, name = key.split(".")
-        if key in picked and picked[key] == off:
-            del picked[key]
-        elif section in picked and picked[section].get(name, off) == off:
-            picked[section] = {k: v for k, v in picked[section].items() if k != name}
+        _drop_if(picked, key, off)
     return picked
+
+
+def _drop_if(picked: dict, key: str, off) -> None:
+    """Remove the dotted `key` from `picked` (whose keys are dotted stage keys) where it holds `off`."""
+    if key in picked:
+        if picked[key] == off:
+            del picked[key]
+        return
+    for top in picked:  # the stage key that holds it: "train" for train.sampling.decode, "eval.sampling" for eval.sampling.decode
+        if key.startswith(top + ".") and isinstance(picked[top], dict):
+            *path, name = key[len(top) + 1:].split(".")
+            node = picked[top] = copy.deepcopy(picked[top])
+            for part in path:
+                node = node.get(part) if isinstance(node, dict) else None
+            if isinstance(node, dict) and node.get(name, off) == off:
+                node.pop(name, None)
+            return
 
 
 def _present(d: dict, key: str) -> bool:

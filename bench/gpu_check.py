@@ -24,6 +24,15 @@ by the process's peak RSS (a code-path check, not a measurement).
   lm_head_on_slice  what lm_head costs on a non-contiguous slice of the hidden states (as
               logits_to_keep makes it) against a contiguous copy: on the CPU torch copies the
               (V, H) weight once per row there (bench/memory_05b.py); this says whether CUDA does.
+  decode      the training rollout's decode both ways (sampling.decode eager and graph: static
+              shapes, CUDA graphs, the fused tail): tokens/s, kernel launches and host reads per
+              decoded token (torch.profiler), and with graph whether the graphs were kept.
+  tail        bytes the sampling tail allocates per decoded token, eager (upcast, log-softmax,
+              softmax, race) against fused (sampler.fused_draw), at the rollout's 128 rows.
+  device_speed  the measured device-to-device copy bandwidth and bf16 matrix throughput, and from
+              them the bound of a training step: decoding reads the weights once per token, the
+              forward and backward cost 6 x params x tokens FLOPs; the step's ratio to it.
+  train_step_auto  the training step again with memory_gb: auto (the device's free memory).
 
 Prints one JSON object on stdout (progress goes to stderr).
 """
@@ -158,6 +167,107 @@ def sampler_vs_generate(model, prompts, G: int, s: config.SamplingCfg, stops: li
             "ours_tokens_per_s": round(mo, 1), "generate_tokens_per_s": round(mg, 1), "speedup": round(mo / mg, 3)}
 
 
+def model_free_gib(device: torch.device) -> float:
+    from model import free_memory_gib
+
+    return free_memory_gib(device)
+
+
+def decode_both_ways(model, prompts, G: int, s: config.SamplingCfg, stops: list[int], pad: int) -> dict:
+    """The rollout's decode with sampling.decode eager and graph: tokens/s (a warm-up first, then one
+    timed run each), and under torch.profiler the kernel launches (CUDA) or operator calls (CPU) and
+    host reads per decoded token."""
+    from dataclasses import replace
+
+    from torch.profiler import ProfilerActivity, profile
+
+    device = model.device
+    out = {}
+    for mode in ("eager", "graph"):
+        sm = replace(s, decode=mode)
+        sampler.sample(model, prompts, G, sm, 0, stops, pad, entropy=True)  # warm-up; with graph: capture
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        smp = sampler.sample(model, prompts, G, sm, 1, stops, pad, entropy=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        sec = time.perf_counter() - t0
+        steps = max(len(x) for x in smp.tokens)
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        with profile(activities=acts) as prof:
+            sampler.sample(model, prompts, G, sm, 1, stops, pad, entropy=True)
+        events = prof.key_averages()
+        launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch"))
+        ops = sum(e.count for e in events if e.key.startswith("aten::"))
+        reads = sum(e.count for e in events if e.key in sampler.HOST_READS)
+        out[mode] = {"tokens_per_s": round(sum(len(x) for x in smp.tokens) / sec, 1), "seconds": round(sec, 3), "positions": steps,
+                     "kernel_launches_per_token": round(launches / steps, 1) if device.type == "cuda" else None,
+                     "aten_calls_per_token": round(ops / steps, 1), "host_reads_per_token": round(reads / steps, 3)}
+    out["graphs_off"] = sampler.StaticStep.graphs_off  # why CUDA graphs were given up (None: kept, or a CPU)
+    out["graph_over_eager"] = round(out["graph"]["tokens_per_s"] / out["eager"]["tokens_per_s"], 2)
+    return out
+
+
+def tail_bytes(V: int, rows: int, device: torch.device) -> dict:
+    """Bytes allocated per decoded token by the sampling tail at `rows` rows and vocabulary V (bf16
+    logits in): the eager tail's (upcast, log-softmax for the entropy, softmax, the race) against
+    sampler.fused_draw's, from torch.profiler's memory accounting."""
+    from torch.profiler import ProfilerActivity, profile
+
+    logits = torch.randn(rows, V, device=device, dtype=torch.bfloat16)
+    gen = torch.Generator(device=device).manual_seed(0)
+
+    def eager():
+        x = logits.float()
+        lp = x.log_softmax(-1)
+        _ = -(lp.exp() * lp).sum(-1)
+        return sampler.multinomial(x.softmax(-1), gen)
+
+    out = {"rows": rows, "vocab": V, "logits_bytes": rows * V * 2, "chunk": sampler.TAIL_CHUNK}
+    for name, fn in (("eager", eager), ("fused", lambda: sampler.fused_draw(logits, 1.0, gen, True))):
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            start = torch.cuda.memory_allocated()
+        with profile(activities=acts, profile_memory=True) as prof:
+            fn()
+        key = "self_device_memory_usage" if device.type == "cuda" else "self_cpu_memory_usage"
+        out[f"{name}_bytes_allocated"] = int(sum(max(getattr(e, key, 0) or 0, 0) for e in prof.key_averages()))
+        out[f"{name}_peak_bytes"] = int(torch.cuda.max_memory_allocated() - start) if device.type == "cuda" else None
+    out["note"] = ("allocated: every temporary's bytes, summed; peak: the most held at once (CUDA). The fused tail holds q "
+                   "(rows x V fp32) and one chunk's temporaries, which can stay in L2; the eager tail several rows x V fp32 tensors")
+    return out
+
+
+def device_speed(device: torch.device, small: bool) -> dict:
+    """A device-to-device copy's bandwidth (bytes read and written) and a bf16 matrix product's FLOP/s,
+    each the best of 5 timed runs after a warm-up."""
+    n = (2**24 if small else 2**30) // 2  # bf16 elements: 16 MiB or 1 GiB
+    a, b = torch.empty(n, dtype=torch.bfloat16, device=device), torch.empty(n, dtype=torch.bfloat16, device=device)
+    m = 256 if small else 8192
+    x = torch.randn(m, m, dtype=torch.bfloat16, device=device)
+
+    def best(fn):
+        fn()
+        times = []
+        for _ in range(5):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    copy = best(lambda: b.copy_(a))
+    mm = best(lambda: x @ x)
+    return {"copy_gb_per_s": round(2 * n * 2 / copy / 1e9, 1), "bf16_tflops": round(2 * m**3 / mm / 1e12, 3),
+            "copy_bytes": 2 * n, "matmul_size": m}
+
+
 def lm_head_on_slice(model, b: int, T: int, k: int) -> dict:
     """Peak memory (over what was allocated at the start; the (b, k, V) output included in both)
     and time of lm_head on hidden[:, -k:] (non-contiguous, as logits_to_keep makes it) vs on a
@@ -258,6 +368,34 @@ def main(argv=None) -> int:
     repeats = a.repeats or (1 if a.dry else 3)
     log(f"sampler vs generate: {len(prompts)} x {t.group_size} x {t.sampling.max_new_tokens}, {repeats} each")
     res["sampler"] = sampler_vs_generate(model, prompts, t.group_size, t.sampling, stops, pad, repeats)
+
+    # ---- the decode both ways, the tail's bytes, the device's bandwidth and throughput, the bound
+    res["decode"] = decode_both_ways(model, prompts, t.group_size, t.sampling, stops, pad)
+    res["tail"] = tail_bytes(model.config.vocab_size, len(prompts) * t.group_size, device)
+    res["device_speed"] = device_speed(device, small=a.dry)
+    weight_bytes = sum(q.numel() * q.element_size() for q in model.parameters())
+    rows = len(prompts) * t.group_size
+    speed = res["device_speed"]
+    bound = (t.sampling.max_new_tokens * weight_bytes / (speed["copy_gb_per_s"] * 1e9)
+             + 6 * res["shape"]["params"] * rows * (prompt_len + t.sampling.max_new_tokens) / (speed["bf16_tflops"] * 1e12))
+    res["bound"] = {"step_seconds": round(bound, 3), "measured_step_seconds": res["train_step"]["seconds"],
+                    "ratio": round(res["train_step"]["seconds"] / bound, 2),
+                    "how": "max_new_tokens x weight bytes / copy bandwidth + 6 x params x rows x (prompt + new tokens) / bf16 FLOP/s"}
+    if device.type == "cuda" or a.dry:
+        auto = config.load(a.config, (DRY if a.dry else []) + ["memory_gb=auto"])
+        free = model_free_gib(device)
+        mb_auto = memory.auto_micro_batch(auto, model.config, prompt_len, free)
+        log(f"train step with memory_gb auto ({free:.1f} GiB free): micro-batch {mb_auto}")
+        opt = grpo.make_optimizer(model, cfg, 1e-5)
+        train_step(model, opt, prompts, t.group_size, t.sampling, mb_auto, pad, seed=4, sort=t.sort_by_length)
+        with Peak(device) as pk:
+            st = train_step(model, opt, prompts, t.group_size, t.sampling, mb_auto, pad, seed=5, sort=t.sort_by_length)
+        res["train_step_auto"] = {"free_gib": round(free, 2), "micro_batch": mb_auto, "peak_allocated_gib": round(pk.allocated, 3),
+                                  "peak_reserved_gib": round(pk.reserved, 3), "seconds": round(pk.seconds, 2),
+                                  "sec_sampling": round(st["sec_sampling"], 2), "sec_fwd_bwd": round(st["sec_fwd_bwd"], 2)}
+        opt = None
+        for q in model.parameters():
+            q.grad = None
 
     # ---- lm_head on a non-contiguous slice (logits_to_keep), as the training forward makes it
     res["lm_head_on_slice"] = lm_head_on_slice(model, max(mb, 1), prompt_len + t.sampling.max_new_tokens, t.sampling.max_new_tokens + 1)

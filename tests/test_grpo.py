@@ -272,3 +272,58 @@ def test_fold_for_sampling_reaches_training_and_evaluation(fitted_dir, smoke_cfg
     seen.clear()
     grpo.train(cfg, grpo.TrainingRun("many", config.ConditionCfg(), 0, train_set, 1e-3, 1, [], dev_every=cfg.train.dev_every), tmp_path / "t", str(fitted_dir), progress=False)
     assert seen and all(seen)
+
+
+def test_k3_is_its_formula_up_to_the_cap_and_its_tangent_beyond():
+    ref = torch.tensor([0.0, 0.0, 0.0, 0.0], requires_grad=False)
+    logp = torch.tensor([0.0, -1.0, -5.0, -14.0], requires_grad=True)  # r = ref - logp = 0, 1, 5, 14
+    k = grpo.k3(logp, ref)
+    r = (ref - logp).detach()
+    assert torch.allclose(k[:3], torch.exp(r[:3]) - r[:3] - 1)
+    R = grpo.K3_LOG_RATIO_MAX
+    assert k[3].item() == pytest.approx(math.exp(R) - R - 1 + (math.exp(R) - 1) * (14 - R))  # continuous, linear above R
+    k.sum().backward()
+    weight = -logp.grad  # d k3 / d log pi = -(exp(r) - 1)
+    assert weight[:3].tolist() == pytest.approx((torch.exp(r[:3]) - 1).tolist())
+    assert weight[3].item() == pytest.approx(math.exp(R) - 1)  # capped: one token cannot outweigh the batch
+    assert torch.allclose(grpo.k3(torch.tensor([-0.3]), torch.tensor([-0.3 + 5.0 - 1e-6])),
+                          grpo.k3(torch.tensor([-0.3]), torch.tensor([-0.3 + 5.0 + 1e-6])), atol=1e-3)  # no jump at the cap
+
+
+def test_the_policy_gap_is_logged_and_is_rounding_in_fp32(fitted_dir, smoke_cfg, tmp_path):
+    cfg = cfg_for(smoke_cfg, **{"train.dev_every": 0})
+    out = train_smoke(cfg, fitted_dir, tmp_path / "run", steps=2)
+    rows = grpo.read_log(out / "train_log.csv")
+    assert all(0 <= r["logp_gap_mean"] <= r["logp_gap_max"] < 1e-4 for r in rows if r["grad_norm"] > 0), rows
+    sft = train_smoke(cfg, fitted_dir, tmp_path / "sft", steps=1, condition=("sft", config.ConditionCfg(method="sft")))
+    assert math.isnan(grpo.read_log(sft / "train_log.csv")[0]["logp_gap_mean"])  # no rollouts: nothing sampled to compare
+
+
+def test_the_gap_is_measured_against_what_the_sampler_reported(fitted_dir, smoke_cfg):
+    model, tok = load_model(cfg_for(smoke_cfg, **{"model.path": str(fitted_dir)}), str(fitted_dir), CPU)
+    apply_lora(model, 4, 8, ["q_proj", "v_proj"], 0)
+    _, prompts = prompts_for(tok, n=2)
+    comps = [[7, 8, tok.eos_token_id], [9, 10]]
+    adv = torch.tensor([0.5, -0.5])
+    exact = grpo.policy_gradient(model, prompts, comps, adv, 10.0, 2, pad_id(tok), sampled_logp=None)
+    assert math.isnan(exact["logp_gap_mean"])
+    ids, attn, pos, cmask = pack(prompts, comps, pad_id(tok))
+    with torch.no_grad():
+        lp, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])
+    true = [lp[0, :3].tolist(), lp[1, :2].tolist()]
+    off = [[x + 0.25 for x in true[0]], true[1]]  # one sample's log-probs off by 0.25 nats
+    model.zero_grad()
+    g = grpo.policy_gradient(model, prompts, comps, adv, 10.0, 2, pad_id(tok), sampled_logp=off)
+    assert g["logp_gap_max"] == pytest.approx(0.25, abs=1e-5) and g["logp_gap_mean"] == pytest.approx(0.25 * 3 / 5, abs=1e-5)
+
+
+def test_resume_loads_the_optimizer_state_as_an_uninterrupted_run_holds_it(fitted_dir, smoke_cfg, tmp_path, monkeypatch):
+    """AdamW's step counters stay on the CPU and its moments on the parameters' device, as in a run that
+    never stopped: the saved state is loaded to the CPU, whatever device the run is on."""
+    cfg = cfg_for(smoke_cfg, **{"train.save_last_every": 1, "train.dev_every": 0})
+    train_smoke(cfg, fitted_dir, tmp_path / "run", steps=1)
+    seen = []
+    real = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: seen.append(k.get("map_location")) or real(*a, **k))
+    train_smoke(cfg, fitted_dir, tmp_path / "run", steps=2)
+    assert seen == ["cpu"]

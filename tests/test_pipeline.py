@@ -487,3 +487,34 @@ def test_outputs_are_readable_by_all_and_the_smoke_report_says_it_is_no_result(s
     assert (smoke_run / "report.md").read_text().startswith("**A pipeline check on a toy model")
     r = pipeline("--config", str(SMOKE), "--out", str(smoke_run / "new"), "--print-jobs", timeout=120)
     assert all(line.startswith(("python ", "#")) for line in r.stdout.splitlines() if line.strip()), r.stdout
+
+
+def test_one_gpu_per_job_from_a_fake_device_list(monkeypatch):
+    import functools
+
+    import jobs
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7,9")
+    assert jobs.visible_gpus() == ["7", "9"]
+    assert jobs.assign_gpus(2, ["7", "9"]) == ["7", "9"] and jobs.assign_gpus(1, ["7", "9"]) == ["7"]
+    assert jobs.assign_gpus(3, []) == []  # a CPU machine: nothing to assign
+    with pytest.raises(Exception, match="a job needs a GPU of its own"):
+        jobs.assign_gpus(3, ["7", "9"])
+    assert jobs.assign_gpus(2, ["7", "7"]) == ["7", "7"]  # sharing one GPU only when asked
+    pool = jobs.worker_pool(2, ["7", "9"])
+    try:
+        seen = [f.result() for f in [pool.submit(functools.partial(_env_after, 0.3)) for _ in range(6)]]
+    finally:
+        pool.shutdown()
+    assert set(seen) == {"7", "9"}  # each worker sees exactly its own GPU
+    r = pipeline("--config", str(SMOKE), "--out", "/tmp/never", "--jobs", "3", "--gpus", "0,1", "--dry-run", timeout=60)
+    assert r.returncode == 0  # the smoke config runs on the CPU (device: cpu): GPUs do not apply
+    cfg_gpu = ROOT / "configs" / "rehearsal.yaml"
+    r = pipeline("--config", str(cfg_gpu), "--out", "/tmp/never", "--set", "device=auto", "--jobs", "3", "--gpus", "0,1", "--dry-run",
+                 timeout=60)
+    assert r.returncode == 2 and "--jobs 3 with 2 GPU(s) (0,1)" in r.stderr
+
+
+def _env_after(seconds):
+    time.sleep(seconds)
+    return os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -215,3 +215,11 @@ def test_gpu_check_dry_run_prints_one_json_object():
     t = out["train_step"]
     assert t["micro_batch"] >= 1 and t["seconds"] > 0 and t["peak_allocated_gib"] >= 0 and t["estimate_gib"] > 0
     assert out["sampler"]["ours_tokens_per_s"] > 0 and out["sampler"]["generate_tokens_per_s"] > 0
+    for mode in ("eager", "graph"):  # the decode both ways, counted
+        d = out["decode"][mode]
+        assert d["tokens_per_s"] > 0 and d["aten_calls_per_token"] > 0 and d["host_reads_per_token"] >= 0
+    assert out["decode"]["graph"]["host_reads_per_token"] < out["decode"]["eager"]["host_reads_per_token"]  # a read every few tokens
+    assert out["tail"]["fused_bytes_allocated"] > 0 and out["tail"]["eager_bytes_allocated"] > 0
+    assert out["device_speed"]["copy_gb_per_s"] > 0 and out["device_speed"]["bf16_tflops"] > 0
+    assert out["bound"]["step_seconds"] > 0 and out["bound"]["ratio"] > 0
+    assert out["train_step_auto"]["micro_batch"] >= 1 and out["train_step_auto"]["free_gib"] > 0

@@ -304,3 +304,119 @@ def test_sampler_entropy_is_the_untempered_distributions_and_draws_nothing(fitte
     for i, toks in enumerate(a.tokens):
         lp = logits[i, Lp - 1 : Lp - 1 + len(toks)].log_softmax(-1)
         assert a.entropy[i] == pytest.approx((-(lp.exp() * lp).sum(-1)).mean().item(), rel=1e-4)
+
+
+# ----------------------------------------------------------------------------- the static decode and the fused tail
+
+
+@torch.inference_mode()
+def reference_static(model, prompts, n, s, seed, stops, pad, entropy=False):
+    """The plain per-token loop with the static decode's schedule, written out: a DynamicCache
+    grown by concatenation, the mask grown by torch.cat, torch.multinomial on the softmax; finished
+    rows stay in the batch (their draws thrown away) until a check every CHECK_EVERY tokens moves
+    the unfinished rows to the front and keeps the smallest bucket that holds them."""
+    from transformers import DynamicCache
+
+    gen = torch.Generator().manual_seed(seed)
+    ids, mask = sampler.left_pad(prompts, pad)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache(config=model.config)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True).logits[:, -1]
+    cache.batch_repeat_interleave(n)
+    logits, mask, nxt = logits.repeat_interleave(n, 0), mask.repeat_interleave(n, 0), pos[:, -1:].repeat_interleave(n, 0) + 1
+    B = logits.shape[0]
+    out, lps, ent = [[] for _ in range(B)], [[] for _ in range(B)], [0.0] * B
+    alive, done = list(range(B)), [False] * B
+    for t in range(s.max_new_tokens):
+        if t and t % sampler.CHECK_EVERY == 0:
+            left = sum(not d for d in done)
+            if left == 0:
+                break
+            fit = min(b for b in sampler.buckets(B) if b >= left)
+            if fit < len(alive):
+                keep = [i for i, d in enumerate(done) if not d] + [i for i, d in enumerate(done) if d]
+                keep = keep[:fit]
+                cache.batch_select_indices(torch.tensor(keep))
+                alive, done = [alive[i] for i in keep], [done[i] for i in keep]
+                mask, nxt, tok = mask[keep], nxt[keep], tok[keep]
+        if t:
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=nxt, cache=cache, use_cache=True).logits[:, -1]
+            nxt = nxt + 1
+        x = logits.float()
+        lp = x.log_softmax(-1)
+        tok = x.argmax(-1) if s.temperature == 0 else torch.multinomial((x / s.temperature).softmax(-1), 1, generator=gen).squeeze(1)
+        for row, (i, d) in enumerate(zip(alive, done)):
+            if not d:
+                out[i].append(int(tok[row]))
+                lps[i].append(float(lp[row, tok[row]]))
+                ent[i] += float(-(lp[row].exp() * lp[row]).sum())
+        done = [d or int(tk) in stops for d, tk in zip(done, tok)]
+    return out, lps, [e / max(len(o), 1) for e, o in zip(ent, out)]
+
+
+STATIC = [C for C in SETTINGS if C.top_p == 1.0 and C.top_k == 0]  # the untruncated policy: T 1, greedy, one new token
+
+
+@pytest.mark.parametrize("s", STATIC, ids=lambda s: f"T{s.temperature}-new{s.max_new_tokens}")
+@pytest.mark.parametrize("lora", [False, True], ids=["base", "lora"])
+def test_static_decode_equals_the_plain_loop_with_its_schedule(fitted_dir, smoke_cfg, s, lora, monkeypatch):
+    cfg, model, tok = load(fitted_dir, smoke_cfg)
+    if lora:
+        apply_lora(model, 4, 8, ["q_proj", "v_proj", "up_proj"], 0)
+        g = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    prompts = ragged_prompts(tok)
+    stops, pad = stop_ids(model, tok), pad_id(tok)
+    monkeypatch.setattr(sampler, "TAIL_CHUNK", 7)  # many chunks of the 90-token vocabulary: the online log-sum-exp is used
+    compactions = []
+    real = sampler.compact
+    monkeypatch.setattr(sampler, "compact", lambda st, rows, fit: compactions.append(fit) or real(st, rows, fit))
+    for seed in (0, 5):
+        ours = sampler.sample(model, prompts, 6, config.SamplingCfg(**{**s.__dict__, "decode": "graph"}), seed, stops, pad, entropy=True)
+        tokens, lps, ent = reference_static(model, prompts, 6, s, seed, stops, pad)
+        assert ours.tokens == tokens
+        assert ours.truncated == [bool(o) and o[-1] not in stops for o in tokens]
+        assert all(a == pytest.approx(b, abs=2e-5) for x, y in zip(ours.logprobs, lps) for a, b in zip(x, y))
+        assert ours.entropy == pytest.approx(ent, abs=2e-5)
+    if s.max_new_tokens == 40 and s.temperature > 0:
+        assert compactions and set(compactions) <= set(sampler.buckets(30)[1:])  # finished rows left, into a bucket
+
+
+def test_fused_tail_draws_what_the_softmax_race_draws():
+    """fused_draw against multinomial(softmax) on the same generator calls: same tokens; its
+    log-probability and entropy against log_softmax; T = 1 (no division), 0.7 and greedy; bf16 logits."""
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16):
+        logits = (torch.randn(64, 1000, generator=g) * 3).to(dtype)
+        for T in (1.0, 0.7, 0.0):
+            for chunk in (1000, 97):
+                a, b = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+                tok, logp, ent = sampler.fused_draw(logits, T, a if T > 0 else None, True, chunk=chunk)
+                x = logits.float()
+                ref = x.argmax(-1) if T == 0 else sampler.multinomial((x / T).softmax(-1), b)
+                assert torch.equal(tok, ref), (dtype, T, chunk)
+                lp = x.log_softmax(-1)
+                assert torch.allclose(logp, lp.gather(-1, ref[:, None]).squeeze(-1), atol=1e-5)
+                assert torch.allclose(ent, -(lp.exp() * lp).sum(-1), atol=1e-4)
+
+
+def test_auto_is_eager_on_a_cpu_and_graph_on_cuda():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert sampler.decode_mode(config.SamplingCfg(decode="auto"), cpu) == "eager"
+    assert sampler.decode_mode(config.SamplingCfg(decode="auto"), cuda) == "graph"
+    assert sampler.decode_mode(config.SamplingCfg(decode="graph"), cpu) == "graph"
+    assert sampler.buckets(128) == [128, 64, 32, 16, 8] and sampler.buckets(30) == [30, 15]
+
+
+def test_static_decode_reads_the_host_every_few_tokens(fitted_dir, smoke_cfg):
+    _, model, tok = load(fitted_dir, smoke_cfg)
+    prompts = ragged_prompts(tok)
+    s = config.SamplingCfg(temperature=1.0, max_new_tokens=40, decode="graph")
+    stops = [10**9]  # nothing stops: every check runs
+    reads, out = sampler.count_host_reads(lambda: sampler.sample(model, prompts, 4, s, 0, stops, pad_id(tok)))
+    assert max(len(x) for x in out.tokens) == 40
+    assert reads <= 40 // sampler.CHECK_EVERY + 2  # a read per check, and the NaN check at the end
