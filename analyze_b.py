@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from scipy import stats as st
 
 import figures
 import report
@@ -44,7 +45,8 @@ import secondary
 from countdown import SCORINGS
 from provenance import atomic_write_text, content_sha256, file_sha256, move_aside
 from run_files import (DEV_COLUMNS, DEV_REQUIRED, InputError, find_evals, find_set, find_tokens, read_csv, read_json)
-from stats import (boot_curves, crossed_estimate, crossed_replicates, crossover_summary, detectable, holm, p_above, p_below,
+from power import crossed_coverage, design_se, power_one_sided, t_result, variance_components
+from stats import (boot_curves, crossed_estimate, crossed_replicates, crossover_summary, holm, holm_mc_se, mc_se, p_above, p_below,
                    p_equivalence, pass_at_k_curves, percentile_interval, resample_indices, seed_resample_indices,
                    selection_answer, simultaneous_band, third_clause_interval, verdict_v1)
 
@@ -67,13 +69,15 @@ def _entry(cond: str, step: int, sc: str, seeds: list[int], docs: list[dict], ba
     only_rl = [int(np.count_nonzero((c > 0) & (cb == 0))) for c in cr]
     only_base = [int(np.count_nonzero((cb > 0) & (c == 0))) for c in cr]
     return {
-        "condition": cond, "step": step, "scoring": sc, "k_max": len(point), "seeds": seeds,
+        "condition": cond, "step": step, "scoring": sc, "k_max": len(point), "seeds": seeds, "n_problems": int(base_curves.shape[0]),
         "pass1_base": float(base_curves[:, 0].mean()), "pass1_rl": float(pr[:, :, 0].mean(axis=1).mean()),
         "pass1_diff": d1, "pass1_ci": list(ci1),
         "passk_base": float(base_curves[:, -1].mean()), "passk_rl": float(pr[:, :, -1].mean(axis=1).mean()),
         "passk_diff": dk, "passk_ci": list(cik), "passk_ci90": list(percentile_interval(reps[:, -1], 1 - 2 * at)),
-        "equivalence_margin": margin,
+        "equivalence_margin": margin, "headroom": 1.0 - float(base_curves[:, -1].mean()),
         "p_pass1": p_above(reps[:, 0]), "p_passk_fall": p_below(reps[:, -1]), "p_equiv": p_equivalence(reps[:, -1], margin),
+        "p_pass1_v2": p_above(reps[:, 0], tie=0.0), "p_passk_fall_v2": p_below(reps[:, -1], tie=0.0),
+        "p_equiv_v2": p_equivalence(reps[:, -1], margin, tie=0.0),
         "ceiling_rises": bool(cik[0] > 0),
         **verdict_v1(d1, ci1, dk, cik),
         "crossover": crossover_summary(point, reps, ci),
@@ -87,33 +91,108 @@ def _entry(cond: str, step: int, sc: str, seeds: list[int], docs: list[dict], ba
     }, reps
 
 
-def _judge(entries: list[dict], boot: dict, a1: float, at: float, ci: float, margin: float) -> dict:
-    """Holm within each secondary family (three tests per entry, each on its own level), then the
-    verdicts of every entry from its adjusted p-values (the primary entry: raw p-values), and the
-    one-third clause. Returns the family definitions."""
+def _judge(entries: list[dict], boot: dict, a1: float, at: float, ci: float, margin: float, fraction: float, B: int) -> dict:
+    """Holm within each secondary family, then every entry's verdicts from its adjusted p-values
+    (the primary entry: raw p-values), each with its Monte-Carlo SE and a flag when it lies within
+    2 SE of its level, and the one-third clause. The equivalence test is asked only where the margin
+    is at most `fraction` of the base's headroom (1 - pass@k_max: then a rise of half the headroom is
+    beyond the margin); elsewhere it "cannot fail on this set", is left out of the family, and the
+    entry's selection is None unless the ceiling is shown to fall. The second version's verdicts
+    (every test in the family, no headroom rule, no tie tolerance) are kept as *_v2. Returns the
+    families."""
+    for e in entries:
+        e["ceiling_testable"] = bool(margin <= fraction * e["headroom"] + 1e-12)
     families = {}
     for sc in SCORINGS:
         fam = [e for e in entries if e["family"] == f"secondary-{sc}"]
-        p = [x for e in fam for x in (e["p_pass1"], e["p_passk_fall"], e["p_equiv"])]
-        adj = holm(p, [a1, a1, at] * len(fam))
-        for i, e in enumerate(fam):
-            e["p_pass1_adj"], e["p_passk_fall_adj"], e["p_equiv_adj"] = (float(x) for x in adj[3 * i:3 * i + 3])
+        tests = [(e, k, lv) for e in fam for k, lv in (("pass1", a1), ("passk_fall", a1), ("equiv", at))
+                 if k != "equiv" or e["ceiling_testable"]]
+        p = [e[f"p_{k}"] for e, k, _ in tests]
+        levels = [lv for _, _, lv in tests]
+        adj, se = (holm(p, levels), holm_mc_se(p, levels, B)) if tests else ([], [])
+        for (e, k, _), x, s in zip(tests, adj, se):
+            e[f"p_{k}_adj"], e[f"p_{k}_adj_mc_se"] = float(x), float(s)
+        for e in fam:
+            if not e["ceiling_testable"]:
+                e["p_equiv_adj"], e["p_equiv_adj_mc_se"] = None, None
+        # the second version's family: all three tests of every entry, p-values without the tie tolerance
+        v2 = [(e, k, lv) for e in fam for k, lv in (("pass1", a1), ("passk_fall", a1), ("equiv", at))]
+        for (e, k, _), x in zip(v2, holm([e[f"p_{k}_v2"] for e, k, _ in v2], [lv for *_, lv in v2]) if v2 else []):
+            e[f"p_{k}_adj_v2"] = float(x)
         families[f"secondary-{sc}"] = {
-            "scoring": sc, "size": 3 * len(fam), "entries": [f"{e['condition']}/{e['step']}" for e in fam],
+            "scoring": sc, "size": len(tests), "size_v2": len(v2), "entries": [f"{e['condition']}/{e['step']}" for e in fam],
             "tests": [f"pass@1 rises (one-sided, level {a1:g})", f"ceiling falls (one-sided, level {a1:g})",
-                      f"ceiling equivalent within ±{margin:g} (TOST, level {at:g})"]}
+                      f"ceiling equivalent within ±{margin:g} (TOST, level {at:g}), where the margin is at most "
+                      f"{fraction:.3g} of the base's headroom"],
+            "equivalence_asked": bool(fam and fam[0]["ceiling_testable"])}
     for e in entries:
         if e["primary"]:
-            e["p_pass1_adj"], e["p_passk_fall_adj"], e["p_equiv_adj"] = e["p_pass1"], e["p_passk_fall"], e["p_equiv"]
+            for k in ("pass1", "passk_fall", "equiv"):
+                e[f"p_{k}_adj"], e[f"p_{k}_adj_v2"] = e[f"p_{k}"], e[f"p_{k}_v2"]
+                e[f"p_{k}_adj_mc_se"] = mc_se(e[f"p_{k}"], B)
+            if not e["ceiling_testable"]:
+                e["p_equiv_adj"], e["p_equiv_adj_mc_se"] = None, None
         e["pass1_rises"] = e["p_pass1_adj"] < a1
         e["ceiling_falls"] = e["p_passk_fall_adj"] < a1
-        e["ceiling_equivalent"] = e["p_equiv_adj"] < at
-        e["selection"] = selection_answer(e["p_pass1_adj"], e["p_passk_fall_adj"], e["p_equiv_adj"], a1, at)
+        e["ceiling_equivalent"] = (e["p_equiv_adj"] < at) if e["ceiling_testable"] else None
+        e["selection"] = selection_answer(e["pass1_rises"], e["ceiling_falls"], e["ceiling_equivalent"])
+        e["near_level"] = [name for name, k, lv in (("pass@1 rises", "pass1", a1), ("ceiling falls", "passk_fall", a1),
+                                                     ("ceiling equivalent", "equiv", at))
+                           if e.get(f"p_{k}_adj") is not None and abs(e[f"p_{k}_adj"] - lv) < 2 * e[f"p_{k}_adj_mc_se"]]
+        e["pass1_rises_v2"], e["ceiling_falls_v2"] = e["p_pass1_adj_v2"] < a1, e["p_passk_fall_adj_v2"] < a1
+        e["ceiling_equivalent_v2"] = e["p_equiv_adj_v2"] < at
+        e["selection_v2"] = bool(e["pass1_rises_v2"] and (e["ceiling_equivalent_v2"] or e["ceiling_falls_v2"]))
         reps = boot[(e["condition"], e["step"], e["scoring"])]
         tc = third_clause_interval(reps[:, 0], reps[:, -1], ci) if e["pass1_rises"] else None
         e["third_clause_ci"] = list(tc) if tc else None
         e["third_clause"] = bool(tc[1] < 0) if tc else None
     return families
+
+
+def primary_checks(prim: dict, curves: dict, design, a1: float, at: float, margin: float, n: int) -> tuple[dict, dict]:
+    """Beside the registered primary answer: (sensitivity, power). Sensitivity: the variance
+    components of the per-seed, per-problem Delta pass@1 and Delta pass@k_max (power.variance_components),
+    the seed SD with its degrees of freedom, the random-effects t-based result for each part and
+    whether it agrees with the registered verdict, and the expected coverage of the crossed
+    interval at the measured components and at 1.5 x the seed SD (by simulation). Power: the smallest
+    effects this design detects with the registered power, from a t quantile on its Satterthwaite df,
+    and the planned power at the effect the plan names (analyze.planned)."""
+    seeds, pr = curves[design.primary_scoring][(prim["condition"], prim["step"])]
+    base = curves[design.primary_scoring]["base"]
+    d1, dk = pr[:, :, 0] - base[:, 0], pr[:, :, -1] - base[:, -1]  # (S, N)
+    vc1, vck = variance_components(d1), variance_components(dk)
+    t1, tk, tk90 = t_result(vc1, 1 - 2 * a1), t_result(vck, 1 - 2 * a1), t_result(vck, 1 - 2 * at)
+    t_rises, t_falls = t1["p_above"] < a1, tk["p_below"] < a1
+    t_equiv = (tk90["ci"][0] > -margin and tk90["ci"][1] < margin) if prim["ceiling_testable"] else None
+    t_selection = selection_answer(t_rises, t_falls, t_equiv)
+    S, N = d1.shape
+    cover = {}
+    if S > 1:
+        for name, vb in (("at the measured seed SD", vc1["V_B"]), ("at 1.5 x the measured seed SD", 2.25 * vc1["V_B"])):
+            cover[name] = crossed_coverage(vc1["V_A"], vb, vc1["V_R"], N, S, level=1 - 2 * a1, sims=200, resamples=400,
+                                           seed=design.seed)
+    sens = {"pass1": vc1, "passk": vck, "t_pass1": t1, "t_passk": tk, "t_passk_90": tk90,
+            "t_verdicts": {"pass1_rises": t_rises, "ceiling_falls": t_falls, "ceiling_equivalent": t_equiv, "selection": t_selection},
+            "agrees": t_selection == prim["selection"], "coverage": cover,
+            "method": "two-way crossed random effects (problems x seeds), method-of-moments components, Satterthwaite df; "
+                      "coverage of the registered crossed-bootstrap interval simulated at the measured components"}
+    tq = st.t.ppf
+    pw = design.power
+    mde1 = (tq(1 - a1, vc1["df"]) + tq(pw, vc1["df"])) * vc1["se"]
+    mdek = (tq(1 - a1, vck["df"]) + tq(pw, vck["df"])) * vck["se"]
+    eq = margin - (tq(1 - at, vck["df"]) + tq(pw, vck["df"])) * vck["se"]
+    power = {"power": pw, "alpha_one_sided": a1, "alpha_tost": at, "n_problems": N, "seeds": S, "n_samples": n,
+             "se_pass1": vc1["se"], "df_pass1": vc1["df"], "se_passk": vck["se"], "df_passk": vck["df"],
+             "mde_pass1": float(mde1), "mde_passk": float(mdek), "equivalence_up_to": float(eq) if eq >= 0 else None,
+             "method": "(t_{1-a, df} + t_{power, df}) x SE, SE and df from the variance components of the measured Deltas"}
+    plan = design.analyze.get("planned")
+    if plan:
+        se, df = design_se(plan["problem_var"], plan["seed_var"], plan["residual_var"], N, S)
+        power["planned"] = {**plan, "N": N, "S": S, "se": se, "df": df,
+                            "power": power_one_sided(plan["effect"], se, df, a1),
+                            "power_at_measured_components": power_one_sided(plan["effect"], vc1["se"], vc1["df"], a1)}
+    power["statement"] = report.power_sentence(power, prim["k_max"], margin)
+    return sens, power
 
 
 def analyze(run: Path, resamples: int | None = None, seed: int | None = None, partial: bool = False) -> dict:
@@ -151,7 +230,7 @@ def analyze(run: Path, resamples: int | None = None, seed: int | None = None, pa
     entries, boot = [], {}
     for cond in design.conditions:
         for step in design.checkpoints:
-            seeds = [s for s in design.seeds if (cond, s, step) in rl]
+            seeds = [s for s in design.seeds_of(cond) if (cond, s, step) in rl]
             if not seeds:  # a partial run
                 continue
             docs = [rl[(cond, s, step)] for s in seeds]
@@ -163,7 +242,7 @@ def analyze(run: Path, resamples: int | None = None, seed: int | None = None, pa
                 e["primary"] = (cond, step, sc) == (design.primary_condition, last, design.primary_scoring)
                 e["family"] = "primary" if e["primary"] else f"secondary-{sc}"
                 entries.append(e)
-    families = _judge(entries, boot, a1, at, ci, margin)
+    families = _judge(entries, boot, a1, at, ci, margin, design.analyze["margin_headroom_fraction"], B)
     # H3: Delta pass@k_max at the last minus the first checkpoint, the same seeds and problems in each replicate
     h3 = []
     for cond in design.conditions if last != first else []:
@@ -184,26 +263,21 @@ def analyze(run: Path, resamples: int | None = None, seed: int | None = None, pa
                        "diff": crossed_estimate(b, a)[0], "ci": list(percentile_interval(reps, ci)), "p_narrows": p, "narrows": p < a1})
     prim = next((e for e in entries if e["primary"]), None)
     if prim:
-        reps = boot[(prim["condition"], prim["step"], prim["scoring"])]
-        se1, sek = float(reps[:, 0].std(ddof=1)), float(reps[:, -1].std(ddof=1))
-        power = {"power": design.power, "alpha_one_sided": a1, "alpha_tost": at, "n_problems": N, "seeds": len(prim["seeds"]),
-                 "n_samples": n, "se_pass1": se1, "se_passk": sek, **detectable(se1, sek, a1, at, design.power, margin),
-                 "method": "(z_{1-a} + z_power) x SE, SE = the crossed-bootstrap SE of the observed primary Delta "
-                           "(normal approximation; the SE includes the RL model's spread, not only the base's)"}
-        power["statement"] = report.power_sentence(power, k_max, margin)
+        sensitivity, power = primary_checks(prim, curves, design, a1, at, margin, n)
     else:
-        power = {"statement": "No power statement: the primary entry's evaluations are missing."}
+        sensitivity, power = None, {"statement": "No power statement: the primary entry's evaluations are missing."}
     controls = secondary.analyze_controls(design, base, rl, entries, B, bseed, ci, last, k_max)
-    beyond = secondary.analyze_beyond(design, base, rl, sets, last, n)
+    beyond = secondary.analyze_beyond(design, base, rl, sets, last, n, ci)
     diversity = secondary.analyze_diversity(design, base, rl, sets)
     ood = secondary.analyze_ood(design, sets, entries, curves, B, bseed, ci, draws, last, k_max)
     strategies = secondary.analyze_strategies(design, base, rl, idx, draws, ci)
-    return {"entries": entries, "families": families, "h3": h3, "power": power, "design": design, "missing": missing,
+    return {"entries": entries, "families": families, "h3": h3, "power": power, "sensitivity": sensitivity, "design": design,
+            "missing": missing,
             "controls": controls, "beyond": beyond, "diversity": diversity, "ood": ood, "strategies": strategies, "tokens": secondary.analyze_tokens(design, tokens, tok_warnings),
             "sets": sets,
             "resamples": B, "ci": ci, "seed": bseed, "n": n, "k_max": k_max, "n_problems": N, "alpha_one": a1, "alpha_tost": at,
             "margin": margin, "base": base, "rl": rl, "curves": curves, "primary": prim,
-            "primary_sentence": report.primary_sentence(prim, design, last, k_max, a1, at, margin)}
+            "primary_sentence": report.primary_sentence(prim, design, last, k_max, a1, at, margin, sensitivity)}
 
 
 def check_extras(run: Path) -> None:
@@ -250,7 +324,7 @@ def verdicts_json(res: dict, run: Path) -> dict:
                         "are not adjusted.",
         "power": res["power"],
         "h3": res["h3"],
-        "design": {"conditions": d.conditions, "seeds": d.seeds, "checkpoints": d.checkpoints, "source": d.source,
+        "design": {"conditions": d.conditions, "seeds": d.seeds, "seeds_by_condition": d.seeds_by_condition or {}, "checkpoints": d.checkpoints, "source": d.source,
                    "layout": "single-seed (eval_<condition>_<step>.json, read as seed 0)" if d.legacy else "eval_<condition>_s<seed>_<step>.json"},
         "partial": bool(res["missing"]), "missing": res["missing"],
         "entries": res["entries"], "n": res["n"], "k_max": res["k_max"], "n_problems": res["n_problems"],

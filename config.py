@@ -144,6 +144,9 @@ class TrainCfg:
     # Training replicates: every condition is trained once per seed (LoRA init, data order,
     # rollout sampling). They never change the problems, the selection or the base evaluation.
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    # Conditions trained on other seeds than train.seeds, e.g. {many: [0, 1, 2, 3, 4, 5]}: the primary
+    # condition gets the seeds its planned power needs (PLAN.md change 28) without multiplying the rest.
+    seeds_by_condition: dict[str, list[int]] = field(default_factory=dict)
     log_kl_every: int = 0  # log the k3 KL to the base every this many steps when no KL term is trained (0 = never)
     grad_clip: float | None = None  # clip the gradient's global norm to this (None = off, as the report ran)
     # Micro-batches of completions of similar length (sorted by length before they are cut), so
@@ -202,7 +205,12 @@ class SelectCfg:
 class LrSweepCfg:
     candidates: list[float] = field(default_factory=lambda: [1e-5, 5e-5, 2e-4])
     steps: int = 30
-    last: int = 10  # the choice: highest mean reward over the last `last` steps
+    # How the rate is chosen (PLAN.md section 5): dev, the highest loose pass@1 on the held-out dev
+    # problems after `steps` steps (train.dev_problems x train.dev_samples); reward, the report's rule,
+    # the highest mean training reward over the last `last` steps (the effect under test, in sample).
+    # The default is the report's; the registered configs set dev (PLAN.md change 29).
+    rule: str = "reward"
+    last: int = 10
     per_condition: bool = False  # True: sweep every condition with its own recipe and use its own rate
 
 
@@ -216,11 +224,27 @@ class ProbeCfg:
 
 
 @dataclass
+class PlannedCfg:
+    """The power analysis a design was planned with (PLAN.md section 7, "Planned power"): the effect
+    it names and the variance components of the primary Delta pass@1 it assumed (problem, seed,
+    residual), from a pilot. The report states the design's power at them beside what it measured."""
+    effect: float = 0.04
+    problem_var: float = 0.0187
+    seed_var: float = 0.00038
+    residual_var: float = 0.0222
+
+
+@dataclass
 class AnalyzeCfg:
     resamples: int = 2000
     ci: float = 0.95
     seed: int = 0  # the bootstrap's generator
     equivalence_margin: float = 0.10  # TOST margin for "the ceiling is unchanged" (PLAN.md section 7)
+    # The equivalence test is asked only when the margin is at most this share of the base's headroom,
+    # 1 - its pass@k_max on the set (PLAN.md change 28): otherwise it could hardly fail
+    margin_headroom_fraction: float = 1 / 3
+    planned: PlannedCfg | None = None
+    beyond_resamples: int = 200  # the parametric bootstrap of the model-based curves (PLAN.md section 7c)
     primary_condition: str = "many"  # the one primary entry: this condition, its last checkpoint ...
     primary_scoring: str = "loose"  # ... on this scoring
     power: float = 0.8  # the power at which the report states the smallest detectable effects
@@ -404,6 +428,11 @@ METHODS = ("grpo", "rft", "sft")
 EVAL_MODELS = ("all", "final", "final-first-seed")
 
 
+def seeds_of(cfg: Config, condition: str) -> list[int]:
+    """The training seeds of one condition: train.seeds_by_condition's list, else train.seeds."""
+    return cfg.train.seeds_by_condition.get(condition, cfg.train.seeds)
+
+
 def selection_size(c: ConditionCfg) -> int | None:
     """N for a condition that trains on the select stage's N problems, else None."""
     return int(c.problems[7:]) if c.problems.startswith("select-") else None
@@ -455,6 +484,10 @@ def validate(cfg: Config) -> None:
     need(t.save_last_every >= 1, "train.save_last_every", "must be >= 1")
     need(bool(t.seeds) and all(x >= 0 for x in t.seeds) and len(set(t.seeds)) == len(t.seeds), "train.seeds",
          "must be a non-empty list of distinct integers >= 0, e.g. [0, 1, 2]")
+    for name, ss in t.seeds_by_condition.items():
+        need(name in cfg.conditions, f"train.seeds_by_condition.{name}", f"is not a condition ({', '.join(cfg.conditions)})")
+        need(isinstance(ss, list) and bool(ss) and all(isinstance(x, int) and x >= 0 for x in ss) and len(set(ss)) == len(ss),
+             f"train.seeds_by_condition.{name}", "must be a non-empty list of distinct integers >= 0")
     need(t.log_kl_every >= 0, "train.log_kl_every", "must be >= 0 (0 = never)")
     need(t.grad_clip is None or t.grad_clip > 0, "train.grad_clip", "must be > 0, or null for no clipping")
     need(bool(cfg.conditions), "conditions", "must register at least one condition, e.g. {many: {problems: all}}")
@@ -490,6 +523,8 @@ def validate(cfg: Config) -> None:
     need(cfg.analyze.primary_condition in cfg.conditions, "analyze.primary_condition", f"must name a registered condition ({', '.join(cfg.conditions)})")
     need(cfg.analyze.primary_scoring in ("strict", "loose"), "analyze.primary_scoring", "must be strict or loose")
     need(0 < cfg.analyze.equivalence_margin < 1, "analyze.equivalence_margin", "must be in (0, 1)")
+    need(0 < cfg.analyze.margin_headroom_fraction <= 1, "analyze.margin_headroom_fraction", "must be in (0, 1]")
+    need(cfg.analyze.beyond_resamples >= 10, "analyze.beyond_resamples", "must be >= 10")
     need(0 < cfg.analyze.power < 1, "analyze.power", "must be in (0, 1)")
     need(cfg.eval.n >= 1, "eval.n", "must be >= 1")
     need(1 <= cfg.eval.k_max <= cfg.eval.n, "eval.k_max", f"must be in 1..eval.n ({cfg.eval.n}): pass@k needs k <= n")
@@ -499,6 +534,7 @@ def validate(cfg: Config) -> None:
     need(s.samples >= 2, "select.samples", "must be >= 2")
     need(len(cfg.lr_sweep.candidates) >= 1 and all(c > 0 for c in cfg.lr_sweep.candidates), "lr_sweep.candidates", "must be positive numbers")
     need(1 <= cfg.lr_sweep.last <= cfg.lr_sweep.steps, "lr_sweep.last", "must be in 1..lr_sweep.steps")
+    need(cfg.lr_sweep.rule in ("dev", "reward"), "lr_sweep.rule", "must be dev (held-out dev pass@1) or reward (the report's rule)")
     need(all(x in TASKS for x in cfg.probe.tasks), "probe.tasks", f"must be drawn from {', '.join(TASKS)}")
     need(cfg.probe.arith_samples >= 1 and cfg.probe.samples >= 1, "probe.samples", "must be >= 1")
     need(cfg.analyze.resamples >= 100, "analyze.resamples", "must be >= 100")

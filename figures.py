@@ -174,6 +174,8 @@ def beyond_figure(out: Path, res: dict) -> Path | None:
             ax.plot(np.arange(1, n + 1), cv["measured"], color=color, lw=1.5, label=model_label(key))
             if ext > n:
                 ax.plot(cv["ks_model"], cv["model"], color=color, lw=1.5, ls="--")
+                if cv.get("band") is not None:
+                    ax.fill_between(cv["ks_model"], *cv["band"], color=color, alpha=0.12, lw=0)
         if ext > n:
             ax.plot([], [], color="grey", ls="--", label=MODEL_BASED)
             ax.axvline(n, color="grey", ls=":", lw=0.8)

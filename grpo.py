@@ -176,8 +176,9 @@ def pack_logprobs(rows: list[list[float]], Lc: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Method:
-    """What a method trains on: the policy's own samples (rollouts) or the written gold solutions,
-    and the advantage of each: advantages(rewards (P, G)) -> (P*G,)."""
+    """What a method trains on: the policy's own samples (rollouts: G per problem) or the written
+    gold solutions (one per problem), and the advantage of each: advantages(rewards (P, G)) ->
+    (P*G,) with rollouts, (P,) without."""
     rollouts: bool
     advantages: Callable[[torch.Tensor], torch.Tensor]
 
@@ -185,7 +186,9 @@ class Method:
 METHODS = {
     "grpo": Method(True, lambda rewards: group_advantages(rewards).view(-1)),  # [D1]
     "rft": Method(True, lambda rewards: rewards.view(-1).clone()),  # the correct samples, weight 1; the rest 0
-    "sft": Method(False, lambda rewards: torch.ones(rewards.numel())),  # every gold solution, weight 1
+    # each problem's gold solution once, with weight G: the gradient of G identical copies (the same
+    # examples per step as GRPO's P x G), at 1/G of the work (PLAN.md change 28)
+    "sft": Method(False, lambda rewards: torch.full((rewards.shape[0],), float(rewards.shape[1]))),
 }
 
 
@@ -260,7 +263,7 @@ def log_row(step: int, lr: float, method: Method, rewards: torch.Tensor, scored:
         "step": step, "reward_mean": rewards.mean().item(),
         "zero_signal_frac": (rewards.max(1).values == rewards.min(1).values).float().mean().item() if method.rollouts else float("nan"),
         "format_rate": sum(float(d["format"]) for d in scored) / len(scored),
-        "len_mean": sum(lens) / len(lens), "len_max": max(lens), "truncated_frac": sum(samples.truncated) / len(lens),
+        "len_mean": sum(lens) / len(lens), "len_max": max(lens), "truncated_frac": sum(samples.truncated) / len(samples.truncated),
         "entropy_mean": sum(e * n for e, n in zip(samples.entropy, lens)) / max(sum(lens), 1), "kl_mean": grad["kl_mean"],
         "logp_gap_mean": grad["logp_gap_mean"], "logp_gap_max": grad["logp_gap_max"],
         "loss": grad["loss"], "grad_norm": gnorm, "grad_norm_clipped": gnorm_after, "lr": lr,
@@ -404,9 +407,10 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
         samples, scored = rollouts(model, tok, cfg, run, problems, prompts, step, stops, pad) if method.rollouts else no_rollouts(P * G)
         t1 = time.perf_counter()
         rewards = torch.tensor([float(d[run.cond.reward]) for d in scored]).view(P, G)  # [D5] strict score only (format: the control)
-        completions = samples.tokens if method.rollouts else gold_completions(tok, problems, G, cfg.task.prompt_style)
-        adv = method.advantages(rewards)  # (P*G,)
-        grad = policy_gradient(model, [prompts[i // G] for i in range(P * G)], completions, adv, normalizer, micro_batch, pad,
+        completions = samples.tokens if method.rollouts else gold_completions(tok, problems, 1, cfg.task.prompt_style)
+        adv = method.advantages(rewards)  # (P*G,) rollouts, (P,) gold solutions
+        copies = G if method.rollouts else 1
+        grad = policy_gradient(model, [prompts[i // copies] for i in range(P * copies)], completions, adv, normalizer, micro_batch, pad,
                                kl=run.cond.kl, entropy=run.cond.entropy,
                                measure_kl=tc.log_kl_every > 0 and step % tc.log_kl_every == 0, sort_by_length=tc.sort_by_length,
                                sampled_logp=samples.logprobs if method.rollouts else None)
@@ -449,19 +453,22 @@ def training_run(cfg: config.Config, name: str, seed: int, run_folder: Path) -> 
 
 
 def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) -> dict:
-    """lr_sweep.steps steps of the many condition per candidate, on the first training seed; the
-    highest mean reward over the last lr_sweep.last steps wins (ties: the smaller rate). With
+    """lr_sweep.steps steps of the many condition per candidate, on the first training seed, and
+    the registered choice (PLAN.md section 5; ties: the smaller rate): with lr_sweep.rule dev the
+    highest loose pass@1 on the held-out dev problems after the last step (never the training
+    reward: that is the effect under test, measured in sample); with rule reward the report's
+    rule, the highest mean training reward over the last lr_sweep.last steps. With
     lr_sweep.per_condition, every condition is swept with its own recipe and gets its own rate."""
-    seed = cfg.train.seeds[0]
-    sweeps = [(name, c, run / "lr_sweep" / name) for name, c in cfg.conditions.items()] if cfg.lr_sweep.per_condition \
+    seed, ls = cfg.train.seeds[0], cfg.lr_sweep
+    sweeps = [(name, c, run / "lr_sweep" / name) for name, c in cfg.conditions.items()] if ls.per_condition \
         else [("many", study.SWEEP_CONDITION, run / "lr_sweep")]
-    chosen, means = {}, {}
+    chosen, means, devs = {}, {}, {}
     for name, cond, folder in sweeps:
         pool, inputs = study.condition_pool(cfg, cond, run)
-        inputs = {**inputs, "seed": seed} if not cfg.lr_sweep.per_condition else {**inputs, "seed": seed, "condition": name, "settings": config.to_dict(cond)}
-        results = {}
+        inputs = {**inputs, "seed": seed} if not ls.per_condition else {**inputs, "seed": seed, "condition": name, "settings": config.to_dict(cond)}
+        rewards, dev = {}, {}
         want = stage_hash(cfg, "lr-sweep", inputs)
-        for lr in cfg.lr_sweep.candidates:
+        for lr in ls.candidates:
             out = folder / f"lr_{lr:g}"
             done = out / "done.json"
             for marker in (done, out / "last" / "state.json"):
@@ -469,19 +476,25 @@ def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) ->
                     shutil.rmtree(out)  # made under other settings (the pipeline asks first): run it again
                     break
             if not done.exists():
-                train(cfg, TrainingRun(name, cond, seed, pool, lr, cfg.lr_sweep.steps, [], inputs, stage="lr-sweep"), out, base,
-                      progress)
+                train(cfg, TrainingRun(name, cond, seed, pool, lr, ls.steps, [], inputs, stage="lr-sweep",
+                                       dev_every=ls.steps if ls.rule == "dev" else 0), out, base, progress)
             rows = read_log(out / "train_log.csv")
-            results[f"{lr:g}"] = sum(r["reward_mean"] for r in rows[-cfg.lr_sweep.last :]) / cfg.lr_sweep.last
-        means[name] = results
-        chosen[name] = sorted(cfg.lr_sweep.candidates, key=lambda lr: (-results[f"{lr:g}"], lr))[0]
+            rewards[f"{lr:g}"] = sum(r["reward_mean"] for r in rows[-ls.last :]) / ls.last
+            if ls.rule == "dev":
+                dev[f"{lr:g}"] = float(read_csv_rows(out / "train_eval.csv")[-1]["loose_pass1"])
+        score = dev if ls.rule == "dev" else rewards
+        means[name], devs[name] = rewards, dev
+        chosen[name] = sorted(ls.candidates, key=lambda lr: (-score[f"{lr:g}"], lr))[0]
     first = next(iter(chosen))
-    res = {"rule": f"highest mean reward over the last {cfg.lr_sweep.last} of {cfg.lr_sweep.steps} steps of "
-                   + ("each condition's own recipe" if cfg.lr_sweep.per_condition else "the many condition")
-                   + f", training seed {seed}; ties: the smaller rate",
-           "mean_reward_last": means[first], "chosen": chosen[first],
+    what = "each condition's own recipe" if ls.per_condition else "the many condition"
+    rule = (f"highest loose pass@1 on the {cfg.train.dev_problems} held-out dev problems x {cfg.train.dev_samples} samples after "
+            f"{ls.steps} steps of {what}" if ls.rule == "dev" else
+            f"highest mean reward over the last {ls.last} of {ls.steps} steps of {what}") + f", training seed {seed}; ties: the smaller rate"
+    res = {"rule": rule, "rule_name": ls.rule, "mean_reward_last": means[first], "chosen": chosen[first],
            "provenance": record(cfg, "lr-sweep", {"problems": "all", "seed": seed})}
-    if cfg.lr_sweep.per_condition:
+    if ls.rule == "dev":
+        res["dev_loose_pass1"] = devs[first]
+    if ls.per_condition:
         res["per_condition"], res["mean_reward_by_condition"] = chosen, means
     atomic_write_json(run / "lr_choice.json", res)
     return res
@@ -553,9 +566,10 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "train":
             if a.condition not in cfg.conditions:
                 raise config.ConfigError(f"--condition {a.condition!r}: not registered in conditions ({', '.join(cfg.conditions)})")
-            seed = cfg.train.seeds[0] if a.seed is None else a.seed
-            if seed not in cfg.train.seeds:
-                raise config.ConfigError(f"--seed {seed}: not in train.seeds {cfg.train.seeds}")
+            seeds = config.seeds_of(cfg, a.condition)
+            seed = seeds[0] if a.seed is None else a.seed
+            if seed not in seeds:
+                raise config.ConfigError(f"--seed {seed}: not a seed of condition {a.condition} {seeds} (train.seeds, train.seeds_by_condition)")
         if a.cmd in ("eval", "tokens") and a.adapter and (bad := provenance.adapter_problem(a.adapter)):
             identity = study.adapter_identity(a.adapter)
             redo = (f"retrain it (python pipeline.py --config {a.config} --stage train --condition {identity['condition']} --force)"
@@ -601,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{run / 'selection.json'}: {len(r['informative'])} of {cfg.select.n_problems} informative; sets {r['sets']}")
         elif a.cmd == "lr-sweep":
             r = lr_sweep(cfg, base, run, progress)
-            print(f"{run / 'lr_choice.json'}: {r['mean_reward_last']} -> {r['chosen']:g}")
+            print(f"{run / 'lr_choice.json'}: {r.get('dev_loose_pass1', r['mean_reward_last'])} -> {r['chosen']:g}")
         elif a.cmd == "probe":
             for path in evaluate.probe(cfg, base, run, progress):
                 print(path)

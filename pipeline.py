@@ -70,14 +70,14 @@ class Plan:
         return sorted(set(self.cfg.train.checkpoints))
 
     def train_units(self, condition: str | None = None) -> list[tuple[str, int]]:
-        return [(c, s) for c in self.cfg.conditions if condition in (None, c) for s in self.cfg.train.seeds]
+        return [(c, s) for c in self.cfg.conditions if condition in (None, c) for s in config.seeds_of(self.cfg, c)]
 
     def adapters(self, models: str = "all") -> list[Path]:
         """Adapter folders: every checkpoint (all), the last checkpoint of every seed (final), or
         of the first seed only (final-first-seed)."""
         steps = self.steps_of() if models == "all" else self.steps_of()[-1:]
-        seeds = self.cfg.train.seeds if models != "final-first-seed" else self.cfg.train.seeds[:1]
-        return [study.adapter_dir(self.run, c, s, st) for c in self.cfg.conditions for s in seeds for st in steps]
+        return [study.adapter_dir(self.run, c, s, st) for c in self.cfg.conditions
+                for s in config.seeds_of(self.cfg, c)[:None if models != "final-first-seed" else 1] for st in steps]
 
     def evals(self) -> list[tuple[str, Path, Path | None]]:
         """(evaluation set, eval file, adapter folder or None) for the base and every model each set evaluates."""
@@ -278,7 +278,7 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
         expected = {study.train_dir(run, c, s).name for c, s in plan.train_units()}
         for d in sorted(run.glob("train_*")):
             if d.is_dir() and d.name not in expected:
-                aside.move(d, "not in this config's conditions x train.seeds")
+                aside.move(d, "not in this config's conditions x their seeds")
     if stage in ("eval", "analyze"):
         expected = {f for _, f, _ in plan.evals()}
         for f in sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")):

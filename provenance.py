@@ -226,7 +226,7 @@ def versions() -> dict:
 
 # Which config keys each stage's results depend on. A stage is done when its outputs record
 # the same hash of these keys. threads and device are how, not what, so they are left out;
-# train.seeds and the condition registry enter train's hash one entry at a time (the `extra`
+# train.seeds (and seeds_by_condition) and the condition registry enter train's hash one entry at a time (the `extra`
 # argument), so adding a seed or a condition changes no other run's hash.
 STAGE_KEYS = {
     "base": ["task.name", "task.seed", "task.n_train", "task.n_test", "model.build", "model.qwen_shape", "model.gguf"],
@@ -241,10 +241,11 @@ STAGE_KEYS = {
 # is left out of the hash, so the runs made before it existed keep theirs.
 _ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "model.gguf": None,
               "task.system_prompt": "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
-              "train.sampling.decode": "eager", "eval.sampling.decode": "eager", "lora.tf32": False}
+              "train.sampling.decode": "eager", "eval.sampling.decode": "eager", "lora.tf32": False,
+              "lr_sweep.rule": "reward"}
 _NOT_IN_HASH = {
-    "lr-sweep": ("seeds", "lr", "checkpoints", "steps", "log_kl_every", "dev_every"),
-    "train": ("seeds",),
+    "lr-sweep": ("seeds", "seeds_by_condition", "lr", "checkpoints", "steps", "log_kl_every", "dev_every"),
+    "train": ("seeds", "seeds_by_condition"),
 }
 
 

@@ -29,39 +29,70 @@ def _p(p: float) -> str:
     return f"{p:.4f}"
 
 
-def primary_sentence(e: dict | None, design: Design, last: int, k: int, a1: float, at: float, margin: float) -> str:
-    """The primary question and its answer in one sentence, with the intervals behind it."""
+def _pa(p: float, adj: float | None) -> str:
+    """A raw p-value and its adjusted one, or "not asked" for a test the headroom rule leaves out."""
+    return "not asked" if adj is None else f"{_p(p)} ({_p(adj)})"
+
+
+def primary_sentence(e: dict | None, design: Design, last: int, k: int, a1: float, at: float, margin: float,
+                     sensitivity: dict | None = None) -> str:
+    """The primary question and its registered answer in one sentence, with the intervals behind
+    it, then the sensitivity analysis' answer (secondary, PLAN.md section 7) where it was made."""
     q = (f"Does RL on `{design.primary_condition}` select ({design.primary_scoring} scoring, step {last}"
-         + (f", {len(e['seeds'])} seed{'s' if len(e['seeds']) > 1 else ''}" if e else "") + ")?")
+         + (f", {len(e['seeds'])} seed{'s' if len(e['seeds']) > 1 else ''}, {e['n_problems']} problems" if e else "") + ")?")
     if e is None:
         return f"{q} Not answered: its evaluations are missing (partial report)."
-    rise = (f"pass@1 {'rises' if e['pass1_rises'] else 'does not rise'}: {e['pass1_diff']:+.3f} {_ci(e['pass1_ci'])} "
+    rise = (f"pass@1 {'rises' if e['pass1_rises'] else 'is not shown to rise'}: {e['pass1_diff']:+.3f} {_ci(e['pass1_ci'])} "
             f"(one-sided p = {_p(e['p_pass1'])} {'<' if e['pass1_rises'] else '≥'} {a1:g})")
-    ceil = (f"pass@{k} {e['passk_diff']:+.3f}, 90% CI {_ci(e['passk_ci90'])}, "
-            + ("within" if e["ceiling_equivalent"] else "not shown within")
-            + f" ±{margin:g} (TOST p = {_p(e['p_equiv'])} {'<' if e['ceiling_equivalent'] else '≥'} {at:g}) and "
+    if e["ceiling_testable"]:
+        eq = (("within" if e["ceiling_equivalent"] else "not shown within")
+              + f" ±{margin:g} (TOST p = {_p(e['p_equiv'])} {'<' if e['ceiling_equivalent'] else '≥'} {at:g})")
+    else:
+        eq = (f"the ±{margin:g} equivalence test not asked: the base's headroom is {e['headroom']:.3f}, so the margin is more than "
+              f"{design.analyze['margin_headroom_fraction']:.3g} of it: the ceiling test cannot fail on this set")
+    ceil = (f"pass@{k} {e['passk_diff']:+.3f}, 90% CI {_ci(e['passk_ci90'])}, {eq}; "
             + ("lower" if e["ceiling_falls"] else "not shown lower")
             + f" (one-sided p = {_p(e['p_passk_fall'])} {'<' if e['ceiling_falls'] else '≥'} {a1:g})")
     if e["selection"]:
-        return f"{q} **Yes**: {rise}, and the ceiling is {'equivalent' if e['ceiling_equivalent'] else 'lower'}: {ceil}."
-    why = "pass@1 is not shown to rise" if not e["pass1_rises"] else "the ceiling is neither shown equivalent nor lower"
-    return f"{q} **No** ({why}): {rise}; {ceil}."
+        out = f"{q} **Yes**: {rise}, and the ceiling is {'lower' if e['ceiling_falls'] else 'equivalent'}: {ceil}."
+    elif e["selection"] is None:
+        out = (f"{q} **Cannot be decided on this set**: {rise}, but the ceiling half can only be answered by its fall, "
+               f"which is not shown: {ceil}.")
+    else:
+        why = "pass@1 is not shown to rise" if not e["pass1_rises"] else "the ceiling is neither shown equivalent nor lower"
+        out = f"{q} **No** ({why}): {rise}; {ceil}."
+    if e.get("near_level"):
+        out += (f" Within 2 Monte-Carlo SEs of its level: {', '.join(e['near_level'])} (more bootstrap replicates could "
+                f"move it across).")
+    if sensitivity:
+        tv = sensitivity["t_verdicts"]
+        t1 = sensitivity["t_pass1"]
+        ans = "yes" if tv["selection"] else "cannot be decided" if tv["selection"] is None else "no"
+        out += (f" Sensitivity (secondary, random-effects t on {t1['df']:.1f} df): Δpass@1 95% CI {_ci(t1['ci'])}, "
+                f"answer {ans}, {'agreeing with' if sensitivity['agrees'] else 'unlike'} the registered one.")
+    return out
 
 
 def power_sentence(pw: dict, k: int, margin: float) -> str:
     eq = (f"the equivalence test has {pw['power']:.0%} power when the true |Δpass@{k}| is at most {pw['equivalence_up_to']:.3f}"
           if pw["equivalence_up_to"] is not None else
           f"no true Δpass@{k} gives the equivalence test {pw['power']:.0%} power (the SE is too large for the ±{margin:g} margin)")
-    return (f"With {pw['n_problems']} problems, {pw['seeds']} seed{'s' if pw['seeds'] > 1 else ''} and n = {pw['n_samples']} samples, "
-            f"the crossed-bootstrap SE of the primary Δpass@1 is {pw['se_pass1']:.3f} and of Δpass@{k} {pw['se_passk']:.3f}; "
-            f"with {pw['power']:.0%} power at one-sided level {pw['alpha_one_sided']:g} the design detects Δpass@1 ≥ {pw['mde_pass1']:.3f} "
-            f"and |Δpass@{k}| ≥ {pw['mde_passk']:.3f} ((z_{{1-α}} + z_power) × SE, the SE of the observed primary Δ); {eq}.")
+    out = (f"With {pw['n_problems']} problems, {pw['seeds']} seed{'s' if pw['seeds'] > 1 else ''} and n = {pw['n_samples']} samples, "
+           f"the random-effects SE of the primary Δpass@1 is {pw['se_pass1']:.3f} ({pw['df_pass1']:.1f} df) and of Δpass@{k} "
+           f"{pw['se_passk']:.3f} ({pw['df_passk']:.1f} df); with {pw['power']:.0%} power at one-sided level "
+           f"{pw['alpha_one_sided']:g} the design detects Δpass@1 ≥ {pw['mde_pass1']:.3f} and |Δpass@{k}| ≥ {pw['mde_passk']:.3f} "
+           f"((t_{{1-α, df}} + t_{{power, df}}) × SE); {eq}.")
+    if pw.get("planned"):
+        pl = pw["planned"]
+        out += (f" Planned (PLAN.md, analyze.planned): power {pl['power']:.2f} to detect Δpass@1 = {pl['effect']:g} at the pilot's "
+                f"components; at the components measured here, {pl['power_at_measured_components']:.2f}.")
+    return out
 
 
 def ceiling_words(e: dict) -> str:
     words = [w for w, on in (("equivalent", e["ceiling_equivalent"]), ("falls", e["ceiling_falls"]),
                              ("ceiling rises", e["ceiling_rises"])) if on]
-    return ", ".join(words) or "inconclusive"
+    return ", ".join(words) or ("not shown lower (equivalence not asked)" if e["ceiling_equivalent"] is None else "inconclusive")
 
 
 def _share(x: float) -> str:
@@ -123,7 +154,8 @@ def report(run: Path, res: dict, figs: list[Path]) -> str:
               f"{', '.join(res['missing'])}.**", ""]
     L += [f"# Report: {run.name}", "", res["primary_sentence"], "",
           f"Written by `analyze_b.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. {res['n_problems']} test problems, "
-          f"n = {n} samples each; design: conditions {', '.join(design.conditions)}; seeds {', '.join(map(str, design.seeds))}; "
+          f"n = {n} samples each; design: conditions {', '.join(design.conditions)}; seeds {', '.join(map(str, design.seeds))}"
+          f"{''.join(f' ({c}: {len(v)} seeds, {v[0]}-{v[-1]})' for c, v in (design.seeds_by_condition or {}).items())}; "
           f"checkpoints {', '.join(map(str, design.checkpoints))}. Crossed bootstrap over seeds and problems, {res['resamples']} "
           f"replicates (seed {res['seed']}), percentile intervals.", ""]
     L += _warnings(run, res)
@@ -137,11 +169,13 @@ def report(run: Path, res: dict, figs: list[Path]) -> str:
         L.append(f"| {e['condition']}{' **(primary)**' if e['primary'] else ''} | {e['step']} | {_seed_note(e)} | "
                  f"{_f(e['pass1_base'])} → {_f(e['pass1_rl'])} | {e['pass1_diff']:+.3f} {_ci(e['pass1_ci'])} | "
                  f"{_p(e['p_pass1'])} ({_p(e['p_pass1_adj'])}) | {_yn(e['pass1_rises'])} | {_f(e['passk_base'])} → {_f(e['passk_rl'])} | "
-                 f"{e['passk_diff']:+.3f} {_ci(e['passk_ci'])} | {_ci(e['passk_ci90'])} | {_p(e['p_equiv'])} ({_p(e['p_equiv_adj'])}) | "
+                 f"{e['passk_diff']:+.3f} {_ci(e['passk_ci'])} | {_ci(e['passk_ci90'])} | {_pa(e['p_equiv'], e['p_equiv_adj'])} | "
                  f"{_p(e['p_passk_fall'])} ({_p(e['p_passk_fall_adj'])}) | {ceiling_words(e)} | {_yn(e['selection'])} | "
                  f"{crossover_words(e['crossover'])} |")
     L += ["", f"*pass@1 rises*: one-sided p < {a1:g}. *equivalent*: TOST p < {at:g} (the 90% interval inside ±{m:g}). "
-          f"*falls*: one-sided p < {a1:g}. *ceiling rises*: the 95% interval of Δpass@{k} lies above 0 (descriptive, not a "
+          f"*falls*: one-sided p < {a1:g}. The equivalence test is asked only where the margin is at most "
+          f"{design.analyze['margin_headroom_fraction']:.3g} of the base's headroom, 1 − pass@{k} (PLAN.md section 7; *not asked*: "
+          f"it could hardly fail there, and such a row's selection is — unless the ceiling falls). *ceiling rises*: the 95% interval of Δpass@{k} lies above 0 (descriptive, not a "
           f"registered test). *selection*: pass@1 rises and the ceiling is equivalent or falls. The primary entry is judged on raw "
           f"p-values (an intersection-union test); every other row is secondary, its verdicts on Holm-adjusted p-values (in "
           f"parentheses) within the family *secondary-{ps}*. *base catches up*: the first k at which RL is no longer above the base "
@@ -163,7 +197,7 @@ def report(run: Path, res: dict, figs: list[Path]) -> str:
     for e in [e for e in entries if e["scoring"] == other]:
         L.append(f"| {e['condition']}{' **(primary)**' if e['primary'] else ''} | {e['step']} | {_f(e['format_base'])} → {_f(e['format_rl'])} | "
                  f"{e['pass1_diff']:+.3f} {_ci(e['pass1_ci'])} | {_p(e['p_pass1'])} ({_p(e['p_pass1_adj'])}) | {_yn(e['pass1_rises'])} | "
-                 f"{e['passk_diff']:+.3f} {_ci(e['passk_ci'])} | {_ci(e['passk_ci90'])} | {_p(e['p_equiv'])} ({_p(e['p_equiv_adj'])}) | "
+                 f"{e['passk_diff']:+.3f} {_ci(e['passk_ci'])} | {_ci(e['passk_ci90'])} | {_pa(e['p_equiv'], e['p_equiv_adj'])} | "
                  f"{_p(e['p_passk_fall'])} ({_p(e['p_passk_fall_adj'])}) | {ceiling_words(e)} | {_yn(e['selection'])} |")
     if res["h3"]:
         L += ["", "H3 on this scoring: " + "; ".join(
@@ -174,7 +208,17 @@ def report(run: Path, res: dict, figs: list[Path]) -> str:
         for s in e["per_seed"]:
             L.append(f"| {e['condition']} | {e['step']} | {e['scoring']} | {s['seed']} | {s['pass1_diff']:+.3f} | {s['passk_diff']:+.3f} | "
                      f"{s['coverage_rl']} | {_f(s['format_rl'])} |")
-    L += ["", "## Power", "", res["power"]["statement"], "",
+    L += ["", "## Power", "", res["power"]["statement"], ""]
+    L += report_sensitivity(res)
+    L += ["## The second version's verdicts", "",
+          "What the analysis before PLAN.md change 28 would say: every test in its family whatever the headroom, and bootstrap "
+          "p-values without the tie tolerance. Shown for comparison; the registered verdicts are the ones above.", "",
+          "| condition | step | scoring | pass@1 rises | equivalent | falls | selection (v2) | selection (registered) |",
+          "|---|---|---|---|---|---|---|---|"]
+    for e in entries:
+        L.append(f"| {e['condition']} | {e['step']} | {e['scoring']} | {_yn(e['pass1_rises_v2'])} | {_yn(e['ceiling_equivalent_v2'])} | "
+                 f"{_yn(e['ceiling_falls_v2'])} | {_yn(e['selection_v2'])} | {_yn(e['selection'])} |")
+    L += ["",
           "## The original criteria (first version) and the one-third clause", "",
           "The first version's criteria, on the same 95% intervals, unadjusted: *pass@1 rises* ⇔ lower bound > 0; *ceiling "
           f"unchanged* ⇔ the pass@{k} interval contains 0, or |Δpass@{k}| < |Δpass@1| / 3 (point estimates); *ceiling falls* ⇔ "
@@ -269,7 +313,7 @@ def report_controls(res: dict) -> list[str]:
               f"H4 holds | Δ(anchored) − Δ(unanchored) [95% CI] |", "|---|---|---|---|---|---|---|---|---|---|"]
         for h in c["h4"]:
             L.append(f"| {h['anchored']} ({h['kl']:g}) | {h['anchored_passk_diff']:+.3f} {_ci(h['anchored_passk_ci90'])} | "
-                     f"{_p(h['anchored_p_equiv_adj'])} | {_yn(h['anchored_ceiling_equivalent'])} | {h['unanchored']} | "
+                     f"{'not asked' if h['anchored_p_equiv_adj'] is None else _p(h['anchored_p_equiv_adj'])} | {_yn(h['anchored_ceiling_equivalent'])} | {h['unanchored']} | "
                      f"{h['unanchored_passk_diff']:+.3f} {_ci(h['unanchored_passk_ci'])} | {_p(h['unanchored_p_falls_adj'])} | "
                      f"{_yn(h['unanchored_ceiling_falls'])} | **{_yn(h['holds'])}** | {h['contrast']:+.3f} {_ci(h['contrast_ci'])} |")
         L.append("")
@@ -300,6 +344,34 @@ def report_controls(res: dict) -> list[str]:
     return L + ([""] if c["skipped"] else [])
 
 
+def report_sensitivity(res: dict) -> list[str]:
+    """The primary entry's sensitivity analysis (secondary): variance components, the random-effects
+    t result beside the bootstrap's, and the crossed interval's simulated coverage."""
+    sn = res.get("sensitivity")
+    if not sn:
+        return []
+    k = res["k_max"]
+    L = ["## Sensitivity of the primary answer (secondary)", "",
+         "Two-way crossed random effects (problems × seeds) fitted to the per-seed, per-problem Δ of the primary entry by the method "
+         "of moments; the t interval uses Satterthwaite's df. Secondary: the registered answer is the bootstrap's above.", "",
+         "| quantity | Δ | problem var | seed var (SD) | residual var | SE | df | t 95% CI | one-sided p |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, vc, t in (("Δpass@1", sn["pass1"], sn["t_pass1"]), (f"Δpass@{k}", sn["passk"], sn["t_passk"])):
+        sd = "—" if vc["V_B"] is None else f"{vc['V_B']:.5f} ({vc['seed_sd']:.3f}, {vc['seed_df']} df)"
+        res_v = "—" if vc["V_R"] is None else f"{vc['V_R']:.4f}"
+        p = t["p_above"] if name == "Δpass@1" else t["p_below"]
+        L.append(f"| {name} | {vc['delta']:+.3f} | {vc['V_A']:.4f} | {sd} | {res_v} | {vc['se']:.4f} | {vc['df']:.1f} | "
+                 f"{_ci(t['ci'])} | {_p(p)} ({'rises' if name == 'Δpass@1' else 'falls'}) |")
+    tv = sn["t_verdicts"]
+    L += ["", f"t-based verdicts: pass@1 rises {_yn(tv['pass1_rises'])}, ceiling falls {_yn(tv['ceiling_falls'])}, equivalent "
+          f"{_yn(tv['ceiling_equivalent'])} (90% CI {_ci(sn['t_passk_90']['ci'])}); selection {_yn(tv['selection'])}, "
+          f"{'the same as' if sn['agrees'] else 'unlike'} the registered answer."]
+    for name, c in sn["coverage"].items():
+        L.append(f"Coverage of the crossed bootstrap's 95% interval for Δpass@1 by simulation {name} ({c['seed_sd']:.3f}; "
+                 f"{c['sims']} data sets of {c['N']} problems × {c['S']} seeds): {c['coverage']:.2f} (lower tail misses "
+                 f"{c['lower_miss']:.3f}, nominal 0.025); the t interval's {c['coverage_t']:.2f}.")
+    return L + [""]
+
+
 def report_beyond(res: dict) -> list[str]:
     """PLAN.md section 7c: evaluation sets, pass@k beyond n, boundary, diversity, in vs out of distribution, tokens."""
     design: Design = res["design"]
@@ -315,40 +387,62 @@ def report_beyond(res: dict) -> list[str]:
     src = "test set, eval_*.json" if bz["set"] == "test" else f"set {bz['set']}, evalsets/{bz['set']}/"
     L += ["", f"## pass@k beyond n = {n}: {MODEL_BASED}", "",
           f"Fitted by maximum likelihood to each model's per-problem counts in the {src} (the base and each condition's last "
-          f"checkpoint); pass@k = (1 − π)(1 − B(α, β + k) / B(α, β)). "
-          f"The zero-inflated model (a share π of problems never solved) is used when its AIC is lower. "
-          f"Every value in the last column is **{MODEL_BASED}**, not measured. *at bound*: the fit ran to the edge of its search box "
+          f"checkpoint); pass@k = 1 − B(α, β + k) / B(α, β). The plain beta-binomial is the registered model (PLAN.md change "
+          f"28); AIC's preference between it and the zero-inflated one (a share π of problems never solved) is shown, not used. "
+          f"Every value in the last column is **{MODEL_BASED}**, not measured; its interval is the parametric bootstrap's "
+          f"({bz['resamples']} refits of data drawn from the fit). *at bound*: the fit ran to the edge of its search box "
           f"(counts all alike: a binomial or a point mass), so its extrapolation is the limit of the model, not a measurement.", "",
-          f"| model | scoring | model used | α | β | π | AIC plain / zero-inflated | measured pass@{n} | model pass@{n} | "
-          f"pass@{ext} ({MODEL_BASED}) |", "|---|---|---|---|---|---|---|---|---|---|"]
+          f"| model | scoring | α | β | AIC plain / zero-inflated (prefers) | measured pass@{n} | model pass@{n} | "
+          f"pass@{ext} ({MODEL_BASED}) [95%] |", "|---|---|---|---|---|---|---|---|"]
     for f in bz["fits"]:
-        L.append(f"| {f['model']} | {f['scoring']} | {f['chosen']}{' (at bound)' if f['at_bound'] else ''} | {f['alpha']:.3g} | "
-                 f"{f['beta']:.3g} | {f['pi']:.3f} | {f['aic']['beta-binomial']:.1f} / {f['aic']['zero-inflated beta-binomial']:.1f} | "
-                 f"{_f(f['measured_pass_at_n'])} | {_f(f['model_pass_at_n'])} | {_f(f['model_pass_at_extrapolated'])} |")
+        pref = "plain" if f["aic_prefers"] == "beta-binomial" else "zero-inflated"
+        L.append(f"| {f['model']} | {f['scoring']}{' (at bound)' if f['at_bound'] else ''} | {f['alpha']:.3g} | {f['beta']:.3g} | "
+                 f"{f['aic']['beta-binomial']:.1f} / {f['aic']['zero-inflated beta-binomial']:.1f} ({pref}) | "
+                 f"{_f(f['measured_pass_at_n'])} | {_f(f['model_pass_at_n'])} | {_f(f['model_pass_at_extrapolated'])} "
+                 f"[{_f(f['extrapolated_ci'][0])}, {_f(f['extrapolated_ci'][1])}] |")
     if bz["check"]:
         ch = bz["check"]
         nt = ch[0]["fit_n"]
-        L += ["", f"**Check of the model on this study's data.** Fitted to the test set's {nt} samples on the {ch[0]['n_problems']} "
-              f"problems of set {bz['set']}, the model predicts pass@{n}; the set measures it on the same problems. error = predicted − "
-              f"measured; *naive* is the measured pass@{nt}, what one would say without a model.", "",
-              f"| model | scoring | fitted to | model used | predicted pass@{n} ({MODEL_BASED}) | measured pass@{n} | error | naive pass@{nt} (error) |",
-              "|---|---|---|---|---|---|---|---|"]
+        L += ["", f"**Check of the model on this study's data: levels.** Fitted to the test set's {nt} samples on the "
+              f"{ch[0]['n_problems']} problems of set {bz['set']}, the model predicts pass@{n}; the set measures it on the same problems. "
+              f"error = predicted − measured; *naive* is the measured pass@{nt}, what one would say without a model.", "",
+              f"| model | scoring | fitted to | predicted pass@{n} ({MODEL_BASED}) | measured pass@{n} | error | zero-inflated's error | "
+              f"naive pass@{nt} (error) |", "|---|---|---|---|---|---|---|---|"]
         for r in ch:
-            L.append(f"| {r['model']} | {r['scoring']} | {r['fit_file']} | {r['model_used']} | {_f(r['predicted'])} | {_f(r['measured'])} | "
-                     f"{r['error']:+.3f} | {_f(r['naive'])} ({r['naive_error']:+.3f}) |")
+            L.append(f"| {r['model']} | {r['scoring']} | {r['fit_file']} | {_f(r['predicted'])} | {_f(r['measured'])} | "
+                     f"{r['error']:+.3f} | {r['predicted_zero_inflated'] - r['measured']:+.3f} | {_f(r['naive'])} ({r['naive_error']:+.3f}) |")
         for sc in SCORINGS:
             errs = [abs(r["error"]) for r in ch if r["scoring"] == sc]
             if errs:
                 L += ["", f"Mean |error| ({sc}): {np.mean(errs):.3f}, largest {max(errs):.3f}, over {len(errs)} models."]
-    elif bz["check_skipped"]:
+    if bz.get("contrasts"):
+        cs, cov = bz["contrasts"], bz["contrast_coverage"]
+        nt = cs[0]["fit_n"]
+        L += ["", f"**Check of the model on the contrast the question is about.** From the same fits, the model predicts "
+              f"Δpass@{n} (RL − base) with a 95% parametric-bootstrap interval; the set measures it. The measured contrast lies in the "
+              f"interval for {cov['covered']} of {cov['of']} models × scorings.", "",
+              f"| model | scoring | predicted Δpass@{n} [95%] ({MODEL_BASED}) | measured Δpass@{n} | error | in the interval | "
+              f"zero-inflated's error | naive Δpass@{nt} |", "|---|---|---|---|---|---|---|---|"]
+        for r in cs:
+            L.append(f"| {r['model']} | {r['scoring']} | {r['predicted_delta']:+.3f} {_ci(r['ci'])} | {r['measured_delta']:+.3f} | "
+                     f"{r['error']:+.3f} | {_yn(r['covered'])} | {r['error_zero_inflated']:+.3f} | {r['naive_delta']:+.3f} |")
+    if bz["check_skipped"]:
         L += ["", f"No check of the model: {bz['check_skipped']}."]
+    nulls = [r for r in bz["boundary"] if r.get("null")]
     L += ["", f"## Boundary at n = {n} ({src})", "",
           f"Problems the base never solved in {n} samples that the trained model solved at least once (*only RL*), and the reverse "
-          f"(*only base*), with their ids (without their task/split/ prefix; the full ids are in verdicts.json).", "",
-          "| model | scoring | solved: base / RL | only RL | ids | only base | ids |", "|---|---|---|---|---|---|---|"]
+          f"(*only base*), with their ids (without their task/split/ prefix; the full ids are in verdicts.json)."
+          + (f" *Chance*: the count expected if the trained model were the base (PLAN.md section 7c: each problem's rate from "
+             f"the test set's fresh {nulls[0]['null']['fresh_n']} base samples, empirical Bayes), with its 95% range and the p of "
+             f"seeing at least the observed count." if nulls else ""), "",
+          "| model | scoring | solved: base / RL | only RL | chance [95%], p | ids | only base | p | ids |", "|---|---|---|---|---|---|---|---|---|"]
     for r in bz["boundary"]:
-        L.append(f"| {r['model']} | {r['scoring']} | {r['solved_base']} / {r['solved_rl']} | {r['only_rl']} | {_ids(r['only_rl_ids'])} | "
-                 f"{r['only_base']} | {_ids(r['only_base_ids'])} |")
+        nl = r.get("null")
+        ch = f"{nl['expected']:.1f} [{nl['range'][0]}, {nl['range'][1]}], {nl['only_rl']['p']:.3f}" if nl else "—"
+        L.append(f"| {r['model']} | {r['scoring']} | {r['solved_base']} / {r['solved_rl']} | {r['only_rl']} | {ch} | "
+                 f"{_ids(r['only_rl_ids'])} | {r['only_base']} | {nl['only_base']['p']:.3f} | {_ids(r['only_base_ids'])} |"
+                 if nl else f"| {r['model']} | {r['scoring']} | {r['solved_base']} / {r['solved_rl']} | {r['only_rl']} | — | "
+                 f"{_ids(r['only_rl_ids'])} | {r['only_base']} | — | {_ids(r['only_base_ids'])} |")
     dv = res["diversity"]
     if dv["conditions"]:
         L += ["", "## Diversity", "",
@@ -421,10 +515,10 @@ def _warnings(run: Path, res: dict) -> list[str]:
     cfg = design.config
     expected = ["selection.json"] + (["lr_choice.json"] if cfg.get("train", {}).get("lr") is None else [])
     expected += [f"probe_{t}.json" for t in cfg.get("probe", {}).get("tasks", [])]
-    expected += [f"{design.train_dir(c, s)}/train_log.csv" for c in design.conditions for s in design.seeds
+    expected += [f"{design.train_dir(c, s)}/train_log.csv" for c in design.conditions for s in design.seeds_of(c)
                  if any(key[:2] == (c, s) for key in rl)]
     if (cfg.get("train", {}).get("dev_every") or 0) > 0:
-        expected += [f"{design.train_dir(c, s)}/train_eval.csv" for c in design.conditions for s in design.seeds
+        expected += [f"{design.train_dir(c, s)}/train_eval.csv" for c in design.conditions for s in design.seeds_of(c)
                      if any(key[:2] == (c, s) for key in rl)]
     for name, (b, docs, prefix) in res["sets"].items():
         for d in docs.values():

@@ -47,6 +47,14 @@ class Design:
     eval_sets: dict = None  # set name -> {task, n, k_max, n_problems, models}, the sets besides `test`
     tokens_enabled: bool = False  # config tokens.enabled: the token files are then expected
     extrapolate_to: int = 1024  # analyze.extrapolate_to: the largest k of the model-based curve
+    seeds_by_condition: dict = None  # train.seeds_by_condition: conditions trained on other seeds than `seeds`
+    analyze: dict = None  # the analyze section, defaults filled in
+
+    def seeds_of(self, cond: str) -> list[int]:
+        return (self.seeds_by_condition or {}).get(cond, self.seeds)
+
+    def all_seeds(self) -> list[int]:
+        return sorted({s for c in self.conditions for s in self.seeds_of(c)})
 
     def eval_name(self, cond: str, seed: int, step: int) -> str:
         return study.eval_file(cond, seed, step, self.legacy)
@@ -55,7 +63,7 @@ class Design:
         return study.train_name(cond, seed, self.legacy)
 
     def expected(self) -> list[tuple[str, int, int]]:
-        return [(c, s, st) for c in self.conditions for s in self.seeds for st in self.checkpoints]
+        return [(c, s, st) for c in self.conditions for s in self.seeds_of(c) for st in self.checkpoints]
 
     def set_expected(self, name: str) -> list[tuple[str, int, int]]:
         """The trained models a set evaluates besides the base: models all (every checkpoint), final
@@ -63,7 +71,7 @@ class Design:
         models, last = self.eval_sets[name]["models"], self.checkpoints[-1]
         if models == "all":
             return self.expected()
-        return [(c, s, last) for c in self.conditions for s in (self.seeds if models == "final" else self.seeds[:1])]
+        return [(c, s, last) for c in self.conditions for s in self.seeds_of(c)[:None if models == "final" else 1]]
 
     def set_file(self, name: str, key: tuple[str, int, int] | None) -> str:
         """A set's file, relative to the run: evalsets/<set>/eval_base.json or .../eval_<c>_s<s>_<step>.json."""
@@ -113,6 +121,9 @@ def read_design(run: Path, base: dict | None = None) -> Design:
     need(conds and all(isinstance(c, str) for c in conds), "conditions", "must name the conditions")
     need(isinstance(seeds, list) and seeds and all(isinstance(s, int) and s >= 0 for s in seeds), "train.seeds", "must be a list of seeds")
     need(isinstance(steps, list) and steps and all(isinstance(s, int) and s >= 1 for s in steps), "train.checkpoints", "must be a list of steps")
+    by_cond = train.get("seeds_by_condition") or {}
+    need(isinstance(by_cond, dict) and all(c in conds and isinstance(v, list) and v and all(isinstance(s, int) and s >= 0 for s in v)
+                                           for c, v in by_cond.items()), "train.seeds_by_condition", "must map conditions to lists of seeds")
 
     def unit(x):
         return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < 1
@@ -149,7 +160,7 @@ def read_design(run: Path, base: dict | None = None) -> Design:
     tokens = cfg.get("tokens") or {}
     return Design(conds, list(seeds), sorted(steps), "seeds" not in train, cfg, src.name, an["resamples"], an["ci"],
                   an["seed"], an["equivalence_margin"], an["primary_condition"], an["primary_scoring"], an["power"],
-                  settings, sets, bool(isinstance(tokens, dict) and tokens.get("enabled")), ext)
+                  settings, sets, bool(isinstance(tokens, dict) and tokens.get("enabled")), ext, dict(by_cond), an)
 
 
 def load_eval(path: Path, eval_set: str = "test") -> dict:
@@ -213,9 +224,9 @@ def find_evals(run: Path, design: Design | None = None, base: dict | None = None
         if key is None:
             continue
         cond, seed, step = key
-        if cond not in design.conditions or seed not in design.seeds or step not in design.checkpoints:
+        if cond not in design.conditions or seed not in design.seeds_of(cond) or step not in design.checkpoints:
             raise InputError(f"{run / f.name}: condition {cond!r}, seed {seed}, step {step} is not in the design of "
-                             f"{design.source} (conditions {design.conditions}, seeds {design.seeds}, checkpoints "
+                             f"{design.source} (conditions {design.conditions}, seeds {design.seeds_of(cond)}, checkpoints "
                              f"{design.checkpoints}): a stale file from another design?")
         if key in where:
             raise InputError(f"{run / f.name}: a second eval file for {cond} seed {seed} step {step} (also {where[key]})")
@@ -295,7 +306,7 @@ def find_tokens(run: Path, design: Design) -> tuple[dict, list[str], list[str]]:
         m = study.TOKENS_FILE.match(f.name)
         key = (m["cond"], int(m["seed"]), int(m["step"])) if m else None
         if key is None or key not in design.expected():
-            raise InputError(f"{f}: not a checkpoint of the design (conditions {design.conditions}, seeds {design.seeds}, "
+            raise InputError(f"{f}: not a checkpoint of the design (conditions {design.conditions}, seeds {design.all_seeds()}, "
                              f"checkpoints {design.checkpoints})")
         d = read_json(f)
         try:

@@ -11,8 +11,10 @@ import numpy as np
 
 from countdown import ARITH_DIGITS, SCORINGS, STRATEGIES, Problem, classify_strategy, score_loose
 from run_files import DEFAULT_CONDITION, Design
-from stats import (boot_curves, boundary, compare_conditions, crossed_replicates, extrapolation_check, fit_pass_model, model_pass_at_k,
-                   pass_at_k_curves, per_problem, percentile_interval, ratio_estimate, resample_indices)
+from passmodel import (boundary, boundary_null, contrast_check, extrapolation_check, fit_pass_model, model_pass_at_k,
+                       parametric_replicates)
+from stats import (boot_curves, compare_conditions, crossed_replicates, pass_at_k_curves, per_problem, percentile_interval,
+                   ratio_estimate, resample_indices)
 
 
 CONTROL_SCORING = {"H4": "loose", "H5": "strict", "H6": "loose"}  # PLAN.md section 7b
@@ -79,7 +81,7 @@ def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], 
     n = base["sampling"]["n"]
 
     def seeds_of(c):
-        return [s for s in design.seeds if (c, s, last) in rl]
+        return [s for s in design.seeds_of(c) if (c, s, last) in rl]
 
     def contrast(sc, a, b):
         sa, sb = seeds_of(a), seeds_of(b)
@@ -109,7 +111,8 @@ def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], 
             "anchored_ceiling_equivalent": ea["ceiling_equivalent"],
             "unanchored_passk_diff": eb["passk_diff"], "unanchored_passk_ci": eb["passk_ci"],
             "unanchored_p_falls_adj": eb["p_passk_fall_adj"], "unanchored_ceiling_falls": eb["ceiling_falls"],
-            "holds": bool(ea["ceiling_equivalent"] and eb["ceiling_falls"]),
+            # not decided (None) where the unanchored ceiling falls but the anchored one's equivalence was not asked
+            "holds": False if not eb["ceiling_falls"] else None if ea["ceiling_equivalent"] is None else bool(ea["ceiling_equivalent"]),
             "contrast": summ["diff_passk"], "contrast_ci": summ["ci_passk"], "seeds_anchored": sa, "seeds_unanchored": sb,
             "contrast_curve": {k: summ[k] for k in ("diff", "lo", "hi", "crit", "level")},
             "test": f"anchored: TOST within ±{design.margin:g} on its Holm-adjusted p (entry {anchored}/{last}/{sc}); unanchored: "
@@ -156,34 +159,24 @@ def _largest_set(design: Design, sets: dict, n_test: int) -> str | None:
     return max(cands)[1] if cands and max(cands)[0] > n_test else None
 
 
-def analyze_beyond(design: Design, base: dict, rl: dict, sets: dict, last: int, n_test: int) -> dict:
-    """pass@k beyond n (the beta-binomial fits, per model and scoring, on the largest-n set), the
-    model's check against the study's own data (fit on the test set's counts of the large set's
-    problems, predict the large set's measured pass@n) and the boundary counts at that n."""
+def analyze_beyond(design: Design, base: dict, rl: dict, sets: dict, last: int, n_test: int, ci: float) -> dict:
+    """pass@k beyond n (PLAN.md section 7c): the beta-binomial fits, per model and scoring, on the
+    largest-n set, each model-based curve with a parametric-bootstrap band (analyze.beyond_resamples
+    refits); the model checked on the study's own data, fitted on the test set's counts of the large
+    set's problems: (1) each model's level, pass@n_large, and (2) the contrast the question is about,
+    Delta pass@n_large RL - base, with its parametric interval and whether the measured contrast lies
+    in it; and the boundary counts at that n against the null of chance alone (passmodel.boundary_null,
+    the test set's base counts as the fresh samples)."""
     big = _largest_set(design, sets, n_test)
     if big:
         bdoc, brl, n, prefix = sets[big][0], sets[big][1], design.eval_sets[big]["n"], f"evalsets/{big}/"
     else:
         bdoc, brl, n, prefix = base, rl, n_test, ""
-    ext = design.extrapolate_to
+    ext, B, seed = design.extrapolate_to, design.analyze["beyond_resamples"], design.seed
     models = [(None, bdoc)] + [(k, brl[k]) for k in _ordered(design, brl, last)]
-    fits, curves_out, check, bound = [], {}, [], []
-    for key, d in models:
-        for sc in SCORINGS:
-            c = _counts(d, sc)
-            f = fit_pass_model(c, n)
-            ks = np.unique(np.geomspace(n, max(ext, n), 64).round().astype(int))
-            curves_out[(key, sc)] = {"measured": pass_at_k_curves(c, n, n).mean(axis=0), "ks_model": ks, "model": model_pass_at_k(f, ks)}
-            fits.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "file": prefix + d["_file"], "n": n,
-                         "n_problems": len(c), "chosen": f["chosen"], "alpha": f["alpha"], "beta": f["beta"], "pi": f["pi"],
-                         "aic": {m: g["aic"] for m, g in f["fits"].items()}, "loglik": {m: g["loglik"] for m, g in f["fits"].items()},
-                         "at_bound": f["at_bound"], "measured_pass_at_n": float(per_problem(c, n, n).mean()),
-                         "model_pass_at_n": float(model_pass_at_k(f, [n])[0]), "extrapolate_to": ext,
-                         "model_pass_at_extrapolated": float(model_pass_at_k(f, [ext])[0])})
-            if key is not None:
-                bound.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "n": n, "file": prefix + d["_file"],
-                              "base_file": prefix + bdoc["_file"], **boundary(_counts(bdoc, sc), c, [p["id"] for p in d["problems"]])})
-    skipped = None
+    ks = np.unique(np.geomspace(n, max(ext, n), 64).round().astype(int))
+    fits, curves_out, check, contrasts, bound = [], {}, [], [], []
+    sub = skipped = None
     if big:
         pos = {p["id"]: i for i, p in enumerate(base["problems"])}
         ids = [p["id"] for p in bdoc["problems"]]
@@ -191,20 +184,54 @@ def analyze_beyond(design: Design, base: dict, rl: dict, sets: dict, last: int, 
             skipped = f"the problems of {prefix}eval_base.json are not all test problems"
         else:
             sub = [pos[i] for i in ids]
-            for key, d in models:
-                td = base if key is None else rl.get(key)
-                if td is None:
-                    continue
-                for sc in SCORINGS:
-                    r = extrapolation_check(_counts(td, sc)[sub], n_test, _counts(d, sc), n)
-                    check.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "fit_file": td["_file"],
-                                  "target_file": prefix + d["_file"], "n_problems": len(ids), **r})
     else:
         skipped = "no evaluation set has more samples per problem than the test set"
-    return {"set": big or "test", "n": n, "extrapolate_to": ext,
-            "rule": "maximum likelihood (scipy Nelder-Mead on logit μ, log(α + β), logit π; fit_betabinom); the zero-inflated "
-                    "beta-binomial (3 parameters) when its AIC is lower than the beta-binomial's (2)", "label": MODEL_BASED, "fits": fits, "check": check, "check_skipped": skipped, "boundary": bound,
-            "_curves": curves_out}
+    for j, (key, d) in enumerate(models):
+        for sc in SCORINGS:
+            c = _counts(d, sc)
+            f = fit_pass_model(c, n)
+            reps = parametric_replicates(f, n, len(c), ks, B, seed + 7919 * j + (sc == "loose"))
+            lo, hi = np.quantile(reps, [(1 - ci) / 2, (1 + ci) / 2], axis=0)
+            curves_out[(key, sc)] = {"measured": pass_at_k_curves(c, n, n).mean(axis=0), "ks_model": ks, "model": model_pass_at_k(f, ks),
+                                     "band": (lo, hi)}
+            fits.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "file": prefix + d["_file"], "n": n,
+                         "n_problems": len(c), "used": f["chosen"], "aic_prefers": f["aic_prefers"], "alpha": f["alpha"],
+                         "beta": f["beta"], "aic": {m: g["aic"] for m, g in f["fits"].items()},
+                         "loglik": {m: g["loglik"] for m, g in f["fits"].items()}, "at_bound": f["at_bound"],
+                         "measured_pass_at_n": float(per_problem(c, n, n).mean()), "model_pass_at_n": float(model_pass_at_k(f, [n])[0]),
+                         "extrapolate_to": ext, "model_pass_at_extrapolated": float(model_pass_at_k(f, [ext])[0]),
+                         "extrapolated_ci": [float(lo[-1]), float(hi[-1])]})
+            if key is None:
+                continue
+            row = {**_key_fields(key), "model": model_label(key), "scoring": sc, "n": n, "file": prefix + d["_file"],
+                   "base_file": prefix + bdoc["_file"], **boundary(_counts(bdoc, sc), c, [p["id"] for p in d["problems"]])}
+            if sub is not None:
+                row["null"] = boundary_null(_counts(bdoc, sc), c, n, _counts(base, sc)[sub], n_test, seed=seed + 31 * j)
+            bound.append(row)
+    if sub is not None:
+        base_reps = {sc: parametric_replicates(fit_pass_model(_counts(base, sc)[sub], n_test), n_test, len(sub), [n], B, seed)[:, 0]
+                     for sc in SCORINGS}  # one base: the same replicates for every trained model's contrast
+        for key, d in models:
+            td = base if key is None else rl.get(key)
+            if td is None:
+                continue
+            for sc in SCORINGS:
+                r = extrapolation_check(_counts(td, sc)[sub], n_test, _counts(d, sc), n)
+                check.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "fit_file": td["_file"],
+                              "target_file": prefix + d["_file"], "n_problems": len(sub), **r})
+                if key is not None:
+                    r = contrast_check(_counts(base, sc)[sub], _counts(td, sc)[sub], n_test, _counts(bdoc, sc), _counts(d, sc), n, B,
+                                       seed, ci, base_reps[sc])
+                    contrasts.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "fit_file": td["_file"],
+                                      "target_file": prefix + d["_file"], "n_problems": len(sub), **r})
+    covered = [r["covered"] for r in contrasts]
+    return {"set": big or "test", "n": n, "extrapolate_to": ext, "resamples": B,
+            "rule": "the plain beta-binomial, fitted by maximum likelihood (scipy Nelder-Mead on logit μ, log(α + β); "
+                    "passmodel.fit_betabinom), registered (PLAN.md change 28); the zero-inflated model's AIC and predictions are "
+                    "reported beside it, not used. Bands and intervals: parametric bootstrap, refits of data drawn from the fit.",
+            "label": MODEL_BASED, "fits": fits, "check": check, "contrasts": contrasts,
+            "contrast_coverage": {"covered": int(sum(covered)), "of": len(covered)} if covered else None,
+            "check_skipped": skipped, "boundary": bound, "_curves": curves_out}
 
 
 def _diversity_means(doc: dict) -> dict:

@@ -1,18 +1,17 @@
 """The study's statistics: pure functions on arrays, each with its formula in its docstring.
 
 pass@k (the unbiased estimator), the crossed bootstrap over training seeds and test problems,
-bootstrap p-values, Holm's correction, TOST equivalence, the crossover and a simultaneous band,
-the first version's criteria, the beta-binomial model of pass@k beyond n, boundary counts,
-contrasts between two conditions, and the token-level summary.
+bootstrap p-values and their Monte-Carlo error, Holm's correction, TOST equivalence, the crossover
+and a simultaneous band, the first version's criteria, contrasts between two conditions, and the
+token-level summary. The beta-binomial model of pass@k beyond n and the boundary counts are
+passmodel.py's; variance components and power are power.py's.
 
 Notation: N test problems, S training seeds, B bootstrap replicates, K = k_max. "Delta" is always
 RL - base. numpy and scipy only; tests check each piece on arrays with a known answer.
 """
 from __future__ import annotations
 
-import copy
 import functools
-from statistics import NormalDist
 
 import numpy as np
 
@@ -113,26 +112,36 @@ def percentile_interval(reps: np.ndarray, level: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def p_above(reps: np.ndarray, value: float = 0.0) -> float:
+TIE = 1e-12  # a replicate within this of the null value counts as on it: exact-zero differences come out as +-1e-17
+
+
+def p_above(reps: np.ndarray, value: float = 0.0, tie: float = TIE) -> float:
     """One-sided bootstrap p-value for H0: Delta <= value against Delta > value:
-    p = (1 + #{D* <= value}) / (B + 1). Below 0.025 <=> (up to interpolation) the 95% interval's
-    lower bound is above `value`. Never 0: the smallest p is 1 / (B + 1)."""
+    p = (1 + #{D* <= value + tie}) / (B + 1). Below 0.025 <=> (up to interpolation) the 95%
+    interval's lower bound is above `value`. Never 0: the smallest p is 1 / (B + 1). A replicate
+    equal to `value` in exact arithmetic (two equal means) can land a rounding error above it;
+    `tie` counts it where it belongs, against the alternative (tie = 0: the first two versions)."""
     reps = np.asarray(reps)
-    return float((1 + np.count_nonzero(reps <= value)) / (reps.size + 1))
+    return float((1 + np.count_nonzero(reps <= value + tie)) / (reps.size + 1))
 
 
-def p_below(reps: np.ndarray, value: float = 0.0) -> float:
+def p_below(reps: np.ndarray, value: float = 0.0, tie: float = TIE) -> float:
     """One-sided bootstrap p-value for H0: Delta >= value against Delta < value:
-    p = (1 + #{D* >= value}) / (B + 1)."""
+    p = (1 + #{D* >= value - tie}) / (B + 1)."""
     reps = np.asarray(reps)
-    return float((1 + np.count_nonzero(reps >= value)) / (reps.size + 1))
+    return float((1 + np.count_nonzero(reps >= value - tie)) / (reps.size + 1))
 
 
-def p_equivalence(reps: np.ndarray, margin: float) -> float:
+def p_equivalence(reps: np.ndarray, margin: float, tie: float = TIE) -> float:
     """TOST (two one-sided tests) p-value for H0: |Delta| >= margin against |Delta| < margin:
     p = max(p_lo, p_hi), p_lo = (1 + #{D* <= -m}) / (B + 1), p_hi = (1 + #{D* >= m}) / (B + 1).
     Below 0.05 <=> (up to interpolation) the 90% interval lies inside (-m, m)."""
-    return max(p_above(reps, -margin), p_below(reps, margin))
+    return max(p_above(reps, -margin, tie), p_below(reps, margin, tie))
+
+
+def mc_se(p: float, resamples: int) -> float:
+    """The Monte-Carlo standard error of a bootstrap p-value from `resamples` replicates: sqrt(p (1 - p) / B)."""
+    return float(np.sqrt(p * (1 - p) / resamples))
 
 
 def holm(pvals, levels=None) -> np.ndarray:
@@ -155,6 +164,24 @@ def holm(pvals, levels=None) -> np.ndarray:
     stepped = np.maximum.accumulate(q[order] * (m - np.arange(m)))  # (m - l + 1) p'_(l), running max
     out = np.empty(m)
     out[order] = np.minimum(1.0, stepped * lv[order])
+    return out
+
+
+def holm_mc_se(pvals, levels, resamples: int) -> np.ndarray:
+    """The Monte-Carlo SE of each Holm-adjusted p-value (holm) whose raw p-values come from
+    `resamples` bootstrap replicates: adj_i = a_i (m - l* + 1) p_(l*) / a_(l*) for the step l* that
+    sets it, so its SE is a_i (m - l* + 1) / a_(l*) mc_se(p_(l*)); 0 where it is capped at 1."""
+    p, lv = np.asarray(pvals, float), np.asarray(levels, float)
+    m = p.size
+    q = p / lv
+    order = np.argsort(q, kind="stable")
+    steps = q[order] * (m - np.arange(m))
+    setter = np.array([int(np.argmax(steps[: j + 1])) for j in range(m)])  # the step whose value the running max holds
+    out = np.empty(m)
+    for j, i in enumerate(order):
+        l = order[setter[j]]
+        se = lv[i] * (m - setter[j]) / lv[l] * mc_se(p[l], resamples)
+        out[i] = 0.0 if lv[i] * steps[setter[j]] >= 1.0 else se
     return out
 
 
@@ -217,169 +244,21 @@ def verdict_v1(d1: float, ci1, dk: float, cik) -> dict:
     }
 
 
-def selection_answer(p_rise: float, p_fall: float, p_equiv: float, alpha_one: float, alpha_tost: float) -> bool:
+def selection_answer(rises: bool, falls: bool, equivalent: bool | None) -> bool | None:
     """The primary question as an intersection-union test:
-    selection <=> p_rise < alpha_one AND (p_equiv < alpha_tost OR p_fall < alpha_one).
-    The union needs no correction (either part rejects H0 of 'no selection' only if both hold)."""
-    return bool(p_rise < alpha_one and (p_equiv < alpha_tost or p_fall < alpha_one))
-
-
-def detectable(se1: float, sek: float, alpha_one: float, alpha_tost: float, power: float, margin: float) -> dict:
-    """Normal-approximation design sensitivity from the bootstrap SEs of the primary Deltas:
-    smallest Delta detected with the given power by a one-sided test at alpha_one:
-        mde = (z_{1-alpha_one} + z_power) * se;
-    the equivalence test (TOST at alpha_tost) has that power when the true |Delta pass@k| is at most
-        margin - (z_{1-alpha_tost} + z_power) * se_k   (None when that is negative)."""
-    z = NormalDist().inv_cdf
-    eq = margin - (z(1 - alpha_tost) + z(power)) * sek
-    return {"mde_pass1": (z(1 - alpha_one) + z(power)) * se1, "mde_passk": (z(1 - alpha_one) + z(power)) * sek,
-            "equivalence_up_to": eq if eq >= 0 else None}
-
-
-# ============================================================================= pass@k beyond n: a model
-
-
-LOG_BOUND, S_BOUND = 15.0, 12.0  # the fit's search box (fit_betabinom)
-
-
-def count_histogram(counts, n: int) -> np.ndarray:
-    """(n+1,) how many problems had each count c = 0..n."""
-    c = np.asarray(counts, dtype=int)
-    if c.size == 0 or c.min() < 0 or c.max() > n:
-        raise ValueError(f"need counts in 0..n={n}")
-    return np.bincount(c, minlength=n + 1)
-
-
-def betabinom_pass_at_k(alpha: float, beta: float, ks, pi: float = 0.0) -> np.ndarray:
-    """Model-based pass@k. Each problem's success probability p ~ Beta(alpha, beta), so
-        pass@k = E[1 - (1 - p)^k] = 1 - B(alpha, beta + k) / B(alpha, beta);
-    the zero-inflated model adds a share pi of problems with p = 0:
-        pass@k = (1 - pi) (1 - B(alpha, beta + k) / B(alpha, beta)).
-    Defined for every k >= 1 (that is the point: k beyond the n samples drawn). For k <= n it is
-    also the expectation of the unbiased estimator pass_at_k(n, c, k) over c ~ the fitted
-    beta-binomial, so at k <= n the model and the data estimate the same quantity."""
-    from scipy.special import betaln
-
-    ks = np.asarray(ks, dtype=float)
-    return (1.0 - pi) * -np.expm1(betaln(alpha, beta + ks) - betaln(alpha, beta))
-
-
-def betabinom_logpmf(c, n: int, alpha: float, beta: float) -> np.ndarray:
-    """log P(c) under BetaBinomial(n, alpha, beta) = log C(n, c) + log B(c + alpha, n - c + beta)
-    - log B(alpha, beta). Written out because scipy.stats.betabinom.logpmf, which the tests hold it
-    equal to, costs ~0.5 ms a call in the optimiser's inner loop."""
-    from scipy.special import betaln, gammaln
-
-    c = np.asarray(c, dtype=float)
-    return gammaln(n + 1) - gammaln(c + 1) - gammaln(n - c + 1) + betaln(c + alpha, n - c + beta) - betaln(alpha, beta)
-
-
-def fit_betabinom(counts, n: int, zero_inflated: bool = False, plain: dict | None = None) -> dict:
-    """Maximum-likelihood fit of a beta-binomial to per-problem counts c_i of n:
-        c_i ~ BetaBinomial(n, alpha, beta)                       (2 parameters), or
-        P(c = 0) = pi + (1 - pi) BB(0), P(c) = (1 - pi) BB(c)    (zero-inflated, 3 parameters).
-    scipy.optimize.minimize (Nelder-Mead, bounded) over theta = (logit mu, log s) with
-    mu = alpha / (alpha + beta), s = alpha + beta (and logit pi): in these coordinates the ridge of
-    near-binomial data (s -> infinity at fixed mu) runs along one axis, which the search follows in
-    a few steps. The box: |logit mu|, |logit pi| <= 15, -15 <= log s <= 12 (s = 1.6e5 is already a
-    binomial for every n we use). Several starts (the method of moments among them); the best
-    likelihood wins. The likelihood is summed over the n + 1 possible counts, weighted by how often
-    each occurs. The zero-inflated fit starts from the plain one (`plain`, fitted here if not given)
-    and never reports a lower likelihood (pi -> 0 nests it). at_bound: mu or s ended on the box."""
-    from scipy.optimize import minimize
-    from scipy.special import expit, logit
-
-    hist = count_histogram(counts, n)
-    cs = np.arange(n + 1)
-    used = hist > 0
-    box = [(-LOG_BOUND, LOG_BOUND), (-LOG_BOUND, S_BOUND)] + ([(-LOG_BOUND, LOG_BOUND)] if zero_inflated else [])
-
-    def nll(theta):
-        mu, sz = expit(theta[0]), np.exp(theta[1])
-        lp = betabinom_logpmf(cs[used], n, mu * sz, (1 - mu) * sz)
-        if zero_inflated:
-            pi = expit(theta[2])
-            lp = np.log1p(-pi) + lp
-            if used[0]:
-                lp[0] = np.logaddexp(np.log(pi), lp[0])
-        v = -float(hist[used] @ lp)
-        return v if np.isfinite(v) else 1e300
-
-    p = np.asarray(counts, float) / n
-    m, v = p.mean(), p.var()
-    mu0 = float(logit(np.clip(m, 1e-4, 1 - 1e-4)))
-    starts = [(mu0, np.log(2.0))]  # the mean, s = 2 (alpha + beta = 2: a spread-out Beta)
-    if 0 < m < 1 and v > 0:  # the method of moments on c / n
-        starts.insert(0, (mu0, float(np.clip(np.log(max(m * (1 - m) / v - 1, 1e-3)), -10, 10))))
-    if zero_inflated:
-        plain = plain or fit_betabinom(counts, n)
-        th0 = (logit(np.clip(plain["alpha"] / (plain["alpha"] + plain["beta"]), 1e-6, 1 - 1e-6)), np.log(plain["alpha"] + plain["beta"]))
-        zeros = float(np.mean(p == 0))
-        starts = [(*th0, logit(q)) for q in (1e-3, max(zeros / 2, 1e-3), max(zeros * 0.9, 1e-3))] + [(*starts[0], logit(max(zeros / 2, 1e-3)))]
-    starts = [np.clip(np.array(s0, float), [b[0] for b in box], [b[1] for b in box]) for s0 in starts]
-    best = min((minimize(nll, s0, method="Nelder-Mead", bounds=box, options={"xatol": 1e-7, "fatol": 1e-10, "maxiter": 600})
-                for s0 in starts), key=lambda r: r.fun)
-    th = best.x
-    mu, sz = float(expit(th[0])), float(np.exp(th[1]))
-    out = {"model": "zero-inflated beta-binomial" if zero_inflated else "beta-binomial",
-           "alpha": mu * sz, "beta": (1 - mu) * sz, "pi": float(expit(th[2])) if zero_inflated else 0.0,
-           "loglik": -float(best.fun), "params": 3 if zero_inflated else 2,
-           "at_bound": bool(abs(th[0]) > LOG_BOUND - 1e-3 or th[1] < -LOG_BOUND + 1e-3 or th[1] > S_BOUND - 1e-3),
-           "n": n, "n_problems": int(hist.sum())}
-    if zero_inflated and out["loglik"] < plain["loglik"]:  # the optimiser missed the nested point
-        out.update(alpha=plain["alpha"], beta=plain["beta"], pi=0.0, loglik=plain["loglik"], at_bound=plain["at_bound"])
-    out["aic"] = 2 * out["params"] - 2 * out["loglik"]
-    return out
-
-
-def fit_pass_model(counts, n: int) -> dict:
-    """Both fits and the registered choice between them: the zero-inflated model is used when its
-    AIC (2 x 3 parameters - 2 log L) is lower than the plain model's (2 x 2 - 2 log L), i.e. when it
-    raises the log-likelihood by more than 1. Returns the chosen fit's fields plus both fits.
-    The fit depends on the counts only through their histogram, so it is cached on it."""
-    return copy.deepcopy(_fit_pass_model(tuple(count_histogram(counts, n).tolist()), n))
-
-
-@functools.lru_cache(maxsize=256)
-def _fit_pass_model(hist: tuple, n: int) -> dict:
-    counts = np.repeat(np.arange(n + 1), hist)
-    bb = fit_betabinom(counts, n)
-    zi = fit_betabinom(counts, n, zero_inflated=True, plain=bb)
-    chosen = zi if zi["aic"] < bb["aic"] else bb
-    return {**chosen, "chosen": chosen["model"], "fits": {"beta-binomial": bb, "zero-inflated beta-binomial": zi},
-            "rule": "AIC: the zero-inflated model (3 parameters) when its AIC is lower than the beta-binomial's (2)"}
-
-
-def model_pass_at_k(fit: dict, ks) -> np.ndarray:
-    """pass@k for k in ks from a fit_betabinom / fit_pass_model result."""
-    return betabinom_pass_at_k(fit["alpha"], fit["beta"], ks, fit["pi"])
-
-
-def extrapolation_check(small_counts, n_small: int, large_counts, n_large: int) -> dict:
-    """The model validated on the study's own data: fit on the counts of n_small samples per problem
-    and predict pass@n_large, measured on the same problems with n_large samples (the unbiased
-    estimator, which at k = n is the share of problems with c > 0). error = predicted - measured.
-    naive: the measured pass@n_small, what one would say without a model (a floor for pass@n_large)."""
-    fit = fit_pass_model(small_counts, n_small)
-    predicted = float(model_pass_at_k(fit, [n_large])[0])
-    measured = float(per_problem(large_counts, n_large, n_large).mean())
-    naive = float(per_problem(small_counts, n_small, n_small).mean())
-    return {"fit_n": n_small, "target_k": n_large, "model_used": fit["chosen"], "alpha": fit["alpha"], "beta": fit["beta"],
-            "pi": fit["pi"], "predicted": predicted, "measured": measured, "error": predicted - measured,
-            "naive": naive, "naive_error": naive - measured}
+        selection <=> pass@1 rises AND (the ceiling is equivalent OR it falls).
+    The union needs no correction (either part rejects H0 of 'no selection' only if both hold).
+    equivalent is None where the equivalence test was not asked (its margin exceeds the share of the
+    base's headroom PLAN.md section 7 allows): then the answer is None ("cannot be decided on this
+    set") unless pass@1 fails to rise (no) or the ceiling falls (yes)."""
+    if not rises:
+        return False
+    if falls:
+        return True
+    return None if equivalent is None else bool(equivalent)
 
 
 # ============================================================================= boundary, contrasts, tokens
-
-
-def boundary(base_counts, rl_counts, ids) -> dict:
-    """The edges of what each model can do, at one n: problems the base never solved (c = 0) that the
-    trained model solved at least once, and the reverse, with their ids."""
-    b, r = np.asarray(base_counts), np.asarray(rl_counts)
-    only_rl = [ids[i] for i in np.flatnonzero((b == 0) & (r > 0))]
-    only_base = [ids[i] for i in np.flatnonzero((b > 0) & (r == 0))]
-    return {"only_rl": len(only_rl), "only_base": len(only_base), "only_rl_ids": only_rl, "only_base_ids": only_base,
-            "solved_base": int(np.count_nonzero(b > 0)), "solved_rl": int(np.count_nonzero(r > 0))}
 
 
 def lead_crossover(point: np.ndarray, reps: np.ndarray, level: float) -> dict:

@@ -11,7 +11,6 @@ than half a unit in the last place of its weight is lost: run this on the study'
 trained adapter before turning the fold on for training.
 """
 import argparse
-import statistics
 
 import torch
 

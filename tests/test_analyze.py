@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import scipy.stats
 import pytest
 
 import analyze_b
@@ -38,7 +39,7 @@ def eval_doc(counts_strict, counts_loose=None, n=8, ids=None, fmt=0.9, config=No
 
 
 def make_config(conds, seeds, steps, k_max=8, resamples=B, legacy=False, **analyze):
-    cfg = {"seed": 0, "eval": {"k_max": k_max}, "analyze": {"resamples": resamples, "ci": 0.95, **analyze},
+    cfg = {"seed": 0, "eval": {"k_max": k_max}, "analyze": {"resamples": resamples, "ci": 0.95, "beyond_resamples": 40, **analyze},
            "lr_sweep": {"steps": 6, "last": 2}}
     if legacy:  # a single-seed run before train.seeds (results/tiny's config)
         cfg["train"] = {"conditions": list(conds), "checkpoints": list(steps)}
@@ -237,7 +238,8 @@ def test_end_to_end_h3_power_and_band(main_run):
     assert h["diff"] == pytest.approx(0.5) and h["narrows"] is False and h["p_narrows"] == 1.0
     pw = out["power"]
     assert (pw["n_problems"], pw["seeds"], pw["n_samples"], pw["power"]) == (80, 1, 8, 0.8)
-    assert pw["mde_pass1"] == pytest.approx((1.959964 + 0.841621) * pw["se_pass1"], rel=1e-5)
+    t = scipy.stats.t  # one seed: SE^2 = var_n(Delta) / N on N - 1 df (power.variance_components)
+    assert pw["df_pass1"] == 79 and pw["mde_pass1"] == pytest.approx((t.ppf(0.975, 79) + t.ppf(0.8, 79)) * pw["se_pass1"], rel=1e-9)
     assert 0 < pw["se_pass1"] < 0.1 and "80% power" in pw["statement"] and "SE" in pw["statement"]
     band = entry(out, "many", 75)["band"]
     assert len(band["lo"]) == len(band["hi"]) == len(band["diff"]) == 8
@@ -249,7 +251,7 @@ def test_primary_answer_leads_the_report(main_run):
     run, out = main_run
     lines = (run / "report.md").read_text().splitlines()
     assert lines[0] == "# Report: run"
-    assert lines[2].startswith("Does RL on `many` select (loose scoring, step 150, 1 seed)? **Yes**")
+    assert lines[2].startswith("Does RL on `many` select (loose scoring, step 150, 1 seed, 80 problems)? **Yes**")
     assert "+0.125 [" in lines[2] and "90% CI" in lines[2] and "-0.250" in lines[2]
     assert out["primary"]["sentence"] == lines[2]
 
@@ -267,7 +269,27 @@ def test_primary_answer_no_when_pass1_does_not_rise(tmp_path):
     base = [2, 4] * 20
     out = analyze_b.run_analysis(write_run(tmp_path / "run", base, {("many", 10): [4, 2] * 20}), make_figures=False)
     assert out["primary"]["answer"] is False and "**No** (pass@1 is not shown to rise)" in out["primary"]["sentence"]
-    assert entry(out, "many", 10)["ceiling_equivalent"] is True  # the ceiling is the same: only half of the question
+    e = entry(out, "many", 10)  # the ceiling is the same, but the base solves every problem within k: nothing to test
+    assert e["headroom"] == pytest.approx(0.0, abs=1e-12) and e["ceiling_testable"] is False and e["ceiling_equivalent"] is None
+    assert e["ceiling_equivalent_v2"] is True  # the second version called it equivalent: the test that could not fail
+
+
+def test_primary_answer_cannot_be_decided_when_the_ceiling_test_cannot_fail(tmp_path):
+    """PLAN.md change 29: the base solves every problem at pass@4 but for 1/70 (headroom 0.014 < 3 x
+    the 0.10 margin), pass@1 rises and the ceiling does not fall: not yes, not no (the second version
+    said yes). With a margin of 0.004 (at most a third of the headroom) the equivalence test is asked
+    again, and fails: RL gained the whole headroom, 1/70 > 0.004, so the answer is no."""
+    run = write_run(tmp_path / "run", [4] * 40, {("many", 10): [6] * 40}, n=8, k_max=4)
+    out = analyze_b.run_analysis(run, make_figures=False)
+    e = entry(out, "many", 10)
+    assert e["pass1_rises"] and not e["ceiling_falls"] and e["ceiling_testable"] is False and e["p_equiv_adj"] is None
+    assert e["selection"] is None and out["primary"]["answer"] is None and e["selection_v2"] is True
+    assert "**Cannot be decided on this set**" in out["primary"]["sentence"]
+    assert "the ceiling test cannot fail on this set" in out["primary"]["sentence"]
+    out = analyze_b.run_analysis(write_run(tmp_path / "run2", [4] * 40, {("many", 10): [6] * 40}, n=8, k_max=4,
+                                           equivalence_margin=0.004), make_figures=False)
+    e = entry(out, "many", 10)
+    assert e["ceiling_testable"] is True and e["ceiling_equivalent"] is False and out["primary"]["answer"] is False
 
 
 def test_v1_one_third_branch_and_the_inferential_clause(tmp_path):
@@ -281,7 +303,7 @@ def test_v1_one_third_branch_and_the_inferential_clause(tmp_path):
     e = entry(out, "many", 10, "strict")
     assert e["pass1_diff"] == pytest.approx(0.5 * 4 / 8 + 0.5 * 3 / 8) and e["passk_diff"] == pytest.approx(0.5 / 70)
     assert e["passk_ci"][0] > 0 and e["ceiling_unchanged_v1"] is True and e["ceiling_rises"] is True
-    assert e["third_clause"] is True and e["ceiling_equivalent"] is True
+    assert e["third_clause"] is True and e["ceiling_equivalent"] is None and e["ceiling_equivalent_v2"] is True  # no headroom
     e = entry(out, "many", 10, "loose")  # correct_loose: nothing changed
     assert e["pass1_diff"] == 0 and e["passk_diff"] == 0 and e["pass1_ci"] == [0.0, 0.0]
     assert e["pass1_rises"] is False and e["third_clause"] is None and e["crossover"]["point"]["outcome"] == "never above"
@@ -305,11 +327,12 @@ def test_multi_seed_against_a_reference_loop(tmp_path):
     pr = [ref_pass1(seeds[s], 8) for s in (0, 1, 2)]
     reps = [np.mean([pr[j][idx[b]].mean() - pb[idx[b]].mean() for j in sidx[b]]) for b in range(500)]
     assert e["pass1_ci"] == pytest.approx(list(np.quantile(reps, [0.025, 0.975])), abs=1e-12)
-    assert e["p_pass1"] == pytest.approx((1 + sum(r <= 0 for r in reps)) / 501)
+    assert e["p_pass1"] == pytest.approx((1 + sum(r <= 1e-12 for r in reps)) / 501)  # ties within 1e-12 count as 0 (stats.TIE)
+    assert e["p_pass1_v2"] == pytest.approx((1 + sum(r <= 0 for r in reps)) / 501)
     assert out["power"]["seeds"] == 3 and "3 seeds" in out["primary"]["sentence"]
     assert e["coverage_rl"] == pytest.approx((20 + 30 + 20) / 3)
     rep = (run / "report.md").read_text()
-    assert "## Per-seed spread" in rep and rep.count("| many | 20 | loose |") == 3 + 2  # 3 per-seed rows, v1 table, coverage
+    assert "## Per-seed spread" in rep and rep.count("| many | 20 | loose |") == 3 + 3  # 3 per-seed rows, v2 and v1 tables, coverage
 
 
 def _three_seeds(tmp_path, drop=(), **kw):
@@ -700,7 +723,7 @@ DIV_BASE, DIV_RL = {"distinct_answers": 4, "answer_entropy": 1.2, "token_entropy
 
 def study_config(**extra):
     cfg = {"seed": 0, "task": {"name": "arith-2x1"}, "conditions": STUDY_CONDITIONS, "train": {"seeds": SEEDS, "checkpoints": STEPS},
-           "eval": {"n": 8, "k_max": 8}, "analyze": {"resamples": B, "ci": 0.95, "extrapolate_to": 1024},
+           "eval": {"n": 8, "k_max": 8}, "analyze": {"resamples": B, "ci": 0.95, "extrapolate_to": 1024, "beyond_resamples": 40},
            "eval_sets": {"wide": {"task": None, "n_problems": len(WIDE_IDS), "n": WIDE_N, "k_max": WIDE_N, "models": "final-first-seed"},
                          "ood": {"task": "arith-3x1", "n_problems": len(OOD_IDS), "n": 8, "k_max": 8, "models": "final"}},
            "tokens": {"enabled": True}}
@@ -803,7 +826,9 @@ def test_study_beyond_n_check_and_boundary(study):
     assert len(bz["fits"]) == 2 * (1 + 7)  # the base and each condition's first seed at step 10
     f = bz["fits"][0]
     assert f["file"] == "evalsets/wide/eval_base.json" and f["measured_pass_at_n"] == 0.75
-    assert f["model_pass_at_extrapolated"] >= f["model_pass_at_n"] and f["chosen"] in ("beta-binomial", "zero-inflated beta-binomial")
+    assert f["model_pass_at_extrapolated"] >= f["model_pass_at_n"] and f["used"] == "beta-binomial"
+    assert f["aic_prefers"] in ("beta-binomial", "zero-inflated beta-binomial")
+    assert f["extrapolated_ci"][0] <= f["model_pass_at_extrapolated"] <= f["extrapolated_ci"][1]
     # the check: fitted to the test set's counts on the 16 wide problems (all 6 of 8 for many), predicting pass@32 on them
     chk = {(r["condition"], r["scoring"]): r for r in bz["check"]}
     r = chk[("many", "loose")]
@@ -811,10 +836,19 @@ def test_study_beyond_n_check_and_boundary(study):
     assert r["measured"] == pytest.approx(14 / 16) and r["predicted"] == pytest.approx(1 - 0.25 ** 32, abs=1e-3)
     assert r["error"] == pytest.approx(r["predicted"] - r["measured"]) and r["naive"] == pytest.approx(1.0)
     assert chk[("base", "strict")]["predicted"] == pytest.approx(1 - 0.75 ** 32, abs=1e-3) and chk[("base", "strict")]["measured"] == 0.75
+    # the contrast check: the same fits' Delta pass@32, and the measured Delta on the wide set
+    con = {(r["condition"], r["scoring"]): r for r in bz["contrasts"]}
+    c = con[("many", "loose")]
+    assert c["predicted_delta"] == pytest.approx(r["predicted"] - chk[("base", "loose")]["predicted"], abs=1e-12)
+    assert c["measured_delta"] == pytest.approx(r["measured"] - chk[("base", "loose")]["measured"], abs=1e-12)
+    assert c["ci"][0] <= c["predicted_delta"] <= c["ci"][1] and c["covered"] == (c["ci"][0] <= c["measured_delta"] <= c["ci"][1])
+    assert len(con) == 2 * 7 and bz["contrast_coverage"]["of"] == 14
     b = {(r["condition"], r["scoring"]): r for r in out["boundary"]["rows"]}
     assert out["boundary"]["set"] == "wide" and len(b) == 2 * 7
     assert (b[("many", "loose")]["only_rl_ids"], b[("many", "loose")]["only_base_ids"]) == ([12, 13, 14, 15], [10, 11])
     assert b[("sft", "strict")]["only_rl"] == b[("sft", "strict")]["only_base"] == 0
+    nl = b[("many", "loose")]["null"]  # chance, from the test set's fresh base samples of the 16 wide problems
+    assert nl["fresh_n"] == 8 and nl["expected"] >= 0 and nl["only_rl"]["observed"] == 4 and 0 < nl["only_rl"]["p"] <= 1
 
 
 def test_study_diversity_ood_and_tokens(study):
@@ -850,7 +884,7 @@ def test_study_report_and_figures(study):
     assert "| 16-kl (0.001) |" in rep and "**yes**" in rep and "| format | +0.062" in rep and "0.25 [0.25, 0.25]" in rep
     assert "rft leads: k = 3" in rep and "many leads: k = 4" in rep
     assert "pass@1024 (model-based (beta-binomial))" in rep and "predicted pass@32 (model-based (beta-binomial))" in rep
-    assert "| many s0 step 10 | loose | 12 / 14 | 4 | 12, 13, 14, 15 | 2 | 10, 11 |" in rep
+    assert "| many s0 step 10 | loose | 12 / 14 | 4 | " in rep and "| 12, 13, 14, 15 | 2 | " in rep and "Δpass@32 (RL − base)" in rep
     assert "| *paper (another model and task)* |" in rep and "| many | 0 | 5 | 20 | 90.000% | 5.000% | 5.000% | 5.00 |" in rep
     assert "eval_base.json" in rep and "evalsets/wide/" in rep and "tokens_<condition>_s<seed>_<step>.json" in rep
 

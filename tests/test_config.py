@@ -26,3 +26,23 @@ def test_numbers_that_are_not_numbers_are_still_one_line_errors(typed):
 def test_per_condition_sweep_needs_an_lr_for_sft():
     with pytest.raises(config.ConfigError, match=r"conditions\.sft\.lr"):
         config.load(None, ["lr_sweep.per_condition=true", "conditions.sft.method=sft"])
+
+
+def test_seeds_by_condition_gives_one_condition_its_own_seeds_and_no_other_hash_moves():
+    import provenance
+
+    cfg = config.load(None, ["train.seeds_by_condition={many: [0, 1, 2, 3, 4, 5, 6, 7]}"])
+    assert config.seeds_of(cfg, "many") == list(range(8)) and config.seeds_of(cfg, "16") == [0, 1, 2]
+    plain = config.load(None)
+    for stage in ("train", "lr-sweep"):  # the per-condition seeds enter no stage's shared hash
+        assert provenance.hashed_settings(config.to_dict(cfg), stage) == provenance.hashed_settings(config.to_dict(plain), stage)
+    with pytest.raises(config.ConfigError, match=r"train\.seeds_by_condition\.nope: is not a condition"):
+        config.load(None, ["train.seeds_by_condition={nope: [0]}"])
+    with pytest.raises(config.ConfigError, match=r"train\.seeds_by_condition\.many: must be a non-empty list of distinct"):
+        config.load(None, ["train.seeds_by_condition={many: [1, 1]}"])
+
+
+def test_lr_sweep_rule_is_dev_or_reward_and_the_default_is_the_reports():
+    assert config.load(None).lr_sweep.rule == "reward"
+    with pytest.raises(config.ConfigError, match=r"lr_sweep\.rule"):
+        config.load(None, ["lr_sweep.rule=best"])

@@ -97,7 +97,26 @@ def test_method_batches():
     rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
     assert grpo.METHODS["grpo"].rollouts and grpo.METHODS["grpo"].advantages(rewards).tolist() == [0.5, -0.5, -0.5, 0.5]
     assert grpo.METHODS["rft"].rollouts and grpo.METHODS["rft"].advantages(rewards).tolist() == [1.0, 0.0, 0.0, 1.0]  # the correct, weight 1
-    assert not grpo.METHODS["sft"].rollouts and grpo.METHODS["sft"].advantages(rewards).tolist() == [1.0] * 4  # gold solutions
+    # gold solutions: one per problem, weight G (the gradient of G copies: next test)
+    assert not grpo.METHODS["sft"].rollouts and grpo.METHODS["sft"].advantages(rewards).tolist() == [4.0]
+
+
+def test_sft_one_gold_copy_of_weight_g_is_the_gradient_of_g_copies(fitted_dir, smoke_cfg):
+    """PLAN.md change 28: SFT trains each gold solution once with advantage G instead of G identical
+    copies with advantage 1; the loss is linear in the advantage, so the gradient is the same."""
+    grads = []
+    for copies, weight in ((4, 1.0), (1, 4.0)):
+        _, model, tok, _ = model_with_lora(fitted_dir, smoke_cfg)
+        _, test = countdown.make_splits("arith-1x1", 10, 2, 0)
+        prompts = render_prompts(tok, test, "bare")
+        gold = [[7, 8, 9], [10, tok.eos_token_id]]
+        P = [prompts[i] for i in range(2) for _ in range(copies)]
+        comps = [gold[i] for i in range(2) for _ in range(copies)]
+        loss = grpo.policy_gradient(model, P, comps, torch.full((2 * copies,), weight), 8 * 10, 3, pad_id(tok))["loss"]
+        grads.append((loss, torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad])))
+    assert grads[1][0] == pytest.approx(grads[0][0], rel=1e-5)
+    torch.testing.assert_close(grads[1][1], grads[0][1], rtol=1e-4, atol=1e-7)
+    assert grads[0][1].abs().sum() > 0
 
 
 def test_policy_gradient_is_microbatch_invariant_and_skips_zero_advantage(fitted_dir, smoke_cfg):
@@ -327,3 +346,28 @@ def test_resume_loads_the_optimizer_state_as_an_uninterrupted_run_holds_it(fitte
     monkeypatch.setattr(torch, "load", lambda *a, **k: seen.append(k.get("map_location")) or real(*a, **k))
     train_smoke(cfg, fitted_dir, tmp_path / "run", steps=2)
     assert seen == ["cpu"]
+
+
+@pytest.mark.parametrize("rule,chosen", [("dev", 0.001), ("reward", 0.003)])
+def test_lr_sweep_rule_dev_ignores_the_training_reward(tmp_path, monkeypatch, rule, chosen):
+    """PLAN.md change 28: with lr_sweep.rule dev the rate with the best held-out dev pass@1 wins even
+    where another has the higher training reward (the effect under test); rule reward is the
+    report's choice. The sweep's training is replaced by one that writes the two logs."""
+    cfg = config.load(None, ["lr_sweep.candidates=[0.001, 0.003]", "lr_sweep.steps=4", "lr_sweep.last=2", f"lr_sweep.rule={rule}"])
+    reward = {0.001: 0.2, 0.003: 0.6}
+    dev = {0.001: 0.30, 0.003: 0.10}
+    seen = []
+
+    def fake_train(cfg, run, out, base, progress):
+        seen.append(run.dev_every)
+        out.mkdir(parents=True)
+        (out / "train_log.csv").write_text("step,reward_mean\n" + "".join(f"{s},{reward[run.lr]}\n" for s in range(1, 5)))
+        (out / "train_eval.csv").write_text(f"step,loose_pass1\n0,0.05\n4,{dev[run.lr]}\n")
+        (out / "done.json").write_text("{}")
+    monkeypatch.setattr(grpo, "train", fake_train)
+    monkeypatch.setattr(grpo.study, "condition_pool", lambda cfg, cond, run: ([], {"problems": "all"}))
+    res = grpo.lr_sweep(cfg, "base", tmp_path, progress=False)
+    assert res["chosen"] == chosen and res["rule_name"] == rule
+    assert seen == ([4, 4] if rule == "dev" else [0, 0])  # the dev check runs after the sweep's last step, only under dev
+    assert ("dev_loose_pass1" in res) == (rule == "dev")
+    assert json.loads((tmp_path / "lr_choice.json").read_text())["chosen"] == chosen

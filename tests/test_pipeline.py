@@ -169,6 +169,23 @@ def test_print_jobs_lists_every_job_as_a_command(tmp_path):
     assert not (tmp_path / "new").exists()  # printing writes nothing
 
 
+def test_print_jobs_trains_a_condition_on_its_own_seeds(tmp_path):
+    """train.seeds_by_condition (PLAN.md change 29): many on seeds 0-3, the rest on train.seeds
+    [0, 1]: two more training jobs, each with its two test evaluations and its ood one; the wide
+    set still evaluates the first seed only."""
+    r = pipeline("--config", str(SMOKE), "--out", str(tmp_path / "new"), "--print-jobs",
+                 "--set", "train.seeds_by_condition={many: [0, 1, 2, 3]}", timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    train = [x for x in lines if x.startswith("python grpo.py train")]
+    assert len(train) == N_TRAIN + 2 and sum("--condition many " in x for x in train) == 4
+    assert any("--condition many --seed 3" in x for x in train) and not any("--condition 16 --seed 2" in x for x in train)
+    evals = [x for x in lines if x.startswith("python grpo.py eval")]
+    assert len(evals) == N_EVAL + 8 + 15 + 2 * 2 + 2
+    assert sum("train_many_s3/step_006" in x for x in evals) == 2  # test and ood at the last step, test at step 3: below
+    assert any(x.endswith("train_many_s3/step_003") for x in evals)
+
+
 def test_jobs_2_writes_the_same_bytes_as_jobs_1(smoke_run, small_jobs2):
     a, b = outputs_bytes(small_jobs2), outputs_bytes(smoke_run)
     assert len(a) == 3 * 2 * 2 + 1 + 3 * 2 * 2  # adapters; evaluations

@@ -1,6 +1,6 @@
 """stats.py: pass@k, the crossed bootstrap and its calibration by simulation, the bootstrap p-values,
-Holm, the verdict pieces, the crossover and the band, the beta-binomial model beyond n, contrasts
-and the token summary. On arrays with a known answer; a reference is written here independently
+Holm, the verdict pieces, the crossover and the band, contrasts and the
+token summary (the beta-binomial model beyond n: test_passmodel.py; power: test_power.py). On arrays with a known answer; a reference is written here independently
 (loops over the documented formulas, scipy, exact fractions, hand-computed numbers), never stats
 compared with itself."""
 import math
@@ -215,18 +215,51 @@ def test_holm_with_levels_by_hand():
 # ----------------------------------------------------------------------------- verdict pieces
 
 
-@pytest.mark.parametrize("p_rise,p_fall,p_equiv,answer", [
-    (0.01, 0.9, 0.01, True),  # rises, equivalent
-    (0.01, 0.01, 0.9, True),  # rises, falls
-    (0.01, 0.01, 0.01, True),  # both (a small significant fall inside the margin)
-    (0.01, 0.9, 0.2, False),  # rises, the ceiling neither equivalent nor lower
-    (0.03, 0.01, 0.01, False),  # pass@1 not shown to rise
-    (0.025, 0.9, 0.01, False),  # p equal to the level is not below it
-    (0.01, 0.9, 0.05, False),
-    (0.01, 0.025, 0.9, False),
+@pytest.mark.parametrize("rises,falls,equivalent,answer", [
+    (True, False, True, True),  # rises, equivalent
+    (True, True, False, True),  # rises, falls
+    (True, True, True, True),  # both (a small significant fall inside the margin)
+    (True, False, False, False),  # rises, the ceiling neither equivalent nor lower
+    (False, True, True, False),  # pass@1 not shown to rise
+    (True, True, None, True),  # equivalence not asked, but the ceiling falls: yes
+    (True, False, None, None),  # not asked and no fall: cannot be decided on this set
+    (False, False, None, False),  # not asked, pass@1 not shown to rise: no
 ])
-def test_selection_answer_branches(p_rise, p_fall, p_equiv, answer):
-    assert stats.selection_answer(p_rise, p_fall, p_equiv, 0.025, 0.05) is answer
+def test_selection_answer_branches(rises, falls, equivalent, answer):
+    assert stats.selection_answer(rises, falls, equivalent) is answer
+
+
+def test_tie_tolerance_counts_rounding_error_replicates_as_ties():
+    """Replicates that equal the null value in exact arithmetic but come out 1e-17 above it count
+    against the alternative with the tolerance (PLAN.md change 28) and for it without (tie = 0)."""
+    reps = np.array([1e-17] * 5 + [0.1] * 5)
+    assert stats.p_above(reps) == pytest.approx(6 / 11) and stats.p_above(reps, tie=0.0) == pytest.approx(1 / 11)
+    assert stats.p_below(-reps) == pytest.approx(6 / 11) and stats.p_below(-reps, tie=0.0) == pytest.approx(1 / 11)
+    assert stats.p_above(np.array([1e-9] * 4)) == pytest.approx(1 / 5)  # a real difference, not a tie
+    m = 0.1
+    assert stats.p_equivalence(np.array([m - 1e-17, 0.0, 0.0]), m) == pytest.approx(2 / 4)
+    assert stats.p_equivalence(np.array([m - 1e-17, 0.0, 0.0]), m, tie=0.0) == pytest.approx(1 / 4)
+
+
+def test_mc_se_matches_the_spread_of_repeated_bootstrap_p_values():
+    """2000 repetitions of a p-value from B = 400 replicates with true p = 0.03: their SD is the
+    binomial sqrt(p (1 - p) / B) within 10%."""
+    rng = np.random.default_rng(0)
+    B, p = 400, 0.03
+    ps = [stats.p_above(rng.normal(1.8808, 1.0, B)) for _ in range(2000)]  # P(N(1.88, 1) <= 0) = 0.03
+    assert np.std(ps) == pytest.approx(stats.mc_se(p, B), rel=0.1)
+
+
+def test_holm_mc_se_matches_the_spread_of_adjusted_p_values():
+    """Three tests at levels (0.025, 0.025, 0.05) with true p = (0.004, 0.01, 0.2): 1500 repetitions
+    of the raw p-values from B = 500 replicates each; each adjusted p's SD is holm_mc_se's within 20%
+    (the capped one: 0)."""
+    rng = np.random.default_rng(1)
+    B, true, lv = 500, np.array([0.004, 0.01, 0.2]), [0.025, 0.025, 0.05]
+    adj = np.array([stats.holm(rng.binomial(B, true) / B, lv) for _ in range(1500)])
+    se = stats.holm_mc_se(true, lv, B)
+    assert adj.std(axis=0)[:2] == pytest.approx(se[:2], rel=0.2)
+    assert stats.holm_mc_se([0.5, 0.9], [0.025, 0.025], B).tolist() == [0.0, 0.0]  # both capped at 1
 
 
 @pytest.mark.parametrize("d1,ci1,dk,cik,rises,unchanged,falls", [
@@ -289,135 +322,7 @@ def test_simultaneous_band_covers_whole_curves():
     assert crit1 == pytest.approx(1.96, abs=0.08)
 
 
-def test_detectable_effects_by_hand():
-    d = stats.detectable(0.01, 0.03, 0.025, 0.05, 0.8, 0.10)
-    z = 1.959964 + 0.841621
-    assert d["mde_pass1"] == pytest.approx(z * 0.01, abs=1e-5) and d["mde_passk"] == pytest.approx(z * 0.03, abs=1e-5)
-    assert d["equivalence_up_to"] == pytest.approx(0.10 - (1.644854 + 0.841621) * 0.03, abs=1e-5)
-    assert stats.detectable(0.01, 0.05, 0.025, 0.05, 0.8, 0.10)["equivalence_up_to"] is None
-
-
-# ----------------------------------------------------------------------------- pass@k beyond n: the beta-binomial model
-
-
-def _bb_counts(rng, N, n, a, b, zero_share=0.0):
-    p = rng.beta(a, b, N)
-    p[: int(round(zero_share * N))] = 0.0  # problems the model can never solve
-    return rng.binomial(n, p)
-
-
-def test_betabinom_logpmf_equals_scipy():
-    from scipy.stats import betabinom
-
-    for n, a, b in [(8, 0.3, 2.0), (32, 0.8, 2.5), (256, 5.0, 0.4), (1, 1.0, 1.0)]:
-        c = np.arange(n + 1)
-        assert np.allclose(stats.betabinom_logpmf(c, n, a, b), betabinom.logpmf(c, n, a, b), atol=1e-10, rtol=1e-12)
-
-
-def test_model_pass_at_k_is_the_closed_form_and_the_expected_unbiased_estimator():
-    """pass@k = 1 - B(a, b + k) / B(a, b) three ways: the integral E[1 - (1 - p)^k] over Beta(a, b)
-    (scipy.integrate), and for k <= n the expectation of the unbiased estimator over the
-    beta-binomial counts (an exact identity, so to rounding)."""
-    import scipy.stats
-    from scipy import integrate
-
-    for a, b, pi in [(0.8, 2.5, 0.0), (2.0, 0.5, 0.0), (0.3, 4.0, 0.25)]:
-        ks = np.array([1, 2, 5, 16, 32, 100, 1024])
-        got = stats.betabinom_pass_at_k(a, b, ks, pi)
-        ref = [(1 - pi) * integrate.quad(lambda p: (1 - (1 - p) ** k) * scipy.stats.beta.pdf(p, a, b), 0, 1, limit=200)[0] for k in ks]
-        assert got == pytest.approx(ref, abs=1e-7)
-        n = 32
-        pmf = scipy.stats.betabinom.pmf(np.arange(n + 1), n, a, b)
-        pmf = (1 - pi) * pmf + pi * (np.arange(n + 1) == 0)  # the zero-inflated counts
-        for k in (1, 3, 8, 32):
-            expected = sum(pmf[c] * stats.pass_at_k(n, c, k) for c in range(n + 1))
-            assert stats.betabinom_pass_at_k(a, b, [k], pi)[0] == pytest.approx(expected, abs=1e-12)
-    assert stats.model_pass_at_k({"alpha": 1.0, "beta": 1.0, "pi": 0.0}, [1, 3]) == pytest.approx([1 / 2, 3 / 4])  # 1 - 1/(k+1)
-
-
-def _fisher_se(a, b, n, N):
-    """Standard errors of the MLE of (a, b) from N problems: the inverse of N times the Fisher
-    information, sum_c P(c) (d log P / d theta)(d log P / d theta)^T, the scores by central differences
-    of scipy's logpmf (written here independently of analyze_b)."""
-    from scipy.stats import betabinom
-
-    c, h = np.arange(n + 1), 1e-5
-    pmf = betabinom.pmf(c, n, a, b)
-    da = (betabinom.logpmf(c, n, a + h, b) - betabinom.logpmf(c, n, a - h, b)) / (2 * h)
-    db = (betabinom.logpmf(c, n, a, b + h) - betabinom.logpmf(c, n, a, b - h)) / (2 * h)
-    info = np.array([[pmf @ (da * da), pmf @ (da * db)], [pmf @ (da * db), pmf @ (db * db)]])
-    return np.sqrt(np.diag(np.linalg.inv(N * info)))
-
-
-@pytest.mark.parametrize("a,b", [(0.8, 2.5), (3.0, 1.5)])
-def test_betabinom_fit_recovers_known_parameters(a, b):
-    """4000 problems x n = 32: the fit lands within 4 standard errors (the Fisher information at the
-    truth) of alpha and beta, and the plain model is the one chosen."""
-    rng = np.random.default_rng(11)
-    N, n = 4000, 32
-    f = stats.fit_pass_model(_bb_counts(rng, N, n, a, b), n)
-    se = _fisher_se(a, b, n, N)
-    assert abs(f["alpha"] - a) < 4 * se[0] and abs(f["beta"] - b) < 4 * se[1], (f["alpha"], f["beta"], se)
-    assert f["chosen"] == "beta-binomial" and f["pi"] == 0.0 and not f["at_bound"]
-    assert f["aic"] == pytest.approx(2 * 2 - 2 * f["loglik"])
-
-
-def test_fitted_curve_agrees_with_the_empirical_curve_at_k_up_to_n():
-    """A large simulated sample: the fitted model's pass@k for k <= n matches the mean unbiased
-    estimate within 4 standard errors of that mean (plus 0.002 for the fit's own error)."""
-    rng = np.random.default_rng(5)
-    N, n = 3000, 16
-    c = _bb_counts(rng, N, n, 0.6, 1.8)
-    f = stats.fit_pass_model(c, n)
-    curves = stats.pass_at_k_curves(c, n, n)  # (N, n)
-    emp, se = curves.mean(axis=0), curves.std(axis=0, ddof=1) / np.sqrt(N)
-    model = stats.model_pass_at_k(f, np.arange(1, n + 1))
-    assert np.all(np.abs(model - emp) < 4 * se + 0.002), np.abs(model - emp) / se
-
-
-def test_zero_inflated_model_is_chosen_when_some_problems_are_unsolvable_and_not_otherwise():
-    """10 simulated sets each: with 30% unsolvable problems (Beta(2, 2) elsewhere, which rarely gives
-    zeros) AIC picks the zero-inflated model every time and recovers pi within 0.1; with none it
-    picks it at most 3 times in 10 (by chance about 8%: half of a chi-square(1) beyond 2)."""
-    rng = np.random.default_rng(3)
-    chosen_zi = []
-    for zero_share in (0.3, 0.0):
-        picks = []
-        for _ in range(10):
-            f = stats.fit_pass_model(_bb_counts(rng, 400, 32, 2.0, 2.0, zero_share), 32)
-            picks.append(f["chosen"] == "zero-inflated beta-binomial")
-            if zero_share:
-                assert f["pi"] == pytest.approx(zero_share, abs=0.1)
-                assert f["fits"]["zero-inflated beta-binomial"]["aic"] < f["fits"]["beta-binomial"]["aic"]
-        chosen_zi.append(sum(picks))
-    assert chosen_zi[0] == 10 and chosen_zi[1] <= 3, chosen_zi
-
-
-def test_degenerate_counts_fit_without_error():
-    """All zeros, all n, and one count for every problem (a binomial): the fit ends on its box,
-    says so, and its curve is the limit (0, 1, the binomial's 1 - (1 - p)^k)."""
-    f0, f1, fb = stats.fit_pass_model([0] * 30, 8), stats.fit_pass_model([8] * 30, 8), stats.fit_pass_model([2] * 30, 8)
-    assert f0["at_bound"] and stats.model_pass_at_k(f0, [1024])[0] < 1e-3
-    assert f1["at_bound"] and stats.model_pass_at_k(f1, [1])[0] > 0.999
-    assert fb["at_bound"] and stats.model_pass_at_k(fb, [1, 8, 32]) == pytest.approx(1 - 0.75 ** np.array([1, 8, 32]), abs=1e-3)
-
-
-def test_extrapolation_check_by_hand():
-    """Fit on n = 8 counts all 2 (a binomial with p = 1/4), predict pass@32 = 1 - (3/4)^32; the large
-    set solves 14 of 16 problems: measured 0.875; naive pass@8 = 1 - (3/4)^8 per problem."""
-    r = stats.extrapolation_check([2] * 16, 8, [20] * 10 + [0] * 2 + [5] * 4, 32)
-    assert r["predicted"] == pytest.approx(1 - 0.75 ** 32, abs=1e-3) and r["measured"] == 0.875
-    assert r["error"] == pytest.approx(r["predicted"] - 0.875) and r["naive"] == pytest.approx(stats.pass_at_k(8, 2, 8))
-    assert (r["fit_n"], r["target_k"], r["model_used"]) == (8, 32, "beta-binomial")
-
-
-# ----------------------------------------------------------------------------- boundary, contrasts, shares, tokens
-
-
-def test_boundary_by_hand():
-    b = stats.boundary([0, 0, 3, 5, 0, 1], [2, 0, 0, 5, 1, 0], ["a", "b", "c", "d", "e", "f"])
-    assert (b["only_rl"], b["only_rl_ids"], b["only_base"], b["only_base_ids"]) == (2, ["a", "e"], 2, ["c", "f"])
-    assert (b["solved_base"], b["solved_rl"]) == (3, 3)
+# ----------------------------------------------------------------------------- contrasts, shares, tokens
 
 
 def test_condition_contrast_by_hand_and_independent_seed_draws():
