@@ -145,7 +145,7 @@ class TrainCfg:
     # rollout sampling). They never change the problems, the selection or the base evaluation.
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     # Conditions trained on other seeds than train.seeds, e.g. {many: [0, 1, 2, 3, 4, 5]}: the primary
-    # condition gets the seeds its planned power needs (PLAN.md change 28) without multiplying the rest.
+    # condition gets the seeds its planned power needs (PLAN.md change 29) without multiplying the rest.
     seeds_by_condition: dict[str, list[int]] = field(default_factory=dict)
     log_kl_every: int = 0  # log the k3 KL to the base every this many steps when no KL term is trained (0 = never)
     grad_clip: float | None = None  # clip the gradient's global norm to this (None = off, as the report ran)
@@ -199,6 +199,9 @@ class SelectCfg:
     n_problems: int = 128  # the first train problems the base answers
     samples: int = 16
     temperature: float = 1.0
+    # the pass rate the rule reads: strict (the report's; the reward the conditions train on) or
+    # loose, for a model trained on the loose reward because it never writes the tags (PLAN.md change 31)
+    scoring: str = "strict"
 
 
 @dataclass
@@ -241,7 +244,7 @@ class AnalyzeCfg:
     seed: int = 0  # the bootstrap's generator
     equivalence_margin: float = 0.10  # TOST margin for "the ceiling is unchanged" (PLAN.md section 7)
     # The equivalence test is asked only when the margin is at most this share of the base's headroom,
-    # 1 - its pass@k_max on the set (PLAN.md change 28): otherwise it could hardly fail
+    # 1 - its pass@k_max on the set (PLAN.md change 29): otherwise it could hardly fail
     margin_headroom_fraction: float = 1 / 3
     planned: PlannedCfg | None = None
     beyond_resamples: int = 200  # the parametric bootstrap of the model-based curves (PLAN.md section 7c)
@@ -534,6 +537,7 @@ def validate(cfg: Config) -> None:
     need(s.samples >= 2, "select.samples", "must be >= 2")
     need(len(cfg.lr_sweep.candidates) >= 1 and all(c > 0 for c in cfg.lr_sweep.candidates), "lr_sweep.candidates", "must be positive numbers")
     need(1 <= cfg.lr_sweep.last <= cfg.lr_sweep.steps, "lr_sweep.last", "must be in 1..lr_sweep.steps")
+    need(cfg.select.scoring in ("strict", "loose"), "select.scoring", "must be strict or loose (the pass rate the selection rule reads)")
     need(cfg.lr_sweep.rule in ("dev", "reward"), "lr_sweep.rule", "must be dev (held-out dev pass@1) or reward (the report's rule)")
     need(all(x in TASKS for x in cfg.probe.tasks), "probe.tasks", f"must be drawn from {', '.join(TASKS)}")
     need(cfg.probe.arith_samples >= 1 and cfg.probe.samples >= 1, "probe.samples", "must be >= 1")

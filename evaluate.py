@@ -246,10 +246,10 @@ def select(cfg: config.Config, base: str, run: Path, progress: bool = True) -> d
     texts, _ = sample_problems(model, tok, problems, cfg.select.samples, s, cfg.task.seed, "select", cfg.task.prompt_style,
                                cfg.eval.problems_per_batch, progress, system=cfg.task.system_prompt)
     rows = score_problems(problems, texts, keep_responses=False)
-    rates = [r["correct_strict"] / r["n"] for r in rows]
+    rates = [r[f"correct_{cfg.select.scoring}"] / r["n"] for r in rows]
     sets = choose_sets(rates, study.selection_sizes(cfg))
     res = {
-        "rule": "0 < strict pass rate < 1; rank by p(1-p) descending, ties by index; take the first s",
+        "rule": f"0 < {cfg.select.scoring} pass rate < 1; rank by p(1-p) descending, ties by index; take the first s",
         "pass_rates": {p.id: r for p, r in zip(problems, rates)},
         "informative": [problems[i].id for i, r in enumerate(rates) if 0 < r < 1],
         "sets": {z: [problems[i].id for i in idx] for z, idx in sets.items()},

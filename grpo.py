@@ -187,7 +187,7 @@ METHODS = {
     "grpo": Method(True, lambda rewards: group_advantages(rewards).view(-1)),  # [D1]
     "rft": Method(True, lambda rewards: rewards.view(-1).clone()),  # the correct samples, weight 1; the rest 0
     # each problem's gold solution once, with weight G: the gradient of G identical copies (the same
-    # examples per step as GRPO's P x G), at 1/G of the work (PLAN.md change 28)
+    # examples per step as GRPO's P x G), at 1/G of the work (PLAN.md change 29)
     "sft": Method(False, lambda rewards: torch.full((rewards.shape[0],), float(rewards.shape[1]))),
 }
 
@@ -504,7 +504,7 @@ def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) ->
 
 
 COMMANDS = {
-    "base": "build the base model of a config that builds its own (the CPU world, the rehearsal) -> RUN/base_model/",
+    "base": "build the base model of a config that builds its own (the CPU world, the rehearsal, a GGUF file converted) -> RUN/base_model/",
     "probe": "base rates of the base model on the probe tasks -> RUN/probe_<task>.json",
     "select": "pass rates of the first train problems and the registered few-problem sets -> RUN/selection.json",
     "lr-sweep": "short runs per candidate learning rate and the registered choice -> RUN/lr_sweep/, RUN/lr_choice.json",
@@ -572,8 +572,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise config.ConfigError(f"--seed {seed}: not a seed of condition {a.condition} {seeds} (train.seeds, train.seeds_by_condition)")
         if a.cmd in ("eval", "tokens") and a.adapter and (bad := provenance.adapter_problem(a.adapter)):
             identity = study.adapter_identity(a.adapter)
-            redo = (f"retrain it (python pipeline.py --config {a.config} --stage train --condition {identity['condition']} --force)"
-                    if identity["condition"] else "give an intact adapter folder")
+            redo = (f"run the pipeline on its folder (python pipeline.py --config {a.config} --out {run}): it moves that training "
+                    f"run aside and retrains it, and only it" if identity["condition"] else "give an intact adapter folder")
             raise config.ConfigError(f"--adapter {a.adapter}: {bad}; {redo}")
         if a.cmd == "eval" and a.eval_set != "test" and a.eval_set not in cfg.eval_sets:
             raise config.ConfigError(f"--eval-set {a.eval_set!r}: not registered (test, or one of eval_sets: {', '.join(cfg.eval_sets) or 'none'})")

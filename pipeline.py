@@ -175,8 +175,9 @@ class Plan:
         if stage == "train" and marker.name == "done.json":  # every checkpoint the run itself was asked for
             steps = ((provenance.read_json(marker).get("provenance") or {}).get("config") or {}).get("train", {}).get("checkpoints", [])
             return next((bad for st in steps if (bad := provenance.adapter_problem(marker.parent / f"step_{st:03d}"))), None)
-        if stage == "train":
-            return provenance.adapter_problem(marker.parent)  # the resume point RUN/train_*/last/state.json
+        if stage == "train":  # the resume point RUN/train_*/last/state.json: its adapter and optimizer state
+            bad = provenance.torch_file_problem(marker.parent / "optimizer.pt")
+            return provenance.adapter_problem(marker.parent) or (bad and f"{marker.parent / 'optimizer.pt'}: {bad}")
         return None
 
     def why(self, stage: str, marker: Path) -> str:
@@ -487,14 +488,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pipeline.py: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        current = under_way(stages, todo, current)
         _mark(run, cfg, stages, jobs_status, todo, current, "interrupted", "Ctrl-C or a signal")
         print(f"pipeline.py: interrupted during stage {current}; run the same command again: {resumes(cfg, current)}", file=sys.stderr)
         return 130
     except (FileNotFoundError, ValueError, RuntimeError, config.ConfigError) as e:
+        current = under_way(stages, todo, current)
         _mark(run, cfg, stages, jobs_status, todo, current, "failed", str(e))
         print(f"pipeline.py: stage {current} failed: {e}", file=sys.stderr)
         return 1
     except OSError as e:
+        current = under_way(stages, todo, current)
         _mark(run, cfg, stages, jobs_status, todo, current, "failed", str(e))
         print(f"pipeline.py: stage {current} failed: {e.strerror or e} ({e.filename or run})", file=sys.stderr)
         return 1
@@ -507,7 +511,8 @@ def main(argv: list[str] | None = None) -> int:
 def resumes(cfg: config.Config, stage: str | None) -> str:
     """What running the same command again redoes, for the interrupted stage."""
     if stage == "base" and cfg.model.build is not None:
-        return f"the base's pre-training resumes from its last saved step (every {tiny_base_save_every()} steps)"
+        return (f"the base's pre-training resumes from its last saved step (every {tiny_base_save_every()} steps; "
+                "from the start if it had not reached the first)")
     if stage in JOB_STAGES:
         return (f"finished jobs are kept, training runs resume from their last checkpoint (every {cfg.train.save_last_every} steps), "
                 "evaluations that were under way are redone")
@@ -536,6 +541,12 @@ def end_states(stages: dict, jobs: dict, status: str, why: str, later: list[str]
             jobs[k] = {**v, "status": status, "error": why if v["status"] == "running" else f"not started: {why}"}
 
 
+def under_way(stages: dict, todo: list[str], current: str | None) -> str | None:
+    """The stage the pipeline was in when it stopped: the first one recorded as running (in a
+    group of job stages, train may be done and eval under way), else the one it had begun."""
+    return next((s for s in todo if stages.get(s, {}).get("status") == "running"), current)
+
+
 def _mark(run: Path, cfg: config.Config, stages: dict, jobs: dict, todo: list[str], stage: str | None, status: str, why: str) -> None:
     """Record how the pipeline ended: the stage it was in, the stages it did not reach, every job
     that was running or waiting. Further signals are ignored while this is written; a read-only
@@ -543,9 +554,10 @@ def _mark(run: Path, cfg: config.Config, stages: dict, jobs: dict, todo: list[st
     handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         if run.exists():
-            if stage is not None:
+            if stage is not None and stages.get(stage, {}).get("status") != "done":
                 stages[stage] = {**stages.get(stage, {}), "status": status, "error": why, "ended": now()}
-            end_states(stages, jobs, status, why, todo[todo.index(stage) + 1:] if stage in todo else [])
+            later = [s for s in todo[todo.index(stage) + 1:] if stages.get(s, {}).get("status") != "running"] if stage in todo else []
+            end_states(stages, jobs, status, why, later)
             write_manifest(run, cfg, stages, jobs)
     except OSError:
         pass

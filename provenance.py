@@ -175,6 +175,22 @@ def adapter_problem(folder: str | Path) -> str | None:
     return f"{folder / 'adapter_model.safetensors'}: {bad}" if bad else None
 
 
+def torch_file_problem(path: str | Path) -> str | None:
+    """None when a torch.save file (a zip archive) is whole, else what is wrong: checked without
+    torch, by the archive's central directory and its members' CRCs."""
+    import zipfile
+
+    path = Path(path)
+    if not path.exists():
+        return "missing"
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        return f"not a whole torch.save archive ({e}; cut short?)"
+    return f"its member {bad} is damaged" if bad else None
+
+
 def model_folder_problem(folder: str | Path) -> str | None:
     """None when a Hugging Face model folder looks whole (config.json, every *.safetensors file),
     else which file is wrong and how."""
@@ -242,7 +258,7 @@ STAGE_KEYS = {
 _ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "model.gguf": None,
               "task.system_prompt": "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
               "train.sampling.decode": "eager", "eval.sampling.decode": "eager", "lora.tf32": False,
-              "lr_sweep.rule": "reward"}
+              "lr_sweep.rule": "reward", "select.scoring": "strict"}
 _NOT_IN_HASH = {
     "lr-sweep": ("seeds", "seeds_by_condition", "lr", "checkpoints", "steps", "log_kl_every", "dev_every"),
     "train": ("seeds", "seeds_by_condition"),

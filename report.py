@@ -59,8 +59,8 @@ def primary_sentence(e: dict | None, design: Design, last: int, k: int, a1: floa
         out = (f"{q} **Cannot be decided on this set**: {rise}, but the ceiling half can only be answered by its fall, "
                f"which is not shown: {ceil}.")
     else:
-        why = "pass@1 is not shown to rise" if not e["pass1_rises"] else "the ceiling is neither shown equivalent nor lower"
-        out = f"{q} **No** ({why}): {rise}; {ceil}."
+        why = "" if not e["pass1_rises"] else " (the ceiling is neither shown equivalent nor lower)"
+        out = f"{q} **No**{why}: {rise}; {ceil}."
     if e.get("near_level"):
         out += (f" Within 2 Monte-Carlo SEs of its level: {', '.join(e['near_level'])} (more bootstrap replicates could "
                 f"move it across).")
@@ -175,7 +175,7 @@ def report(run: Path, res: dict, figs: list[Path]) -> str:
     L += ["", f"*pass@1 rises*: one-sided p < {a1:g}. *equivalent*: TOST p < {at:g} (the 90% interval inside ±{m:g}). "
           f"*falls*: one-sided p < {a1:g}. The equivalence test is asked only where the margin is at most "
           f"{design.analyze['margin_headroom_fraction']:.3g} of the base's headroom, 1 − pass@{k} (PLAN.md section 7; *not asked*: "
-          f"it could hardly fail there, and such a row's selection is — unless the ceiling falls). *ceiling rises*: the 95% interval of Δpass@{k} lies above 0 (descriptive, not a "
+          f"it could hardly fail there, and such a row's selection is undecided, shown as —, unless the ceiling falls). *ceiling rises*: the 95% interval of Δpass@{k} lies above 0 (descriptive, not a "
           f"registered test). *selection*: pass@1 rises and the ceiling is equivalent or falls. The primary entry is judged on raw "
           f"p-values (an intersection-union test); every other row is secondary, its verdicts on Holm-adjusted p-values (in "
           f"parentheses) within the family *secondary-{ps}*. *base catches up*: the first k at which RL is no longer above the base "
@@ -211,7 +211,7 @@ def report(run: Path, res: dict, figs: list[Path]) -> str:
     L += ["", "## Power", "", res["power"]["statement"], ""]
     L += report_sensitivity(res)
     L += ["## The second version's verdicts", "",
-          "What the analysis before PLAN.md change 28 would say: every test in its family whatever the headroom, and bootstrap "
+          "What the analysis before PLAN.md change 29 would say: every test in its family whatever the headroom, and bootstrap "
           "p-values without the tie tolerance. Shown for comparison; the registered verdicts are the ones above.", "",
           "| condition | step | scoring | pass@1 rises | equivalent | falls | selection (v2) | selection (registered) |",
           "|---|---|---|---|---|---|---|---|"]

@@ -227,7 +227,7 @@ def analyze_beyond(design: Design, base: dict, rl: dict, sets: dict, last: int, 
     covered = [r["covered"] for r in contrasts]
     return {"set": big or "test", "n": n, "extrapolate_to": ext, "resamples": B,
             "rule": "the plain beta-binomial, fitted by maximum likelihood (scipy Nelder-Mead on logit μ, log(α + β); "
-                    "passmodel.fit_betabinom), registered (PLAN.md change 28); the zero-inflated model's AIC and predictions are "
+                    "passmodel.fit_betabinom), registered (PLAN.md change 29); the zero-inflated model's AIC and predictions are "
                     "reported beside it, not used. Bands and intervals: parametric bootstrap, refits of data drawn from the fit.",
             "label": MODEL_BASED, "fits": fits, "check": check, "contrasts": contrasts,
             "contrast_coverage": {"covered": int(sum(covered)), "of": len(covered)} if covered else None,

@@ -268,7 +268,9 @@ def test_primary_answer_no_when_the_ceiling_rises(tmp_path):
 def test_primary_answer_no_when_pass1_does_not_rise(tmp_path):
     base = [2, 4] * 20
     out = analyze_b.run_analysis(write_run(tmp_path / "run", base, {("many", 10): [4, 2] * 20}), make_figures=False)
-    assert out["primary"]["answer"] is False and "**No** (pass@1 is not shown to rise)" in out["primary"]["sentence"]
+    sentence = out["primary"]["sentence"]
+    assert out["primary"]["answer"] is False and "**No**: pass@1 is not shown to rise" in sentence
+    assert sentence.count("not shown to rise") == 1  # said once
     e = entry(out, "many", 10)  # the ceiling is the same, but the base solves every problem within k: nothing to test
     assert e["headroom"] == pytest.approx(0.0, abs=1e-12) and e["ceiling_testable"] is False and e["ceiling_equivalent"] is None
     assert e["ceiling_equivalent_v2"] is True  # the second version called it equivalent: the test that could not fail

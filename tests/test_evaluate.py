@@ -89,3 +89,27 @@ def test_choose_sets_rule():
     assert sets["3"] == [1, 5, 3]  # p(1-p): .25, .25 (tie by index), then .1875 (index 3 before 4)
     assert sets["1"] == [1]
     assert sets["10"] == [1, 5, 3, 4, 6]  # only the five informative problems exist
+
+
+@pytest.mark.parametrize("scoring", ["strict", "loose"])
+def test_select_reads_the_pass_rate_of_its_scoring(scoring, tmp_path, monkeypatch):
+    """select.scoring (PLAN.md change 31): a model that answers right but never writes the tags has
+    strict pass rate 0 everywhere, so only the loose rule finds informative problems."""
+    import countdown
+
+    cfg = config.load(None, ["task.name=arith-1x1", "task.n_train=20", "select.n_problems=4", "select.samples=4",
+                             f"select.scoring={scoring}", "device=cpu"])
+    problems = countdown.make_splits("arith-1x1", 20, cfg.task.n_test, cfg.task.seed)[0][:4]
+    wrong = [p.answer + 1 for p in problems]
+    # problem 0: right once in four, untagged (loose only); problem 1: right twice, tagged (both); 2, 3: never
+    texts = [[f"so {problems[0].answer}"] + [f"so {wrong[0]}"] * 3,
+             [f"<answer>{problems[1].answer}</answer>"] * 2 + [f"<answer>{wrong[1]}</answer>"] * 2,
+             [str(wrong[2])] * 4, [str(wrong[3])] * 4]
+    monkeypatch.setattr(evaluate, "load_model", lambda *a, **k: (None, None))
+    monkeypatch.setattr(evaluate, "sample_problems", lambda *a, **k: (texts, [0.0] * 4))
+    res = evaluate.select(cfg, "unused", tmp_path, progress=False)
+    rates = list(res["pass_rates"].values())
+    assert rates == ([0.0, 0.5, 0.0, 0.0] if scoring == "strict" else [0.25, 0.5, 0.0, 0.0])
+    assert res["informative"] == [p.id for p, r in zip(problems, rates) if 0 < r < 1]
+    assert res["rule"].startswith(f"0 < {scoring} pass rate < 1")
+    assert res["sets"]["1"] == [problems[1].id]  # p(1 - p) is largest at 0.5

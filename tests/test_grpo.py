@@ -102,7 +102,7 @@ def test_method_batches():
 
 
 def test_sft_one_gold_copy_of_weight_g_is_the_gradient_of_g_copies(fitted_dir, smoke_cfg):
-    """PLAN.md change 28: SFT trains each gold solution once with advantage G instead of G identical
+    """PLAN.md change 29: SFT trains each gold solution once with advantage G instead of G identical
     copies with advantage 1; the loss is linear in the advantage, so the gradient is the same."""
     grads = []
     for copies, weight in ((4, 1.0), (1, 4.0)):
@@ -350,7 +350,7 @@ def test_resume_loads_the_optimizer_state_as_an_uninterrupted_run_holds_it(fitte
 
 @pytest.mark.parametrize("rule,chosen", [("dev", 0.001), ("reward", 0.003)])
 def test_lr_sweep_rule_dev_ignores_the_training_reward(tmp_path, monkeypatch, rule, chosen):
-    """PLAN.md change 28: with lr_sweep.rule dev the rate with the best held-out dev pass@1 wins even
+    """PLAN.md change 29: with lr_sweep.rule dev the rate with the best held-out dev pass@1 wins even
     where another has the higher training reward (the effect under test); rule reward is the
     report's choice. The sweep's training is replaced by one that writes the two logs."""
     cfg = config.load(None, ["lr_sweep.candidates=[0.001, 0.003]", "lr_sweep.steps=4", "lr_sweep.last=2", f"lr_sweep.rule={rule}"])

@@ -386,7 +386,7 @@ def test_a_damaged_adapter_is_one_line_for_grpo_and_redone_by_the_pipeline(small
     before = snapshot(run)
     r = grpo_cmd("eval", "--config", str(small_cfg), "--run", str(run), "--adapter", str(adapter), timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "adapter_model.safetensors" in r.stderr and "cut short" in r.stderr and "--stage train --condition many --force" in r.stderr
+    assert "adapter_model.safetensors" in r.stderr and "cut short" in r.stderr and f"--out {run}): it moves that training run aside and retrains it, and only it" in r.stderr
     assert snapshot(run) == before  # nothing moved or written
     r = pipeline("--config", str(small_cfg), "--out", str(run), "--quiet", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -408,6 +408,8 @@ def test_a_damaged_resume_point_or_base_is_one_line_and_writes_nothing(small_cfg
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "the resume point" in r.stderr and "move" in r.stderr and str(run / "train_many_s0") in r.stderr
     assert snapshot(run) == before
+    d = pipeline("--config", str(small_cfg), "--out", str(run), "--dry-run", timeout=120)
+    assert d.returncode == 0 and "1 damaged" in next(x for x in d.stdout.splitlines() if x.startswith("  train ")), d.stdout
     truncate(run / "base_model" / "model.safetensors", 1000)
     r = grpo_cmd("eval", "--config", str(small_cfg), "--run", str(run), timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "model.safetensors" in r.stderr and "--stage base" in r.stderr
@@ -424,7 +426,7 @@ INTERRUPTS = {  # where a Ctrl-C lands: (what raises it, the stage it interrupts
 
 
 @pytest.mark.parametrize("where", list(INTERRUPTS))
-def test_the_manifest_never_says_running_after_an_interrupt(where, small_cfg, small_jobs2, tmp_path, monkeypatch):
+def test_the_manifest_never_says_running_after_an_interrupt(where, small_cfg, small_jobs2, tmp_path, monkeypatch, capsys):
     import importlib
 
     import pipeline as pl
@@ -459,6 +461,9 @@ def test_the_manifest_never_says_running_after_an_interrupt(where, small_cfg, sm
     man = json.loads((run / "manifest.json").read_text())
     assert ended(man), {k: v["status"] for k, v in {**man["stages"], **man["jobs"]}.items()}
     assert man["stages"][stage]["status"] == "interrupted"
+    assert f"interrupted during stage {stage};" in capsys.readouterr().err  # eval, not train, in a group of job stages
+    if stage == "eval":
+        assert man["stages"]["train"]["status"] == "done"  # every training run was done before the Ctrl-C
     assert man["jobs"]["train many s0"]["status"] == "interrupted"  # the killed pipeline's leftover
     later = pl.STAGES[pl.STAGES.index(stage) + 1:]
     assert all(man["stages"][s]["status"] == "interrupted" for s in later if s in man["stages"])  # not reached
@@ -535,3 +540,52 @@ def test_one_gpu_per_job_from_a_fake_device_list(monkeypatch):
 def _env_after(seconds):
     time.sleep(seconds)
     return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def recheck(*args, **kw):
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "recheck.py"), *args], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, **kw)
+
+
+def test_recheck_reruns_a_sample_of_jobs_and_finds_what_differs(small_cfg, small_jobs2, tmp_path):
+    committed = copy_run(small_jobs2, tmp_path / "committed")
+    # one committed evaluation that the recheck redoes is altered: that count and response must be
+    # found, and everything else (same machine, same code) must match
+    f = committed / "eval_many_s0_006.json"
+    d = json.loads(f.read_text())
+    d["problems"][0]["correct_loose"] += 1
+    d["problems"][0]["responses"][0] = "altered"
+    f.write_text(json.dumps(d))
+    out = tmp_path / "re"
+    r = recheck("--run", str(committed), "--config", str(small_cfg), "--out", str(out), "--train", "many:0", timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rec = json.loads((out / "recheck.json").read_text())
+    by = {x["file"]: x for x in rec["files"]}
+    assert set(by) == {"train_many_s0/step_003/adapter_model.safetensors", "train_many_s0/step_006/adapter_model.safetensors",
+                       "train_many_s0/train_log.csv", "eval_many_s0_003.json", "eval_many_s0_006.json", "eval_base.json",
+                       "verdicts.json"}
+    assert [k for k, x in by.items() if not x["equal"]] == ["eval_many_s0_006.json"]
+    bad = by["eval_many_s0_006.json"]
+    assert (bad["problems_differing_loose"], bad["responses_differing"]) == (1, 1)
+    assert bad["correct_loose"][0] == bad["correct_loose"][1] + 1
+    assert by["verdicts.json"]["numbers"] > 100 and by["verdicts.json"]["primary_answer"][0] == by["verdicts.json"]["primary_answer"][1]
+    assert "DIFFERS  evaluation   eval_many_s0_006.json" in r.stdout
+    # only that run and what reads it were redone: another run's adapter is the committed file's copy
+    other = "train_sft_s1/step_006/adapter_model.safetensors"
+    assert (out / other).read_bytes() == (committed / other).read_bytes()
+
+
+def test_recheck_refuses_another_config_or_a_run_this_code_would_redo(small_cfg, small_jobs2, tmp_path):
+    r = recheck("--run", str(small_jobs2), "--config", str(SMOKE), "--out", str(tmp_path / "a"), timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "config_hash" in r.stderr and not (tmp_path / "a").exists()
+    committed = copy_run(small_jobs2, tmp_path / "committed")
+    done = committed / "train_sft_s0" / "done.json"
+    d = json.loads(done.read_text())
+    d["provenance"]["stage_hash"] = "0" * 16  # as if another revision's code hashed its settings otherwise
+    done.write_text(json.dumps(d))
+    r = recheck("--run", str(committed), "--config", str(small_cfg), "--out", str(tmp_path / "b"), "--train", "many:0", timeout=120)
+    assert r.returncode == 2 and "train sft s0" in r.stderr and "revision" in r.stderr, r.stderr
+    assert not (tmp_path / "b").exists()
+    r = recheck("--run", str(small_jobs2), "--config", str(small_cfg), "--out", str(tmp_path / "c"), "--train", "many:9", timeout=120)
+    assert r.returncode == 2 and "many:9" in r.stderr and not (tmp_path / "c").exists()
