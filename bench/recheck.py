@@ -38,6 +38,26 @@ from pipeline import JOB_STAGES, Plan
 UNTIMED = ("sec_", "peak_")  # training-log columns that measure the machine (seconds, peak memory), not the run
 
 
+def config_difference(made: dict, cfg: config.Config) -> str | None:
+    """The first setting in which `cfg` would compute otherwise than the config a run was made with
+    (its manifest's), or None: every stage's hashed settings (so a key added since, at its "as
+    before" value, does not count), the conditions, the seeds and the analysis settings the run had."""
+    now = config.to_dict(cfg)
+    for stage in provenance.STAGE_KEYS:
+        try:
+            if provenance.hashed_settings(made, stage) != provenance.hashed_settings(now, stage):
+                return f"a setting of stage {stage}"
+        except (KeyError, TypeError):
+            return f"a setting of stage {stage}"
+    for key in ("seeds", "seeds_by_condition"):
+        if (made.get("train") or {}).get(key, {} if key == "seeds_by_condition" else None) != now["train"].get(key):
+            return f"train.{key}"
+    if made.get("conditions") != now["conditions"]:
+        return "conditions"
+    old = made.get("analyze") or {}
+    return next((f"analyze.{k}" for k in old if old[k] != now["analyze"].get(k)), None)
+
+
 def parse_pairs(items: list[str], cfg: config.Config) -> list[tuple[str, int]]:
     out = []
     for item in items:
@@ -204,9 +224,10 @@ def main(argv: list[str] | None = None) -> int:
         if not man:
             raise config.ConfigError(f"{run / 'manifest.json'}: missing or unreadable; --run takes a folder pipeline.py made")
         cfg = config.load(a.config, a.set)
-        if config.digest(config.to_dict(cfg)) != man.get("config_hash"):
-            raise config.ConfigError(f"{a.config}: not the config {run} was made with (its manifest's config_hash "
-                                     f"{man.get('config_hash')}); give that config and its --set options")
+        differs = config_difference(man.get("config") or {}, cfg)
+        if differs:
+            raise config.ConfigError(f"{a.config}: not the config {run} was made with ({differs} differs from its manifest's "
+                                     f"config, hash {man.get('config_hash')}); give that config and its --set options")
         if out.exists() and any(out.iterdir()):
             raise config.ConfigError(f"--out {out}: exists and is not empty; give a new folder")
         pairs = parse_pairs(a.train, cfg) if a.train else None

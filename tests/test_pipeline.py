@@ -578,7 +578,7 @@ def test_recheck_reruns_a_sample_of_jobs_and_finds_what_differs(small_cfg, small
 def test_recheck_refuses_another_config_or_a_run_this_code_would_redo(small_cfg, small_jobs2, tmp_path):
     r = recheck("--run", str(small_jobs2), "--config", str(SMOKE), "--out", str(tmp_path / "a"), timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "config_hash" in r.stderr and not (tmp_path / "a").exists()
+    assert "differs from its manifest's config" in r.stderr and not (tmp_path / "a").exists()
     committed = copy_run(small_jobs2, tmp_path / "committed")
     done = committed / "train_sft_s0" / "done.json"
     d = json.loads(done.read_text())
@@ -589,3 +589,20 @@ def test_recheck_refuses_another_config_or_a_run_this_code_would_redo(small_cfg,
     assert not (tmp_path / "b").exists()
     r = recheck("--run", str(small_jobs2), "--config", str(small_cfg), "--out", str(tmp_path / "c"), "--train", "many:9", timeout=120)
     assert r.returncode == 2 and "many:9" in r.stderr and not (tmp_path / "c").exists()
+
+
+def test_recheck_compares_what_a_config_computes_not_its_whole_hash(monkeypatch):
+    """A key added since a run was made, at its 'as before' value, is no difference; a changed
+    setting, seed list or analysis setting is, and is named."""
+    import config
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import recheck
+
+    cfg = config.load(str(SMOKE))
+    made = config.to_dict(cfg)
+    del made["select"]["scoring"]  # as a run made before select.scoring existed records it
+    assert recheck.config_difference(made, cfg) is None
+    assert recheck.config_difference(made, config.load(str(SMOKE), ["train.lr=0.5"])) == "a setting of stage train"
+    assert recheck.config_difference(made, config.load(str(SMOKE), ["train.seeds=[0]"])) == "train.seeds"
+    assert recheck.config_difference(made, config.load(str(SMOKE), ["analyze.resamples=300"])) == "analyze.resamples"
