@@ -40,6 +40,7 @@ import csv
 import json
 import math
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -572,8 +573,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise config.ConfigError(f"--seed {seed}: not a seed of condition {a.condition} {seeds} (train.seeds, train.seeds_by_condition)")
         if a.cmd in ("eval", "tokens") and a.adapter and (bad := provenance.adapter_problem(a.adapter)):
             identity = study.adapter_identity(a.adapter)
-            redo = (f"run the pipeline on its folder (python pipeline.py --config {a.config} --out {run}): it moves that training "
-                    f"run aside and retrains it, and only it" if identity["condition"] else "give an intact adapter folder")
+            sets = "".join(f" --set {shlex.quote(x)}" for x in a.set)
+            redo = (f"run the pipeline on its folder (python pipeline.py --config {a.config} --out {Path(a.adapter).parent.parent}{sets}): "
+                    f"it moves that training run aside and retrains it, and redoes what reads it"
+                    if identity["condition"] else "give an intact adapter folder")
             raise config.ConfigError(f"--adapter {a.adapter}: {bad}; {redo}")
         if a.cmd == "eval" and a.eval_set != "test" and a.eval_set not in cfg.eval_sets:
             raise config.ConfigError(f"--eval-set {a.eval_set!r}: not registered (test, or one of eval_sets: {', '.join(cfg.eval_sets) or 'none'})")

@@ -556,7 +556,9 @@ def _mark(run: Path, cfg: config.Config, stages: dict, jobs: dict, todo: list[st
         if run.exists():
             if stage is not None and stages.get(stage, {}).get("status") != "done":
                 stages[stage] = {**stages.get(stage, {}), "status": status, "error": why, "ended": now()}
-            later = [s for s in todo[todo.index(stage) + 1:] if stages.get(s, {}).get("status") != "running"] if stage in todo else []
+            group = JOB_STAGES if stage in JOB_STAGES else ()  # stages run together: done or under way, not "not reached"
+            later = [s for s in todo[todo.index(stage) + 1:]
+                     if not (s in group and stages.get(s, {}).get("status") in ("running", "done"))] if stage in todo else []
             end_states(stages, jobs, status, why, later)
             write_manifest(run, cfg, stages, jobs)
     except OSError:
@@ -605,6 +607,8 @@ def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, a
 
     def on_done(job: Job) -> None:
         jobs_status[job.name] = {"status": "done", "command": job.command()}
+        if all(jobs_status[j.name]["status"] == "done" for j in jobs if j.stage == job.stage):
+            stages[job.stage] = {**stages[job.stage], "status": "done"}  # e.g. every training run: an interrupt now is eval's
         if job.stage == "train":
             import figures
 

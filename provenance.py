@@ -310,6 +310,31 @@ def _present(d: dict, key: str) -> bool:
         raise
 
 
+def config_identity(cfg_dict: dict | None) -> str | None:
+    """The digest of a recorded config (a provenance's "config") without the keys added since at
+    their "as before" value (_ADDED_OFF), so a file made before a key existed and one made after it,
+    at the same settings, agree. None when nothing is recorded."""
+    if not isinstance(cfg_dict, dict):
+        return None
+    d = copy.deepcopy(cfg_dict)
+    for key, off in _ADDED_OFF.items():
+        *path, name = key.split(".")
+        node = d
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and name in node and node[name] == off:
+            del node[name]
+    return config.digest(d)
+
+
+def same_config(a: dict | None, b: dict | None) -> bool:
+    """Two provenance records were made under the same config: by config_identity where both record
+    their config, else by their recorded config_hash."""
+    a, b = a or {}, b or {}
+    ia, ib = config_identity(a.get("config")), config_identity(b.get("config"))
+    return ia == ib if ia is not None and ib is not None else a.get("config_hash") == b.get("config_hash")
+
+
 def stage_hash(cfg: config.Config, stage: str, extra=None) -> str:
     return config.digest({**hashed_settings(config.to_dict(cfg), stage), "extra": extra})
 

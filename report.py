@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from countdown import ARITH_DIGITS, SCORINGS, Problem, classify_strategy
-from provenance import file_sha256
+from provenance import file_sha256, same_config
 from run_files import Design, read_json
 from secondary import MODEL_BASED, _operands
 
@@ -388,7 +388,7 @@ def report_beyond(res: dict) -> list[str]:
     L += ["", f"## pass@k beyond n = {n}: {MODEL_BASED}", "",
           f"Fitted by maximum likelihood to each model's per-problem counts in the {src} (the base and each condition's last "
           f"checkpoint); pass@k = 1 − B(α, β + k) / B(α, β). The plain beta-binomial is the registered model (PLAN.md change "
-          f"28); AIC's preference between it and the zero-inflated one (a share π of problems never solved) is shown, not used. "
+          f"29); AIC's preference between it and the zero-inflated one (a share π of problems never solved) is shown, not used. "
           f"Every value in the last column is **{MODEL_BASED}**, not measured; its interval is the parametric bootstrap's "
           f"({bz['resamples']} refits of data drawn from the fit). *at bound*: the fit ran to the edge of its search box "
           f"(counts all alike: a binomial or a point mass), so its extrapolation is the limit of the model, not a measurement.", "",
@@ -526,7 +526,7 @@ def _warnings(run: Path, res: dict) -> list[str]:
                     {**settings(b), "sets": b.get("provenance", {}).get("config", {}).get("eval_sets")}:
                 warnings.append(f"{prefix}{d['_file']} records other evaluation settings than {prefix}eval_base.json")
         for d in ([b] if b is not None else []) + list(docs.values()):
-            if d.get("provenance", {}).get("config_hash") != prov.get("config_hash"):
+            if not same_config(d.get("provenance"), prov):
                 warnings.append(f"{prefix}{d['_file']} was made with another config (hash {d.get('provenance', {}).get('config_hash')}) "
                                 f"than eval_base.json ({prov.get('config_hash')})")
     if (run / "evalsets").is_dir():
@@ -540,11 +540,12 @@ def _warnings(run: Path, res: dict) -> list[str]:
         if not (run / name).exists():
             warnings.append(f"{name} is missing: what it would show is left out of this report")
         elif name.endswith(".json"):
-            h = read_json(run / name).get("provenance", {}).get("config_hash")
-            if h != prov.get("config_hash"):
+            rec = read_json(run / name).get("provenance", {})
+            h = rec.get("config_hash")
+            if not same_config(rec, prov):
                 warnings.append(f"{name} was made with another config (hash {h}) than eval_base.json ({prov.get('config_hash')})")
     for d in rl.values():
-        if d.get("provenance", {}).get("config_hash") != prov.get("config_hash"):
+        if not same_config(d.get("provenance"), prov):
             warnings.append(f"{d['_file']} was made with another config (hash {d.get('provenance', {}).get('config_hash')}) "
                             f"than eval_base.json ({prov.get('config_hash')})")
     return (["## Warnings", ""] + [f"- {w}" for w in warnings] + [""]) if warnings else []

@@ -11,7 +11,9 @@ copy: everything else (the base model, probe, selection, learning rate, the othe
 reused, so only those jobs and the analysis run again. Then it compares, rerun against
 committed: each checkpoint's adapter bytes, each training log's numbers (timings aside),
 each evaluation's counts and responses, each token-level file, and every verdict of
-verdicts.json. It writes OUT/recheck.json and prints one line per file.
+verdicts.json. It writes OUT/recheck.json and prints one line per file. Exit status: 0 when
+every compared file matched, 1 when one differs, 2 when it refuses (another config, or this
+checkout would redo more than the sample), 3 when the rerun itself failed.
 
 The same machine should match everywhere, bit for bit. Another CPU may not: float rounding
 differs between instruction sets, and once one sampled token differs a run's path departs from
@@ -98,7 +100,11 @@ def compare_log(a: Path, b: Path) -> dict:
         with open(p, newline="") as f:
             return list(csv.DictReader(f))
     ra, rb = rows(a), rows(b)
-    cols = [c for c in (ra[0] if ra else {}) if c in (rb[0] if rb else {}) and not c.startswith(UNTIMED)]
+    ca = [c for c in (ra[0] if ra else {}) if not c.startswith(UNTIMED)]
+    cb = [c for c in (rb[0] if rb else {}) if not c.startswith(UNTIMED)]
+    if ca != cb:
+        return {"file": str(a), "equal": False, "what": "training log", "why": f"other columns: {sorted(set(ca) ^ set(cb))}"}
+    cols = ca
     differ = [x.get("step") for x, y in zip(ra, rb) if any(x[c] != y[c] for c in cols)]
     columns = [c for c in cols if any(x[c] != y[c] for x, y in zip(ra, rb))]
     equal = len(ra) == len(rb) and not differ
@@ -118,6 +124,8 @@ def compare_eval(a: Path, b: Path) -> dict:
         return out | {"why": "what it computed differs"}
     if len(pa) != len(pb):
         return out | {"why": f"{len(pa)} problems committed, {len(pb)} rerun"}
+    if "correct_loose" not in pa[0]:  # a token-level file: its per-problem detail
+        return out | {"why": f"{sum(x != y for x, y in zip(pa, pb))} of {len(pa)} problems' detail differs"}
     for s in ("loose", "strict"):
         ca, cb = [p.get(f"correct_{s}") for p in pa], [p.get(f"correct_{s}") for p in pb]
         out[f"problems_differing_{s}"] = sum(x != y for x, y in zip(ca, cb))
@@ -166,7 +174,9 @@ def compare_all(committed: Path, rerun: Path, removed: list[Path]) -> list[dict]
         if path.is_dir() and path.name.startswith("train_"):
             for ad in sorted(src.glob("step_*/adapter_model.safetensors")):
                 out.append(compare_adapter(ad, rerun / ad.relative_to(committed)))
-            out.append(compare_log(src / "train_log.csv", path / "train_log.csv"))
+            for log in ("train_log.csv", "train_eval.csv"):  # the training log; the held-out dev checks
+                if (src / log).exists():
+                    out.append(compare_log(src / log, path / log))
         elif path.name.startswith(("eval_", "tokens_")):
             out.append(compare_eval(src, path) | {"what": "token-level" if path.name.startswith("tokens_") else "evaluation"})
         elif path.name == "verdicts.json":
@@ -183,6 +193,8 @@ def line(r: dict) -> str:
         detail = (f"primary answer {r['primary_answer'][0]} -> {r['primary_answer'][1]}; {r['words_differing']} of {r['words']} "
                   f"verdict words and {r['numbers_differing']} of {r['numbers']} numbers differ (largest by "
                   f"{r['largest_number_difference']:.3g})")
+    elif r["what"] == "training log" and "why" in r:
+        detail = r["why"]
     elif r["what"] == "training log":
         detail = (f"{r['rows_differing']} of {r['rows']} steps differ, from step {r['first_step_differing']} "
                   f"({', '.join(r['columns_differing'][:6])})")
@@ -218,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="passed to pipeline.py")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as given to the run's pipeline.py")
     a = p.parse_args(argv)
-    run, out = Path(a.run), Path(a.out)
+    run, out = Path(a.run).resolve(), Path(a.out).resolve()
+    a.config = str(Path(a.config).resolve())  # pipeline.py runs from the repository root
     try:
         man = provenance.read_json(run / "manifest.json")
         if not man:
@@ -250,10 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     expected = {study.train_dir(out, c, s) for c, s in pairs}
     left = plan.jobs(list(JOB_STAGES))
     extra = [j.name for j in left if not (j.stage == "train" and any(j.name == f"train {c} s{s}" for c, s in pairs))
-             and not any(str(d) + "/" in " ".join(j.argv) for d in expected) and j.name not in ("eval base",)]
+             and not any(str(d) + "/" in " ".join(j.argv) for d in expected) and not (j.name == "eval base" and not a.keep_base_eval)]
     singles = [s for s in ("base", "probe", "select", "lr-sweep") if not plan.done(s)]
     if extra or singles:
-        shutil.rmtree(out)
+        shutil.rmtree(out)  # the copy this command made (--out was new or empty)
         what = (singles or extra)[0]
         print(f"recheck.py: {run}: '{what}' would be redone too ({len(extra) + len(singles)} outputs out of date under this "
               f"checkout); check out the run's revision {man.get('revision')} and try again", file=sys.stderr)
@@ -264,8 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     cmd += sum((["--set", s] for s in a.set), [])
     rc = subprocess.run(cmd, cwd=ROOT).returncode
     if rc != 0:
-        print(f"recheck.py: the rerun failed (pipeline.py exited {rc}); nothing compared", file=sys.stderr)
-        return 1
+        print(f"recheck.py: the rerun failed (pipeline.py exited {rc}); nothing compared. {out} holds it: run the same "
+              f"pipeline.py command on it to finish, or delete it", file=sys.stderr)
+        return 3
     results = compare_all(run, out, removed)
     record = {"committed": str(run), "rerun": str(out), "train": [f"{c}:{s}" for c, s in pairs],
               "revision_committed": man.get("revision"), "revision_here": here, "machine_here": machine(),
@@ -274,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"recheck.py: {record['equal']} of {record['compared']} files equal to {run}'s (details in {out / 'recheck.json'})")
     for r in results:
         print(line(r))
-    return 0
+    return 0 if results and record["equal"] == record["compared"] else 1
 
 
 if __name__ == "__main__":

@@ -1080,3 +1080,24 @@ def test_strategies_are_counted_per_model_and_read_as_registered(tmp_path):
     assert "## Strategies" in text and "| 16 | 8 | no-product |" in text
     assert "[split] <think>57 * 5" in text  # the side-by-side names each response's strategy
     assert (run / "figures" / "strategies.png").exists()
+
+
+def test_a_key_added_since_at_its_old_value_is_not_another_config(tmp_path):
+    """An input made by a revision that knows a newer config key, at its 'as before' value, is made
+    under the same config as one made before the key existed (provenance.same_config); any other
+    difference is still named."""
+    run = _good_run(tmp_path)
+    for g in run.glob("eval_*.json"):  # every input records the select section; one of them also the newer key
+        e = json.loads(g.read_text())
+        e["provenance"]["config"]["select"] = {"samples": 16}
+        g.write_text(json.dumps(e))
+    f = next(run.glob("eval_many_*.json"))
+    d = json.loads(f.read_text())
+    d["provenance"]["config"]["select"]["scoring"] = "strict"
+    f.write_text(json.dumps(d))
+    analyze_b.run_analysis(run, make_figures=False)
+    assert "made with another config" not in (run / "report.md").read_text()
+    d["provenance"]["config"]["select"]["scoring"] = "loose"
+    f.write_text(json.dumps(d))
+    analyze_b.run_analysis(run, make_figures=False)
+    assert f"{f.name} was made with another config" in (run / "report.md").read_text()

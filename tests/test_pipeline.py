@@ -386,7 +386,7 @@ def test_a_damaged_adapter_is_one_line_for_grpo_and_redone_by_the_pipeline(small
     before = snapshot(run)
     r = grpo_cmd("eval", "--config", str(small_cfg), "--run", str(run), "--adapter", str(adapter), timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "adapter_model.safetensors" in r.stderr and "cut short" in r.stderr and f"--out {run}): it moves that training run aside and retrains it, and only it" in r.stderr
+    assert "adapter_model.safetensors" in r.stderr and "cut short" in r.stderr and f"--out {run}): it moves that training run aside and retrains it, and redoes what reads it" in r.stderr
     assert snapshot(run) == before  # nothing moved or written
     r = pipeline("--config", str(small_cfg), "--out", str(run), "--quiet", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -558,11 +558,11 @@ def test_recheck_reruns_a_sample_of_jobs_and_finds_what_differs(small_cfg, small
     f.write_text(json.dumps(d))
     out = tmp_path / "re"
     r = recheck("--run", str(committed), "--config", str(small_cfg), "--out", str(out), "--train", "many:0", timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 1, r.stderr[-3000:]  # one file differs
     rec = json.loads((out / "recheck.json").read_text())
     by = {x["file"]: x for x in rec["files"]}
     assert set(by) == {"train_many_s0/step_003/adapter_model.safetensors", "train_many_s0/step_006/adapter_model.safetensors",
-                       "train_many_s0/train_log.csv", "eval_many_s0_003.json", "eval_many_s0_006.json", "eval_base.json",
+                       "train_many_s0/train_log.csv", "train_many_s0/train_eval.csv", "eval_many_s0_003.json", "eval_many_s0_006.json", "eval_base.json",
                        "verdicts.json"}
     assert [k for k, x in by.items() if not x["equal"]] == ["eval_many_s0_006.json"]
     bad = by["eval_many_s0_006.json"]
@@ -606,3 +606,29 @@ def test_recheck_compares_what_a_config_computes_not_its_whole_hash(monkeypatch)
     assert recheck.config_difference(made, config.load(str(SMOKE), ["train.lr=0.5"])) == "a setting of stage train"
     assert recheck.config_difference(made, config.load(str(SMOKE), ["train.seeds=[0]"])) == "train.seeds"
     assert recheck.config_difference(made, config.load(str(SMOKE), ["analyze.resamples=300"])) == "analyze.resamples"
+
+
+def test_an_interrupt_during_eval_after_this_runs_training_names_eval(small_cfg, small_jobs2, tmp_path, monkeypatch, capsys):
+    """Training ran in this invocation and finished; a Ctrl-C during the next evaluation is eval's,
+    and the finished stage stays done (before, the whole group of job stages read as train's)."""
+    import jobs
+    import pipeline as pl
+
+    run = copy_run(small_jobs2, tmp_path / "run")
+    shutil.rmtree(run / "train_many_s0")
+    for f in run.glob("eval_many_s0_*.json"):
+        f.unlink()
+    real = jobs.run_grpo
+
+    def interrupt(argv, *args, **kw):
+        if argv[0] == "eval":
+            raise KeyboardInterrupt
+        return real(argv, *args, **kw)
+
+    monkeypatch.setattr(jobs, "run_grpo", interrupt)
+    monkeypatch.chdir(ROOT)
+    assert pl.main(["--config", str(small_cfg), "--out", str(run), "--quiet"]) == 130
+    man = json.loads((run / "manifest.json").read_text())
+    assert (man["stages"]["train"]["status"], man["stages"]["eval"]["status"]) == ("done", "interrupted")
+    assert man["jobs"]["train many s0"]["status"] == "done" and ended(man)
+    assert "interrupted during stage eval;" in capsys.readouterr().err
