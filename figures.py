@@ -93,12 +93,7 @@ def training_figure(run: Path, checkpoints: list[int], dev: bool = True) -> Path
             ax.plot([r["step"] for r in rows], [r[col] for r in rows], color=color, lw=1, alpha=0.8,
                     label=None if c in labelled else c)
             labelled.add(c)
-        for st in checkpoints:
-            ax.axvline(st, color="grey", ls="--", lw=0.8)
-        ax.set_ylabel(title)
-        ax.set_xlabel("training step")
-        _integer_ticks(ax)
-        ax.grid(alpha=0.3)
+        _step_axes(ax, title, checkpoints)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     axes[0, 0].legend(title="condition", fontsize=8)
@@ -135,12 +130,7 @@ def training_dev_figure(run: Path, checkpoints: list[int]) -> Path | None:
             common = sorted(set.intersection(*(set(r) for r in runs)))
             ax.plot(common, [np.mean([r[s] for r in runs]) for s in common], color=color, lw=2,
                     label=f"{c} (mean of {len(runs)} seed{'s' if len(runs) > 1 else ''})")
-        for st in checkpoints:
-            ax.axvline(st, color="grey", ls="--", lw=0.8)
-        ax.set_ylabel(title)
-        ax.set_xlabel("training step")
-        _integer_ticks(ax)
-        ax.grid(alpha=0.3)
+        _step_axes(ax, title, checkpoints)
     axes[0].legend(fontsize=7)
     fig.suptitle(f"held-out dev problems during training (train_eval.csv; n = {', '.join(map(str, ns)) or '?'} samples each; "
                  "thin: one seed)", fontsize=10)
@@ -386,6 +376,16 @@ def lr_sweep_figure(run: Path, out: Path, design: Design) -> Path | None:
         plt.close(fig)
         return path
     return None
+
+
+def _step_axes(ax, title: str, checkpoints: list[int]) -> None:
+    """A panel over training steps: the checkpoints as dashed lines, integer step ticks, a grid."""
+    for st in checkpoints:
+        ax.axvline(st, color="grey", ls="--", lw=0.8)
+    ax.set_ylabel(title)
+    ax.set_xlabel("training step")
+    _integer_ticks(ax)
+    ax.grid(alpha=0.3)
 
 
 def _save(fig, path: Path) -> Path:

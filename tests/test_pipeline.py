@@ -491,7 +491,7 @@ def test_offline_the_hub_model_fails_in_a_second_with_the_right_command(tmp_path
         took = time.perf_counter() - t0
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "`hf download Qwen/Qwen2.5-0.5B-Instruct --revision 7ae557604adf67be50417f59c2c2f167def9a775`" in r.stderr
-        assert took < 5, took  # it used to wait 27 s through the hub client's retries
+        assert took < 5, took  # the hub client's own retries take about 27 s
 
 
 def test_help_texts_list_choices_and_subcommands():
@@ -610,7 +610,7 @@ def test_recheck_compares_what_a_config_computes_not_its_whole_hash(monkeypatch)
 
 def test_an_interrupt_during_eval_after_this_runs_training_names_eval(small_cfg, small_jobs2, tmp_path, monkeypatch, capsys):
     """Training ran in this invocation and finished; a Ctrl-C during the next evaluation is eval's,
-    and the finished stage stays done (before, the whole group of job stages read as train's)."""
+    and the finished stage stays done: a group of job stages is not all train's."""
     import jobs
     import pipeline as pl
 
