@@ -46,7 +46,7 @@ from countdown import SCORINGS
 from provenance import atomic_write_text, content_sha256, file_sha256, move_aside
 from run_files import (DEV_COLUMNS, DEV_REQUIRED, InputError, find_evals, find_set, find_tokens, read_csv, read_json)
 from power import crossed_coverage, design_se, power_one_sided, t_result, variance_components
-from stats import (boot_curves, crossed_estimate, crossed_replicates, crossover_summary, holm, holm_mc_se, mc_se, p_above, p_below,
+from stats import (TIE, boot_curves, crossed_estimate, crossed_replicates, crossover_summary, holm, holm_mc_se, mc_se, p_above, p_below,
                    p_equivalence, pass_at_k_curves, percentile_interval, resample_indices, seed_resample_indices,
                    selection_answer, simultaneous_band, third_clause_interval, verdict_v1)
 
@@ -311,8 +311,9 @@ def verdicts_json(res: dict, run: Path) -> dict:
                                 "(RL − base) averaged over the drawn problems; percentile intervals; with one seed it is the paired "
                                 "bootstrap over problems",
                       "resamples": res["resamples"], "seed": res["seed"], "interval": "percentile",
-                      "p_values": "one-sided (1 + #{D* <= 0}) / (B + 1) for a rise, (1 + #{D* >= 0}) / (B + 1) for a fall; "
-                                  "TOST max((1 + #{D* <= -m}) / (B + 1), (1 + #{D* >= m}) / (B + 1))"},
+                      "p_values": "one-sided (1 + #{D* <= tie}) / (B + 1) for a rise, (1 + #{D* >= -tie}) / (B + 1) for a fall; "
+                                  "TOST max((1 + #{D* <= -m + tie}) / (B + 1), (1 + #{D* >= m - tie}) / (B + 1)); "
+                                  f"tie = {TIE:g} (PLAN.md section 7)"},
         "resamples": res["resamples"], "ci": res["ci"], "seed": res["seed"],
         "equivalence_margin": res["margin"],
         "alpha": {"one_sided": res["alpha_one"], "tost": res["alpha_tost"], "interval": res["ci"], "tost_interval": 1 - 2 * res["alpha_tost"],

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
+import countdown
+
 
 class ConfigError(ValueError):
     pass
@@ -83,7 +85,7 @@ class TaskCfg:
     prompt_style: str = "instruct"  # instruct | bare (see countdown.prompt_messages)
     # The instruct prompt's system message: Qwen2.5-Instruct's own default, sent explicitly (PLAN.md
     # change 16); null sends none, so the model's chat template supplies its own default, if any.
-    system_prompt: str | None = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+    system_prompt: str | None = countdown.SYSTEM_PROMPT
 
 
 @dataclass
@@ -96,7 +98,7 @@ class LoraCfg:
     # sum (bench/fold_kl.py measures the policy mismatch; PLAN.md change 21). Off: the exact policy.
     fold_for_sampling: bool = False
     # On CUDA, LoRA's fp32 matrix products (its weights and the fp32 copies of its inputs) in TF32: about
-    # 8x the fp32 throughput at a 10-bit mantissa. Off: exact fp32, as every registered run so far.
+    # 8x the fp32 throughput at a 10-bit mantissa. Off: exact fp32 (the registered configs).
     tf32: bool = False
 
 

@@ -188,7 +188,7 @@ def make_splits(task: str, n_train: int, n_test: int, seed: int) -> tuple[list[P
 
 # ----------------------------------------------------------------------------- prompts
 
-# Qwen2.5-Instruct's own default system message, sent explicitly (PLAN.md change 11): the rendered
+# Qwen2.5-Instruct's own default system message, sent explicitly (PLAN.md change 16): the rendered
 # ChatML is then the same under Qwen2.5's template (which inserts it when none is given) and under
 # any other ChatML template (the rehearsal's Qwen tokenizer adds no default).
 SYSTEM_PROMPT = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
@@ -359,7 +359,7 @@ def gold_solution(problem: Problem, style: str = "instruct") -> str:
     return f"<think>{work}. {product} - {c} = {value}</think>\n<answer>{value}</answer>"
 
 
-# --- Which strategy a response to a * b - c uses (what RL selected; issue "strategies, counted").
+# --- Which strategy a response to a * b - c uses (what RL selected: PLAN.md section 7d).
 
 STRATEGIES = ("split", "one-step", "no-product")  # how the product is computed; PLAN.md section 7d
 _TIMES = re.compile(r"(?<=[0-9)])\s*(?:[x×·∙]|times)\s*(?=[0-9(])")

@@ -23,7 +23,7 @@ The controls of PLAN.md section 4 are entries of the condition registry, read by
 same surrogate -sum(A * log pi) / constant:
   grpo  the policy's samples, A = reward - group mean               [D1]
   rft   the policy's samples, A = reward (the correct ones, weight 1; rejection-sampling fine-tuning)
-  sft   gold solutions written by code (countdown.gold_solution), A = 1; no rollouts
+  sft   gold solutions written by code (countdown.gold_solution), one copy each with A = G; no rollouts
 
 Loading and LoRA live in model.py, the sampler in sampler.py, evaluation in evaluate.py; this
 file is the method and its loop.
@@ -121,7 +121,7 @@ def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: 
     rows = [i for i in range(len(completions)) if every_row or adv[i].item() != 0.0]
     order = (lambda idx: sorted(idx, key=lambda i: len(completions[i]))) if sort_by_length else list  # train.sort_by_length
     rows = order(rows)
-    total, kl_sum, ent_sum, n_tok = 0.0, 0.0, 0.0, 0.0
+    total, kl_sum, n_tok = 0.0, 0.0, 0.0
     gap_sum, gap_max = 0.0, float("nan")
 
     def micro_batches(idx):
@@ -142,14 +142,11 @@ def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: 
         n_tok += cmask.sum().item()
         if ref is not None:
             kl_sum += (k3(logp.detach(), ref) * cmask).sum().item()
-        if ent is not None:
-            ent_sum += (ent.detach() * cmask).sum().item()
         if sampled_logp is not None:
             gap = (logp.detach() - pack_logprobs([sampled_logp[i] for i in chunk], cmask.shape[1]).to(device)).abs() * cmask  # (b, Lc)
             gap_sum += gap.sum().item()
             gap_max = max(gap.max().item(), gap_max) if gap_max == gap_max else gap.max().item()
     out = {"loss": total, "kl_mean": kl_sum / max(n_tok, 1) if kl > 0 else float("nan"),
-           "entropy_trained": ent_sum / max(n_tok, 1) if entropy > 0 else float("nan"),
            "logp_gap_mean": gap_sum / n_tok if sampled_logp is not None and n_tok else float("nan"), "logp_gap_max": gap_max}
     if measure_kl and kl == 0:  # a diagnostic only: no gradient, every sample
         kl_sum, n_tok = 0.0, 0.0
@@ -243,10 +240,10 @@ def no_rollouts(n: int) -> tuple[Samples, list[dict]]:
                                                                               "format": float("nan")}] * n
 
 
-def gold_completions(tok, problems: list, copies: int, style: str) -> list[list[int]]:
-    """Each problem's written solution (countdown.gold_solution) with its EOS, `copies` times."""
+def gold_completions(tok, problems: list, style: str) -> list[list[int]]:
+    """Each problem's written solution (countdown.gold_solution) with its EOS, once (SFT weighs it G)."""
     return [tok(countdown.gold_solution(p, style), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-            for p in problems for _ in range(copies)]
+            for p in problems]
 
 
 LOG_FIELDS = ["step", "reward_mean", "zero_signal_frac", "format_rate", "len_mean", "len_max", "truncated_frac",
@@ -257,7 +254,7 @@ DEV_FIELDS = ["step", "n_problems", "n", "strict_pass1", "loose_pass1", "strict_
 
 def log_row(step: int, lr: float, method: Method, rewards: torch.Tensor, scored: list[dict], samples: Samples,
             completions: list[list[int]], grad: dict, gnorm: float, gnorm_after: float, seconds: tuple[float, float],
-            peak_mb: float) -> dict:
+            peak_mb: tuple[float, float]) -> dict:
     """One row of train_log.csv (LOG_FIELDS). rewards: (P, G)."""
     lens = [len(x) for x in completions]
     return {
@@ -318,7 +315,7 @@ def save_checkpoint(model, out: Path, step: int, cfg: config.Config, base: str) 
     atomic_replace_dir(tmp, out / f"step_{step:03d}")
 
 
-def resume(out: Path, model, opt, meta: dict, device: torch.device) -> tuple[int, list[dict], list[dict]]:
+def resume(out: Path, model, opt, meta: dict) -> tuple[int, list[dict], list[dict]]:
     """(first step to run, log rows, dev rows) from out/last, or (1, [], []) for a fresh run."""
     old = out / ".last.old"
     if not (out / "last").exists() and (old / "state.json").exists():
@@ -384,7 +381,7 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
     out.mkdir(parents=True, exist_ok=True)
     meta = {"condition": run.name, "train_seed": run.seed, "lr": run.lr, "steps": run.steps,
             "provenance": record(cfg, run.stage, run.inputs, str(device))}
-    start, rows, dev_rows = resume(out, model, opt, meta, device)
+    start, rows, dev_rows = resume(out, model, opt, meta)
     stops, pad = stop_ids(model, tok), pad_id(tok)
     prompt_len = max(len(p) for p in render_prompts(tok, run.pool[:256], cfg.task.prompt_style, cfg.task.system_prompt))
     micro_batch = auto_micro_batch(cfg, model.config, prompt_len, free_memory_gib(device) if cfg.memory_gb == "auto" else None)
@@ -408,7 +405,7 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
         samples, scored = rollouts(model, tok, cfg, run, problems, prompts, step, stops, pad) if method.rollouts else no_rollouts(P * G)
         t1 = time.perf_counter()
         rewards = torch.tensor([float(d[run.cond.reward]) for d in scored]).view(P, G)  # [D5] strict score only (format: the control)
-        completions = samples.tokens if method.rollouts else gold_completions(tok, problems, 1, cfg.task.prompt_style)
+        completions = samples.tokens if method.rollouts else gold_completions(tok, problems, cfg.task.prompt_style)
         adv = method.advantages(rewards)  # (P*G,) rollouts, (P,) gold solutions
         copies = G if method.rollouts else 1
         grad = policy_gradient(model, [prompts[i // copies] for i in range(P * copies)], completions, adv, normalizer, micro_batch, pad,
@@ -473,7 +470,7 @@ def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) ->
             out = folder / f"lr_{lr:g}"
             done = out / "done.json"
             for marker in (done, out / "last" / "state.json"):
-                if marker.exists() and json.loads(marker.read_text())["provenance"]["stage_hash"] != want:
+                if marker.exists() and provenance.recorded_hash(marker) != want:
                     shutil.rmtree(out)  # made under other settings (the pipeline asks first): run it again
                     break
             if not done.exists():

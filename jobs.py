@@ -2,7 +2,7 @@
 them in the registry's order, N at a time in worker processes or on a Ray cluster, each once the
 jobs it waits for are done, with an ETA from the run's measured times. Also the run folder's lock
 and the move-aside of outputs that a rerun replaces (RUN/superseded/<time>/, never deleted).
-No torch in this process: a worker runs grpo.py itself.
+This module imports no torch: with --jobs 1 a job's grpo.py runs in this process, with N > 1 in a worker.
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def run_grpo(argv: list[str]) -> int:
 class Runner:
     """Runs jobs in the registry's order, up to `n` at a time, each once the jobs it needs are
     done. n == 1 runs each job in this process; n > 1 in a pool of n worker processes. Either
-    way a job is grpo.main(argv) with the argv of the command a user would type. Prints what is
+    way a job is grpo.py run as __main__ (run_grpo) with the argv of the command a user would type. Prints what is
     running, done and left, with an ETA from the measured step and evaluation times."""
 
     def __init__(self, run: Path, threads: int, n: int, executor: str, ray_address: str | None, quiet: bool, on_start, on_done,

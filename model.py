@@ -341,8 +341,8 @@ class TokenLogProbs(torch.autograd.Function):
     `logits.float()`, logsumexp and gather would keep an fp32 copy of all the logits and build
     two more fp32 tensors of that size in backward: 16 bytes per completion position and
     vocabulary entry for a bf16 model, 4 here (for one micro-batch row of the 0.5B study, 385
-    positions x 151,936 entries: 0.87 GiB before, 0.22 GiB here). The numbers are the same ops in
-    the same order, per chunk: same values and gradients on the CPU (tests/test_speed_options.py;
+    positions x 151,936 entries: 0.22 GiB instead of 0.87). The numbers are the same ops in
+    the same order, per chunk: same values and gradients on the CPU (tests/test_model.py;
     a GPU's reduction kernels may split rows differently, untested)."""
 
     CHUNK = LOGPROB_CHUNK  # elements of one chunk's fp32 temporaries (64 MB each; memory.py counts three)

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import config
+import countdown
 
 ROOT = Path(__file__).resolve().parent
 FILE_MODE = 0o644  # outputs are read by others (mkstemp alone would leave 0600)
@@ -256,7 +257,7 @@ STAGE_KEYS = {
 # Keys added after runs were made, with the value that means "as before": at that value a key
 # is left out of the hash, so the runs made before it existed keep theirs.
 _ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "model.gguf": None,
-              "task.system_prompt": "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+              "task.system_prompt": countdown.SYSTEM_PROMPT,
               "train.sampling.decode": "eager", "eval.sampling.decode": "eager", "lora.tf32": False,
               "lr_sweep.rule": "reward", "select.scoring": "strict"}
 _NOT_IN_HASH = {
@@ -316,14 +317,9 @@ def config_identity(cfg_dict: dict | None) -> str | None:
     at the same settings, agree. None when nothing is recorded."""
     if not isinstance(cfg_dict, dict):
         return None
-    d = copy.deepcopy(cfg_dict)
+    d = dict(cfg_dict)  # _drop_if copies each section it changes
     for key, off in _ADDED_OFF.items():
-        *path, name = key.split(".")
-        node = d
-        for part in path:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict) and name in node and node[name] == off:
-            del node[name]
+        _drop_if(d, key, off)
     return config.digest(d)
 
 

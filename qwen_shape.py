@@ -219,14 +219,7 @@ def build_base(cfg: config.Config, out: Path, progress: bool = True, stage_hash:
     info["seconds"] = round(time.perf_counter() - t0, 1)
     (tmp / "build.json").write_text(json.dumps(info, indent=1) + "\n")
     provenance.readable_by_all(tmp)
-    old = out.with_name(f".{out.name}.old")
-    if old.exists():
-        shutil.rmtree(old)
-    if out.exists():
-        out.rename(old)
-    tmp.rename(out)
-    if old.exists():
-        shutil.rmtree(old)
+    provenance.atomic_replace_dir(tmp, out)
     return info
 
 

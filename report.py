@@ -1,6 +1,6 @@
 """report.md and the terminal headline, from the analysis' result (analyze_b.analyze): the
-primary answer first, then every table in PLAN.md's order. Words only; every number comes from the
-result, and nothing here computes a statistic.
+primary answer first, then every table in PLAN.md's order. Words and tables; the numbers come from
+the result (a few summaries of its rows, such as a mean |error|, are taken here).
 """
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ def left_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tenso
 
 @functools.cache
 def growing_kv_class():
-    """GrowingKV, built on first use so that importing grpo does not import transformers."""
+    """GrowingKV, built on first use so that importing this module does not import transformers."""
     from transformers.cache_utils import DynamicLayer
 
     class GrowingKV(DynamicLayer):

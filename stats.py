@@ -120,7 +120,7 @@ def p_above(reps: np.ndarray, value: float = 0.0, tie: float = TIE) -> float:
     p = (1 + #{D* <= value + tie}) / (B + 1). Below 0.025 <=> (up to interpolation) the 95%
     interval's lower bound is above `value`. Never 0: the smallest p is 1 / (B + 1). A replicate
     equal to `value` in exact arithmetic (two equal means) can land a rounding error above it;
-    `tie` counts it where it belongs, against the alternative (tie = 0: the first two versions)."""
+    `tie` counts it where it belongs, against the alternative (tie = 0 gives the *_v2 verdicts)."""
     reps = np.asarray(reps)
     return float((1 + np.count_nonzero(reps <= value + tie)) / (reps.size + 1))
 
@@ -134,7 +134,7 @@ def p_below(reps: np.ndarray, value: float = 0.0, tie: float = TIE) -> float:
 
 def p_equivalence(reps: np.ndarray, margin: float, tie: float = TIE) -> float:
     """TOST (two one-sided tests) p-value for H0: |Delta| >= margin against |Delta| < margin:
-    p = max(p_lo, p_hi), p_lo = (1 + #{D* <= -m}) / (B + 1), p_hi = (1 + #{D* >= m}) / (B + 1).
+    p = max(p_lo, p_hi), p_lo = (1 + #{D* <= -m + tie}) / (B + 1), p_hi = (1 + #{D* >= m - tie}) / (B + 1).
     Below 0.05 <=> (up to interpolation) the 90% interval lies inside (-m, m)."""
     return max(p_above(reps, -margin, tie), p_below(reps, margin, tie))
 

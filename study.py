@@ -22,6 +22,7 @@ import countdown
 import provenance
 
 ROOT = Path(__file__).resolve().parent
+BASE_SAVE_EVERY = 100  # steps between the CPU world's base build's resume points (tiny_base.py; said by pipeline.py)
 
 
 def seed_for(*parts) -> int:

@@ -33,6 +33,7 @@ import torch
 import config
 import countdown
 import provenance
+import study
 
 PAD, EOS, BOS = "<|pad|>", "<|im_end|>", "<|im_start|>"
 TAGS = ["<think>", "</think>", "<answer>", "</answer>"]
@@ -143,7 +144,7 @@ def trace_batches(tok, b: config.TinyBaseCfg, task: str, n_train: int, n_test: i
 # ----------------------------------------------------------------------------- training
 
 
-SAVE_EVERY = 100  # steps between the base's resume points (RUN/.base_model.partial)
+SAVE_EVERY = study.BASE_SAVE_EVERY  # steps between the base's resume points (RUN/.base_model.partial)
 
 
 def train_base(cfg: config.Config, out: Path, progress: bool = True, stage_hash: str | None = None) -> dict:
@@ -210,9 +211,7 @@ def save_resume_point(folder: Path, stage_hash: str | None, step: int, model, op
     tmp.mkdir(parents=True)
     torch.save({"step": step, "stage_hash": stage_hash, "model": model.state_dict(), "optimizer": opt.state_dict(),
                 "generator": g.get_state(), "losses": losses}, tmp / "state.pt")
-    if folder.exists():
-        shutil.rmtree(folder)
-    tmp.rename(folder)
+    provenance.atomic_replace_dir(tmp, folder)
 
 
 def resume_point(folder: Path, stage_hash: str | None, model, opt, g: torch.Generator) -> tuple[int, list[float]]:
@@ -234,7 +233,7 @@ def resume_point(folder: Path, stage_hash: str | None, model, opt, g: torch.Gene
 
 def save_tokenizer(tok, folder: Path) -> None:
     """save_pretrained, then name the plain fast class in tokenizer_config.json so that any
-    loader (ours: grpo.load_tokenizer) restores it as is, not as Qwen2's tokenizer."""
+    loader (ours: model.load_tokenizer) restores it as is, not as Qwen2's tokenizer."""
     tok.save_pretrained(folder)
     path = Path(folder) / "tokenizer_config.json"
     tc = json.loads(path.read_text())
@@ -250,9 +249,7 @@ def save(model, tok, out: Path, info: dict) -> None:
     save_tokenizer(tok, tmp)
     (tmp / "build.json").write_text(json.dumps(info, indent=1) + "\n")  # the base stage's done marker (stage_hash)
     provenance.readable_by_all(tmp)
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    provenance.atomic_replace_dir(tmp, out)
 
 
 def main(argv=None) -> int:

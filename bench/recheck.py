@@ -22,7 +22,6 @@ says when this checkout differs), or the differences may be the code's.
 """
 import argparse
 import csv
-import json
 import platform
 import random
 import shutil
@@ -35,7 +34,7 @@ from common import ROOT
 import config
 import provenance
 import study
-from pipeline import JOB_STAGES, Plan
+from stages import JOB_STAGES, Plan
 
 UNTIMED = ("sec_", "peak_")  # training-log columns that measure the machine (seconds, peak memory), not the run
 
@@ -65,9 +64,9 @@ def parse_pairs(items: list[str], cfg: config.Config) -> list[tuple[str, int]]:
     for item in items:
         cond, _, seed = item.rpartition(":")
         if cond not in cfg.conditions or not seed.isdigit() or int(seed) not in config.seeds_of(cfg, cond):
-            raise config.ConfigError(f"--train {item!r}: not a condition:seed of this run "
-                                     f"(conditions {', '.join(cfg.conditions)}; e.g. many:{config.seeds_of(cfg, 'many')[0]})"
-                                     if "many" in cfg.conditions else f"--train {item!r}: not a condition:seed of this run")
+            first = next(iter(cfg.conditions))
+            raise config.ConfigError(f"--train {item!r}: not a condition:seed of this run (conditions "
+                                     f"{', '.join(cfg.conditions)}; e.g. {first}:{config.seeds_of(cfg, first)[0]})")
         out.append((cond, int(seed)))
     return out
 
@@ -117,7 +116,7 @@ def compare_eval(a: Path, b: Path) -> dict:
     problems' counts and how many responses differ."""
     if provenance.content_sha256(a) == provenance.content_sha256(b):
         return {"file": str(a), "equal": True, "what": "evaluation"}
-    da, db = json.loads(a.read_text()), json.loads(b.read_text())
+    da, db = provenance.read_json(a), provenance.read_json(b)
     pa, pb = da.get("problems", []), db.get("problems", [])
     out = {"file": str(a), "equal": False, "what": "evaluation"}
     if not pa or not pb:
@@ -148,9 +147,9 @@ def flatten(obj, prefix: str = "") -> dict:
 def compare_verdicts(a: Path, b: Path) -> dict:
     """Every leaf of verdicts.json but its provenance: the primary answer, the verdict words
     (strings and booleans) and the numbers (largest absolute difference)."""
-    va, vb = json.loads(a.read_text()), json.loads(b.read_text())
-    fa = {k: v for k, v in flatten({x: y for x, y in va.items() if x != "provenance"}).items()}
-    fb = {k: v for k, v in flatten({x: y for x, y in vb.items() if x != "provenance"}).items()}
+    va, vb = provenance.read_json(a), provenance.read_json(b)
+    fa = flatten({x: y for x, y in va.items() if x != "provenance"})
+    fb = flatten({x: y for x, y in vb.items() if x != "provenance"})
     words = [k for k in fa if isinstance(fa[k], (str, bool)) or fa[k] is None]
     nums = [k for k in fa if isinstance(fa[k], (int, float)) and not isinstance(fa[k], bool)]
     words_diff = [k for k in words if fb.get(k, "<missing>") != fa[k]]
@@ -248,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"recheck.py: {e}", file=sys.stderr)
         return 2
     if pairs is None:
-        units = [(c, s) for c in cfg.conditions for s in config.seeds_of(cfg, c)]
+        units = Plan(cfg, run, a.config, a.set).train_units()
         pairs = sorted(random.Random(a.seed).sample(units, min(a.sample, len(units))))
     here = provenance.code_revision()
     if here != man.get("revision"):

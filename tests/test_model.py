@@ -90,10 +90,10 @@ def test_shared_cast_gives_the_same_logits_and_gradients_with_fewer_casts(fitted
     shared_logits, shared_grads = run()
     shared_casts = casts(model, batch)
     for m in layers:
-        m.cast = SharedCast()  # every layer casts its own input, as before
+        m.cast = SharedCast()  # every layer casts its own input: the reference
     own_logits, own_grads = run()
     assert torch.equal(shared_logits, own_logits)
-    # the input gradients of q/k/v (and gate/up) now meet in fp32 and are rounded to bf16 once, not
+    # with the shared copy the input gradients of q/k/v (and gate/up) meet in fp32 and are rounded to bf16 once, not
     # rounded three times and summed in bf16: the LoRA gradients of earlier layers move by rounding
     rel = [((a - b).norm() / b.norm()).item() for a, b in zip(shared_grads, own_grads)]
     assert max(rel) < 0.02 and max(rel) > 0
@@ -188,7 +188,7 @@ def test_completion_logprobs_match_full_softmax(fitted_dir, smoke_cfg):
 
 
 def plain_logprobs(logits, targets):
-    """The autograd version TokenLogProbs replaced."""
+    """The plain autograd log-probabilities: the reference TokenLogProbs must equal."""
     x = logits[:, :-1].float()
     lse = x.logsumexp(-1)
     return x.gather(-1, targets[..., None]).squeeze(-1) - lse
@@ -211,3 +211,19 @@ def test_chunked_token_logprobs_equal_autograd_bit_for_bit(dtype, chunk, monkeyp
     (ref * w).sum().backward()
     assert torch.equal(a.grad, b.grad)
     assert a.grad[:, -1].abs().sum() == 0  # the last position feeds no log-prob
+
+
+def test_completion_entropy_and_logprobs_are_the_full_vocabulary_ones(fitted_dir, smoke_cfg):
+    """completion_logprobs(with_entropy=True) against log_softmax and -sum p log p of the model's
+    own full logits at the completion positions (the entropy the entropy bonus and the logs use)."""
+    _, model, _, _ = model_with_lora(fitted_dir, smoke_cfg)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 20, (2, 9), generator=g)
+    attn, pos = torch.ones_like(ids), torch.arange(9).expand(2, 9)
+    Lc = 4
+    lp, ent = completion_logprobs(model, ids, attn, pos, Lc, with_entropy=True)
+    with torch.no_grad():
+        full = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits[:, -Lc - 1:-1].float().log_softmax(-1)
+    assert torch.allclose(lp, full.gather(-1, ids[:, -Lc:, None])[..., 0], atol=1e-6)
+    assert torch.allclose(ent, -(full.exp() * full).sum(-1), atol=1e-6)
+    assert completion_logprobs(model, ids, attn, pos, Lc)[1] is None

@@ -50,7 +50,7 @@ def test_model_pass_at_k_is_the_closed_form_and_the_expected_unbiased_estimator(
 def _fisher_se(a, b, n, N):
     """Standard errors of the MLE of (a, b) from N problems: the inverse of N times the Fisher
     information, sum_c P(c) (d log P / d theta)(d log P / d theta)^T, the scores by central differences
-    of scipy's logpmf (written here independently of analyze_b)."""
+    of scipy's logpmf (written here independently of passmodel)."""
     from scipy.stats import betabinom
 
     c, h = np.arange(n + 1), 1e-5
@@ -165,8 +165,8 @@ def test_contrast_check_covers_the_measured_contrast_in_beta_binomial_worlds():
     assert abs(np.mean(errors)) < 0.02 and covered >= 15, (np.mean(errors), covered)
 
 
-def test_boundary_null_by_hand_for_one_problem():
-    """One problem, fresh counts f of n_f with prior (alpha, beta): p ~ Beta(alpha + f, beta + n_f - f)
+def test_boundary_null_by_hand_for_problems_alike():
+    """Problems with the same fresh counts f of n_f and prior (alpha, beta): p ~ Beta(alpha + f, beta + n_f - f)
     and the chance it lands 'only RL' is E[(1-p)^n] - E[(1-p)^{2n}], checked by Monte Carlo over p."""
     rng = np.random.default_rng(0)
     fresh = rng.binomial(16, rng.beta(1.0, 3.0, 50))

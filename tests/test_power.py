@@ -47,7 +47,10 @@ def test_variance_components_recover_known_components_and_the_se_is_the_spread_o
     assert np.mean([v["se"] ** 2 for v in vcs]) == pytest.approx(data.mean(axis=(1, 2)).var(), rel=0.15)
     se, df = power.design_se(0.02, 0.0004, 0.02, 128, 3)
     assert se**2 == pytest.approx(0.02 / 128 + 0.0004 / 3 + 0.02 / 384)
-    assert 2 < df < 20  # the seed term, on 2 df, dominates
+    # Satterthwaite by hand from the expected mean squares (V_R + S V_A on N - 1, V_R + N V_B on S - 1, V_R)
+    ms = np.array([0.02 + 3 * 0.02, 0.02 + 128 * 0.0004, 0.02])
+    dfs = np.array([127, 2, 254])
+    assert df == pytest.approx((ms[0] + ms[1] - ms[2]) ** 2 / np.sum(ms**2 / dfs), rel=1e-9)  # 6.655: the seed term dominates
 
 
 def test_t_interval_covers_at_its_level_with_three_seeds():
