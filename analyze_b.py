@@ -296,7 +296,7 @@ def check_extras(run: Path) -> None:
                 raise InputError(f"{f}: malformed (missing {', '.join(missing)})")
 
 
-def verdicts_json(res: dict, run: Path) -> dict:
+def verdicts_json(res: dict) -> dict:
     """What verdicts.json holds (the bulky per-k band stays in; the raw replicates do not)."""
     d = res["design"]
     prim = res["primary"]
@@ -354,7 +354,7 @@ def run_analysis(run: Path, resamples: int | None = None, seed: int | None = Non
     run = Path(run)
     res = analyze(run, resamples=resamples, seed=seed, partial=partial)
     check_extras(run)  # read every other input now: a bad one must stop us before anything is written
-    out = verdicts_json(res, run)
+    out = verdicts_json(res)
     inputs = sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")) + sorted(run.glob("tokens_*.json"))
     # inputs: what each input computed (provenance.content_sha256: no timings, no time stamps), so that a
     # rerun that computes the same counts leaves the analysis done

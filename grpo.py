@@ -25,8 +25,8 @@ same surrogate -sum(A * log pi) / constant:
   rft   the policy's samples, A = reward (the correct ones, weight 1; rejection-sampling fine-tuning)
   sft   gold solutions written by code (countdown.gold_solution), one copy each with A = G; no rollouts
 
-Loading and LoRA live in model.py, the sampler in sampler.py, evaluation in evaluate.py; this
-file is the method and its loop.
+Loading and LoRA live in model.py, the sampler in sampler.py, evaluation in evaluate.py, a run's
+log, checkpoints and resume point in checkpoint.py; this file is the method and its loop.
 
     python grpo.py train    --config configs/smoke.yaml --run RUN --condition many --seed 0
     python grpo.py eval     --config configs/smoke.yaml --run RUN [--adapter RUN/train_many_s0/step_006] [--eval-set wide]
@@ -36,10 +36,7 @@ file is the method and its loop.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import math
-import os
 import shlex
 import shutil
 import sys
@@ -56,10 +53,11 @@ import countdown
 import evaluate
 import provenance
 import study
+from checkpoint import DEV_FIELDS, read_log, resume, save_checkpoint, save_last
 from memory import auto_micro_batch, estimate_memory
-from model import (apply_lora, completion_logprobs, free_memory_gib, load_adapter, load_model, lora_disabled, lora_folded,
-                   pack, pad_id, pick_device, render_prompts, save_adapter, setup_torch, stop_ids)
-from provenance import atomic_replace_dir, atomic_write_json, read_csv_rows, record, stage_hash, write_csv_rows
+from model import (apply_lora, completion_logprobs, free_memory_gib, load_model, lora_disabled, lora_folded, pack, pad_id,
+                   pick_device, render_prompts, setup_torch, stop_ids)
+from provenance import atomic_write_json, read_csv_rows, record, stage_hash, write_csv_rows
 from sampler import Samples, sample
 
 
@@ -246,10 +244,6 @@ def gold_completions(tok, problems: list, style: str) -> list[list[int]]:
             for p in problems]
 
 
-LOG_FIELDS = ["step", "reward_mean", "zero_signal_frac", "format_rate", "len_mean", "len_max", "truncated_frac",
-              "entropy_mean", "kl_mean", "logp_gap_mean", "logp_gap_max", "loss", "grad_norm", "grad_norm_clipped", "lr",
-              "sec_sampling", "sec_fwd_bwd", "tokens", "peak_mem_mb", "peak_reserved_mb"]
-DEV_FIELDS = ["step", "n_problems", "n", "strict_pass1", "loose_pass1", "strict_passn", "loose_passn", "format_rate"]
 
 
 def log_row(step: int, lr: float, method: Method, rewards: torch.Tensor, scored: list[dict], samples: Samples,
@@ -280,68 +274,9 @@ def peak_memory_mb(device: torch.device) -> tuple[float, float]:
     return rss, rss
 
 
-def write_log(path: Path, rows: list[dict]) -> None:
-    write_csv_rows(path, rows, LOG_FIELDS)
-
-
-def read_log(path: Path) -> list[dict]:
-    with open(path) as f:
-        return [{k: (int(v) if k in ("step", "len_max", "tokens") else float(v)) for k, v in r.items()} for r in csv.DictReader(f)]
-
-
 def make_optimizer(model, cfg: config.Config, lr: float):
     params = [p for p in model.parameters() if p.requires_grad]
     return torch.optim.AdamW(params, lr=lr, betas=tuple(cfg.train.betas), eps=cfg.train.eps, weight_decay=cfg.train.weight_decay)
-
-
-def save_last(model, opt, step: int, rows: list[dict], out: Path, cfg: config.Config, base: str, meta: dict) -> None:
-    """The rolling resume point: adapter, optimizer state, step, the log so far. The data order
-    and every sampling seed derive from (seed, step), so they need no saved state."""
-    tmp = out / ".last.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    save_adapter(model, tmp, cfg, base)
-    torch.save(opt.state_dict(), tmp / "optimizer.pt")
-    (tmp / "state.json").write_text(json.dumps({"step": step, **meta}, indent=1) + "\n")
-    write_log(out / "train_log.csv", rows)  # first: a log ahead of last/ is harmless (resume keeps rows <= its step)
-    atomic_replace_dir(tmp, out / "last")
-
-
-def save_checkpoint(model, out: Path, step: int, cfg: config.Config, base: str) -> None:
-    tmp = out / f".step_{step:03d}.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    save_adapter(model, tmp, cfg, base)
-    atomic_replace_dir(tmp, out / f"step_{step:03d}")
-
-
-def resume(out: Path, model, opt, meta: dict) -> tuple[int, list[dict], list[dict]]:
-    """(first step to run, log rows, dev rows) from out/last, or (1, [], []) for a fresh run."""
-    old = out / ".last.old"
-    if not (out / "last").exists() and (old / "state.json").exists():
-        os.replace(old, out / "last")  # killed between the two renames of atomic_replace_dir
-    if not (out / "last" / "state.json").exists():
-        return 1, [], []
-    last = out / "last"
-    damaged = f"is damaged, so this run cannot resume: move {out} aside (it then starts again from step 1)"
-    bad = provenance.json_problem(last / "state.json", ("step", "provenance")) or provenance.adapter_problem(last)
-    if bad:
-        raise RuntimeError(f"{last}, the resume point, {damaged} ({bad})")
-    state = json.loads((last / "state.json").read_text())
-    if state["provenance"]["stage_hash"] != meta["provenance"]["stage_hash"]:
-        raise RuntimeError(f"{last} was made by a different config or inputs; delete {out} or use --force")
-    load_adapter(model, last)
-    try:  # to the CPU: load_state_dict moves each moment to its parameter's device and leaves AdamW's step
-        # counter on the CPU, as in a run that never stopped (on a GPU the counters would cost a host sync
-        # per parameter per step: another code path than the uninterrupted run's)
-        opt.load_state_dict(torch.load(last / "optimizer.pt", weights_only=True, map_location="cpu"))
-        rows = [r for r in read_log(out / "train_log.csv") if r["step"] <= state["step"]]
-        dev_rows = [r for r in read_csv_rows(out / "train_eval.csv") if int(r["step"]) <= state["step"]]
-    except (OSError, RuntimeError, EOFError, ValueError, KeyError, TypeError) as e:
-        raise RuntimeError(f"{last}, the resume point, {damaged} ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
-    print(f"{meta['provenance']['stage']} {meta['condition']} s{meta['train_seed']}: resuming {out} from step {state['step'] + 1} "
-          f"(last checkpoint: step {state['step']})", flush=True)
-    return state["step"] + 1, rows, dev_rows
 
 
 def dev_problems(cfg: config.Config) -> list:

@@ -238,10 +238,7 @@ def train_seconds_per_step(run: Path) -> float | None:
     secs = []
     for f in list(run.glob("train_*/train_log.csv")) + list(run.glob("lr_sweep/lr_*/train_log.csv")):
         try:
-            import csv
-
-            with open(f) as fh:
-                secs += [float(r["sec_sampling"]) + float(r["sec_fwd_bwd"]) for r in csv.DictReader(fh)]
+            secs += [float(r["sec_sampling"]) + float(r["sec_fwd_bwd"]) for r in provenance.read_csv_rows(f)]
         except (OSError, KeyError, ValueError):
             continue
     return statistics.median(secs) if secs else None

@@ -89,7 +89,7 @@ def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], 
                                           _counts(base, sc), n, k_max, B, bseed, ci)
         return summ, ra, rb, sa, sb
 
-    def ready(h, sc, a, b) -> bool:
+    def ready(h, a, b) -> bool:
         lacking = [c for c in (a, b) if not seeds_of(c)]
         if lacking:
             out["skipped"].append({"hypothesis": h, "conditions": [a, b], "why": f"no evaluation of {', '.join(lacking)} at step {last}"})
@@ -101,7 +101,7 @@ def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], 
         out["skipped"].append({"hypothesis": "H4", "conditions": [], "why": "no registered condition with a KL anchor (kl > 0) and an unanchored twin"})
     for anchored, plain in pairs:
         sc = CONTROL_SCORING["H4"]
-        if not ready("H4", sc, anchored, plain):
+        if not ready("H4", anchored, plain):
             continue
         ea, eb = by_key[(anchored, last, sc)], by_key[(plain, last, sc)]
         summ, _, _, sa, sb = contrast(sc, anchored, plain)
@@ -124,7 +124,7 @@ def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], 
         out["skipped"].append({"hypothesis": "H5", "conditions": [], "why": "no registered format-reward condition with a strict-reward twin"})
     for fmt, ref in pairs:
         sc = CONTROL_SCORING["H5"]
-        if not ready("H5", sc, fmt, ref):
+        if not ready("H5", fmt, ref):
             continue
         summ, ra, rb, sa, sb = contrast(sc, ref, fmt)  # a = the reference (its replicates are its entry's)
         d_ref, d_fmt = summ["delta_a"][0], summ["delta_b"][0]
@@ -138,7 +138,7 @@ def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], 
         out["skipped"].append({"hypothesis": "H6", "conditions": [], "why": "no registered rft or sft condition with a GRPO twin"})
     for other, rlc in pairs:
         sc = CONTROL_SCORING["H6"]
-        if not ready("H6", sc, other, rlc):
+        if not ready("H6", other, rlc):
             continue
         summ, _, _, sa, sb = contrast(sc, rlc, other)
         lead = summ["crossover"]["leader_at_k1"]
@@ -347,7 +347,7 @@ def _operands(question: str) -> tuple[int, ...] | None:
     return tuple(int(x) for x in m.groups()) if m else None
 
 
-def _model_strategies(c: dict, n: int) -> dict:
+def _model_strategies(c: dict) -> dict:
     """Shares, accuracy and the share of correct answers each strategy carries, pooled over problems."""
     total = sum(c[s].sum() for s in STRATEGIES)
     correct = sum(c[f"{s}_correct"].sum() for s in STRATEGIES)
@@ -368,10 +368,10 @@ def analyze_strategies(design: Design, base: dict, rl: dict, idx: np.ndarray, dr
                 "conditions": [], "reading": []}
     n = base["sampling"]["n"]
     counts = {k: strategy_counts(d) for k, d in rl.items()}
-    models = [{**_key_fields(None), "file": base["_file"], **_model_strategies(bc, n)}]
-    models += [{**_key_fields(k), "file": rl[k]["_file"], **_model_strategies(counts[k], n)} for k in _ordered(design, rl)]
+    models = [{**_key_fields(None), "file": base["_file"], **_model_strategies(bc)}]
+    models += [{**_key_fields(k), "file": rl[k]["_file"], **_model_strategies(counts[k])} for k in _ordered(design, rl)]
     conds, reading = [], []
-    base_m = _model_strategies(bc, n)
+    base_m = models[0]  # the base row: its shares and accuracies
     for c in design.conditions:
         for st in design.checkpoints:
             keys = [k for k in _ordered(design, rl, st) if k[0] == c]
@@ -384,7 +384,7 @@ def analyze_strategies(design: Design, base: dict, rl: dict, idx: np.ndarray, dr
                 row["delta"][s] = float(per.mean() - (bc[s] / n).mean())
                 row["delta_ci"][s] = list(percentile_interval(crossed_replicates(per, bc[s] / n, idx, draws(len(keys))), ci))
             pooled = {f: sum(counts[k][f] for k in keys) for f in counts[keys[0]]}
-            m = _model_strategies(pooled, n)
+            m = _model_strategies(pooled)
             row.update(accuracy=m["accuracy"], correct_share=m["correct_share"], subtraction_share=m["subtraction_share"])
             conds.append(row)
             if st == design.checkpoints[-1]:
