@@ -15,8 +15,6 @@ dequantized values, not the model's original bf16 ones.
 from __future__ import annotations
 
 import importlib.util
-import json
-import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -77,15 +75,10 @@ def build_base(cfg: config.Config, out: Path, progress: bool = True, stage_hash:
             "weights": "the dequantized values of the file's quantized tensors, stored in float32",
             "architecture": type(model).__name__, "layers": mc.num_hidden_layers, "hidden": mc.hidden_size,
             "vocabulary": mc.vocab_size, "params": sum(p.numel() for p in model.parameters()), "seconds": None}
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    info["seconds"] = round(time.perf_counter() - t0, 1)
-    (tmp / "build.json").write_text(json.dumps(info, indent=1) + "\n")
-    provenance.readable_by_all(tmp)
-    provenance.atomic_replace_dir(tmp, out)
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        info["seconds"] = round(time.perf_counter() - t0, 1)
+
+    provenance.write_folder(out, fill, info)
     return info

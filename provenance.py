@@ -80,6 +80,22 @@ def atomic_replace_dir(tmp_dir: Path, final: Path) -> None:
         shutil.rmtree(old)
 
 
+def write_folder(out: Path, fill, record: dict) -> None:
+    """Write a model folder whole: fill(tmp) writes its files into a temporary sibling, then `record`
+    goes into tmp/build.json (the base stage's done marker), every file is made readable by all,
+    and the folder is swapped into place (atomic_replace_dir)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    fill(tmp)
+    (tmp / "build.json").write_text(json.dumps(record, indent=1) + "\n")
+    readable_by_all(tmp)
+    atomic_replace_dir(tmp, out)
+
+
 def file_sha256(path: str | Path) -> str | None:
     try:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -209,17 +209,12 @@ def build_base(cfg: config.Config, out: Path, progress: bool = True, stage_hash:
         "planted": {"problem": planted.id, "answer": planted.answer, "chain": {str(k): v for k, v in succ.items()}},
         "seconds": None,
     }
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(tmp)  # safetensors, bf16 as built; generation_config.json with it
-    tok.save_pretrained(tmp)
-    info["seconds"] = round(time.perf_counter() - t0, 1)
-    (tmp / "build.json").write_text(json.dumps(info, indent=1) + "\n")
-    provenance.readable_by_all(tmp)
-    provenance.atomic_replace_dir(tmp, out)
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp)  # safetensors, bf16 as built; generation_config.json with it
+        tok.save_pretrained(tmp)
+        info["seconds"] = round(time.perf_counter() - t0, 1)
+
+    provenance.write_folder(out, fill, info)
     return info
 
 

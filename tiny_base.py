@@ -242,14 +242,11 @@ def save_tokenizer(tok, folder: Path) -> None:
 
 
 def save(model, tok, out: Path, info: dict) -> None:
-    tmp = out.with_name(f".{out.name}.tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(tmp)
-    save_tokenizer(tok, tmp)
-    (tmp / "build.json").write_text(json.dumps(info, indent=1) + "\n")  # the base stage's done marker (stage_hash)
-    provenance.readable_by_all(tmp)
-    provenance.atomic_replace_dir(tmp, out)
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        save_tokenizer(tok, tmp)
+
+    provenance.write_folder(out, fill, info)  # build.json: the base stage's done marker (stage_hash)
 
 
 def main(argv=None) -> int:
