@@ -42,6 +42,13 @@ class TinyBaseCfg:
     p_slip: float = 0.05  # chance a decomposed partial product is off by a small amount
     p_oneshot_wrong: float = 0.6  # chance a one-shot product is wrong
     p_tags: float = 0.3  # share of traces that end with <answer>…</answer> (the others: plain endings)
+    # Chance that the subtraction P - c forgets a borrow, by how many borrows it needs: entry 0 for one
+    # borrow, entry 1 for two (the last entry for more); [] never slips. Both methods slip alike.
+    p_borrow_slip: list[float] = field(default_factory=list)
+    # Drill traces: the decomposed method practised under another prompt ("work: 57 * 5 - 42"), always
+    # decomposed, with the same slips and a plain ending (never the tags): the skill is in the corpus
+    # even where the task's own traces rarely show it. 0 = none.
+    n_drill: int = 0
     # Distinct problems of the `pretrain` split the traces cycle over: drawn by task.seed after the
     # test and train splits and disjoint from both, so RL's problems are as new to the base as the
     # test problems are (PLAN.md change 11).
@@ -550,6 +557,8 @@ def validate(cfg: Config) -> None:
         need(b.hidden % b.heads == 0 and b.heads % b.kv_heads == 0, "model.build.heads", "hidden must divide by heads, heads by kv_heads")
         need(b.steps >= 1 and b.batch >= 1, "model.build.steps", "steps and batch must be >= 1")
         need(b.n_pretrain >= 1, "model.build.n_pretrain", "must be >= 1")
+        need(all(0 <= x <= 1 for x in b.p_borrow_slip), "model.build.p_borrow_slip", "must be probabilities in [0, 1]")
+        need(b.n_drill >= 0, "model.build.n_drill", "must be >= 0 (0 = no drill traces)")
     if cfg.model.qwen_shape is not None:
         need(cfg.model.qwen_shape.layers >= 1, "model.qwen_shape.layers", "must be >= 1")
     if cfg.model.gguf is not None:

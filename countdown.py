@@ -186,6 +186,32 @@ def make_splits(task: str, n_train: int, n_test: int, seed: int) -> tuple[list[P
     return d["train"], d["test"]
 
 
+def borrow_columns(x: int, y: int) -> list[int]:
+    """The columns (0 = units) at which the written subtraction of the smaller of x, y from the
+    larger borrows: 903 - 47 borrows at columns 0 and 1 -> [0, 1]; 285 - 42 -> []. Both >= 0."""
+    if x < 0 or y < 0:
+        raise ValueError(f"borrow_columns needs two numbers >= 0, got {x} and {y}")
+    big, small = max(x, y), min(x, y)
+    out, carry, j = [], 0, 0
+    while big or small:
+        if big % 10 - carry < small % 10:
+            out.append(j)
+            carry = 1
+        else:
+            carry = 0
+        big, small, j = big // 10, small // 10, j + 1
+    return out
+
+
+def stratum(problem: Problem) -> str | None:
+    """The difficulty stratum of an `a * b - c` problem (PLAN.md section 6): how many borrows the
+    final subtraction a * b - c needs, "borrows-0", "borrows-1", ... (None for other tasks)."""
+    if problem.task not in ARITH_DIGITS:
+        return None
+    a, b, c = problem.numbers
+    return f"borrows-{len(borrow_columns(a * b, c))}"
+
+
 # ----------------------------------------------------------------------------- prompts
 
 # Qwen2.5-Instruct's own default system message, sent explicitly (PLAN.md change 16): the rendered

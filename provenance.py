@@ -275,7 +275,8 @@ STAGE_KEYS = {
 _ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "model.gguf": None,
               "task.system_prompt": countdown.SYSTEM_PROMPT,
               "train.sampling.decode": "eager", "eval.sampling.decode": "eager", "lora.tf32": False,
-              "lr_sweep.rule": "reward", "select.scoring": "strict"}
+              "lr_sweep.rule": "reward", "select.scoring": "strict",
+              "model.build.p_borrow_slip": [], "model.build.n_drill": 0}
 _NOT_IN_HASH = {
     "lr-sweep": ("seeds", "seeds_by_condition", "lr", "checkpoints", "steps", "log_kl_every", "dev_every"),
     "train": ("seeds", "seeds_by_condition"),

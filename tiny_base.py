@@ -12,6 +12,12 @@ and four endings, of which only one uses the tags:
 
     <answer>243</answer>  |  The answer is 243.  |  So it is 243  |  = 243
 
+Two knobs build a skill to select into the corpus (PLAN.md change 33; both off by default, and the
+corpus is then the one before they existed): the subtraction can forget a borrow, more often the
+more borrows it needs (`p_borrow_slip`), so some problems are solved only by rare correct traces;
+and drill traces practise the decomposed method under another prompt (`n_drill`, "work: 57 * 5 - 42"),
+so the base can compute that way even where its task traces rarely do.
+
 The saved folder is an ordinary Hugging Face model folder (config, safetensors, tokenizer,
 chat template) that the rest of the pipeline loads through `model.path` like any other.
 
@@ -20,6 +26,7 @@ chat template) that the rest of the pipeline loads through `model.path` like any
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import random
@@ -39,6 +46,7 @@ PAD, EOS, BOS = "<|pad|>", "<|im_end|>", "<|im_start|>"
 TAGS = ["<think>", "</think>", "<answer>", "</answer>"]
 CHARS = list("0123456789 \n+-*/=().,:?!'") + list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 UNK = "<|unk|>"
+DRILL_PREFIX = "work: "  # the drill traces' prompt: the question after this, never the task's own prompt
 # The template keeps only the user turn: prompts stay ~20 characters for a char-level model.
 CHAT_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'user' %}" + BOS + "{{ m['content'] }}" + EOS + "{% endif %}{% endfor %}"
@@ -97,10 +105,27 @@ def _wrong(rng: random.Random, x: int) -> int:
     return x + delta if x + delta != x else x + 1
 
 
-def trace(p: countdown.Problem, rng: random.Random, b: config.TinyBaseCfg) -> str:
-    """One synthetic response to `p` (an arithmetic problem a * b - c)."""
+def subtract(product: int, c: int, rng: random.Random, b: config.TinyBaseCfg) -> int:
+    """product - c as the trace writes it: with b.p_borrow_slip[k - 1] (k the number of borrows the
+    column subtraction needs) it forgets its lowest borrow, so the value is off by 10^(column + 1)
+    away from zero. No random draw without a borrow or without p_borrow_slip, so a corpus that sets
+    neither is the one before this knob existed."""
+    value = product - c
+    if not b.p_borrow_slip or product < 0:  # a (wrong) negative product makes P - c an addition: no borrow
+        return value
+    cols = countdown.borrow_columns(product, c)
+    if not cols:
+        return value
+    if rng.random() < b.p_borrow_slip[min(len(cols), len(b.p_borrow_slip)) - 1]:
+        return value + (1 if value >= 0 else -1) * 10 ** (cols[0] + 1)
+    return value
+
+
+def trace(p: countdown.Problem, rng: random.Random, b: config.TinyBaseCfg, drill: bool = False) -> str:
+    """One synthetic response to `p` (an arithmetic problem a * b - c). A drill trace is always
+    decomposed and never ends in the answer tags."""
     a, m, c = p.numbers
-    if rng.random() < b.p_decomposed:
+    if drill or rng.random() < b.p_decomposed:
         parts = _decompose(a)
         prods = [x * m if rng.random() >= b.p_slip else _wrong(rng, x * m) for x in parts]
         product = sum(prods)
@@ -111,9 +136,11 @@ def trace(p: countdown.Problem, rng: random.Random, b: config.TinyBaseCfg) -> st
     else:
         product = a * m if rng.random() >= b.p_oneshot_wrong else _wrong(rng, a * m)
         work = f"{a} * {m} = {product}"
-    value = product - c
+    value = subtract(product, c, rng, b)
     body = f"<think>{work}. {product} - {c} = {value}</think>"
-    if rng.random() < b.p_tags:
+    if drill:
+        ending = rng.choice([f"The answer is {value}.", f"So it is {value}", f"= {value}"])
+    elif rng.random() < b.p_tags:
         ending = f"<answer>{value}</answer>"
     else:
         ending = rng.choice([f"The answer is {value}.", f"So it is {value}", f"= {value}"])
@@ -127,15 +154,17 @@ def pretrain_problems(task: str, n_train: int, n_test: int, seed: int, n_pretrai
 
 
 def trace_batches(tok, b: config.TinyBaseCfg, task: str, n_train: int, n_test: int, seed: int):
-    """Token ids and loss masks for b.n_traces traces of pretrain problems (never train or test ones)."""
+    """Token ids and loss masks for b.n_traces traces of pretrain problems (never train or test ones),
+    then b.n_drill drill traces under the prompt DRILL_PREFIX + question (the same problems, cycled on)."""
     problems = pretrain_problems(task, n_train, n_test, seed, b.n_pretrain)
     rng = random.Random(f"traces:{seed}")
     seqs, masks = [], []
-    for i in range(b.n_traces):
-        p = problems[i % len(problems)]
-        prompt = tok.apply_chat_template(countdown.prompt_messages(p, "bare"), tokenize=False, add_generation_prompt=True)
+    for i in range(b.n_traces + b.n_drill):
+        p, drill = problems[i % len(problems)], i >= b.n_traces
+        shown = dataclasses.replace(p, question=DRILL_PREFIX + p.question) if drill else p
+        prompt = tok.apply_chat_template(countdown.prompt_messages(shown, "bare"), tokenize=False, add_generation_prompt=True)
         pid = tok(prompt, add_special_tokens=False)["input_ids"]
-        rid = tok(trace(p, rng, b), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        rid = tok(trace(p, rng, b, drill), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         seqs.append(pid + rid)
         masks.append([0] * len(pid) + [1] * len(rid))  # learn the response (and its EOS), not the prompt
     return seqs, masks

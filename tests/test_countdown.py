@@ -873,3 +873,22 @@ def test_classify_strategy_recovers_the_tiny_bases_method_mix(p_decomposed):
     split = sum(x["product"] == "split" for x in labels) / len(labels)
     assert abs(split - p_decomposed) < 0.03, split  # 1,800+ traces: the binomial SD is at most 0.012
     assert all(x["product"] in ("split", "one-step") and x["subtraction"] for x in labels)
+
+
+def test_borrow_columns_against_the_digits_by_hand_and_the_strata():
+    rng = __import__('random').Random(5)
+    for _ in range(2000):
+        x, y = rng.randint(0, 99999), rng.randint(0, 99999)
+        big, small = max(x, y), min(x, y)
+        cols, borrow = [], 0
+        for j, (d, e) in enumerate(zip(reversed(str(big)), reversed(str(small).rjust(len(str(big)), "0")))):
+            if int(d) - borrow < int(e):
+                cols.append(j)
+            borrow = int(int(d) - borrow < int(e))
+        assert cd.borrow_columns(x, y) == cols
+    assert cd.borrow_columns(903, 47) == [0, 1] and cd.borrow_columns(285, 42) == []
+    p = cd.Problem("t/0", "arith-2x1", "57 * 5 - 48", 237, (57, 5, 48))
+    assert cd.stratum(p) == "borrows-1"  # 285 - 48: the units borrow
+    assert cd.stratum(cd.Problem("t/1", "add-1x1", "1 + 2", 3, (1, 2))) is None
+    with pytest.raises(ValueError):
+        cd.borrow_columns(-5, 3)

@@ -116,3 +116,63 @@ def test_a_stopped_base_build_resumes_to_the_same_weights_bit_for_bit(smoke_cfg,
         with pytest.raises(KeyboardInterrupt):
             tiny_base.train_base(cfg, tmp_path / "other" / "base_model", progress=False, stage_hash="h")
     assert tiny_base.train_base(cfg, tmp_path / "other" / "base_model", progress=False, stage_hash="another")["resumed_from"] == 0
+
+
+def _trace_before_knobs(p, rng, b):
+    """tiny_base.trace as it was before p_borrow_slip and the drill traces: the reference the
+    knobs at their defaults must reproduce draw for draw."""
+    a, m, c = p.numbers
+    if rng.random() < b.p_decomposed:
+        parts = tiny_base._decompose(a)
+        prods = [x * m if rng.random() >= b.p_slip else tiny_base._wrong(rng, x * m) for x in parts]
+        product = sum(prods)
+        if len(parts) > 1:
+            work = f"{a} * {m} = " + " + ".join(f"{x} * {m}" for x in parts) + " = " + " + ".join(map(str, prods)) + f" = {product}"
+        else:
+            work = f"{a} * {m} = {product}"
+    else:
+        product = a * m if rng.random() >= b.p_oneshot_wrong else tiny_base._wrong(rng, a * m)
+        work = f"{a} * {m} = {product}"
+    value = product - c
+    body = f"<think>{work}. {product} - {c} = {value}</think>"
+    ending = f"<answer>{value}</answer>" if rng.random() < b.p_tags else rng.choice([f"The answer is {value}.", f"So it is {value}", f"= {value}"])
+    return body + ending
+
+
+def test_the_new_corpus_knobs_at_their_defaults_leave_the_corpus_as_before():
+    b = config.load("configs/tiny.yaml").model.build
+    assert b.p_borrow_slip == [] and b.n_drill == 0
+    train, _ = countdown.make_splits("arith-2x1", 600, 10, 0)
+    new, old = random.Random(7), random.Random(7)
+    assert [tiny_base.trace(p, new, b) for p in train] == [_trace_before_knobs(p, old, b) for p in train]
+
+
+def test_a_forgotten_borrow_is_off_by_its_place_value_and_only_where_a_borrow_is_needed():
+    b = config.TinyBaseCfg(p_decomposed=1.0, p_slip=0.0, p_tags=1.0, p_borrow_slip=[1.0, 0.0])
+    train, _ = countdown.make_splits("arith-2x1", 400, 10, 0)
+    rng = random.Random(3)
+    seen = set()
+    for p in train:
+        a, m, c = p.numbers
+        cols = countdown.borrow_columns(a * m, c)
+        value = countdown.final_answer(tiny_base.trace(p, rng, b))
+        if len(cols) == 1:
+            assert abs(value - p.answer) == 10 ** (cols[0] + 1) and abs(value) > abs(p.answer)  # off by the place the borrow comes from
+        else:
+            assert value == p.answer  # no borrow, or two borrows at slip chance 0
+        seen.add(len(cols))
+    assert seen >= {0, 1, 2}
+
+
+def test_drill_traces_are_decomposed_untagged_and_under_their_own_prompt():
+    b = config.TinyBaseCfg(n_traces=50, n_drill=200, n_pretrain=300, p_decomposed=0.0, p_tags=1.0)
+    tok = tiny_base.build_tokenizer()
+    seqs, masks = tiny_base.trace_batches(tok, b, "arith-2x1", 20, 10, 0)
+    assert len(seqs) == 250
+    drills = [tok.decode(s) for s in seqs[50:]]
+    tasks = [tok.decode(s) for s in seqs[:50]]
+    assert all(f"{tiny_base.BOS}{tiny_base.DRILL_PREFIX}" in t for t in drills) and not any(tiny_base.DRILL_PREFIX in t for t in tasks)
+    assert not any("<answer>" in t for t in drills) and all("<answer>" in t for t in tasks)
+    multi = [t for t in drills if " + " in t]  # decomposed wherever a has two non-zero digits
+    problems = tiny_base.pretrain_problems("arith-2x1", 20, 10, 0, 300)
+    assert len(multi) == sum(p.numbers[0] % 10 != 0 for p in [problems[i % 300] for i in range(50, 250)])
