@@ -1,32 +1,24 @@
-"""The registered verdicts (PLAN.md section 7): a crossed bootstrap over training seeds and test
-problems, one primary question, Holm-corrected secondary tests, equivalence for the ceiling;
-then the secondary analyses, the report and the figures.
+"""The registered verdicts (PLAN.md section 7), then the secondary analyses, the report and the figures.
 
-Reads RUN/eval_base.json and RUN/eval_<condition>_s<seed>_<step>.json, the registered `test` set
-(older single-seed runs: eval_<condition>_<step>.json, read as seed 0); every other registered
-evaluation set (config eval_sets) from RUN/evalsets/<set>/ under the same names; the token-level
-files RUN/tokens_<condition>_s<seed>_<step>.json; the design from RUN/manifest.json's config (else
-eval_base.json's); and, where present, train_*/train_log.csv, train_*/train_eval.csv,
+Reads RUN/eval_base.json and RUN/eval_<condition>_s<seed>_<step>.json (the registered `test` set;
+older single-seed runs: eval_<condition>_<step>.json, read as seed 0), every other registered
+evaluation set from RUN/evalsets/<set>/ (the calibration pool among them), the token-level files, the
+design from RUN/manifest.json's config (else eval_base.json's), and where present the training logs,
 lr_choice.json, selection.json and probe_*.json. Writes RUN/verdicts.json, RUN/report.md and
-RUN/figures/*.png.
+RUN/figures/*.png (with --out, into another folder, the run left as it is).
 
-    python analyze_b.py --run results/tiny [--partial]
+    python analyze_b.py --run results/tiny_v4 [--partial] [--out DIR]
 
-In brief (every formula is in the docstring of the stats.py function that computes it):
-- Every difference is (RL - base), averaged over the training seeds and the test problems. Its
-  uncertainty comes from a crossed bootstrap: each replicate draws the seeds and, independently,
-  the problems with replacement (the same problems for the base and every seed). With one seed it
-  is the paired bootstrap over problems of the first version, to the last digit.
-- The primary question, asked once (analyze.primary_condition, analyze.primary_scoring, the last
-  checkpoint): does RL select? pass@1 rises AND (the ceiling pass@k_max is equivalent to the
-  base's within +-margin OR falls). An intersection-union test: each part at its own level,
-  one-sided 0.025 for "rises"/"falls", TOST 0.05 for "equivalent", no correction needed.
-- Every other entry is secondary: per scoring one family of three tests per entry (pass@1 rises,
-  ceiling falls, ceiling equivalent), Holm-corrected; adjusted verdicts use adjusted p-values.
-- The first version's criteria are kept beside them as *_v1 fields.
-- The controls (H4-H6), pass@k beyond n, boundary counts, diversity, out-of-distribution sets and
-  the token level are secondary.py's; report.py writes report.md, figures.py the figures.
-This file imports no torch: it meets the rest of the pipeline only in JSON and CSV files.
+In PLAN.md's order (every formula is in the docstring of the function that computes it):
+- calibration: arms whose truth is known (calibration.py), judged by the same code as the study;
+- the primary question and its label (verdict.py): pass@1 rises or falls, and the ceiling pass@k_max
+  against the selection null, the base reweighted to the trained model's pass@1 (reweight.py);
+- the secondary entries, Holm-corrected within one family per scoring, relabelled on adjusted p-values;
+- the earlier versions' verdicts (the base-null reading of change 29, *_v2, *_v1), for comparison;
+- H3, power and sensitivity, strata, then the controls (H4-H6), beyond n, boundary, diversity,
+  out of distribution, strategies and tokens (secondary.py).
+The analysis computes numbers; report.py writes every sentence. No torch: this meets the pipeline
+only in JSON and CSV files.
 """
 from __future__ import annotations
 
@@ -34,165 +26,312 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from scipy import stats as st
 
+import calibration
 import figures
 import report
 import secondary
+import stats
+import verdict
 from countdown import SCORINGS
+from power import (count_coverage, design_se, equivalence_up_to, power_equivalence, power_one_sided, seed_var_upper,
+                   variance_components)
 from provenance import atomic_write_text, content_sha256, file_sha256, move_aside
-from run_files import (DEV_COLUMNS, DEV_REQUIRED, InputError, find_evals, find_set, find_tokens, read_csv, read_json)
-from power import crossed_coverage, design_se, power_one_sided, t_result, variance_components
-from stats import (TIE, boot_curves, crossed_estimate, crossed_replicates, crossover_summary, holm, holm_mc_se, mc_se, p_above, p_below,
-                   p_equivalence, pass_at_k_curves, percentile_interval, resample_indices, seed_resample_indices,
-                   selection_answer, simultaneous_band, third_clause_interval, verdict_v1)
+from reweight import selection_null
+from run_files import DEV_COLUMNS, DEV_REQUIRED, InputError, find_evals, find_set, find_tokens, read_csv, read_json
+from stats import (TIE, crossed_estimate, crossed_replicates, crossover_summary, holm, holm_mc_se, mc_se, p_below,
+                   p_equivalence, pass_at_k_curves, percentile_interval, selection_answer, simultaneous_band,
+                   third_clause_interval, verdict_v1)
 
 ROOT = Path(__file__).resolve().parent
+TESTS = ("rises", "falls", "above", "below", "equivalence")  # the registered tests of an entry (PLAN.md section 7)
 
 
-def _entry(cond: str, step: int, sc: str, seeds: list[int], docs: list[dict], base: dict, base_curves: np.ndarray,
-           pr: np.ndarray, idx: np.ndarray, sidx: np.ndarray, ci: float, at: float, margin: float) -> tuple[dict, np.ndarray]:
-    """One condition x checkpoint x scoring: its estimates, intervals, raw p-values, crossover,
-    band and counts (the adjusted p-values and verdicts come later, once the families are known).
-    base_curves: (N, K) the base's per-problem pass@k; pr: (S, N, K) each seed's. Returns the
-    entry and its replicate curves (B, K)."""
-    point, per_seed, reps = boot_curves(pr, base_curves, idx, sidx)
-    d1, dk = float(point[0]), float(point[-1])
-    ci1, cik = percentile_interval(reps[:, 0], ci), percentile_interval(reps[:, -1], ci)
-    band_lo, band_hi, crit = simultaneous_band(point, reps, ci)
-    cb = np.array([p[f"correct_{sc}"] for p in base["problems"]])
-    cr = np.array([[p[f"correct_{sc}"] for p in d["problems"]] for d in docs])  # (S, N)
+@dataclass
+class Inference:
+    """What every test of one analysis shares: its levels and margins, the bootstrap's draws, and the
+    sizes of the evaluations (trained models' n, the base's n_base, k_max, N problems)."""
+    levels: verdict.Levels
+    draws: verdict.Draws
+    n: int
+    n_base: int
+    k: int
+
+    @property
+    def a1(self) -> float:
+        return self.levels.one_sided
+
+    @property
+    def at(self) -> float:
+        return self.levels.tost
+
+    @property
+    def B(self) -> int:
+        return self.draws.resamples
+
+    @property
+    def seed(self) -> int:
+        return self.draws.seed
+
+
+def inference(design, base: dict, rl: dict, resamples: int | None, seed: int | None) -> Inference:
+    an = design.analyze
+    n_base, N = base["sampling"]["n"], len(base["problems"])
+    ns = {d["sampling"]["n"] for d in rl.values()}
+    if len(ns) > 1:
+        raise InputError(f"the trained models' evaluations have different n ({sorted(ns)}): one n per test set")
+    n = ns.pop() if ns else n_base
+    if n_base < n:
+        raise InputError(f"eval_base.json: n={n_base} but the trained models' evaluations have n={n}; the base needs at least as many")
+    k = design.config.get("eval", {}).get("k_max", n)
+    if not (isinstance(k, int) and 1 <= k <= n):
+        raise InputError(f"{design.source}: config eval.k_max={k!r} must be an integer in 1..n={n}")
+    levels = verdict.Levels(ci=design.ci, margin=design.margin, selection_margin=an.get("selection_margin", 0.05),
+                            headroom_fraction=an["margin_headroom_fraction"])
+    return Inference(levels, verdict.Draws(N, resamples or design.resamples, design.seed if seed is None else seed), n, n_base, k)
+
+
+def counts(doc: dict, sc: str) -> np.ndarray:
+    return np.array([p[f"correct_{sc}"] for p in doc["problems"]])
+
+
+# ============================================================================= entries (PLAN.md section 7)
+
+
+def entry(cond: str, step: int, sc: str, seeds: list[int], docs: list[dict], base: dict, inf: Inference, null) -> tuple[dict, np.ndarray]:
+    """One condition x checkpoint x scoring: verdict.compare's tests and label (raw p-values), the
+    Delta pass@k curve vs the base with its simultaneous band and crossover, each seed's own Delta,
+    coverage and the base-null reading's p-values (earlier_verdicts). Returns it and the replicate
+    curves (B, K) of Delta pass@k."""
+    cb, cr = counts(base, sc), np.stack([counts(d, sc) for d in docs])  # (N,), (S, N)
+    e = verdict.compare(cb, inf.n_base, cr, inf.n, inf.k, null, inf.draws, inf.levels)
+    base_curves, rl_curves = pass_at_k_curves(cb, inf.n_base, inf.k), np.stack([pass_at_k_curves(c, inf.n, inf.k) for c in cr])
+    per_seed = rl_curves.mean(axis=1) - base_curves.mean(axis=0)  # (S, K)
+    reps = inf.draws.means(rl_curves, per_seed=True) - inf.draws.means(base_curves, per_seed=False)  # (B, K)
+    point = per_seed.mean(axis=0)
+    band_lo, band_hi, crit = simultaneous_band(point, reps, inf.levels.ci)
+    ci1, cik = percentile_interval(reps[:, 0], inf.levels.ci), percentile_interval(reps[:, -1], inf.levels.ci)
     cover = [int(np.count_nonzero(c > 0)) for c in cr]
     only_rl = [int(np.count_nonzero((c > 0) & (cb == 0))) for c in cr]
     only_base = [int(np.count_nonzero((cb > 0) & (c == 0))) for c in cr]
-    return {
-        "condition": cond, "step": step, "scoring": sc, "k_max": len(point), "seeds": seeds, "n_problems": int(base_curves.shape[0]),
-        "pass1_base": float(base_curves[:, 0].mean()), "pass1_rl": float(pr[:, :, 0].mean(axis=1).mean()),
-        "pass1_diff": d1, "pass1_ci": list(ci1),
-        "passk_base": float(base_curves[:, -1].mean()), "passk_rl": float(pr[:, :, -1].mean(axis=1).mean()),
-        "passk_diff": dk, "passk_ci": list(cik), "passk_ci90": list(percentile_interval(reps[:, -1], 1 - 2 * at)),
-        "equivalence_margin": margin, "headroom": 1.0 - float(base_curves[:, -1].mean()),
-        "p_pass1": p_above(reps[:, 0]), "p_passk_fall": p_below(reps[:, -1]), "p_equiv": p_equivalence(reps[:, -1], margin),
-        "p_pass1_v2": p_above(reps[:, 0], tie=0.0), "p_passk_fall_v2": p_below(reps[:, -1], tie=0.0),
-        "p_equiv_v2": p_equivalence(reps[:, -1], margin, tie=0.0),
-        "ceiling_rises": bool(cik[0] > 0),
-        **verdict_v1(d1, ci1, dk, cik),
-        "crossover": crossover_summary(point, reps, ci),
-        "band": {"level": ci, "crit": crit, "diff": point.tolist(), "lo": band_lo.tolist(), "hi": band_hi.tolist()},
+    m = inf.levels.margin
+    e.update({
+        "condition": cond, "step": step, "scoring": sc, "seeds": seeds, "k_max": inf.k,
+        "passk_ci": list(cik), "passk_ci90": list(percentile_interval(reps[:, -1], 1 - 2 * inf.at)),
+        "headroom": 1.0 - float(base_curves[:, -1].mean()), "ceiling_rises": bool(cik[0] > 0),
+        "base_null": {"margin": m, "p_falls": p_below(reps[:, -1]), "p_equiv": p_equivalence(reps[:, -1], m),
+                      "p_rises_v2": float((1 + np.count_nonzero(reps[:, 0] <= 0)) / (inf.B + 1)),
+                      "p_falls_v2": p_below(reps[:, -1], tie=0.0), "p_equiv_v2": p_equivalence(reps[:, -1], m, tie=0.0),
+                      "p_rises": float((1 + np.count_nonzero(reps[:, 0] <= TIE)) / (inf.B + 1))},
+        "v1": verdict_v1(float(point[0]), ci1, float(point[-1]), cik),
+        "crossover": crossover_summary(point, reps, inf.levels.ci),
+        "band": {"level": inf.levels.ci, "crit": crit, "diff": point.tolist(), "lo": band_lo.tolist(), "hi": band_hi.tolist()},
         "per_seed": [{"seed": s, "pass1_diff": float(ps[0]), "passk_diff": float(ps[-1]), "coverage_rl": cv, "only_rl": o_rl,
                       "only_base": o_b, "format_rl": d["format_rate"]}
                      for s, ps, cv, o_rl, o_b, d in zip(seeds, per_seed, cover, only_rl, only_base, docs)],
         "coverage_base": int(np.count_nonzero(cb > 0)), "coverage_rl": float(np.mean(cover)),
         "only_rl": float(np.mean(only_rl)), "only_base": float(np.mean(only_base)),
         "format_base": base["format_rate"], "format_rl": float(np.mean([d["format_rate"] for d in docs])),
-    }, reps
+    })
+    return e, reps
 
 
-def _judge(entries: list[dict], boot: dict, a1: float, at: float, ci: float, margin: float, fraction: float, B: int) -> dict:
-    """Holm within each secondary family, then every entry's verdicts from its adjusted p-values
-    (the primary entry: raw p-values), each with its Monte-Carlo SE and a flag when it lies within
-    2 SE of its level, and the one-third clause. The equivalence test is asked only where the margin
-    is at most `fraction` of the base's headroom (1 - pass@k_max: then a rise of half the headroom is
-    beyond the margin); elsewhere it "cannot fail on this set", is left out of the family, and the
-    entry's selection is None unless the ceiling is shown to fall. The second version's verdicts
-    (every test in the family, no headroom rule, no tie tolerance) are kept as *_v2. Returns the
+def raw_p(e: dict) -> dict:
+    """An entry's registered p-values by test name (None: not asked)."""
+    eq = e["vs_null"]["equivalence"]
+    return {"rises": e["rises"]["p"], "falls": e["falls"]["p"], "above": e["vs_null"]["above"]["p"],
+            "below": e["vs_null"]["below"]["p"], "equivalence": eq["p"] if eq else None}
+
+
+def judge(entries: list[dict], inf: Inference) -> dict:
+    """PLAN.md section 7: the primary entry keeps its raw p-values; every other entry's registered
+    tests (pass@1 rises, falls; the ceiling above, below and, where asked, within the margin of the
+    selection null) are Holm-adjusted within its scoring's family (weighted Holm on p / level), with
+    each adjusted p's Monte-Carlo SE, and the entry is labelled on the adjusted values. Returns the
     families."""
-    for e in entries:
-        e["ceiling_testable"] = bool(margin <= fraction * e["headroom"] + 1e-12)
+    level = {"rises": inf.a1, "falls": inf.a1, "above": inf.a1, "below": inf.a1, "equivalence": inf.at}
     families = {}
     for sc in SCORINGS:
-        fam = [e for e in entries if e["family"] == f"secondary-{sc}"]
-        tests = [(e, k, lv) for e in fam for k, lv in (("pass1", a1), ("passk_fall", a1), ("equiv", at))
-                 if k != "equiv" or e["ceiling_testable"]]
-        p = [e[f"p_{k}"] for e, k, _ in tests]
-        levels = [lv for _, _, lv in tests]
-        adj, se = (holm(p, levels), holm_mc_se(p, levels, B)) if tests else ([], [])
-        for (e, k, _), x, s in zip(tests, adj, se):
-            e[f"p_{k}_adj"], e[f"p_{k}_adj_mc_se"] = float(x), float(s)
+        fam = [e for e in entries if not e["primary"] and e["scoring"] == sc]
+        tests = [(e, t) for e in fam for t in TESTS if raw_p(e)[t] is not None]
+        p = [raw_p(e)[t] for e, t in tests]
+        lv = [level[t] for _, t in tests]
+        adj, se = (holm(p, lv), holm_mc_se(p, lv, inf.B)) if tests else ([], [])
         for e in fam:
-            if not e["ceiling_testable"]:
-                e["p_equiv_adj"], e["p_equiv_adj_mc_se"] = None, None
-        # the second version's family: all three tests of every entry, p-values without the tie tolerance
-        v2 = [(e, k, lv) for e in fam for k, lv in (("pass1", a1), ("passk_fall", a1), ("equiv", at))]
-        for (e, k, _), x in zip(v2, holm([e[f"p_{k}_v2"] for e, k, _ in v2], [lv for *_, lv in v2]) if v2 else []):
-            e[f"p_{k}_adj_v2"] = float(x)
-        families[f"secondary-{sc}"] = {
-            "scoring": sc, "size": len(tests), "size_v2": len(v2), "entries": [f"{e['condition']}/{e['step']}" for e in fam],
-            "tests": [f"pass@1 rises (one-sided, level {a1:g})", f"ceiling falls (one-sided, level {a1:g})",
-                      f"ceiling equivalent within ±{margin:g} (TOST, level {at:g}), where the margin is at most "
-                      f"{fraction:.3g} of the base's headroom"],
-            "equivalence_asked": bool(fam and fam[0]["ceiling_testable"])}
+            e["adjusted"] = dict.fromkeys(TESTS)
+            e["adjusted_mc_se"] = dict.fromkeys(TESTS)
+        for (e, t), x, s in zip(tests, adj, se):
+            e["adjusted"][t], e["adjusted_mc_se"][t] = float(x), float(s)
+        families[f"secondary-{sc}"] = {"scoring": sc, "size": len(tests), "entries": [f"{e['condition']}/{e['step']}" for e in fam],
+                                       "tests": list(TESTS), "levels": level}
     for e in entries:
         if e["primary"]:
-            for k in ("pass1", "passk_fall", "equiv"):
-                e[f"p_{k}_adj"], e[f"p_{k}_adj_v2"] = e[f"p_{k}"], e[f"p_{k}_v2"]
-                e[f"p_{k}_adj_mc_se"] = mc_se(e[f"p_{k}"], B)
-            if not e["ceiling_testable"]:
-                e["p_equiv_adj"], e["p_equiv_adj_mc_se"] = None, None
-        e["pass1_rises"] = e["p_pass1_adj"] < a1
-        e["ceiling_falls"] = e["p_passk_fall_adj"] < a1
-        e["ceiling_equivalent"] = (e["p_equiv_adj"] < at) if e["ceiling_testable"] else None
-        e["selection"] = selection_answer(e["pass1_rises"], e["ceiling_falls"], e["ceiling_equivalent"])
-        e["near_level"] = [name for name, k, lv in (("pass@1 rises", "pass1", a1), ("ceiling falls", "passk_fall", a1),
-                                                     ("ceiling equivalent", "equiv", at))
-                           if e.get(f"p_{k}_adj") is not None and abs(e[f"p_{k}_adj"] - lv) < 2 * e[f"p_{k}_adj_mc_se"]]
-        e["pass1_rises_v2"], e["ceiling_falls_v2"] = e["p_pass1_adj_v2"] < a1, e["p_passk_fall_adj_v2"] < a1
-        e["ceiling_equivalent_v2"] = e["p_equiv_adj_v2"] < at
-        e["selection_v2"] = bool(e["pass1_rises_v2"] and (e["ceiling_equivalent_v2"] or e["ceiling_falls_v2"]))
-        reps = boot[(e["condition"], e["step"], e["scoring"])]
-        tc = third_clause_interval(reps[:, 0], reps[:, -1], ci) if e["pass1_rises"] else None
-        e["third_clause_ci"] = list(tc) if tc else None
-        e["third_clause"] = bool(tc[1] < 0) if tc else None
+            e["adjusted"] = raw_p(e)
+            e["adjusted_mc_se"] = {t: (mc_se(x, inf.B) if x is not None else None) for t, x in e["adjusted"].items()}
+        e["label"], e["reason"] = verdict.label_from(e, inf.a1, inf.at, e["adjusted"])
+        e["near_level"] = [t for t, x in e["adjusted"].items()
+                           if x is not None and abs(x - level[t]) < 2 * (e["adjusted_mc_se"][t] or 0.0)]
     return families
 
 
-def primary_checks(prim: dict, curves: dict, design, a1: float, at: float, margin: float, n: int) -> tuple[dict, dict]:
-    """Beside the registered primary answer: (sensitivity, power). Sensitivity: the variance
-    components of the per-seed, per-problem Delta pass@1 and Delta pass@k_max (power.variance_components),
-    the seed SD with its degrees of freedom, the random-effects t-based result for each part and
-    whether it agrees with the registered verdict, and the expected coverage of the crossed
-    interval at the measured components and at 1.5 x the seed SD (by simulation). Power: the smallest
-    effects this design detects with the registered power, from a t quantile on its Satterthwaite df,
-    and the planned power at the effect the plan names (analyze.planned)."""
-    seeds, pr = curves[design.primary_scoring][(prim["condition"], prim["step"])]
-    base = curves[design.primary_scoring]["base"]
-    d1, dk = pr[:, :, 0] - base[:, 0], pr[:, :, -1] - base[:, -1]  # (S, N)
+def earlier_verdicts(entries: list[dict], inf: Inference) -> dict:
+    """The earlier versions' verdicts, kept beside the registered ones (PLAN.md section 7, "Earlier
+    versions"). v3, change 29's base-null reading (the seed report's criterion made a test): selection
+    <=> pass@1 rises AND (the ceiling pass@k_max is equivalent to the base's within +-margin, asked only
+    where the margin is at most headroom_fraction of the base's headroom, OR it falls), Holm within a
+    family of those three tests per scoring. v2: every test asked, no tie tolerance. v1: the first
+    version's unadjusted interval rules (entry["v1"]). Returns their families."""
+    a1, at, m, frac = inf.a1, inf.at, inf.levels.margin, inf.levels.headroom_fraction
+    fams = {}
+    for e in entries:
+        e["base_null"]["testable"] = bool(m <= frac * e["headroom"] + 1e-12)
+    for sc in SCORINGS:
+        fam = [e for e in entries if not e["primary"] and e["scoring"] == sc]
+        for version, keys in (("v3", ("p_rises", "p_falls", "p_equiv")), ("v2", ("p_rises_v2", "p_falls_v2", "p_equiv_v2"))):
+            tests = [(e, k, lv) for e in fam for k, lv in zip(keys, (a1, a1, at))
+                     if version == "v2" or k != "p_equiv" or e["base_null"]["testable"]]
+            adj = holm([e["base_null"][k] for e, k, _ in tests], [lv for *_, lv in tests]) if tests else []
+            for (e, k, _), x in zip(tests, adj):
+                e["base_null"][f"{k}_adj"] = float(x)
+            fams[f"{version}-{sc}"] = len(tests)
+    for e in entries:
+        b = e["base_null"]
+        for k in ("p_rises", "p_falls", "p_equiv", "p_rises_v2", "p_falls_v2", "p_equiv_v2"):
+            if e["primary"] or f"{k}_adj" not in b:
+                b[f"{k}_adj"] = b[k] if (e["primary"] and (k != "p_equiv" or b["testable"])) or k.endswith("_v2") else None
+        rises, falls = b["p_rises_adj"] < a1, b["p_falls_adj"] < a1
+        equiv = (b["p_equiv_adj"] < at) if b["testable"] else None
+        b.update(pass1_rises=rises, ceiling_falls=falls, ceiling_equivalent=equiv, selection=selection_answer(rises, falls, equiv),
+                 selection_v2=bool(b["p_rises_v2_adj"] < a1 and (b["p_equiv_v2_adj"] < at or b["p_falls_v2_adj"] < a1)))
+    return {"families": fams}
+
+
+def third_clauses(entries: list[dict], boot: dict, inf: Inference) -> None:
+    """The first version's one-third clause, inferential: asked only where pass@1 rises (the entry's
+    label-level test); the interval of |Delta pass@k| - Delta pass@1 / 3 from the same replicates."""
+    for e in entries:
+        reps = boot[(e["condition"], e["step"], e["scoring"])]
+        tc = third_clause_interval(reps[:, 0], reps[:, -1], inf.levels.ci) if e["adjusted"]["rises"] < inf.a1 else None
+        e["v1"]["third_clause_ci"] = list(tc) if tc else None
+        e["v1"]["third_clause"] = bool(tc[1] < 0) if tc else None
+
+
+# ============================================================================= H3, power, sensitivity
+
+
+def narrowing(design, curves: dict, inf: Inference) -> list[dict]:
+    """H3: Delta pass@k_max at the last minus the first checkpoint, the same seeds and problems in
+    each replicate; narrows <=> one-sided p < a1 (the replicates below 0)."""
+    first, last = design.checkpoints[0], design.checkpoints[-1]
+    out = []
+    for cond in design.conditions if last != first else []:
+        for sc in SCORINGS:
+            if (cond, first) not in curves[sc] or (cond, last) not in curves[sc]:
+                continue
+            (s1, p1), (s2, p2) = curves[sc][(cond, first)], curves[sc][(cond, last)]
+            common = [s for s in s1 if s in s2]
+            if not common:  # a partial run: no seed has both checkpoints yet
+                continue
+            a = p1[[s1.index(s) for s in common], :, -1]  # (S, N) pass@k_max at the first checkpoint
+            b = p2[[s2.index(s) for s in common], :, -1]
+            reps = inf.draws.means(b) - inf.draws.means(a)
+            p = p_below(reps)
+            base_k = curves[sc]["base"][:, -1]
+            out.append({"condition": cond, "scoring": sc, "first_step": first, "last_step": last, "seeds": common,
+                        "passk_diff_first": crossed_estimate(a, base_k)[0], "passk_diff_last": crossed_estimate(b, base_k)[0],
+                        "diff": crossed_estimate(b, a)[0], "ci": list(percentile_interval(reps, inf.levels.ci)),
+                        "p_narrows": p, "narrows": p < inf.a1})
+    return out
+
+
+def primary_checks(prim: dict, curves: dict, design, base: dict, inf: Inference) -> tuple[dict, dict]:
+    """Beside the registered primary answer: (sensitivity, power), numbers only.
+    Sensitivity: the variance components of the per-seed, per-problem Delta pass@1 and Delta pass@k_max
+    (power.variance_components) and the crossed interval's coverage of Delta pass@1 from
+    analyze.coverage_sims count-level simulations (power.count_coverage) at the measured components and
+    at 1.5 x the measured seed SD. Power: the smallest effects the design detects with the registered
+    power (t quantiles on Satterthwaite's df); TOST's power at Delta = 0 (both one-sided tests) and the
+    largest |Delta| at which it keeps the registered power; the planned power at the plan's components
+    and at the 80% upper confidence limit of its seed variance."""
+    sc = design.primary_scoring
+    seeds, pr = curves[sc][(prim["condition"], prim["step"])]
+    bc = curves[sc]["base"]
+    d1, dk = pr[:, :, 0] - bc[:, 0], pr[:, :, -1] - bc[:, -1]  # (S, N)
     vc1, vck = variance_components(d1), variance_components(dk)
-    t1, tk, tk90 = t_result(vc1, 1 - 2 * a1), t_result(vck, 1 - 2 * a1), t_result(vck, 1 - 2 * at)
-    t_rises, t_falls = t1["p_above"] < a1, tk["p_below"] < a1
-    t_equiv = (tk90["ci"][0] > -margin and tk90["ci"][1] < margin) if prim["ceiling_testable"] else None
-    t_selection = selection_answer(t_rises, t_falls, t_equiv)
     S, N = d1.shape
+    a1, at, pw, m = inf.a1, inf.at, design.power, inf.levels.margin
+    sims = design.analyze.get("coverage_sims", 2000)
     cover = {}
     if S > 1:
-        for name, vb in (("at the measured seed SD", vc1["V_B"]), ("at 1.5 x the measured seed SD", 2.25 * vc1["V_B"])):
-            cover[name] = crossed_coverage(vc1["V_A"], vb, vc1["V_R"], N, S, level=1 - 2 * a1, sims=200, resamples=400,
-                                           seed=design.seed)
-    sens = {"pass1": vc1, "passk": vck, "t_pass1": t1, "t_passk": tk, "t_passk_90": tk90,
-            "t_verdicts": {"pass1_rises": t_rises, "ceiling_falls": t_falls, "ceiling_equivalent": t_equiv, "selection": t_selection},
-            "agrees": t_selection == prim["selection"], "coverage": cover,
-            "method": "two-way crossed random effects (problems x seeds), method-of-moments components, Satterthwaite df; "
-                      "coverage of the registered crossed-bootstrap interval simulated at the measured components"}
+        for name, factor in (("measured", 1.0), ("1.5x", 2.25)):
+            cover[name] = count_coverage(counts(base, sc), inf.n_base, prim["pass1_diff"], vc1["V_A"], factor * vc1["V_B"], S, inf.n,
+                                         level=1 - 2 * a1, sims=sims, resamples=400, seed=design.seed)
+    sens = {"pass1": vc1, "passk": vck, "coverage": cover}
     tq = st.t.ppf
-    pw = design.power
-    mde1 = (tq(1 - a1, vc1["df"]) + tq(pw, vc1["df"])) * vc1["se"]
-    mdek = (tq(1 - a1, vck["df"]) + tq(pw, vck["df"])) * vck["se"]
-    eq = margin - (tq(1 - at, vck["df"]) + tq(pw, vck["df"])) * vck["se"]
-    power = {"power": pw, "alpha_one_sided": a1, "alpha_tost": at, "n_problems": N, "seeds": S, "n_samples": n,
+    power = {"power": pw, "alpha_one_sided": a1, "alpha_tost": at, "n_problems": N, "seeds": S, "n_samples": inf.n, "n_base": inf.n_base,
              "se_pass1": vc1["se"], "df_pass1": vc1["df"], "se_passk": vck["se"], "df_passk": vck["df"],
-             "mde_pass1": float(mde1), "mde_passk": float(mdek), "equivalence_up_to": float(eq) if eq >= 0 else None,
-             "method": "(t_{1-a, df} + t_{power, df}) x SE, SE and df from the variance components of the measured Deltas"}
+             "mde_pass1": float((tq(1 - a1, vc1["df"]) + tq(pw, vc1["df"])) * vc1["se"]),
+             "mde_passk": float((tq(1 - a1, vck["df"]) + tq(pw, vck["df"])) * vck["se"]),
+             "tost_power_at_zero": power_equivalence(0.0, vck["se"], vck["df"], m, at),
+             "equivalence_up_to": equivalence_up_to(vck["se"], vck["df"], m, at, pw), "margin": m}
     plan = design.analyze.get("planned")
     if plan:
         se, df = design_se(plan["problem_var"], plan["seed_var"], plan["residual_var"], N, S)
-        power["planned"] = {**plan, "N": N, "S": S, "se": se, "df": df,
-                            "power": power_one_sided(plan["effect"], se, df, a1),
+        upper = seed_var_upper(plan["seed_var"], plan.get("seed_df", 2), 0.8)
+        se_u, df_u = design_se(plan["problem_var"], upper, plan["residual_var"], N, S)
+        power["planned"] = {**plan, "N": N, "S": S, "se": se, "df": df, "power": power_one_sided(plan["effect"], se, df, a1),
+                            "seed_var_upper80": upper, "power_at_seed_var_upper80": power_one_sided(plan["effect"], se_u, df_u, a1),
                             "power_at_measured_components": power_one_sided(plan["effect"], vc1["se"], vc1["df"], a1)}
-    power["statement"] = report.power_sentence(power, prim["k_max"], margin)
     return sens, power
+
+
+# ============================================================================= calibration (PLAN.md section 7)
+
+
+def calibrate(design, base: dict, rl: dict, sets: dict, entries: list[dict], inf: Inference) -> dict:
+    """The calibration arms on the primary scoring at the primary entry's design (its seeds, n, the
+    base's n_base): the pool arms and the seed split (calibration.py) and the taught arm where a
+    condition is registered for it. Skipped, with the reason, without a pool set or a primary entry."""
+    cal = design.analyze.get("calibration")
+    if not cal:
+        return {"skipped": "no calibration registered (analyze.calibration)", "arms": []}
+    prim = next((e for e in entries if e["primary"]), None)
+    pool_doc = (sets.get(cal["pool_set"]) or (None,))[0]
+    if prim is None or pool_doc is None:
+        return {"skipped": f"{'the primary entry' if prim is None else 'evalsets/' + cal['pool_set'] + '/eval_base.json'} is missing",
+                "arms": []}
+    sc = design.primary_scoring
+    if [p["id"] for p in pool_doc["problems"]] != [p["id"] for p in base["problems"]]:
+        raise InputError(f"evalsets/{cal['pool_set']}/eval_base.json: its problems must be the test set's, all of them")
+    pool, n_pool = counts(pool_doc, sc), pool_doc["sampling"]["n"]
+    S = len(prim["seeds"])
+    arms = calibration.pool_arms(counts(base, sc), inf.n_base, pool, n_pool, S, inf.n, inf.k, inf.levels, cal, inf.seed)
+    prim_counts = np.stack([counts(rl[(prim["condition"], s, prim["step"])], sc) for s in prim["seeds"]])
+    split = calibration.seed_split_arm(prim_counts, inf.n, inf.k, inf.levels, cal["resplits"], cal["resamples"], inf.seed)
+    arms += [split] if split else []
+    taught = cal.get("taught")
+    if taught:
+        from countdown import Problem, operands, stratum
+
+        strata = np.array([stratum(Problem(p["id"], base.get("task"), p["question"], p["answer"], operands(p["question"])))
+                           for p in base["problems"]])
+        want = design.settings[taught]["problems"].split(":", 1)[1]
+        seeds = [s for s in design.seeds_of(taught) if (taught, s, prim["step"]) in rl]
+        if seeds:
+            tc = np.stack([counts(rl[(taught, s, prim["step"])], sc) for s in seeds])
+            arms.append(calibration.taught_arm(taught, want, (strata == want) & (pool == 0), counts(base, sc), inf.n_base, tc, inf.n,
+                                               inf.k, inf.levels, verdict.Draws(len(pool), cal["resamples"], inf.seed)))
+    return {"skipped": None, "scoring": sc, "pool_set": cal["pool_set"], "n_pool": n_pool, "n_base": inf.n_base, "seeds": S,
+            "n": inf.n, "resplits": cal["resplits"], "resamples": cal["resamples"], "arms": arms,
+            "calibrated": all(a["passed"] is not False for a in arms)}
+
+
+# ============================================================================= the whole analysis
 
 
 def analyze(run: Path, resamples: int | None = None, seed: int | None = None, partial: bool = False) -> dict:
@@ -209,75 +348,46 @@ def analyze(run: Path, resamples: int | None = None, seed: int | None = None, pa
     if missing and not partial:
         raise InputError(f"{run}: {len(missing)} of {design.n_expected()} expected evaluations are missing "
                          f"({', '.join(missing)}); rerun the eval stage, or analyse what is there with --partial")
-    B = resamples or design.resamples
-    bseed = design.seed if seed is None else seed
-    ci, margin = design.ci, design.margin
-    a1, at = round((1 - ci) / 2, 12), round(1 - ci, 12)  # one-sided level (0.025), TOST level (0.05: the 90% interval)
-    n, N = base["sampling"]["n"], len(base["problems"])
-    k_max = design.config.get("eval", {}).get("k_max", n)
-    if not (isinstance(k_max, int) and 1 <= k_max <= n):
-        raise InputError(f"{design.source}: config eval.k_max={k_max!r} must be an integer in 1..n={n}")
-    idx = resample_indices(N, B, bseed)  # one set of problem draws for every entry, H3 and the band
-    seed_draws = {}
-
-    def draws(S: int) -> np.ndarray:  # one set of seed draws per number of seeds
-        if S not in seed_draws:
-            seed_draws[S] = seed_resample_indices(S, B, bseed)
-        return seed_draws[S]
-
-    first, last = design.checkpoints[0], design.checkpoints[-1]
-    curves = {sc: {"base": pass_at_k_curves([p[f"correct_{sc}"] for p in base["problems"]], n, k_max)} for sc in SCORINGS}
+    inf = inference(design, base, rl, resamples, seed)
+    taught = (design.analyze.get("calibration") or {}).get("taught")
+    studied = [c for c in design.conditions if c != taught]
+    last = design.checkpoints[-1]
+    curves = {sc: {"base": pass_at_k_curves(counts(base, sc), inf.n_base, inf.k)} for sc in SCORINGS}
+    nulls = {sc: selection_null(counts(base, sc), inf.n_base, inf.k) for sc in SCORINGS}
     entries, boot = [], {}
-    for cond in design.conditions:
+    for cond in studied:
         for step in design.checkpoints:
             seeds = [s for s in design.seeds_of(cond) if (cond, s, step) in rl]
             if not seeds:  # a partial run
                 continue
             docs = [rl[(cond, s, step)] for s in seeds]
             for sc in SCORINGS:
-                pr = np.stack([pass_at_k_curves([p[f"correct_{sc}"] for p in d["problems"]], n, k_max) for d in docs])  # (S, N, K)
-                curves[sc][(cond, step)] = (seeds, pr)
-                e, boot[(cond, step, sc)] = _entry(cond, step, sc, seeds, docs, base, curves[sc]["base"], pr, idx,
-                                                   draws(len(seeds)), ci, at, margin)
+                curves[sc][(cond, step)] = (seeds, np.stack([pass_at_k_curves(counts(d, sc), inf.n, inf.k) for d in docs]))
+                e, boot[(cond, step, sc)] = entry(cond, step, sc, seeds, docs, base, inf, nulls[sc])
                 e["primary"] = (cond, step, sc) == (design.primary_condition, last, design.primary_scoring)
                 e["family"] = "primary" if e["primary"] else f"secondary-{sc}"
                 entries.append(e)
-    families = _judge(entries, boot, a1, at, ci, margin, design.analyze["margin_headroom_fraction"], B)
-    # H3: Delta pass@k_max at the last minus the first checkpoint, the same seeds and problems in each replicate
-    h3 = []
-    for cond in design.conditions if last != first else []:
-        for sc in SCORINGS:
-            if (cond, first) not in curves[sc] or (cond, last) not in curves[sc]:
-                continue
-            (s1, p1), (s2, p2) = curves[sc][(cond, first)], curves[sc][(cond, last)]
-            common = [s for s in s1 if s in s2]
-            if not common:  # a partial run: no seed has both checkpoints yet
-                continue
-            a = p1[[s1.index(s) for s in common], :, -1]  # (S, N) pass@k_max at the first checkpoint
-            b = p2[[s2.index(s) for s in common], :, -1]  # ... at the last
-            reps = crossed_replicates(b, a, idx, draws(len(common)))
-            p = p_below(reps)
-            h3.append({"condition": cond, "scoring": sc, "first_step": first, "last_step": last, "seeds": common,
-                       "passk_diff_first": crossed_estimate(a, curves[sc]["base"][:, -1])[0],
-                       "passk_diff_last": crossed_estimate(b, curves[sc]["base"][:, -1])[0],
-                       "diff": crossed_estimate(b, a)[0], "ci": list(percentile_interval(reps, ci)), "p_narrows": p, "narrows": p < a1})
+    families = judge(entries, inf)
+    earlier = earlier_verdicts(entries, inf)
+    third_clauses(entries, boot, inf)
     prim = next((e for e in entries if e["primary"]), None)
-    if prim:
-        sensitivity, power = primary_checks(prim, curves, design, a1, at, margin, n)
-    else:
-        sensitivity, power = None, {"statement": "No power statement: the primary entry's evaluations are missing."}
-    controls = secondary.analyze_controls(design, base, rl, entries, B, bseed, ci, last, k_max)
-    beyond = secondary.analyze_beyond(design, base, rl, sets, last, n, ci)
-    diversity = secondary.analyze_diversity(design, base, rl, sets)
-    ood = secondary.analyze_ood(design, sets, entries, curves, B, bseed, ci, draws, last, k_max)
-    strategies = secondary.analyze_strategies(design, base, rl, idx, draws, ci)
-    return {"entries": entries, "families": families, "h3": h3, "power": power, "sensitivity": sensitivity, "design": design,
-            "missing": missing,
-            "controls": controls, "beyond": beyond, "diversity": diversity, "ood": ood, "strategies": strategies, "tokens": secondary.analyze_tokens(design, tokens, tok_warnings),
-            "sets": sets,
-            "resamples": B, "ci": ci, "seed": bseed, "n": n, "k_max": k_max, "n_problems": N, "alpha_one": a1, "alpha_tost": at,
-            "margin": margin, "base": base, "rl": rl, "curves": curves, "primary": prim,
-            "primary_sentence": report.primary_sentence(prim, design, last, k_max, a1, at, margin, sensitivity)}
+    sensitivity, power = primary_checks(prim, curves, design, base, inf) if prim else (None, None)
+    idx, draws = inf.draws.idx, lambda S: stats.seed_resample_indices(S, inf.B, inf.seed)
+    return {"design": design, "inference": inf, "missing": missing, "base": base, "rl": rl, "sets": sets, "curves": curves,
+            "entries": entries, "families": families, "earlier": earlier, "primary": prim,
+            "calibration": calibrate(design, base, rl, sets, entries, inf),
+            "h3": narrowing(design, curves, inf), "power": power, "sensitivity": sensitivity,
+            "strata": secondary.analyze_strata(design, base, rl, studied, inf.n_base, inf.n, inf.k, inf.draws, inf.levels.ci, last),
+            "controls": secondary.analyze_controls(design, base, rl, entries, inf.B, inf.seed, inf.levels.ci, last, inf.k, inf.n_base, inf.n),
+            "beyond": secondary.analyze_beyond(design, base, rl, sets, last, inf.n_base, inf.n, inf.levels.ci),
+            "diversity": secondary.analyze_diversity(design, base, rl, sets),
+            "ood": secondary.analyze_ood(design, sets, entries, curves, inf.B, inf.seed, inf.levels.ci, draws, last, inf.k),
+            "strategies": secondary.analyze_strategies(design, base, rl, idx, draws, inf.levels.ci),
+            "tokens": secondary.analyze_tokens(design, tokens, tok_warnings),
+            # flat copies the figures and report read
+            "resamples": inf.B, "ci": inf.levels.ci, "seed": inf.seed, "n": inf.n, "n_base": inf.n_base, "k_max": inf.k,
+            "n_problems": len(base["problems"]), "alpha_one": inf.a1, "alpha_tost": inf.at, "margin": inf.levels.margin,
+            "selection_margin": inf.levels.selection_margin}
 
 
 def check_extras(run: Path) -> None:
@@ -297,45 +407,31 @@ def check_extras(run: Path) -> None:
 
 
 def verdicts_json(res: dict) -> dict:
-    """What verdicts.json holds (the bulky per-k band stays in; the raw replicates do not)."""
-    d = res["design"]
-    prim = res["primary"]
+    """What verdicts.json holds: every number and label of the result (the bulky per-k band stays in;
+    the raw replicates and the loaded files do not)."""
+    d, inf, prim = res["design"], res["inference"], res["primary"]
     return {
         "primary": {"condition": d.primary_condition, "scoring": d.primary_scoring, "step": d.checkpoints[-1],
-                    "question": "selection: pass@1 rises AND (ceiling equivalent OR ceiling falls)",
-                    "test": f"intersection-union: pass@1 rises (one-sided p < {res['alpha_one']:g}) and (TOST p < {res['alpha_tost']:g} "
-                            f"or ceiling falls (one-sided p < {res['alpha_one']:g})), raw p-values, no correction",
-                    "answer": prim["selection"] if prim else None, "sentence": res["primary_sentence"]},
-        "bootstrap": {"scheme": "crossed: each replicate draws the training seeds and, independently, the test problems with "
-                                "replacement (the same problems for the base and every seed); statistic = mean over drawn seeds of "
-                                "(RL − base) averaged over the drawn problems; percentile intervals; with one seed it is the paired "
-                                "bootstrap over problems",
-                      "resamples": res["resamples"], "seed": res["seed"], "interval": "percentile",
-                      "p_values": "one-sided (1 + #{D* <= tie}) / (B + 1) for a rise, (1 + #{D* >= -tie}) / (B + 1) for a fall; "
-                                  "TOST max((1 + #{D* <= -m + tie}) / (B + 1), (1 + #{D* >= m - tie}) / (B + 1)); "
-                                  f"tie = {TIE:g} (PLAN.md section 7)"},
-        "resamples": res["resamples"], "ci": res["ci"], "seed": res["seed"],
-        "equivalence_margin": res["margin"],
-        "alpha": {"one_sided": res["alpha_one"], "tost": res["alpha_tost"], "interval": res["ci"], "tost_interval": 1 - 2 * res["alpha_tost"],
-                  "band": res["ci"]},
-        "families": res["families"],
-        "multiplicity": "Holm within each family, on p / level (weighted Holm), reported on each test's own scale: adjusted p = "
-                        "level × Holm-adjusted(p / level), capped at 1; a test is passed when its adjusted p < its level. The "
-                        "primary entry is in no family (intersection-union test on raw p-values). H3 and the one-third clause "
-                        "are not adjusted.",
-        "power": res["power"],
-        "h3": res["h3"],
-        "design": {"conditions": d.conditions, "seeds": d.seeds, "seeds_by_condition": d.seeds_by_condition or {}, "checkpoints": d.checkpoints, "source": d.source,
-                   "layout": "single-seed (eval_<condition>_<step>.json, read as seed 0)" if d.legacy else "eval_<condition>_s<seed>_<step>.json"},
+                    "label": prim["label"] if prim else None, "reason": prim["reason"] if prim else None,
+                    "ceiling_null": d.analyze.get("ceiling_null", "selection"),
+                    "answer_base_null": prim["base_null"]["selection"] if prim else None,
+                    "calibrated": res["calibration"].get("calibrated")},
+        "calibration": res["calibration"],
+        "levels": {"ci": inf.levels.ci, "one_sided": inf.a1, "tost": inf.at, "margin": inf.levels.margin,
+                   "selection_margin": inf.levels.selection_margin, "headroom_fraction": inf.levels.headroom_fraction},
+        "bootstrap": {"resamples": inf.B, "seed": inf.seed, "interval": "percentile", "tie": TIE,
+                      "scheme": "crossed: seeds and problems drawn independently with replacement"},
+        "sizes": {"n": inf.n, "n_base": inf.n_base, "k_max": inf.k, "n_problems": res["n_problems"]},
+        "families": res["families"], "earlier_families": res["earlier"]["families"],
+        "power": res["power"], "sensitivity": res["sensitivity"], "h3": res["h3"],
+        "design": {"conditions": d.conditions, "seeds": d.seeds, "seeds_by_condition": d.seeds_by_condition or {},
+                   "checkpoints": d.checkpoints, "source": d.source, "legacy": d.legacy},
         "partial": bool(res["missing"]), "missing": res["missing"],
-        "entries": res["entries"], "n": res["n"], "k_max": res["k_max"], "n_problems": res["n_problems"],
-        "controls": {**res["controls"], "registered": {
-            "H4": "with the KL anchor the few-problem condition's loose pass@k_max is equivalent to the base's (TOST, the entry's "
-                  "Holm-adjusted p), while without it the ceiling falls (the entry's Holm-adjusted p); holds when both do",
-            "H5": "share of the strict pass@1 gain of the twin strict-reward condition reached by the format-only reward: an estimate",
-            "H6": "GRPO vs RFT and SFT on the loose pass@k curve: contrast curves with simultaneous bands and where they cross; descriptive"}},
-        "eval_sets": {"test": {"task": res["base"].get("task"), "n": res["n"], "k_max": res["k_max"], "n_problems": res["n_problems"],
-                               "models": "all", "files": ["eval_base.json"] + [d["_file"] for d in res["rl"].values()]},
+        "entries": res["entries"], "strata": res["strata"],
+        "controls": res["controls"],
+        "eval_sets": {"test": {"task": res["base"].get("task"), "n": inf.n, "n_base": inf.n_base, "k_max": inf.k,
+                               "n_problems": res["n_problems"], "models": "all",
+                               "files": ["eval_base.json"] + [x["_file"] for x in res["rl"].values()]},
                       **{name: {**spec, "files": ([f"evalsets/{name}/eval_base.json"] if res["sets"][name][0] is not None else [])
                                 + [f"evalsets/{name}/{x['_file']}" for x in res["sets"][name][1].values()]}
                          for name, spec in d.eval_sets.items()}},
@@ -343,40 +439,42 @@ def verdicts_json(res: dict) -> dict:
         "boundary": {"set": res["beyond"]["set"], "n": res["beyond"]["n"], "rows": res["beyond"]["boundary"]},
         "diversity": res["diversity"],
         "ood": {name: {k: v for k, v in o.items() if not k.startswith("_")} for name, o in res["ood"].items()},
-        "tokens": res["tokens"],
-        "strategies": res["strategies"],
+        "tokens": res["tokens"], "strategies": res["strategies"],
     }
 
 
 def run_analysis(run: Path, resamples: int | None = None, seed: int | None = None, make_figures: bool = True,
-                 partial: bool = False) -> dict:
-    """Everything is computed before anything is written: an input error leaves no partial output."""
+                 partial: bool = False, out: Path | None = None) -> dict:
+    """Everything is computed before anything is written: an input error leaves no partial output.
+    out: write verdicts.json, report.md and figures/ there (a new folder), leaving the run as it is."""
     run = Path(run)
     res = analyze(run, resamples=resamples, seed=seed, partial=partial)
     check_extras(run)  # read every other input now: a bad one must stop us before anything is written
-    out = verdicts_json(res)
+    doc = verdicts_json(res)
     inputs = sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")) + sorted(run.glob("tokens_*.json"))
-    # inputs: what each input computed (provenance.content_sha256: no timings, no time stamps), so that a
-    # rerun that computes the same counts leaves the analysis done
-    out["provenance"] = {"inputs": {f.relative_to(run).as_posix(): content_sha256(f) for f in inputs},
-                         "analyze": res["design"].config.get("analyze"),
-                         "plan_sha256": file_sha256(ROOT / "PLAN.md"), "config_hash": res["base"].get("provenance", {}).get("config_hash"),
+    # what each input computed (provenance.content_sha256: no timings, no time stamps), so that a rerun
+    # that computes the same counts leaves the analysis done
+    doc["provenance"] = {"run": str(run), "inputs": {f.relative_to(run).as_posix(): content_sha256(f) for f in inputs},
+                         "analyze": res["design"].config.get("analyze"), "plan_sha256": file_sha256(ROOT / "PLAN.md"),
+                         "config_hash": res["base"].get("provenance", {}).get("config_hash"),
                          "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    text = json.dumps(out, indent=1) + "\n"
+    text = json.dumps(doc, indent=1, default=float) + "\n"
+    dest = run if out is None else Path(out)
+    dest.mkdir(parents=True, exist_ok=True)
     when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    for old in (run / "verdicts.json", run / "report.md", run / "figures"):  # a rerun replaces nothing in place
-        if (dest := move_aside(run, old, when)) is not None:
-            print(f"moved aside {old.relative_to(run)} -> {dest.relative_to(run)} (the analysis is redone)", flush=True)
-    figs = figures.figures(run, res) if make_figures else []
-    rep = report.report(run, res, figs)
-    atomic_write_text(run / "report.md", rep)
-    atomic_write_text(run / "verdicts.json", text)  # last: the pipeline's "done" marker
-    return out
+    for old in (dest / "verdicts.json", dest / "report.md", dest / "figures"):  # a rerun replaces nothing in place
+        if (moved := move_aside(dest, old, when)) is not None:
+            print(f"moved aside {old.relative_to(dest)} -> {moved.relative_to(dest)} (the analysis is redone)", flush=True)
+    figs = figures.figures(run, res, dest / "figures") if make_figures else []
+    atomic_write_text(dest / "report.md", report.report(run, res, figs))
+    atomic_write_text(dest / "verdicts.json", text)  # last: the pipeline's "done" marker
+    return doc
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="Crossed-bootstrap verdicts, coverage, crossover, figures and a report for one run.")
+    p = argparse.ArgumentParser(description="The registered verdicts, calibration, secondary analyses, figures and report of one run.")
     p.add_argument("--run", required=True, help="the run folder holding eval_*.json")
+    p.add_argument("--out", default=None, help="write verdicts.json, report.md and figures/ to this folder instead (the run is left as it is)")
     p.add_argument("--resamples", type=int, default=None, help="bootstrap resamples (default: the run's config, analyze.resamples)")
     p.add_argument("--seed", type=int, default=None, help="bootstrap seed (default: the run's config, analyze.seed)")
     p.add_argument("--partial", action="store_true", help="analyse a run with expected evaluations missing (the report says so)")
@@ -387,12 +485,13 @@ def main(argv=None) -> int:
         print(f"analyze_b.py: --run {run}: no such folder", file=sys.stderr)
         return 2
     try:
-        out = run_analysis(run, a.resamples, a.seed, not a.no_figures, partial=a.partial)
+        doc = run_analysis(run, a.resamples, a.seed, not a.no_figures, partial=a.partial, out=Path(a.out) if a.out else None)
     except InputError as e:
         print(f"analyze_b.py: {e}", file=sys.stderr)
         return 1
-    print(report.headline(out))
-    print(f"wrote {run / 'verdicts.json'} and {run / 'report.md'}")
+    print(report.headline(doc))
+    where = Path(a.out) if a.out else run
+    print(f"wrote {where / 'verdicts.json'} and {where / 'report.md'}")
     return 0
 
 

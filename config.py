@@ -176,6 +176,9 @@ class TrainCfg:
 class EvalCfg:
     n: int = 32
     k_max: int = 32
+    # The base's samples per test problem (None: n). More than n shrinks the base's own sampling noise,
+    # which at n = 32 is as large as the problems' spread in Delta pass@32 (PLAN.md section 6).
+    n_base: int | None = None
     sampling: SamplingCfg = field(default_factory=lambda: SamplingCfg(temperature=0.6, top_p=0.95))
     problems_per_batch: int = 4  # problems decoded together (each with its n samples)
     keep_responses: bool = True
@@ -189,7 +192,7 @@ class EvalSetCfg:
     n_problems: int = 64  # the first n_problems test problems of that task
     n: int = 256
     k_max: int = 256
-    models: str = "final-first-seed"  # all | final | final-first-seed: which checkpoints besides the base
+    models: str = "final-first-seed"  # all | final | final-first-seed | base (the base alone): which checkpoints besides the base
     sampling: SamplingCfg | None = None  # None: the eval section's sampling (the same as the test set's)
     problems_per_batch: int = 1
     seeds: str = "own"  # own: the set's own sampling seeds (new draws); test: the test set's (same n and batching reproduce its counts)
@@ -244,6 +247,27 @@ class PlannedCfg:
     problem_var: float = 0.0187
     seed_var: float = 0.00038
     residual_var: float = 0.0222
+    seed_df: int = 2  # the degrees of freedom the pilot's seed variance was estimated on (its upper limit is reported)
+
+
+@dataclass
+class MixedArmCfg:
+    w: float = 2.0
+    eps: float = 0.01
+
+
+@dataclass
+class CalibrationCfg:
+    """The calibration arms (PLAN.md section 7): conditions whose truth is known, made from a pool of
+    base samples (the test set's base evaluation and the `pool_set` evaluation set's) and judged by the
+    same code as the trained models, outside the Holm families."""
+    pool_set: str = "pool"  # the registered evaluation set (models: base) holding the pool's extra samples
+    resplits: int = 100  # re-splits of the pool per arm
+    resamples: int = 2000  # bootstrap replicates per re-split
+    selection_w: list[float] = field(default_factory=lambda: [2.0, 5.0])  # selection arms: the base reweighted by w
+    teaching_eps: list[float] = field(default_factory=lambda: [0.01, 0.05])  # teaching arms: a share eps of gold answers
+    mixed: list[MixedArmCfg] = field(default_factory=lambda: [MixedArmCfg()])  # selection plus teaching
+    taught: str | None = None  # a condition trained on one stratum's written solutions (problems: stratum:<name>): the taught arm
 
 
 @dataclass
@@ -252,6 +276,10 @@ class AnalyzeCfg:
     ci: float = 0.95
     seed: int = 0  # the bootstrap's generator
     equivalence_margin: float = 0.10  # TOST margin for "the ceiling is unchanged" (PLAN.md section 7)
+    # The ceiling half of the primary question: against the selection null (the base reweighted to the
+    # trained model's pass@1, PLAN.md section 7) or, as the seed report read it, against the base itself
+    ceiling_null: str = "base"
+    selection_margin: float = 0.05  # TOST margin for "within the selection null's ceiling"
     # The equivalence test is asked only when the margin is at most this share of the base's headroom,
     # 1 - its pass@k_max on the set (PLAN.md change 29): otherwise it could hardly fail
     margin_headroom_fraction: float = 1 / 3
@@ -262,6 +290,8 @@ class AnalyzeCfg:
     power: float = 0.8  # the power at which the report states the smallest detectable effects
     extrapolate_to: int = 1024  # the largest k of the model-based (beta-binomial) pass@k curve
     note: str | None = None  # printed first in report.md, e.g. that a run is a pipeline check and answers nothing
+    coverage_sims: int = 2000  # count-level simulations of the crossed interval's coverage (the sensitivity analysis)
+    calibration: CalibrationCfg | None = None  # None: no calibration arms
 
 
 @dataclass
@@ -437,7 +467,7 @@ BUILDS = ("build", "qwen_shape", "gguf")  # the model settings that make the `ba
 CONDITION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
 REWARDS = ("strict", "loose", "format")
 METHODS = ("grpo", "rft", "sft")
-EVAL_MODELS = ("all", "final", "final-first-seed")
+EVAL_MODELS = ("all", "final", "final-first-seed", "base")
 
 
 def seeds_of(cfg: Config, condition: str) -> list[int]:
@@ -505,8 +535,9 @@ def validate(cfg: Config) -> None:
     need(bool(cfg.conditions), "conditions", "must register at least one condition, e.g. {many: {problems: all}}")
     for name, c in cfg.conditions.items():
         need(bool(CONDITION_NAME.fullmatch(name)), f"conditions.{name}", "names use letters, digits and '-' only (they become file names: train_<name>_s<seed>)")
-        need(c.problems == "all" or (c.problems.startswith("select-") and c.problems[7:].isdigit() and int(c.problems[7:]) >= 1),
-             f"conditions.{name}.problems", f"must be 'all' or 'select-N' with N >= 1, got {c.problems!r}")
+        need(c.problems == "all" or (c.problems.startswith("select-") and c.problems[7:].isdigit() and int(c.problems[7:]) >= 1)
+             or bool(re.fullmatch(r"stratum:borrows-[0-9]+", c.problems)),
+             f"conditions.{name}.problems", f"must be 'all', 'select-N' with N >= 1 or 'stratum:borrows-K', got {c.problems!r}")
         need(c.reward in REWARDS, f"conditions.{name}.reward", f"must be one of {', '.join(REWARDS)}")
         need(c.method in METHODS, f"conditions.{name}.method", f"must be one of {', '.join(METHODS)}")
         need(c.kl >= 0, f"conditions.{name}.kl", "must be >= 0")
@@ -538,8 +569,25 @@ def validate(cfg: Config) -> None:
     need(0 < cfg.analyze.margin_headroom_fraction <= 1, "analyze.margin_headroom_fraction", "must be in (0, 1]")
     need(cfg.analyze.beyond_resamples >= 10, "analyze.beyond_resamples", "must be >= 10")
     need(0 < cfg.analyze.power < 1, "analyze.power", "must be in (0, 1)")
+    need(cfg.analyze.ceiling_null in ("selection", "base"), "analyze.ceiling_null", "must be selection or base")
+    need(0 < cfg.analyze.selection_margin < 1, "analyze.selection_margin", "must be in (0, 1)")
+    need(cfg.analyze.coverage_sims >= 100, "analyze.coverage_sims", "must be >= 100")
+    cal = cfg.analyze.calibration
+    if cal is not None:
+        need(cal.pool_set in cfg.eval_sets and cfg.eval_sets[cal.pool_set].models == "base"
+             and cfg.eval_sets[cal.pool_set].task in (None, cfg.task.name) and cfg.eval_sets[cal.pool_set].n_problems == cfg.task.n_test,
+             "analyze.calibration.pool_set", "must name an eval set of the trained task with models: base and n_problems = task.n_test")
+        primary_seeds = len(seeds_of(cfg, cfg.analyze.primary_condition))
+        need(cfg.eval_sets[cal.pool_set].n >= primary_seeds * cfg.eval.n, f"eval_sets.{cal.pool_set}.n",
+             f"the null arm takes disjoint slices of the pool: needs >= {primary_seeds} primary seeds x eval.n ({cfg.eval.n})")
+        need(cal.resplits >= 10 and cal.resamples >= 100, "analyze.calibration.resplits", "resplits >= 10 and resamples >= 100")
+        need(all(w > 0 for w in cal.selection_w) and all(0 < e < 1 for e in cal.teaching_eps), "analyze.calibration.selection_w",
+             "w > 0 and teaching_eps in (0, 1)")
+        need(cal.taught is None or (cal.taught in cfg.conditions and cfg.conditions[cal.taught].problems.startswith("stratum:")),
+             "analyze.calibration.taught", "must name a condition whose problems are stratum:<name>")
     need(cfg.eval.n >= 1, "eval.n", "must be >= 1")
     need(1 <= cfg.eval.k_max <= cfg.eval.n, "eval.k_max", f"must be in 1..eval.n ({cfg.eval.n}): pass@k needs k <= n")
+    need(cfg.eval.n_base is None or cfg.eval.n_base >= cfg.eval.n, "eval.n_base", f"must be null or >= eval.n ({cfg.eval.n})")
     need(cfg.eval.problems_per_batch >= 1, "eval.problems_per_batch", "must be >= 1")
     s = cfg.select
     need(1 <= s.n_problems <= cfg.task.n_train, "select.n_problems", "must be in 1..task.n_train")

@@ -203,6 +203,12 @@ def borrow_columns(x: int, y: int) -> list[int]:
     return out
 
 
+def operands(question: str) -> tuple[int, ...] | None:
+    """(a, b, c) of a question written `a * b - c` (as the arithmetic tasks write it), else None."""
+    m = re.fullmatch(r"\s*([0-9]+) \* ([0-9]+) - ([0-9]+)\s*", str(question))
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
 def stratum(problem: Problem) -> str | None:
     """The difficulty stratum of an `a * b - c` problem (PLAN.md section 6): how many borrows the
     final subtraction a * b - c needs, "borrows-0", "borrows-1", ... (None for other tasks)."""

@@ -121,6 +121,8 @@ def evaluate(cfg: config.Config, base: str, adapter: str | None, out_file: Path,
         adapter_sha = file_sha256(Path(adapter) / "adapter_model.safetensors")
         identity = study.adapter_identity(adapter)
     problems, n, k_max, sampling, per_batch = eval_set_settings(cfg, eval_set)
+    if adapter is None and eval_set == "test" and cfg.eval.n_base is not None:
+        n = cfg.eval.n_base  # the base's own, larger sample (PLAN.md section 6)
     t0 = time.perf_counter()
     # Every model sees the same seeds, tied to the problems (task.seed and the problem ids), never
     # to the training seed: the paired comparison then differs only by the model, and the base is

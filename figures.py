@@ -66,14 +66,15 @@ TRAIN_PANELS = list(zip(TRAIN_COLUMNS, ("mean reward (strict)", "groups with no 
                                        "mean response length (tokens)", "mean token entropy (nats)", "mean k3 KL to the base")))
 
 
-def training_figure(run: Path, checkpoints: list[int], dev: bool = True) -> Path | None:
+def training_figure(run: Path, checkpoints: list[int], dev: bool = True, out: Path | None = None) -> Path | None:
     """RUN/figures/training.png from RUN/train_*/train_log.csv: one line per condition x seed,
     coloured by condition, the checkpoints as vertical lines. Only step and reward_mean are
     required; each optional column (TRAIN_PANELS) gets a panel when some log has a number in it. Returns None
     (and writes nothing) when there is no log. Safe to call while training or evaluation runs.
-    With dev (the pipeline's call) it also draws training_dev.png where train_eval.csv files exist."""
+    With dev (the pipeline's call) it also draws training_dev.png where train_eval.csv files exist.
+    out: the folder to write to (default RUN/figures)."""
     if dev:
-        training_dev_figure(run, checkpoints)
+        training_dev_figure(run, checkpoints, out)
     logs = [(c, s, rows) for c, s, rows in training_logs(Path(run)) if rows]
     if not logs:
         return None
@@ -101,14 +102,14 @@ def training_figure(run: Path, checkpoints: list[int], dev: bool = True) -> Path
     fig.suptitle("training" + (f" ({len(seeds)} seeds per condition, one line each)" if seeds else "")
                  + (f"; dashed: checkpoints {', '.join(map(str, checkpoints))}" if checkpoints else ""), fontsize=10)
     fig.tight_layout()
-    out = Path(run) / "figures"
-    out.mkdir(exist_ok=True)
+    out = Path(out or Path(run) / "figures")
+    out.mkdir(parents=True, exist_ok=True)
     path = _save(fig, out / "training.png")
     plt.close(fig)
     return path
 
 
-def training_dev_figure(run: Path, checkpoints: list[int]) -> Path | None:
+def training_dev_figure(run: Path, checkpoints: list[int], out: Path | None = None) -> Path | None:
     """RUN/figures/training_dev.png from RUN/train_*/train_eval.csv (the held-out dev problems every
     train.dev_every steps): loose pass@1 and loose pass@n over steps, per condition a thick line for
     the mean over seeds (at the steps every seed has) and a thin line per seed. None when no file."""
@@ -135,8 +136,8 @@ def training_dev_figure(run: Path, checkpoints: list[int]) -> Path | None:
     fig.suptitle(f"held-out dev problems during training (train_eval.csv; n = {', '.join(map(str, ns)) or '?'} samples each; "
                  "thin: one seed)", fontsize=10)
     fig.tight_layout()
-    out = run / "figures"
-    out.mkdir(exist_ok=True)
+    out = Path(out or Path(run) / "figures")
+    out.mkdir(parents=True, exist_ok=True)
     path = _save(fig, out / "training_dev.png")
     plt.close(fig)
     return path
@@ -295,15 +296,15 @@ def controls_figure(out: Path, res: dict) -> Path | None:
     return path
 
 
-def figures(run: Path, res: dict) -> list[Path]:
-    """Every figure of the report, in its order; each drawing function returns None (or []) when
-    its inputs are absent."""
-    out = run / "figures"
-    out.mkdir(exist_ok=True)
+def figures(run: Path, res: dict, out: Path | None = None) -> list[Path]:
+    """Every figure of the report, in its order, into `out` (default RUN/figures); each drawing
+    function returns None (or []) when its inputs are absent."""
+    out = Path(out or run / "figures")
+    out.mkdir(parents=True, exist_ok=True)
     written = passk_figures(out, res)
     for f in (beyond_figure(out, res), *ood_figures(out, res), diversity_figure(out, res), strategies_figure(out, res),
               controls_figure(out, res),
-              training_figure(run, res["design"].checkpoints, dev=False), training_dev_figure(run, res["design"].checkpoints),
+              training_figure(run, res["design"].checkpoints, dev=False, out=out), training_dev_figure(run, res["design"].checkpoints, out),
               lr_sweep_figure(run, out, res["design"])):
         if f:
             written.append(f)

@@ -334,7 +334,8 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
     for step in bar:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        problems = step_problems(run.pool, step, P, study.seed_for(run.seed, run.name), shuffle=(run.cond.problems == "all"))
+        shuffled = run.cond.problems == "all" or run.cond.problems.startswith("stratum:")  # a fresh permutation per epoch
+        problems = step_problems(run.pool, step, P, study.seed_for(run.seed, run.name), shuffle=shuffled)
         prompts = render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
         t0 = time.perf_counter()
         samples, scored = rollouts(model, tok, cfg, run, problems, prompts, step, stops, pad) if method.rollouts else no_rollouts(P * G)

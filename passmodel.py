@@ -172,27 +172,37 @@ def parametric_replicates(fit: dict, n: int, N: int, ks, resamples: int, seed: i
     return out
 
 
-def contrast_check(base_small, rl_small, n_small: int, base_large, rl_large, n_large: int, resamples: int, seed: int,
-                   level: float, base_reps: np.ndarray | None = None) -> dict:
-    """The model checked on what the question is about, a contrast: fitted to each model's counts of
-    n_small samples, it predicts Delta pass@n_large (RL - base); the large set measures it on the same
-    problems. The prediction's interval is the parametric bootstrap's (parametric_replicates, the
-    two models drawn independently; base_reps: the base's replicates when several trained models
-    are checked against one base, the same for each). Also the zero-inflated model's prediction
-    (not registered)."""
-    fb, fr = fit_pass_model(base_small, n_small), fit_pass_model(rl_small, n_small)
-    N = len(np.asarray(base_small))
+def contrast_check(base_small, n_base: int, rl_small, n_small: int, base_large, rl_large, n_large: int, resamples: int,
+                   seed: int, level: float) -> dict:
+    """The model checked on what the question is about, a contrast: fitted to the base's counts of
+    n_base samples and the trained model's of n_small, it predicts Delta pass@n_large (RL - base); the
+    large set measures it on the same problems. A paired bootstrap over problems: `resamples` redraws of
+    the problems (the same draws for both models and the large set), both models refitted (the plain
+    model, started at the full fit); ci is the percentile interval of the predicted Deltas, error_ci
+    that of the error (predicted - measured on the same redrawn problems), and the measured contrast
+    is covered when error_ci contains 0. Also the zero-inflated model's prediction (not registered)."""
+    from scipy.special import logit
+
+    fb, fr = fit_pass_model(base_small, n_base), fit_pass_model(rl_small, n_small)
+    b, r = np.asarray(base_small, int), np.asarray(rl_small, int)
     pb, pr = (float(model_pass_at_k(f, [n_large])[0]) for f in (fb, fr))
-    if base_reps is None:
-        base_reps = parametric_replicates(fb, n_small, N, [n_large], resamples, seed)[:, 0]
-    reps = parametric_replicates(fr, n_small, N, [n_large], resamples, seed + 1)[:, 0] - base_reps
+
+    def start(f):
+        return (float(logit(np.clip(f["alpha"] / (f["alpha"] + f["beta"]), 1e-6, 1 - 1e-6))), float(np.log(f["alpha"] + f["beta"])))
+
+    idx = np.random.default_rng([seed, 271]).integers(0, len(b), size=(resamples, len(b)))
+    reps = np.array([model_pass_at_k(fit_betabinom(r[i], n_small, start=start(fr), tol=REFIT_TOL), [n_large])[0]
+                     - model_pass_at_k(fit_betabinom(b[i], n_base, start=start(fb), tol=REFIT_TOL), [n_large])[0] for i in idx])
+    per = per_problem(rl_large, n_large, n_large) - per_problem(base_large, n_large, n_large)  # (N,) measured, per problem
+    errors = reps - per[idx].mean(axis=1)  # the error on the same redrawn problems: what the check asks about
     lo, hi = percentile_interval(reps, level)
-    measured = float(per_problem(rl_large, n_large, n_large).mean() - per_problem(base_large, n_large, n_large).mean())
+    elo, ehi = percentile_interval(errors, level)
+    measured = float(per.mean())
     zi = [float(model_pass_at_k(f["fits"]["zero-inflated beta-binomial"], [n_large])[0]) for f in (fb, fr)]
-    return {"fit_n": n_small, "target_k": n_large, "predicted_delta": pr - pb, "ci": [lo, hi], "measured_delta": measured,
-            "error": pr - pb - measured, "covered": bool(lo <= measured <= hi), "predicted_delta_zero_inflated": zi[1] - zi[0],
-            "error_zero_inflated": zi[1] - zi[0] - measured, "resamples": resamples,
-            "naive_delta": float(per_problem(rl_small, n_small, n_small).mean() - per_problem(base_small, n_small, n_small).mean())}
+    return {"fit_n": n_small, "fit_n_base": n_base, "target_k": n_large, "predicted_delta": pr - pb, "ci": [lo, hi],
+            "measured_delta": measured, "error": pr - pb - measured, "error_ci": [elo, ehi], "covered": bool(elo <= 0 <= ehi),
+            "predicted_delta_zero_inflated": zi[1] - zi[0], "error_zero_inflated": zi[1] - zi[0] - measured, "resamples": resamples,
+            "naive_delta": float(per_problem(r, n_small, n_small).mean() - per_problem(b, n_base, min(n_base, n_small)).mean())}
 
 
 def boundary(base_counts, rl_counts, ids) -> dict:

@@ -75,9 +75,23 @@ def power_one_sided(delta: float, se: float, df: float, alpha: float) -> float:
 def power_equivalence(delta: float, se: float, df: float, margin: float, alpha: float) -> float:
     """Power of TOST (both one-sided tests at alpha reject |Delta| >= margin) when the true value is
     delta, the estimate ~ delta + se T_df: P(margin - t se > est > -margin + t se), t = t_{1-alpha, df}."""
+    if se <= 0:  # no spread at all: the estimate is the truth
+        return float(abs(delta) < margin)
     t = st.t.ppf(1 - alpha, df)
     lo, hi = -margin + t * se, margin - t * se
     return float(max(st.t.cdf((hi - delta) / se, df) - st.t.cdf((lo - delta) / se, df), 0.0))
+
+
+def equivalence_up_to(se: float, df: float, margin: float, alpha: float, power: float) -> float | None:
+    """The largest true |Delta| at which TOST (both one-sided tests, power_equivalence) still has the
+    given power; None when even Delta = 0 falls short (its power there is the most it can have)."""
+    from scipy import optimize
+
+    if power_equivalence(0.0, se, df, margin, alpha) < power:
+        return None
+    if se <= 0:
+        return float(margin)
+    return float(optimize.brentq(lambda d: power_equivalence(d, se, df, margin, alpha) - power, 0.0, margin, xtol=1e-10))
 
 
 def simulate(V_A: float, V_B: float, V_R: float, N: int, S: int, delta: float, sims: int, seed: int) -> np.ndarray:
@@ -105,3 +119,45 @@ def crossed_coverage(V_A: float, V_B: float, V_R: float, N: int, S: int, level: 
         cover_t += t[0] <= 0 <= t[1]
     return {"coverage": cover / sims, "lower_miss": miss_low / sims, "coverage_t": cover_t / sims, "sims": sims, "N": N, "S": S,
             "seed_sd": float(np.sqrt(V_B))}
+
+
+def seed_var_upper(seed_var: float, seed_df: int, level: float = 0.8) -> float:
+    """The one-sided upper confidence limit of a seed variance estimated on seed_df degrees of
+    freedom: seed_df V_B / chi2_{1 - level}(seed_df) (chi-square quantile). A pilot's seed variance on
+    2 df is uncertain by a factor of ~4 at the 80% limit; a plan should hold there too."""
+    return float(seed_df * seed_var / st.chi2.ppf(1 - level, seed_df))
+
+
+def count_coverage(base_counts, n_base: int, delta: float, V_A: float, V_B: float, S: int, n: int, level: float = 0.95,
+                   sims: int = 2000, resamples: int = 400, seed: int = 0) -> dict:
+    """Coverage of the crossed bootstrap's percentile interval for Delta pass@1, in count-level
+    simulations of this design: per problem a base rate p_i drawn from the beta-binomial fit to the
+    base's counts, a trained rate p_i + Delta + a_i + b_s (a_i ~ N(0, V_A) per problem, b_s ~ N(0, V_B)
+    per seed, clipped to [0, 1]), then n_base and S x n binomial counts; the true Delta is the
+    population's (the mean of the clipped trained rate minus the mean of p, over problems and seeds).
+    Also how often the lower tail misses (the one-sided
+    test's error) and the share where the t interval (variance_components) covers."""
+    from passmodel import fit_betabinom
+
+    c = np.asarray(base_counts, int)
+    f = fit_betabinom(c, n_base)
+    N = len(c)
+    rng = np.random.default_rng([seed, 31337])
+    big = rng.beta(f["alpha"], f["beta"], 400_000)  # the population Delta, over problems and seeds
+    truth = float(np.clip(big + delta + rng.normal(0, np.sqrt(V_A), big.size) + rng.normal(0, np.sqrt(V_B), big.size), 0, 1).mean()
+                  - big.mean())
+    cover = miss_low = cover_t = 0
+    for i in range(sims):
+        p = rng.beta(f["alpha"], f["beta"], N)
+        r = np.clip(p + delta + rng.normal(0, np.sqrt(V_A), N) + rng.normal(0, np.sqrt(V_B), (S, 1)), 0.0, 1.0)
+        b1, r1 = rng.binomial(n_base, p) / n_base, rng.binomial(n, r) / n
+        idx = stats.resample_indices(N, resamples, seed + 1 + i)
+        sidx = stats.seed_resample_indices(S, resamples, seed + 1 + i)
+        lo, hi = stats.percentile_interval(stats.crossed_replicates(r1, b1, idx, sidx), level)
+        cover += lo <= truth <= hi
+        miss_low += lo > truth
+        t = t_result(variance_components(r1 - b1), level)["ci"]
+        cover_t += t[0] <= truth <= t[1]
+    return {"coverage": cover / sims, "lower_miss": miss_low / sims, "coverage_t": cover_t / sims, "sims": sims, "N": N, "S": S,
+            "seed_sd": float(np.sqrt(V_B)), "delta": truth, "mc_se": float(np.sqrt(0.95 * 0.05 / sims))}
+

@@ -276,7 +276,9 @@ _ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "m
               "task.system_prompt": countdown.SYSTEM_PROMPT,
               "train.sampling.decode": "eager", "eval.sampling.decode": "eager", "lora.tf32": False,
               "lr_sweep.rule": "reward", "select.scoring": "strict",
-              "model.build.p_borrow_slip": [], "model.build.n_drill": 0}
+              "model.build.p_borrow_slip": [], "model.build.n_drill": 0, "eval.n_base": None,
+              "analyze.ceiling_null": "base", "analyze.selection_margin": 0.05, "analyze.coverage_sims": 2000,
+              "analyze.calibration": None, "analyze.planned.seed_df": 2}
 _NOT_IN_HASH = {
     "lr-sweep": ("seeds", "seeds_by_condition", "lr", "checkpoints", "steps", "log_kl_every", "dev_every"),
     "train": ("seeds", "seeds_by_condition"),

@@ -69,6 +69,8 @@ class Design:
         """The trained models a set evaluates besides the base: models all (every checkpoint), final
         (every seed at the last checkpoint) or final-first-seed (the first seed at the last one)."""
         models, last = self.eval_sets[name]["models"], self.checkpoints[-1]
+        if models == "base":
+            return []
         if models == "all":
             return self.expected()
         return [(c, s, last) for c in self.conditions for s in self.seeds_of(c)[:None if models == "final" else 1]]
@@ -245,8 +247,9 @@ def find_evals(run: Path, design: Design | None = None, base: dict | None = None
     for d in rl.values():
         if [p["id"] for p in d["problems"]] != ids:
             raise InputError(f"{run}/{d['_file']}: its test problems differ from eval_base.json's")
-        if d["sampling"]["n"] != base["sampling"]["n"]:
-            raise InputError(f"{run}/{d['_file']}: n={d['sampling']['n']} but the base has n={base['sampling']['n']}")
+        if d["sampling"]["n"] > base["sampling"]["n"]:
+            raise InputError(f"{run}/{d['_file']}: n={d['sampling']['n']} but the base has only n={base['sampling']['n']}: "
+                             f"the base needs at least the trained models' samples (eval.n_base >= eval.n)")
     missing = [design.eval_name(*key) for key in design.expected() if key not in rl]
     return base, rl, missing, design
 

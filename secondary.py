@@ -5,11 +5,9 @@ throughout; the statistics come from stats.py, the inputs from run_files.py.
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
-from countdown import ARITH_DIGITS, SCORINGS, STRATEGIES, Problem, classify_strategy, score_loose
+from countdown import ARITH_DIGITS, SCORINGS, STRATEGIES, Problem, classify_strategy, operands, score_loose, stratum
 from run_files import DEFAULT_CONDITION, Design
 from passmodel import (boundary, boundary_null, contrast_check, extrapolation_check, fit_pass_model, model_pass_at_k,
                        parametric_replicates)
@@ -71,14 +69,13 @@ def find_twins(settings: dict[str, dict], varied: str, is_treated) -> list[tuple
 
 
 def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], B: int, bseed: int, ci: float, last: int,
-                     k_max: int) -> dict:
+                     k_max: int, n_base: int, n: int) -> dict:
     """H4-H6 (PLAN.md section 7b), each asked of every registered pair its settings define
     (find_twins), at the last checkpoint; a hypothesis whose conditions are not registered, or whose
     evaluations are missing, is listed as skipped with the reason. Seeds of the two conditions are
     drawn independently (compare_conditions), problems shared."""
     out = {"step": last, "scorings": dict(CONTROL_SCORING), "h4": [], "h5": [], "h6": [], "skipped": []}
     by_key = {(e["condition"], e["step"], e["scoring"]): e for e in entries}
-    n = base["sampling"]["n"]
 
     def seeds_of(c):
         return [s for s in design.seeds_of(c) if (c, s, last) in rl]
@@ -86,7 +83,7 @@ def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], 
     def contrast(sc, a, b):
         sa, sb = seeds_of(a), seeds_of(b)
         summ, ra, rb = compare_conditions([_counts(rl[(a, s, last)], sc) for s in sa], [_counts(rl[(b, s, last)], sc) for s in sb],
-                                          _counts(base, sc), n, k_max, B, bseed, ci)
+                                          _counts(base, sc), n, k_max, B, bseed, ci, n_base)
         return summ, ra, rb, sa, sb
 
     def ready(h, a, b) -> bool:
@@ -105,20 +102,17 @@ def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], 
             continue
         ea, eb = by_key[(anchored, last, sc)], by_key[(plain, last, sc)]
         summ, _, _, sa, sb = contrast(sc, anchored, plain)
+        bn_a, bn_b = ea["base_null"], eb["base_null"]  # H4 is about the base: the base-null reading's adjusted tests
         out["h4"].append({
             "anchored": anchored, "unanchored": plain, "kl": st[anchored]["kl"], "step": last, "scoring": sc, "k_max": k_max,
-            "anchored_passk_diff": ea["passk_diff"], "anchored_passk_ci90": ea["passk_ci90"], "anchored_p_equiv_adj": ea["p_equiv_adj"],
-            "anchored_ceiling_equivalent": ea["ceiling_equivalent"],
+            "anchored_passk_diff": ea["passk_diff"], "anchored_passk_ci90": ea["passk_ci90"], "anchored_p_equiv_adj": bn_a["p_equiv_adj"],
+            "anchored_ceiling_equivalent": bn_a["ceiling_equivalent"],
             "unanchored_passk_diff": eb["passk_diff"], "unanchored_passk_ci": eb["passk_ci"],
-            "unanchored_p_falls_adj": eb["p_passk_fall_adj"], "unanchored_ceiling_falls": eb["ceiling_falls"],
+            "unanchored_p_falls_adj": bn_b["p_falls_adj"], "unanchored_ceiling_falls": bn_b["ceiling_falls"],
             # not decided (None) where the unanchored ceiling falls but the anchored one's equivalence was not asked
-            "holds": False if not eb["ceiling_falls"] else None if ea["ceiling_equivalent"] is None else bool(ea["ceiling_equivalent"]),
+            "holds": False if not bn_b["ceiling_falls"] else None if bn_a["ceiling_equivalent"] is None else bool(bn_a["ceiling_equivalent"]),
             "contrast": summ["diff_passk"], "contrast_ci": summ["ci_passk"], "seeds_anchored": sa, "seeds_unanchored": sb,
-            "contrast_curve": {k: summ[k] for k in ("diff", "lo", "hi", "crit", "level")},
-            "test": f"anchored: TOST within ±{design.margin:g} on its Holm-adjusted p (entry {anchored}/{last}/{sc}); unanchored: "
-                    f"ceiling falls on its Holm-adjusted p (entry {plain}/{last}/{sc}); H4 holds when both do. The contrast "
-                    f"Δpass@{k_max}({anchored}) − Δpass@{k_max}({plain}) is descriptive (crossed bootstrap, seeds of the two "
-                    f"conditions drawn independently, problems shared)"})
+            "contrast_curve": {k: summ[k] for k in ("diff", "lo", "hi", "crit", "level")}})
     pairs = find_twins(st, "reward", lambda s: s["reward"] == "format")
     if not pairs:
         out["skipped"].append({"hypothesis": "H5", "conditions": [], "why": "no registered format-reward condition with a strict-reward twin"})
@@ -131,8 +125,7 @@ def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], 
         out["h5"].append({
             "condition": fmt, "reference": ref, "step": last, "scoring": sc, "gain": d_fmt, "gain_ci": summ["delta_b_ci_pass1"],
             "reference_gain": d_ref, "reference_gain_ci": summ["delta_a_ci_pass1"], **ratio_estimate(d_fmt, d_ref, rb[:, 0], ra[:, 0], ci),
-            "seeds_condition": sb, "seeds_reference": sa,
-            "statistic": f"share = Δ{sc} pass@1({fmt}) / Δ{sc} pass@1({ref}); percentile interval of the replicate ratios; an estimate, not a test"})
+            "seeds_condition": sb, "seeds_reference": sa})
     pairs = find_twins(st, "method", lambda s: s["method"] in ("rft", "sft"))
     if not pairs:
         out["skipped"].append({"hypothesis": "H6", "conditions": [], "why": "no registered rft or sft condition with a GRPO twin"})
@@ -144,9 +137,7 @@ def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], 
         lead = summ["crossover"]["leader_at_k1"]
         summ["crossover"]["leader_at_k1"] = {"a": rlc, "b": other}.get(lead, "tie")
         out["h6"].append({"rl": rlc, "other": other, "method": st[other]["method"], "step": last, "scoring": sc, **summ,
-                          "seeds_rl": sa, "seeds_other": sb,
-                          "statistic": f"Δ_k = pass@k({rlc}) − pass@k({other}), k = 1..{k_max}; simultaneous {ci:.0%} band (max-|t|); "
-                                       "descriptive, secondary, not adjusted"})
+                          "seeds_rl": sa, "seeds_other": sb})
     return out
 
 
@@ -159,78 +150,82 @@ def _largest_set(design: Design, sets: dict, n_test: int) -> str | None:
     return max(cands)[1] if cands and max(cands)[0] > n_test else None
 
 
-def analyze_beyond(design: Design, base: dict, rl: dict, sets: dict, last: int, n_test: int, ci: float) -> dict:
+def analyze_beyond(design: Design, base: dict, rl: dict, sets: dict, last: int, n_base: int, n_test: int, ci: float) -> dict:
     """pass@k beyond n (PLAN.md section 7c): the beta-binomial fits, per model and scoring, on the
     largest-n set, each model-based curve with a parametric-bootstrap band (analyze.beyond_resamples
     refits); the model checked on the study's own data, fitted on the test set's counts of the large
-    set's problems: (1) each model's level, pass@n_large, and (2) the contrast the question is about,
-    Delta pass@n_large RL - base, with its parametric interval and whether the measured contrast lies
-    in it; and the boundary counts at that n against the null of chance alone (passmodel.boundary_null,
-    the test set's base counts as the fresh samples)."""
+    set's problems (the base's n_base samples, a trained model's n_test): (1) each model's level,
+    pass@n_large, and (2) the contrast the question is about, Delta pass@n_large RL - base, with a
+    paired bootstrap interval over problems (passmodel.contrast_check) and whether the measured contrast
+    lies in it, with the intervals' median width and the mean error; and the boundary counts at that n
+    against the null of chance alone (passmodel.boundary_null, the test set's base counts as the fresh
+    samples)."""
     big = _largest_set(design, sets, n_test)
     if big:
         bdoc, brl, n, prefix = sets[big][0], sets[big][1], design.eval_sets[big]["n"], f"evalsets/{big}/"
     else:
-        bdoc, brl, n, prefix = base, rl, n_test, ""
+        bdoc, brl, n, prefix = base, rl, n_base, ""
     ext, B, seed = design.extrapolate_to, design.analyze["beyond_resamples"], design.seed
     models = [(None, bdoc)] + [(k, brl[k]) for k in _ordered(design, brl, last)]
-    ks = np.unique(np.geomspace(n, max(ext, n), 64).round().astype(int))
     fits, curves_out, check, contrasts, bound = [], {}, [], [], []
     sub = skipped = None
     if big:
         pos = {p["id"]: i for i, p in enumerate(base["problems"])}
         ids = [p["id"] for p in bdoc["problems"]]
         if design.eval_sets[big]["task"] != (design.config.get("task") or {}).get("name") or any(i not in pos for i in ids):
-            skipped = f"the problems of {prefix}eval_base.json are not all test problems"
+            skipped = "the large set's problems are not all test problems"
         else:
             sub = [pos[i] for i in ids]
     else:
         skipped = "no evaluation set has more samples per problem than the test set"
     for j, (key, d) in enumerate(models):
+        nd = d["sampling"]["n"]
+        ks = np.unique(np.geomspace(nd, max(ext, nd), 64).round().astype(int))
         for sc in SCORINGS:
             c = _counts(d, sc)
-            f = fit_pass_model(c, n)
-            reps = parametric_replicates(f, n, len(c), ks, B, seed + 7919 * j + (sc == "loose"))
+            f = fit_pass_model(c, nd)
+            reps = parametric_replicates(f, nd, len(c), ks, B, seed + 7919 * j + (sc == "loose"))
             lo, hi = np.quantile(reps, [(1 - ci) / 2, (1 + ci) / 2], axis=0)
-            curves_out[(key, sc)] = {"measured": pass_at_k_curves(c, n, n).mean(axis=0), "ks_model": ks, "model": model_pass_at_k(f, ks),
+            curves_out[(key, sc)] = {"measured": pass_at_k_curves(c, nd, nd).mean(axis=0), "ks_model": ks, "model": model_pass_at_k(f, ks),
                                      "band": (lo, hi)}
-            fits.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "file": prefix + d["_file"], "n": n,
+            fits.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "file": prefix + d["_file"], "n": nd,
                          "n_problems": len(c), "used": f["chosen"], "aic_prefers": f["aic_prefers"], "alpha": f["alpha"],
                          "beta": f["beta"], "aic": {m: g["aic"] for m, g in f["fits"].items()},
                          "loglik": {m: g["loglik"] for m, g in f["fits"].items()}, "at_bound": f["at_bound"],
-                         "measured_pass_at_n": float(per_problem(c, n, n).mean()), "model_pass_at_n": float(model_pass_at_k(f, [n])[0]),
+                         "measured_pass_at_n": float(per_problem(c, nd, nd).mean()), "model_pass_at_n": float(model_pass_at_k(f, [nd])[0]),
                          "extrapolate_to": ext, "model_pass_at_extrapolated": float(model_pass_at_k(f, [ext])[0]),
                          "extrapolated_ci": [float(lo[-1]), float(hi[-1])]})
             if key is None:
                 continue
-            row = {**_key_fields(key), "model": model_label(key), "scoring": sc, "n": n, "file": prefix + d["_file"],
+            row = {**_key_fields(key), "model": model_label(key), "scoring": sc, "n": nd, "file": prefix + d["_file"],
                    "base_file": prefix + bdoc["_file"], **boundary(_counts(bdoc, sc), c, [p["id"] for p in d["problems"]])}
             if sub is not None:
-                row["null"] = boundary_null(_counts(bdoc, sc), c, n, _counts(base, sc)[sub], n_test, seed=seed + 31 * j)
+                row["null"] = boundary_null(_counts(bdoc, sc), c, nd, _counts(base, sc)[sub], n_base, seed=seed + 31 * j)
             bound.append(row)
     if sub is not None:
-        base_reps = {sc: parametric_replicates(fit_pass_model(_counts(base, sc)[sub], n_test), n_test, len(sub), [n], B, seed)[:, 0]
-                     for sc in SCORINGS}  # one base: the same replicates for every trained model's contrast
         for key, d in models:
             td = base if key is None else rl.get(key)
             if td is None:
                 continue
+            n_small = n_base if key is None else n_test
             for sc in SCORINGS:
-                r = extrapolation_check(_counts(td, sc)[sub], n_test, _counts(d, sc), n)
+                r = extrapolation_check(_counts(td, sc)[sub], n_small, _counts(d, sc), n)
                 check.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "fit_file": td["_file"],
                               "target_file": prefix + d["_file"], "n_problems": len(sub), **r})
                 if key is not None:
-                    r = contrast_check(_counts(base, sc)[sub], _counts(td, sc)[sub], n_test, _counts(bdoc, sc), _counts(d, sc), n, B,
-                                       seed, ci, base_reps[sc])
+                    r = contrast_check(_counts(base, sc)[sub], n_base, _counts(td, sc)[sub], n_test, _counts(bdoc, sc), _counts(d, sc), n,
+                                       B, seed, ci)
                     contrasts.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "fit_file": td["_file"],
                                       "target_file": prefix + d["_file"], "n_problems": len(sub), **r})
     covered = [r["covered"] for r in contrasts]
-    return {"set": big or "test", "n": n, "extrapolate_to": ext, "resamples": B,
-            "rule": "the plain beta-binomial, fitted by maximum likelihood (scipy Nelder-Mead on logit μ, log(α + β); "
-                    "passmodel.fit_betabinom), registered (PLAN.md change 29); the zero-inflated model's AIC and predictions are "
-                    "reported beside it, not used. Bands and intervals: parametric bootstrap, refits of data drawn from the fit.",
-            "label": MODEL_BASED, "fits": fits, "check": check, "contrasts": contrasts,
-            "contrast_coverage": {"covered": int(sum(covered)), "of": len(covered)} if covered else None,
+    return {"set": big or "test", "n": n, "extrapolate_to": ext, "resamples": B, "model_used": "beta-binomial",
+            "fits": fits, "check": check, "contrasts": contrasts,
+            "contrast_coverage": {"covered": int(sum(covered)), "of": len(covered),
+                                  "median_width": float(np.median([r["error_ci"][1] - r["error_ci"][0] for r in contrasts])),
+                                  "mean_error": float(np.mean([r["error"] for r in contrasts])),
+                                  "mean_error_by_scoring": {sc: float(np.mean([r["error"] for r in contrasts if r["scoring"] == sc]))
+                                                            for sc in SCORINGS if any(r["scoring"] == sc for r in contrasts)}}
+            if covered else None,
             "check_skipped": skipped, "boundary": bound, "_curves": curves_out}
 
 
@@ -304,7 +299,6 @@ def analyze_ood(design: Design, sets: dict, entries: list[dict], curves: dict, B
                              "ood_passk": float(pr[:, :, -1].mean()), "ood_passk_diff": float(point[1]),
                              "ood_passk_ci": list(percentile_interval(reps[:, 1], ci))})
         out[name] = {"task": spec["task"], "n": n, "k_max": K, "test_k_max": k_test, "n_problems": len(b["problems"]), "rows": rows,
-                     "note": "Secondary and descriptive: percentile intervals of the crossed bootstrap, not adjusted for multiplicity",
                      "_figure": figure}
     return out
 
@@ -313,8 +307,7 @@ def analyze_tokens(design: Design, docs: dict, warnings: list[str]) -> dict:
     """One row per token file (condition x seed x checkpoint), its summary recomputed from the
     per-problem detail, beside the paper's ranges."""
     rows = [{**_key_fields(k), "file": docs[k]["_file"], **docs[k]["_summary"]} for k in _ordered(design, docs)]
-    return {"enabled": design.tokens_enabled, "rows": rows, "paper": PAPER_TABLE2, "warnings": warnings,
-            "note": "summaries pooled over every response position of every problem, recomputed from each file's per-problem detail"}
+    return {"enabled": design.tokens_enabled, "rows": rows, "paper": PAPER_TABLE2, "warnings": warnings}
 
 
 # ============================================================================= strategies (PLAN.md section 7d)
@@ -328,23 +321,17 @@ def strategy_counts(doc: dict) -> dict[str, np.ndarray] | None:
     show the subtraction; (N,) arrays keyed "<strategy>", "<strategy>_correct", "subtraction". None
     when the file keeps no responses or its task has no strategies."""
     probs = doc["problems"]
-    if doc.get("task") not in ARITH_DIGITS or not all("responses" in p and _operands(p["question"]) for p in probs):
+    if doc.get("task") not in ARITH_DIGITS or not all("responses" in p and operands(p["question"]) for p in probs):
         return None
     out = {k: np.zeros(len(probs)) for k in (*STRATEGIES, *(f"{s}_correct" for s in STRATEGIES), "subtraction")}
     for i, p in enumerate(probs):
-        problem = Problem(p["id"], doc["task"], p["question"], p["answer"], _operands(p["question"]))
+        problem = Problem(p["id"], doc["task"], p["question"], p["answer"], operands(p["question"]))
         for r in p["responses"]:
             label = classify_strategy(problem, r)
             out[label["product"]][i] += 1
             out[f"{label['product']}_correct"][i] += score_loose(r, p["answer"])
             out["subtraction"][i] += label["subtraction"]
     return out
-
-
-def _operands(question: str) -> tuple[int, ...] | None:
-    """(a, b, c) of the question `a * b - c`, or None for another question."""
-    m = re.fullmatch(r"\s*([0-9]+) \* ([0-9]+) - ([0-9]+)\s*", str(question))
-    return tuple(int(x) for x in m.groups()) if m else None
 
 
 def _model_strategies(c: dict) -> dict:
@@ -366,7 +353,7 @@ def analyze_strategies(design: Design, base: dict, rl: dict, idx: np.ndarray, dr
     if bc is None:
         return {"skipped": "the test set's files keep no responses, or its task (a + b, Countdown) has no strategies", "models": [],
                 "conditions": [], "reading": []}
-    n = base["sampling"]["n"]
+    n_base = base["sampling"]["n"]  # the base may have more samples per problem than the trained models
     counts = {k: strategy_counts(d) for k, d in rl.items()}
     models = [{**_key_fields(None), "file": base["_file"], **_model_strategies(bc)}]
     models += [{**_key_fields(k), "file": rl[k]["_file"], **_model_strategies(counts[k])} for k in _ordered(design, rl)]
@@ -379,10 +366,10 @@ def analyze_strategies(design: Design, base: dict, rl: dict, idx: np.ndarray, dr
                 continue
             row = {"condition": c, "step": st, "seeds": [k[1] for k in keys], "share": {}, "delta": {}, "delta_ci": {}}
             for s in STRATEGIES:
-                per = np.stack([counts[k][s] / n for k in keys])  # (S, N) each seed's per-problem share
+                per = np.stack([counts[k][s] / rl[k]["sampling"]["n"] for k in keys])  # (S, N) each seed's per-problem share
                 row["share"][s] = float(per.mean())
-                row["delta"][s] = float(per.mean() - (bc[s] / n).mean())
-                row["delta_ci"][s] = list(percentile_interval(crossed_replicates(per, bc[s] / n, idx, draws(len(keys))), ci))
+                row["delta"][s] = float(per.mean() - (bc[s] / n_base).mean())
+                row["delta_ci"][s] = list(percentile_interval(crossed_replicates(per, bc[s] / n_base, idx, draws(len(keys))), ci))
             pooled = {f: sum(counts[k][f] for k in keys) for f in counts[keys[0]]}
             m = _model_strategies(pooled)
             row.update(accuracy=m["accuracy"], correct_share=m["correct_share"], subtraction_share=m["subtraction_share"])
@@ -390,9 +377,7 @@ def analyze_strategies(design: Design, base: dict, rl: dict, idx: np.ndarray, dr
             if st == design.checkpoints[-1]:
                 reading.append(strategy_reading(c, st, base_m, row))
     return {"skipped": None, "strategies": list(STRATEGIES), "floor": STRATEGY_FLOOR, "nonnegligible": STRATEGY_NONNEGLIGIBLE,
-            "models": models, "conditions": conds, "reading": reading,
-            "note": "Secondary and descriptive (PLAN.md section 7d): countdown.classify_strategy on every test-set response; "
-                    "percentile intervals of the crossed bootstrap, not adjusted"}
+            "models": models, "conditions": conds, "reading": reading}
 
 
 def strategy_reading(cond: str, step: int, base: dict, row: dict) -> dict:
@@ -407,3 +392,46 @@ def strategy_reading(cond: str, step: int, base: dict, row: dict) -> dict:
     return {"condition": cond, "step": step, "new": new, "best_base_strategy": best,
             "best_gains": bool(best is not None and row["delta"][best] > 0),
             "selection_at_strategy_level": bool(covered and best is not None and row["delta"][best] > 0)}
+
+
+# ============================================================================= strata (PLAN.md section 6)
+
+
+def problem_strata(doc: dict) -> np.ndarray:
+    """(N,) each test problem's stratum (countdown.stratum: borrows-0, borrows-1, ...; None for tasks without one)."""
+    return np.array([stratum(Problem(p["id"], doc.get("task"), p["question"], p["answer"], operands(p["question"]) or ()))
+                     if operands(p["question"]) else None for p in doc["problems"]], dtype=object)
+
+
+def analyze_strata(design: Design, base: dict, rl: dict, conditions: list[str], n_base: int, n: int, k: int, draws, ci: float,
+                   last: int) -> dict:
+    """Per stratum and scoring: pass@1 and pass@k of the base and of each condition at the last
+    checkpoint (mean over seeds), Delta vs the base with the crossed bootstrap's percentile interval
+    over the stratum's own problems (its problems redrawn within it). Secondary and descriptive."""
+    from verdict import Draws
+
+    labels = problem_strata(base)
+    if all(x is None for x in labels):
+        return {"skipped": "the test set's task has no strata", "strata": []}
+    out = []
+    for name in sorted({x for x in labels if x is not None}):
+        pos = np.flatnonzero(labels == name)
+        d = Draws(len(pos), draws.resamples, draws.seed)
+        row = {"stratum": name, "n_problems": int(pos.size), "scorings": {}}
+        for sc in SCORINGS:
+            bc = pass_at_k_curves(_counts(base, sc)[pos], n_base, k)[:, [0, k - 1]]  # (N_s, 2)
+            rows = {"base": {"pass1": float(bc[:, 0].mean()), "passk": float(bc[:, 1].mean()),
+                             "never_solved": int(np.count_nonzero(_counts(base, sc)[pos] == 0))}}
+            for c in conditions:
+                keys = [x for x in _ordered(design, rl, last) if x[0] == c]
+                if not keys:
+                    continue
+                pr = np.stack([pass_at_k_curves(_counts(rl[x], sc)[pos], n, k)[:, [0, k - 1]] for x in keys])  # (S, N_s, 2)
+                reps = d.means(pr, per_seed=True) - d.means(bc, per_seed=False)  # (B, 2)
+                rows[c] = {"seeds": [x[1] for x in keys], "pass1": float(pr[:, :, 0].mean()), "passk": float(pr[:, :, 1].mean()),
+                           "pass1_diff": float(pr[:, :, 0].mean() - bc[:, 0].mean()), "pass1_ci": list(percentile_interval(reps[:, 0], ci)),
+                           "passk_diff": float(pr[:, :, 1].mean() - bc[:, 1].mean()), "passk_ci": list(percentile_interval(reps[:, 1], ci))}
+            row["scorings"][sc] = rows
+        out.append(row)
+    return {"skipped": None, "k": k, "step": last, "strata": out}
+

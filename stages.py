@@ -47,6 +47,8 @@ class Plan:
     def adapters(self, models: str = "all") -> list[Path]:
         """Adapter folders: every checkpoint (all), the last checkpoint of every seed (final), or
         of the first seed only (final-first-seed)."""
+        if models == "base":
+            return []
         steps = self.steps_of() if models == "all" else self.steps_of()[-1:]
         return [study.adapter_dir(self.run, c, s, st) for c in self.cfg.conditions
                 for s in config.seeds_of(self.cfg, c)[:None if models != "final-first-seed" else 1] for st in steps]

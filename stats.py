@@ -79,30 +79,50 @@ def crossed_estimate(rl: np.ndarray, base: np.ndarray) -> tuple[float, np.ndarra
     return float(per_seed.mean()), per_seed
 
 
+def multiplicities(idx: np.ndarray, n: int) -> np.ndarray:
+    """(B, n) the share of each row of draws idx (B, m) that falls on each of 0..n-1: a bootstrap
+    replicate's mean of values v over its draws is multiplicities(idx, n) @ v."""
+    B, m = idx.shape
+    flat = (idx + n * np.arange(B)[:, None]).ravel()
+    return np.bincount(flat, minlength=B * n).reshape(B, n) / m
+
+
+def crossed_means(values: np.ndarray, m: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """(B, ...) replicate means of values (S, N, ...), or of values (N, ...) shared by every seed when q is
+    None: the mean over drawn seeds (q, (B, S) multiplicities) of the mean over drawn problems (m, (B, N)),
+    sum_s q[b,s] sum_i m[b,i] values[s,i].
+    Computed as matrix products, so S x B x N values are never gathered."""
+    v = np.asarray(values, float)
+    B, N = m.shape
+    if q is None:  # values (N, ...) shared by every seed
+        return (m @ v.reshape(N, -1)).reshape((B,) + v.shape[1:])
+    S, rest = v.shape[0], v.shape[2:]
+    per_seed = (m @ np.moveaxis(v, 1, 0).reshape(N, -1)).reshape((B, S) + rest)  # (B, S, ...): one matrix product
+    return np.einsum("bs,bs...->b...", q, per_seed)
+
+
 def crossed_replicates(rl: np.ndarray, base: np.ndarray, idx: np.ndarray, sidx: np.ndarray) -> np.ndarray:
     """Crossed bootstrap over seeds and problems: (B,) replicates of the mean difference.
     rl: (S, N) per-seed, per-problem values; base: (N,) shared by every seed, or (S, N) paired with
     each seed; idx: (B, N) problem draws (the same for the base and every seed); sidx: (B, S) seed
     draws, independent of idx. Replicate b:
         D*_b = (1/S) sum_j [ mean_i rl[sidx[b,j], idx[b,i]] - mean_i base[(sidx[b,j],) idx[b,i]] ]
-    With S = 1 (sidx all 0) this is the paired bootstrap over problems of the first version, bit for
-    bit: mean_i rl[idx[b,i]] - mean_i base[idx[b,i]]."""
+    computed from the draws' multiplicities (crossed_means). With S = 1 (sidx all 0) this is the
+    paired bootstrap over problems of the first version, mean_i rl[idx[b,i]] - mean_i base[idx[b,i]],
+    up to rounding (the sums run in another order)."""
     rl, base = np.asarray(rl, float), np.asarray(base, float)
-    rl_m = rl[:, idx].mean(axis=-1)  # (S, B): each seed's mean over replicate b's problems
-    base_m = base[..., idx].mean(axis=-1)  # (B,) or (S, B)
-    d = rl_m - base_m  # (S, B)
-    return d[sidx.T, np.arange(idx.shape[0])].mean(axis=0)  # (S drawn, B) -> (B,)
+    m, q = multiplicities(idx, rl.shape[1]), multiplicities(sidx, rl.shape[0])
+    return crossed_means(rl, m, q) - crossed_means(base, m, q if base.ndim == 2 else None)
 
 
 def boot_curves(rl: np.ndarray, base: np.ndarray, idx: np.ndarray, sidx: np.ndarray):
     """Point curve (K,), per-seed curves (S, K) and replicate curves (B, K) of Delta pass@k.
-    rl: (S, N, K); base: (N, K) or (S, N, K). One k at a time keeps memory at S x B x N."""
-    K = rl.shape[-1]
-    point, per_seed, reps = np.empty(K), np.empty((rl.shape[0], K)), np.empty((idx.shape[0], K))
-    for k in range(K):
-        point[k], per_seed[:, k] = crossed_estimate(rl[..., k], base[..., k])
-        reps[:, k] = crossed_replicates(rl[..., k], base[..., k], idx, sidx)
-    return point, per_seed, reps
+    rl: (S, N, K); base: (N, K) or (S, N, K)."""
+    rl, base = np.asarray(rl, float), np.asarray(base, float)
+    m, q = multiplicities(idx, rl.shape[1]), multiplicities(sidx, rl.shape[0])
+    per_seed = rl.mean(axis=1) - base.mean(axis=-2)  # (S, K)
+    reps = crossed_means(rl, m, q) - crossed_means(base, m, q if base.ndim == 3 else None)
+    return per_seed.mean(axis=0), per_seed, reps
 
 
 def percentile_interval(reps: np.ndarray, level: float) -> tuple[float, float]:
@@ -294,16 +314,16 @@ def condition_contrast(pa: np.ndarray, pb: np.ndarray, base: np.ndarray, idx: np
 
 
 def compare_conditions(counts_a, counts_b, base_counts, n: int, k_max: int, resamples: int, seed: int,
-                       level: float) -> tuple[dict, np.ndarray, np.ndarray]:
+                       level: float, n_base: int | None = None) -> tuple[dict, np.ndarray, np.ndarray]:
     """The controls' one entry point: two conditions' per-seed correct counts, counts_a (Sa, N) and
-    counts_b (Sb, N), of n samples on the same N problems, and the base's (N,). pass@k curves for
+    counts_b (Sb, N), of n samples on the same N problems, and the base's (N,) of n_base (default n). pass@k curves for
     k = 1..k_max, then condition_contrast with the registered draws: problems from
     resample_indices(N, B, seed) (those of every entry), condition a's seeds from stream 1 (so its
     Delta replicates are its own entry's), condition b's from stream 2 (independent of a's)."""
     ca, cb = np.atleast_2d(counts_a), np.atleast_2d(counts_b)
     pa = np.stack([pass_at_k_curves(c, n, k_max) for c in ca])  # (Sa, N, K)
     pb = np.stack([pass_at_k_curves(c, n, k_max) for c in cb])  # (Sb, N, K)
-    base = pass_at_k_curves(base_counts, n, k_max)  # (N, K)
+    base = pass_at_k_curves(base_counts, n_base or n, k_max)  # (N, K)
     idx = resample_indices(base.shape[0], resamples, seed)
     return condition_contrast(pa, pb, base, idx, seed_resample_indices(len(ca), resamples, seed),
                               seed_resample_indices(len(cb), resamples, seed, stream=2), level)

@@ -184,6 +184,11 @@ def selection_sizes(cfg: config.Config) -> list[int]:
 def condition_pool(cfg: config.Config, cond: config.ConditionCfg, run: Path) -> tuple[list, dict]:
     """The training problems of a condition and what they came from (for the stage hash)."""
     train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
+    if cond.problems.startswith("stratum:"):  # the train problems of one stratum (the taught calibration arm)
+        pool = [p for p in train_set if countdown.stratum(p) == cond.problems[len("stratum:"):]]
+        if not pool:
+            raise ValueError(f"no train problem of {cond.problems} (task {cfg.task.name})")
+        return pool, {"problems": cond.problems}
     size = config.selection_size(cond)
     if size is None:
         return train_set, {"problems": "all"}

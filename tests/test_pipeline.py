@@ -22,7 +22,7 @@ def pipeline(*args, **kw):
 
 
 CONDS, SEEDS, STEPS = ("many", "4", "1", "4-kl", "format", "rft", "sft"), (0, 1), (3, 6)
-N_TRAIN, N_EVAL = 7 * 2, 1 + 7 * 2 * 2  # jobs of the smoke config: training runs; test-set evaluations
+N_TRAIN, N_EVAL = 8 * 2, 1 + 8 * 2 * 2  # jobs of the smoke config: training runs; test-set evaluations
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def test_end_to_end_writes_every_file(smoke_run):
     man = json.loads((smoke_run / "manifest.json").read_text())
     assert [s for s in man["stage_order"]] == ["base", "probe", "select", "lr-sweep", "train", "eval", "tokens", "analyze"]
     assert all(man["stages"][s]["status"] == "done" and man["stages"][s]["seconds"] >= 0 for s in man["stage_order"])
-    assert len(man["jobs"]) == N_TRAIN + N_EVAL + (1 + 7) + (1 + 14) + 28  # + wide, ood, tokens
+    assert len(man["jobs"]) == N_TRAIN + N_EVAL + (1 + 8) + (1 + 16) + 1 + 32  # + wide, ood, pool, tokens
     assert all(j["status"] == "done" for j in man["jobs"].values())
     assert man["plan_sha256"] and man["versions"]["torch"]
     # the eval file holds its sampling settings, counts and responses, and its numbers follow from its own counts
@@ -162,7 +162,7 @@ def test_print_jobs_lists_every_job_as_a_command(tmp_path):
     assert [x.split("--stage ")[1] for x in lines if x.startswith("python pipeline.py") and "--stage" in x] == ["base", "probe", "select", "lr-sweep"]
     train = [x for x in lines if x.startswith("python grpo.py train")]
     evals = [x for x in lines if x.startswith("python grpo.py eval")]
-    assert len(train) == N_TRAIN and len(evals) == N_EVAL + 8 + 15
+    assert len(train) == N_TRAIN and len(evals) == N_EVAL + 9 + 17 + 1
     assert len([x for x in lines if x.startswith("python grpo.py tokens")]) == 28
     assert any("--condition 4-kl --seed 1" in x for x in train)
     assert any(x.endswith("train_1_s1/step_006") for x in evals)
