@@ -54,11 +54,11 @@ import evaluate
 import provenance
 import study
 from checkpoint import DEV_FIELDS, read_log, resume, save_checkpoint, save_last
-from memory import auto_micro_batch, estimate_memory
+from memory import auto_micro_batch, decoders_held, estimate_memory
 from model import (apply_lora, completion_logprobs, free_memory_gib, load_model, lora_disabled, lora_folded, pack, pad_id,
                    pick_device, render_prompts, setup_torch, stop_ids)
 from provenance import atomic_write_json, read_csv_rows, record, stage_hash, write_csv_rows
-from sampler import Samples, sample
+from sampler import Samples, decode_mode, sample
 
 
 # ============================================================================= the loss
@@ -319,7 +319,9 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
     start, rows, dev_rows = resume(out, model, opt, meta)
     stops, pad = stop_ids(model, tok), pad_id(tok)
     prompt_len = max(len(p) for p in render_prompts(tok, run.pool[:256], cfg.task.prompt_style, cfg.task.system_prompt))
-    micro_batch = auto_micro_batch(cfg, model.config, prompt_len, free_memory_gib(device) if cfg.memory_gb == "auto" else None)
+    held = decoders_held(cfg, model.config, prompt_len, decode_mode(s, device) == "graph",
+                         run.dev_every > 0 and decode_mode(cfg.eval.sampling, device) == "graph")
+    micro_batch = auto_micro_batch(cfg, model.config, prompt_len, free_memory_gib(device) if cfg.memory_gb == "auto" else None, held)
     mem = estimate_memory(model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, s.max_new_tokens, micro_batch, P * G,
                           2 if cfg.model.dtype != "float32" else 4, fold=cfg.lora.fold_for_sampling)
     normalizer = P * G * s.max_new_tokens  # [D2] a constant, not the response lengths

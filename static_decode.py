@@ -16,13 +16,14 @@ import weakref
 import torch
 
 import config
+import memory
 from model import last_positions
 from sampler import NAN_MESSAGE, NONE, Samples, collect, filter_logits, kv_cache, left_pad
 
 CHECK_EVERY = 8  # graph decode: tokens between the host's reads of how many rows have finished
 MIN_BUCKET = 8  # graph decode: the smallest batch it compacts to (each batch size is one graph)
-TAIL_CHUNK = 2**15  # vocabulary entries per chunk of the fused sampling tail
-CAPACITY_STEP = 64  # graph decode: a decoder's positions, rounded up to this, so calls whose prompts differ a little share it
+TAIL_CHUNK = memory.TAIL_CHUNK  # vocabulary entries per chunk of the fused sampling tail
+CAPACITY_STEP = memory.CAPACITY_STEP  # a decoder's positions, rounded up to this, so calls whose prompts differ a little share it
 GRAPHS = None  # the capture backend; None: CUDA graphs on a CUDA device, none on a CPU (tests and gpu_check --dry set EagerGraphs())
 
 
