@@ -274,8 +274,9 @@ class Config:
     # off: torch's defaults (model.set_determinism). The GPU check measures the decode under each.
     determinism: str = "full"
     micro_batch: int = 0  # sequences per forward/backward micro-batch; 0 = the largest that fits memory_gb
-    # accelerator memory budget (GiB) for the automatic micro-batch (memory.auto_micro_batch); auto: the
-    # device's free memory when training starts (a GPU's torch.cuda.mem_get_info, a CPU's MemAvailable)
+    # accelerator memory budget (GiB) for the automatic micro-batch (memory.auto_micro_batch); auto: what the
+    # process could allocate when training starts (a GPU's free memory plus its own cached memory, a CPU's
+    # MemAvailable: model.free_memory_gib)
     memory_gb: float | str = 8.0
     model: ModelCfg = field(default_factory=ModelCfg)
     task: TaskCfg = field(default_factory=TaskCfg)
