@@ -18,7 +18,7 @@ none starts once --budget-s has passed):
   01 graph_tokens     the static decode with CUDA graphs against the same decode with every step
                       eager: tokens, log-probs and entropies equal, at the rollout's settings and at
                       evaluation's top-p, over two calls each; stop ids are drawn from a first decode
-                      so that about a twelfth of the rows finish per token and the batch passes through
+                      so that about 7% of the rows finish per token (half every 9) and the batch passes through
                       every bucket (each one captured and self-checked); captures counted per call
                       (the second call must capture nothing).
   02 capture_failure  in a child process (a failed capture turns graphs off for its process): every

@@ -454,7 +454,7 @@ def test_training_prints_the_no_signal_warning_by_its_rule(fitted_dir, smoke_cfg
     out = train_smoke(cfg, fitted_dir, tmp_path / "run", steps=3)
     rows = grpo.read_log(out / "train_log.csv")
     share = (rows[0]["zero_signal_frac"] + rows[1]["zero_signal_frac"]) / 2
-    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("warning:")]
+    err = [x for x in capsys.readouterr().out.splitlines() if x.startswith("warning:")]
     assert err == ([f"warning: train many s0: {share:.0%} of groups carried no reward signal over steps 1-2 (all samples of a problem "
                     "scored alike: zero advantage, no gradient); most of each step's samples teach nothing"] if share > 0.5 else [])
 
