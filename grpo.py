@@ -408,7 +408,7 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
                             (t1 - t0, t2 - t1), peak_memory_mb(device)))
         bar.set_postfix(reward=f"{rows[-1]['reward_mean']:.2f}", fmt=f"{rows[-1]['format_rate']:.2f}", len=f"{rows[-1]['len_mean']:.0f}")
         if step == min(NO_SIGNAL_STEPS, run.steps) and (warning := no_signal_warning(rows, f"{run.stage} {run.name} s{run.seed}")):
-            print(warning, flush=True)  # stdout, with the progress: stderr carries the one-line errors
+            bar.write(warning, file=sys.stdout)  # above the progress bar; stdout: stderr carries the one-line errors
         if dev and step % run.dev_every == 0:
             dev_rows.append(dev_check(model, tok, cfg, dev, step))
         if step in run.checkpoints:
