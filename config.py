@@ -105,7 +105,8 @@ class LoraCfg:
     # sum (bench/fold_kl.py measures the policy mismatch; PLAN.md change 21). Off: the exact policy.
     fold_for_sampling: bool = False
     # On CUDA, LoRA's fp32 matrix products (its weights and the fp32 copies of its inputs) in TF32: about
-    # 8x the fp32 throughput at a 10-bit mantissa. Off: exact fp32 (the registered configs).
+    # 8x the fp32 throughput at a 10-bit mantissa, finer than the bf16 output the update is added to.
+    # Only with model.dtype bfloat16 (validated). Off: exact fp32.
     tf32: bool = False
 
 
@@ -117,9 +118,9 @@ class SamplingCfg:
     top_p: float = 1.0
     top_k: int = 0
     max_new_tokens: int = 384
-    # How the tokens are decoded, not what they are drawn from: eager (the registered runs' sampler),
-    # graph (static shapes, CUDA graphs on a GPU; other random draws from the same distribution), or
-    # auto (graph on CUDA, else eager). sampler.py says what each does.
+    # How the tokens are decoded, not what they are drawn from: eager (the CPU runs' sampler), graph
+    # (static shapes, every setting, CUDA graphs on a GPU; other random draws from the same
+    # distribution), or auto (graph on CUDA, else eager). sampler.py and static_decode.py say what each does.
     decode: str = "eager"
 
 
@@ -170,6 +171,14 @@ class TrainCfg:
     # The policy gradient uses untempered log-probabilities, so rollouts must be drawn from the
     # untempered, untruncated policy: temperature 1, top-p 1, top-k off (validated).
     sampling: SamplingCfg = field(default_factory=SamplingCfg)
+    # The sampler-trainer mismatch ([D4]: the ratio is 1 only where the sampler's log pi equals the
+    # trainer's). importance_cap C: weigh each trained token by min(pi_trainer / pi_sampler, C), detached
+    # (truncated importance sampling, as TRL's vLLM correction); None: off, the plain surrogate.
+    importance_cap: float | None = None
+    # Stop the run (one line, exit 1) at the first step whose mean |log pi_trainer - log pi_sampler| over
+    # the trained tokens (train_log.csv's logp_gap_mean) exceeds this; None: no limit. Stops only, so it
+    # is no part of a run's identity (left out of the stage hash).
+    logp_gap_limit: float | None = None
 
 
 @dataclass
@@ -298,9 +307,13 @@ class AnalyzeCfg:
 class Config:
     threads: int = 0  # torch CPU threads; 0 = torch's default
     device: str = "auto"  # auto | cpu | cuda
+    # full: deterministic kernels and NaN-filled torch.empty (the CPU runs'); kernels: without the fill;
+    # off: torch's defaults (model.set_determinism). The GPU check measures the decode under each.
+    determinism: str = "full"
     micro_batch: int = 0  # sequences per forward/backward micro-batch; 0 = the largest that fits memory_gb
-    # accelerator memory budget (GiB) for the automatic micro-batch (memory.auto_micro_batch); auto: the
-    # device's free memory when training starts (a GPU's torch.cuda.mem_get_info, a CPU's MemAvailable)
+    # accelerator memory budget (GiB) for the automatic micro-batch (memory.auto_micro_batch); auto: what the
+    # process could allocate when training starts (a GPU's free memory plus its own cached memory, a CPU's
+    # MemAvailable: model.free_memory_gib)
     memory_gb: float | str = 8.0
     model: ModelCfg = field(default_factory=ModelCfg)
     task: TaskCfg = field(default_factory=TaskCfg)
@@ -489,6 +502,7 @@ def validate(cfg: Config) -> None:
 
     need(cfg.threads >= 0, "threads", "must be >= 0 (0 = torch's default)")
     need(cfg.device in ("auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda")
+    need(cfg.determinism in ("full", "kernels", "off"), "determinism", "must be full, kernels or off")
     need(cfg.micro_batch >= 0, "micro_batch", "must be >= 0 (0 = chosen from memory_gb)")
     need(cfg.memory_gb == "auto" or (not isinstance(cfg.memory_gb, str) and cfg.memory_gb > 0), "memory_gb",
          "must be a number of GiB > 0, or auto (the device's free memory)")
@@ -505,6 +519,8 @@ def validate(cfg: Config) -> None:
     need(cfg.task.prompt_style in PROMPT_STYLES, "task.prompt_style", f"must be one of {', '.join(PROMPT_STYLES)}")
     need(cfg.task.seed >= 0, "task.seed", "must be >= 0")
     need(cfg.lora.r >= 1, "lora.r", "must be >= 1")
+    need(not cfg.lora.tf32 or cfg.model.dtype == "bfloat16", "lora.tf32",
+         "only with model.dtype bfloat16: in a float32 model TF32 would round every matrix product, not only LoRA's")
     need(len(cfg.lora.targets) > 0, "lora.targets", "must name at least one module")
     ts = cfg.train.sampling
     need(ts.temperature == 1.0 and ts.top_p == 1.0 and ts.top_k == 0, "train.sampling",
@@ -532,6 +548,8 @@ def validate(cfg: Config) -> None:
              f"train.seeds_by_condition.{name}", "must be a non-empty list of distinct integers >= 0")
     need(t.log_kl_every >= 0, "train.log_kl_every", "must be >= 0 (0 = never)")
     need(t.grad_clip is None or t.grad_clip > 0, "train.grad_clip", "must be > 0, or null for no clipping")
+    need(t.importance_cap is None or t.importance_cap > 0, "train.importance_cap", "must be > 0 (e.g. 2.0), or null for no correction")
+    need(t.logp_gap_limit is None or t.logp_gap_limit > 0, "train.logp_gap_limit", "must be > 0 (nats), or null for no limit")
     need(bool(cfg.conditions), "conditions", "must register at least one condition, e.g. {many: {problems: all}}")
     for name, c in cfg.conditions.items():
         need(bool(CONDITION_NAME.fullmatch(name)), f"conditions.{name}", "names use letters, digits and '-' only (they become file names: train_<name>_s<seed>)")

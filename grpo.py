@@ -13,7 +13,10 @@ Dr. GRPO (Liu et al., arXiv 2503.20783) as this study runs it. Departures from G
           the PPO ratio is 1 and clipping never acts; the loss is the plain policy-gradient
           surrogate -A * log pi. "Is 1" holds as far as the sampler's log-probabilities equal the
           trainer's: in fp32 they agree to rounding, in bf16 (and with folded LoRA) they do not;
-          train_log.csv logs the gap (logp_gap_mean, logp_gap_max) every step.
+          train_log.csv logs the gap (logp_gap_mean, logp_gap_max) every step, train.logp_gap_limit
+          stops a run whose mean gap exceeds it, and train.importance_cap C (off unless a config
+          sets it) weighs each token by min(pi_trainer / pi_sampler, C), detached: truncated
+          importance sampling for the mismatch, as TRL's vLLM correction.
   5. [D5] The reward is the strict score only (answer inside <answer> tags); no format reward.
 
 The controls of PLAN.md section 4 are entries of the condition registry, read by the same loop
@@ -54,11 +57,11 @@ import evaluate
 import provenance
 import study
 from checkpoint import DEV_FIELDS, read_log, resume, save_checkpoint, save_last
-from memory import auto_micro_batch, estimate_memory
+from memory import auto_micro_batch, decoders_held, estimate_memory
 from model import (apply_lora, completion_logprobs, free_memory_gib, load_model, lora_disabled, lora_folded, pack, pad_id,
                    pick_device, render_prompts, setup_torch, stop_ids)
 from provenance import atomic_write_json, read_csv_rows, record, stage_hash, write_csv_rows
-from sampler import Samples, sample
+from sampler import Samples, decode_mode, sample
 
 
 # ============================================================================= the loss
@@ -69,10 +72,22 @@ def group_advantages(rewards: torch.Tensor) -> torch.Tensor:
     return rewards - rewards.mean(dim=1, keepdim=True)
 
 
-def drgrpo_loss(logp: torch.Tensor, cmask: torch.Tensor, adv: torch.Tensor, normalizer: float) -> torch.Tensor:
+def drgrpo_loss(logp: torch.Tensor, cmask: torch.Tensor, adv: torch.Tensor, normalizer: float,
+                weight: torch.Tensor | None = None) -> torch.Tensor:
     """[D2][D3][D4] -sum(A * log pi * mask) / constant. logp, cmask: (b, Lc); adv: (b,).
-    With one update per sample the PPO ratio is 1, so this is the whole objective."""
+    With one update per sample the PPO ratio is 1, so this is the whole objective. weight (b, Lc),
+    no gradient: the importance weight of each token (importance_weights), else 1."""
+    if weight is not None:
+        cmask = cmask * weight  # [D4] departs here when train.importance_cap is set
     return -(adv[:, None] * logp * cmask).sum() / normalizer
+
+
+def importance_weights(logp: torch.Tensor, sampled_logp: torch.Tensor, cap: float) -> torch.Tensor:
+    """min(pi_trainer / pi_sampler, cap) per token, (b, Lc), detached: truncated importance
+    sampling for the sampler-trainer mismatch (Yao et al. 2025; TRL's vLLM correction). The
+    gradient of the weighted surrogate is then sum(w * A * grad log pi), an estimate under the
+    trainer's policy of what the sampler's samples estimate, its variance bounded by the cap."""
+    return torch.exp(logp.detach() - sampled_logp).clamp(max=cap)
 
 
 K3_LOG_RATIO_MAX = 5.0  # above this log(ref / pi) k3 grows linearly: a token's weight stays e^5 - 1 = 147
@@ -107,13 +122,15 @@ def control_terms(logp, cmask, normalizer: float, ref_logp=None, kl: float = 0.0
 
 def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: float, micro_batch: int, pad: int,
                     kl: float = 0.0, entropy: float = 0.0, measure_kl: bool = False, sort_by_length: bool = False,
-                    sampled_logp: list[list[float]] | None = None) -> dict:
+                    sampled_logp: list[list[float]] | None = None, importance_cap: float | None = None) -> dict:
     """Accumulate the gradient over micro-batches (exact: the loss is a plain sum with a
     constant normalizer). Without a KL or entropy term, samples whose advantage is exactly 0 add
     nothing and are skipped. Returns the loss and, when computed, the mean per-token k3 KL to
     the base (kl > 0, or measure_kl) and the mean policy entropy over the trained tokens; with
     sampled_logp (the sampler's log pi of each completion token) the mean and largest |log pi
-    (trainer) - log pi (sampler)| over the trained tokens: the policy gap [D4] assumes is 0."""
+    (trainer) - log pi (sampler)| over the trained tokens: the policy gap [D4] assumes is 0.
+    importance_cap (with sampled_logp): the policy-gradient term's tokens weighed by
+    importance_weights; the KL and entropy terms are not weighed."""
     device = next(model.parameters()).device
     every_row = kl > 0 or entropy > 0
     rows = [i for i in range(len(completions)) if every_row or adv[i].item() != 0.0]
@@ -134,14 +151,16 @@ def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: 
             with torch.no_grad(), lora_disabled(model):
                 ref, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])  # (b, Lc) the base's log-probs
         logp, ent = completion_logprobs(model, ids, attn, pos, cmask.shape[1], with_entropy=entropy > 0)
-        loss = drgrpo_loss(logp, cmask, adv[chunk].to(device), normalizer) + control_terms(logp, cmask, normalizer, ref, kl, ent, entropy)
+        sampled = pack_logprobs([sampled_logp[i] for i in chunk], cmask.shape[1]).to(device) if sampled_logp is not None else None  # (b, Lc)
+        w = importance_weights(logp, sampled, importance_cap) if importance_cap is not None and sampled is not None else None
+        loss = drgrpo_loss(logp, cmask, adv[chunk].to(device), normalizer, w) + control_terms(logp, cmask, normalizer, ref, kl, ent, entropy)
         loss.backward()
         total += loss.item()
         n_tok += cmask.sum().item()
         if ref is not None:
             kl_sum += (k3(logp.detach(), ref) * cmask).sum().item()
-        if sampled_logp is not None:
-            gap = (logp.detach() - pack_logprobs([sampled_logp[i] for i in chunk], cmask.shape[1]).to(device)).abs() * cmask  # (b, Lc)
+        if sampled is not None:
+            gap = (logp.detach() - sampled).abs() * cmask  # (b, Lc)
             gap_sum += gap.sum().item()
             gap_max = max(gap.max().item(), gap_max) if gap_max == gap_max else gap.max().item()
     out = {"loss": total, "kl_mean": kl_sum / max(n_tok, 1) if kl > 0 else float("nan"),
@@ -264,6 +283,25 @@ def log_row(step: int, lr: float, method: Method, rewards: torch.Tensor, scored:
     }
 
 
+NO_SIGNAL_STEPS = 5  # the first steps whose zero-advantage share no_signal_warning reads
+
+
+def no_signal_warning(rows: list[dict], what: str) -> str | None:
+    """One warning line when most groups carried no signal at the start of a run, else None. The
+    rule: over the first NO_SIGNAL_STEPS steps (all of them if the run is shorter), the mean of
+    train_log.csv's zero_signal_frac (the share of groups whose G samples all scored alike, so
+    every advantage is 0 and the group adds nothing to the gradient) is above 0.5. A run that
+    learns from so few groups moves slowly and mostly by noise (tiny_v3 showed 92-99%)."""
+    first = [r["zero_signal_frac"] for r in rows if r["step"] <= NO_SIGNAL_STEPS]
+    if not first or not all(math.isfinite(x) for x in first):  # sft: no rollouts, no groups
+        return None
+    share = sum(first) / len(first)
+    if share <= 0.5:
+        return None
+    return (f"warning: {what}: {share:.0%} of groups carried no reward signal over steps 1-{len(first)} (all samples of a "
+            f"problem scored alike: zero advantage, no gradient); most of each step's samples teach nothing")
+
+
 def peak_memory_mb(device: torch.device) -> tuple[float, float]:
     """(allocated, reserved) peak MiB of this step on CUDA; on a CPU the process's peak RSS, twice."""
     if device.type == "cuda":
@@ -319,7 +357,9 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
     start, rows, dev_rows = resume(out, model, opt, meta)
     stops, pad = stop_ids(model, tok), pad_id(tok)
     prompt_len = max(len(p) for p in render_prompts(tok, run.pool[:256], cfg.task.prompt_style, cfg.task.system_prompt))
-    micro_batch = auto_micro_batch(cfg, model.config, prompt_len, free_memory_gib(device) if cfg.memory_gb == "auto" else None)
+    held = decoders_held(cfg, model.config, prompt_len, decode_mode(s, device) == "graph",
+                         run.dev_every > 0 and decode_mode(cfg.eval.sampling, device) == "graph")
+    micro_batch = auto_micro_batch(cfg, model.config, prompt_len, free_memory_gib(device) if cfg.memory_gb == "auto" else None, held)
     mem = estimate_memory(model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, s.max_new_tokens, micro_batch, P * G,
                           2 if cfg.model.dtype != "float32" else 4, fold=cfg.lora.fold_for_sampling)
     normalizer = P * G * s.max_new_tokens  # [D2] a constant, not the response lengths
@@ -347,7 +387,11 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
         grad = policy_gradient(model, [prompts[i // copies] for i in range(P * copies)], completions, adv, normalizer, micro_batch, pad,
                                kl=run.cond.kl, entropy=run.cond.entropy,
                                measure_kl=tc.log_kl_every > 0 and step % tc.log_kl_every == 0, sort_by_length=tc.sort_by_length,
-                               sampled_logp=samples.logprobs if method.rollouts else None)
+                               sampled_logp=samples.logprobs if method.rollouts else None, importance_cap=tc.importance_cap)
+        if tc.logp_gap_limit is not None and grad["logp_gap_mean"] > tc.logp_gap_limit:  # NaN (nothing trained) passes
+            raise Diverged(f"step {step}: the policy gap (mean |log pi trainer - log pi sampler| over the trained tokens) "
+                           f"{grad['logp_gap_mean']:.4g} exceeds train.logp_gap_limit {tc.logp_gap_limit:g}; stopped before "
+                           f"this step's update, {out}/last holds the last good state")
         for p in params:
             if p.grad is None:  # every advantage was 0: a zero gradient, and AdamW still steps (momentum), as usual
                 p.grad = torch.zeros_like(p)
@@ -364,6 +408,8 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
         rows.append(log_row(step, run.lr, method, rewards, scored, samples, completions, grad, gnorm, gnorm_after,
                             (t1 - t0, t2 - t1), peak_memory_mb(device)))
         bar.set_postfix(reward=f"{rows[-1]['reward_mean']:.2f}", fmt=f"{rows[-1]['format_rate']:.2f}", len=f"{rows[-1]['len_mean']:.0f}")
+        if step == min(NO_SIGNAL_STEPS, run.steps) and (warning := no_signal_warning(rows, f"{run.stage} {run.name} s{run.seed}")):
+            bar.write(warning, file=sys.stdout)  # above the progress bar; stdout: stderr carries the one-line errors
         if dev and step % run.dev_every == 0:
             dev_rows.append(dev_check(model, tok, cfg, dev, step))
         if step in run.checkpoints:

@@ -211,6 +211,25 @@ def assign_gpus(n: int, gpus: list[str]) -> list[str]:
     return gpus[:n]
 
 
+def in_worker(fn, *args, gpu: str | None = None):
+    """fn(*args) in a fresh worker process that sees only `gpu` (CUDA_VISIBLE_DEVICES, set before
+    anything there starts CUDA), or here when gpu is None. The pipeline runs its single stages so
+    when it has GPUs: CUDA reads CUDA_VISIBLE_DEVICES once, when it starts, so a stage run in this
+    process would land on the first visible GPU and keep a context and its cached memory there
+    while the workers use their own."""
+    if gpu is None:
+        return fn(*args)
+    pool = worker_pool(1, [gpu])
+    try:
+        return pool.submit(fn, *args).result()
+    except BaseException:
+        for proc in list(getattr(pool, "_processes", {}).values()):  # Ctrl-C: stop the worker now
+            proc.terminate()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _claim_gpu(slots) -> None:
     """A worker's initializer: this worker's GPU, before anything in it starts CUDA."""
     os.environ["CUDA_VISIBLE_DEVICES"] = slots.get()

@@ -10,6 +10,8 @@ import config
 # Elements of one chunk of model.TokenLogProbs' fp32 temporaries (64 MB each): the log-probs are
 # computed a chunk of positions at a time, and the estimate below counts three chunks.
 LOGPROB_CHUNK = 2**24
+TAIL_CHUNK = 2**15  # vocabulary entries per chunk of the static decode's fused sampling tail (static_decode.fused_draw)
+CAPACITY_STEP = 64  # the static decode's positions are rounded up to a multiple of this (static_decode.Decoder)
 
 
 def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens: int, micro_batch: int,
@@ -57,18 +59,46 @@ def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens
             "sampling": static + kv_cache + sample_logits + folded}
 
 
+def decoder_bytes(mc, rows: int, positions: int, top_p: bool = False, act_bytes: int = 2) -> float:
+    """Bytes the static decode keeps on the device between calls (static_decode.Decoder: made once
+    per process and batch size, so that its captured graphs replay): the KV cache of `rows` x
+    `positions` (rounded up to CAPACITY_STEP), its mask and outputs, and in the graph pool one step's
+    largest temporaries: the logits, the fused tail's fp32 chunk (x, exp, q and the score), and with
+    top-k/top-p the whole-vocabulary fp32 filter (tempered logits, sorted values, int64 order,
+    probabilities, cumulative sum, two masks). Counted from the code, not measured."""
+    L, H, V = mc.num_hidden_layers, mc.hidden_size, mc.vocab_size
+    kv = H // mc.num_attention_heads * mc.num_key_value_heads
+    cap = -(-positions // CAPACITY_STEP) * CAPACITY_STEP
+    cache = rows * cap * (L * 2 * kv * act_bytes + 1 + 8 + 4)  # keys and values; mask, token ids, log-probs
+    step = rows * V * act_bytes + rows * min(V, TAIL_CHUNK) * 4 * 4 + (rows * V * (4 + 4 + 8 + 4 + 4 + 1 + 1) if top_p else 0)
+    return cache + step
+
+
+def decoders_held(cfg: config.Config, mc, prompt_len: int, rollouts: bool, dev: bool) -> float:
+    """Bytes a training run's static decoders keep between steps (decoder_bytes): the rollouts'
+    (rollouts: train.sampling decodes with graph) and the dev checks' (dev: they run, with graph)."""
+    act = 2 if cfg.model.dtype != "float32" else 4
+    tc, e = cfg.train, cfg.eval.sampling
+    held = decoder_bytes(mc, tc.problems_per_step * tc.group_size, prompt_len + tc.sampling.max_new_tokens, act_bytes=act) if rollouts else 0.0
+    if dev:
+        held += decoder_bytes(mc, cfg.eval.problems_per_batch * tc.dev_samples, prompt_len + e.max_new_tokens,
+                              top_p=e.top_p < 1.0 or e.top_k > 0, act_bytes=act)
+    return held
+
+
 # Peak RSS growth of one micro-batch over the estimate's activations + logits, measured on the CPU at the
 # 0.5B's width, vocabulary and 24 layers (bench/memory_05b.py --cpu-check 24): 1.10 at micro-batch 2, 1.13 at 4
 # (2026-12-01). The cause of the gap is not pinned down; the automatic micro-batch counts it.
 MEASURED_OVER_ESTIMATE = 1.15
 
 
-def auto_micro_batch(cfg: config.Config, mc, prompt_len: int, free_gib: float | None = None) -> int:
+def auto_micro_batch(cfg: config.Config, mc, prompt_len: int, free_gib: float | None = None, held_bytes: float = 0.0) -> int:
     """cfg.micro_batch, or (when it is 0) the largest micro-batch whose training peak (the
-    estimate, its per-micro-batch part raised by MEASURED_OVER_ESTIMATE) fits 85% of the budget
-    (at least 1): cfg.memory_gb, or with memory_gb auto `free_gib`, the device's free memory that
-    the caller measured; the rest is left for the CUDA context and the allocator's fragmentation,
-    which the estimate does not count."""
+    estimate, its per-micro-batch part raised by MEASURED_OVER_ESTIMATE) plus `held_bytes` (what
+    else the process keeps between steps: the static decode's decoders, decoder_bytes) fits 85% of
+    the budget (at least 1): cfg.memory_gb, or with memory_gb auto `free_gib`, what the caller
+    measured the process could allocate; the rest is left for the CUDA context and the allocator's
+    fragmentation, which the estimate does not count."""
     if cfg.micro_batch > 0:
         return cfg.micro_batch
     budget = free_gib if cfg.memory_gb == "auto" else cfg.memory_gb
@@ -79,7 +109,7 @@ def auto_micro_batch(cfg: config.Config, mc, prompt_len: int, free_gib: float | 
     for b in range(1, cfg.train.problems_per_step * cfg.train.group_size + 1):
         est = estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), prompt_len, cfg.train.sampling.max_new_tokens, b,
                               cfg.train.problems_per_step * cfg.train.group_size, wb)
-        if est["static"] + MEASURED_OVER_ESTIMATE * (est["activations"] + est["logits"]) > 0.85 * budget * 2**30:
+        if est["static"] + held_bytes + MEASURED_OVER_ESTIMATE * (est["activations"] + est["logits"]) > 0.85 * budget * 2**30:
             break
         fits = b
     return fits

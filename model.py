@@ -33,9 +33,12 @@ def pick_device(cfg: config.Config) -> torch.device:
 
 
 def free_memory_gib(device: torch.device) -> float:
-    """What the device has free now: a GPU's free memory, or a CPU's MemAvailable (Linux)."""
+    """What this process could still allocate now: a GPU's free memory plus what this process's
+    allocator holds reserved but not allocated (mem_get_info counts that as used, so a worker's
+    later jobs would see less than its first); a CPU's MemAvailable (Linux)."""
     if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0] / 2**30
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return (torch.cuda.mem_get_info(device)[0] + cached) / 2**30
     with open("/proc/meminfo") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:")) / 2**20
 
@@ -45,14 +48,29 @@ def setup_torch(cfg: config.Config) -> None:
 
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
-    # Deterministic kernels where torch has them. Bit-identical resume is tested on the CPU; on CUDA
-    # cuBLAS needs this workspace setting, and some attention backward kernels stay nondeterministic.
+    # Bit-identical resume is tested on the CPU; on CUDA cuBLAS needs this workspace setting for its
+    # deterministic kernels, and some attention backward kernels stay nondeterministic.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    # lora.tf32: on CUDA the fp32 matrix products in TF32. In a bf16 model the only fp32 products are
-    # LoRA's (its weights and the fp32 copies of its inputs); in an fp32 model it would be all of them.
-    torch.backends.cuda.matmul.allow_tf32 = bool(cfg.lora.tf32)
+    set_determinism(cfg.determinism)
+    # lora.tf32: on CUDA the fp32 matrix products in TF32 (validated: only in a bf16 model, where the
+    # only fp32 products are LoRA's, its weights and the fp32 copies of its inputs). torch 2.13's API;
+    # allow_tf32 is the deprecated one, and reading it after this raises.
+    precision = "tf32" if cfg.lora.tf32 else "ieee"
+    torch.backends.cuda.matmul.fp32_precision = precision
+    torch.backends.cudnn.conv.fp32_precision = precision
     hf_logging.disable_progress_bar()  # "Loading weights" bars on every load; our own bars show progress
+
+
+def set_determinism(mode: str) -> None:
+    """The `determinism` setting. full: deterministic kernels where torch has them (a warning where
+    it has none), and every torch.empty filled with NaN, so a read of unwritten memory shows (the
+    CPU runs' setting); kernels: the same kernels without that fill (on a GPU the sampling tail's
+    buffers are then written once per token, not twice); off: torch's defaults (on CUDA, atomic
+    index_add_/index_put_ instead of sorting ones)."""
+    import torch.utils.deterministic
+
+    torch.use_deterministic_algorithms(mode != "off", warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = mode == "full"
 
 
 def load_tokenizer(path: str, revision: str | None = None):

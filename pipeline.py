@@ -49,7 +49,8 @@ from pathlib import Path
 import config
 import provenance
 import study
-from jobs import Aside, Job, Lock, Refused, Runner, assign_gpus, estimate_seconds, fmt_minutes, log, now, run_grpo, visible_gpus
+from jobs import (Aside, Job, Lock, Refused, Runner, assign_gpus, estimate_seconds, fmt_minutes, in_worker, log, now, run_grpo,
+                  visible_gpus)
 from stages import JOB_STAGES, STAGES, Plan, check_stage, registered_stages
 
 ROOT = Path(__file__).resolve().parent
@@ -66,9 +67,10 @@ def write_manifest(run: Path, cfg: config.Config, stages: dict, jobs: dict) -> N
 # ============================================================================= single stages
 
 
-def run_single(stage: str, plan: Plan, quiet: bool) -> None:
+def run_single(stage: str, plan: Plan, quiet: bool, gpu: str | None = None) -> None:
     """A stage before the jobs (base, probe, select, lr-sweep) is its `grpo.py` command, run in
-    this process; analyze is analyze_b.py's."""
+    this process, or with a GPU in a worker that sees only that one (jobs.in_worker); analyze is
+    analyze_b.py's."""
     cfg, run = plan.cfg, plan.run
     if stage == "analyze":
         import analyze_b
@@ -81,7 +83,7 @@ def run_single(stage: str, plan: Plan, quiet: bool) -> None:
         log(f"lr-sweep: not needed, train.lr = {cfg.train.lr:g} is set in the config")
         return
     argv = plan.base_argv(stage) + (["--quiet"] if quiet else [])
-    rc = run_grpo(argv)
+    rc = in_worker(run_grpo, argv, gpu=gpu)
     if rc != 0:
         raise RuntimeError(f"`{Job(stage, stage, argv).command()}` exited with code {rc}")
 
@@ -229,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             stages[s] = {"status": "running", "started": now()}
             write_manifest(run, cfg, stages, jobs_status)
             t0 = time.perf_counter()
-            run_single(s, plan, a.quiet)
+            run_single(s, plan, a.quiet, a.gpu_slots[0] if a.gpu_slots else None)
             stages[s] = {"status": "done", "seconds": round(time.perf_counter() - t0, 1), "finished": now()}
             write_manifest(run, cfg, stages, jobs_status)
             log(f"{s}: done in {stages[s]['seconds']:.1f} s")

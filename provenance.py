@@ -263,25 +263,26 @@ def versions() -> dict:
 # argument), so adding a seed or a condition changes no other run's hash.
 STAGE_KEYS = {
     "base": ["task.name", "task.seed", "task.n_train", "task.n_test", "model.build", "model.qwen_shape", "model.gguf"],
-    "probe": ["task.seed", "task.prompt_style", "task.system_prompt", "model", "probe", "eval"],
-    "select": ["task", "model", "select", "train.sampling", "eval.problems_per_batch"],
-    "lr-sweep": ["task", "model", "lora", "train", "lr_sweep", "micro_batch", "memory_gb"],
-    "train": ["task", "model", "lora", "train", "micro_batch", "memory_gb"],
-    "eval": ["task", "model", "eval", "lora.fold_for_sampling", "lora.tf32"],
-    "tokens": ["task", "model", "tokens", "eval.sampling", "eval.problems_per_batch"],
+    "probe": ["task.seed", "task.prompt_style", "task.system_prompt", "model", "probe", "eval", "determinism"],
+    "select": ["task", "model", "select", "train.sampling", "eval.problems_per_batch", "determinism"],
+    "lr-sweep": ["task", "model", "lora", "train", "lr_sweep", "micro_batch", "memory_gb", "determinism"],
+    "train": ["task", "model", "lora", "train", "micro_batch", "memory_gb", "determinism"],
+    "eval": ["task", "model", "eval", "lora.fold_for_sampling", "lora.tf32", "determinism"],
+    "tokens": ["task", "model", "tokens", "eval.sampling", "eval.problems_per_batch", "determinism"],
 }
 # Keys added after runs were made, with the value that means "as before": at that value a key
 # is left out of the hash, so the runs made before it existed keep theirs.
 _ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "model.gguf": None,
               "task.system_prompt": countdown.SYSTEM_PROMPT,
               "train.sampling.decode": "eager", "eval.sampling.decode": "eager", "lora.tf32": False,
-              "lr_sweep.rule": "reward", "select.scoring": "strict",
+              "lr_sweep.rule": "reward", "select.scoring": "strict", "determinism": "full",
+              "train.importance_cap": None, "train.logp_gap_limit": None,
               "model.build.p_borrow_slip": [], "model.build.n_drill": 0, "eval.n_base": None,
               "analyze.ceiling_null": "base", "analyze.selection_margin": 0.05, "analyze.coverage_sims": 2000,
               "analyze.calibration": None, "analyze.planned.seed_df": 2}
-_NOT_IN_HASH = {
-    "lr-sweep": ("seeds", "seeds_by_condition", "lr", "checkpoints", "steps", "log_kl_every", "dev_every"),
-    "train": ("seeds", "seeds_by_condition"),
+_NOT_IN_HASH = {  # logp_gap_limit only stops a run: a run that finishes under it is the run without it
+    "lr-sweep": ("seeds", "seeds_by_condition", "lr", "checkpoints", "steps", "log_kl_every", "dev_every", "logp_gap_limit"),
+    "train": ("seeds", "seeds_by_condition", "logp_gap_limit"),
 }
 
 

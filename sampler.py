@@ -3,8 +3,9 @@ top-k, top-p, max new tokens; no repetition penalty, nothing read from a model's
 generation_config.json but its stop tokens), a KV cache allocated once per decode, and a count of
 the host reads it makes (each one a device sync on a GPU).
 
-tests/test_sampler.py keeps the plain per-token sampler this one must equal bit for bit, and
-checks greedy output against transformers' `generate`.
+sample() runs sample_eager here or, with sampling.decode graph (auto: on CUDA), the static decode
+of static_decode.py. tests/test_sampler.py keeps the plain per-token sampler sample_eager must
+equal bit for bit, and checks greedy output against transformers' `generate`.
 """
 from __future__ import annotations
 
@@ -130,14 +131,21 @@ def kv_cache(model, capacity: int):
     return Cache(layers=[layer(capacity) for _ in range(model.config.num_hidden_layers)])
 
 
+def decode_mode(s: config.SamplingCfg, device: torch.device) -> str:
+    """eager or graph: `auto` is graph on CUDA and eager elsewhere."""
+    return ("graph" if device.type == "cuda" else "eager") if s.decode == "auto" else s.decode
+
+
 def sample(model, prompts: list[list[int]], n: int, s: config.SamplingCfg, seed: int, stops: list[int], pad: int,
            entropy: bool = False) -> Samples:
     """n completions for each prompt (prompt-major order: prompt 0's n samples first), with the decode
-    `s.decode` names: eager (sample_eager, the registered runs' sampler) or graph (sample_static, for
-    the untruncated policy; with top-k or top-p the eager sampler runs). auto: graph on CUDA."""
+    `s.decode` names: eager (sample_eager, the CPU runs' sampler) or graph (sample_static: static
+    shapes, every setting, CUDA graphs on a GPU). auto: graph on CUDA, eager elsewhere."""
     device = next(model.parameters()).device
-    if decode_mode(s, device) == "graph" and s.top_k == 0 and s.top_p == 1.0:
-        return sample_static(model, prompts, n, s, seed, stops, pad, entropy, graphs=device.type == "cuda")
+    if decode_mode(s, device) == "graph":
+        from static_decode import graph_backend, sample_static
+
+        return sample_static(model, prompts, n, s, seed, stops, pad, entropy, graphs=graph_backend(device))
     return sample_eager(model, prompts, n, s, seed, stops, pad, entropy)
 
 
@@ -249,249 +257,6 @@ def collect(out: torch.Tensor, ent_sum: torch.Tensor | None, logp: torch.Tensor 
     ent = [e / max(len(o), 1) for e, o in zip(ent_sum.tolist(), tokens)] if ent_sum is not None else None
     lps = [row[: len(o)] for row, o in zip(logp.tolist(), tokens)] if logp is not None else None
     return Samples(tokens, truncated, ent, lps)
-
-
-# ============================================================================= the static decode (sampling.decode: graph)
-
-CHECK_EVERY = 8  # graph decode: tokens between the host's reads of how many rows have finished
-MIN_BUCKET = 8  # graph decode: the smallest batch it compacts to (each batch size is one graph)
-TAIL_CHUNK = 2**15  # vocabulary entries per chunk of the fused sampling tail
-
-
-def decode_mode(s: config.SamplingCfg, device: torch.device) -> str:
-    """eager or graph: `auto` is graph on CUDA and eager elsewhere."""
-    return ("graph" if device.type == "cuda" else "eager") if s.decode == "auto" else s.decode
-
-
-@functools.cache
-def static_kv_class():
-    """StaticKV, built on first use so that importing the sampler does not import transformers."""
-    from transformers.cache_utils import DynamicLayer
-
-    class StaticKV(DynamicLayer):
-        """One layer's KV cache of fixed shape (rows, kv heads, capacity, head dim): a decoded
-        token is written at the slot `slot` (a device tensor shared by every layer, advanced by the
-        decoder), and attention reads the whole buffer, the unwritten slots masked out. Nothing
-        about a step's shapes or addresses changes from token to token, so the step can be
-        captured as a CUDA graph. After a compaction the first `rows` rows are used (a view)."""
-
-        def __init__(self, grown, slot: torch.Tensor):
-            """From a GrowingKV layer that holds the prompt (its buffers already have the capacity):
-            the unwritten slots are zeroed, so that masked-out values are finite (0 x garbage could be NaN)."""
-            super().__init__()
-            self.kfull, self.vfull, self.rows, self.slot = grown.kbuf, grown.vbuf, grown.rows, slot
-            self.kfull[:, :, grown.length :] = 0
-            self.vfull[:, :, grown.length :] = 0
-            self.capacity, self.device, self.is_initialized = grown.capacity, grown.device, True
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            self.kfull[: self.rows].index_copy_(2, self.slot, key_states)
-            self.vfull[: self.rows].index_copy_(2, self.slot, value_states)
-            return self.kfull[: self.rows], self.vfull[: self.rows]
-
-        def get_seq_length(self) -> int:
-            return self.capacity
-
-        def batch_select_indices(self, indices: torch.Tensor) -> None:
-            m = len(indices)
-            self.kfull[:m] = self.kfull[indices]  # the right side is gathered into a new tensor first
-            self.vfull[:m] = self.vfull[indices]
-            self.rows = m
-
-    return StaticKV
-
-
-def fused_draw(logits: torch.Tensor, temperature: float, gen: torch.Generator | None, entropy: bool,
-               chunk: int = TAIL_CHUNK) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """The sampling tail in one pass over the vocabulary, a chunk at a time, for the untruncated
-    policy (no top-k, no top-p). logits: (b, V) in the model's dtype. Returns the draw (b,), its
-    log-probability under the untempered policy (b,), and (entropy=True) that policy's entropy (b,).
-
-    The draw is the exponential race of sampler.multinomial: argmax_v p_v / q_v with q ~ Exp(1)
-    drawn for the whole (b, V) at once from `gen`, as there, so the same generator calls give the
-    same tokens; here argmax_v (x_v / T - log q_v), the same ranking, without the softmax (and
-    without dividing by T = 1). Greedy (T = 0, gen None): argmax_v x_v. The log-probability and
-    entropy come from an online log-sum-exp: m = max x, s = sum exp(x - m), u = sum exp(x - m) x;
-    log Z = m + log s, H = log Z - u / s. Only one chunk is ever upcast to fp32 (and q, for a draw)."""
-    b, V = logits.shape
-    q = torch.empty((b, V), dtype=torch.float32, device=logits.device).exponential_(1, generator=gen) if temperature > 0 else None
-    m = torch.full((b,), float("-inf"), device=logits.device)
-    s = torch.zeros(b, device=logits.device)
-    u = torch.zeros(b, device=logits.device)
-    best, tok = torch.full((b,), float("-inf"), device=logits.device), torch.zeros(b, dtype=torch.long, device=logits.device)
-    picked = torch.zeros(b, device=logits.device)  # the drawn token's logit
-    for c in range(0, V, chunk):
-        x = logits[:, c : c + chunk].float()  # (b, chunk)
-        m_new = torch.maximum(m, x.max(-1).values)
-        scale = torch.exp(m - m_new)  # rescales what was summed so far; exp(-inf) = 0 at the start
-        e = torch.exp(x - m_new[:, None])
-        s = s * scale + e.sum(-1)
-        if entropy:
-            u = u * scale + (e * x).sum(-1)
-        m = m_new
-        score = x if q is None else (x if temperature == 1.0 else x / temperature) - q[:, c : c + chunk].log()
-        cbest, carg = score.max(-1)
-        better = cbest > best  # the first maximum wins, as argmax's does
-        best, tok = torch.where(better, cbest, best), torch.where(better, carg + c, tok)
-        picked = torch.where(better, x.gather(-1, carg[:, None]).squeeze(-1), picked)
-    lse = m + s.log()
-    return tok, picked - lse, (lse - u / s) if entropy else None
-
-
-def buckets(B: int) -> list[int]:
-    """The batch sizes a graph decode of B rows compacts to: B, then halves down to MIN_BUCKET."""
-    out = [B]
-    while out[-1] // 2 >= MIN_BUCKET:
-        out.append(out[-1] // 2)
-    return out
-
-
-class StaticStep:
-    """One decode step at a fixed batch size `rows`: read each row's last token, run the model on
-    it with the static cache, draw the next token with the fused tail, record it. Every input is a
-    buffer the step reads in place, so on CUDA (graphs=True) it is captured as a CUDA graph after
-    its first run and replayed from then on. The first replay is checked against the eager step from
-    the same state (tokens equal); a capture that fails, or a replay that differs, falls back to the
-    eager step with one line on stderr, for the rest of the process."""
-
-    graphs_off: str | None = None  # why graphs were given up in this process (printed once)
-
-    def __init__(self, model, state: dict, rows: int, s: config.SamplingCfg, gen, entropy: bool, graphs: bool):
-        self.model, self.st, self.rows, self.s, self.gen, self.entropy = model, state, rows, s, gen, entropy
-        self.graphs, self.graph, self.checked = graphs and StaticStep.graphs_off is None, None, False
-
-    def eager(self) -> None:
-        st, r = self.st, self.rows
-        st["mask"][:r].index_fill_(-1, st["slot"], True)  # the slot this token is written to
-        logits = self.model(input_ids=st["tok"][:r, None], attention_mask=st["mask"][:r], position_ids=st["pos"][:r],
-                            cache=st["cache"], use_cache=True).logits[:, -1]  # (r, V)
-        record(st, r, *fused_draw(logits, self.s.temperature, self.gen if self.s.temperature > 0 else None, self.entropy))
-        st["pos"][:r] += 1
-        st["slot"] += 1
-
-    def __call__(self) -> None:
-        if not self.graphs:
-            return self.eager()
-        if self.graph is None:
-            self.eager()  # this token, and the capture's warm-up
-            try:
-                g = torch.cuda.CUDAGraph()
-                if self.s.temperature > 0:
-                    g.register_generator_state(self.gen)  # replays draw on from the generator's current state
-                with torch.cuda.graph(g):  # recorded, not run
-                    self.eager()
-                self.graph = g
-            except RuntimeError as e:
-                self.give_up(f"capture failed ({str(e).splitlines()[0][:120]})")
-            return None
-        if self.checked:
-            return self.graph.replay()
-        before = self.snapshot()
-        self.eager()
-        want = self.st["tok"][: self.rows].clone()
-        self.restore(before)
-        self.graph.replay()
-        if torch.equal(self.st["tok"][: self.rows], want):
-            self.checked = True
-        else:
-            self.restore(before)
-            self.eager()
-            self.give_up("its first replay drew other tokens than the eager step")
-        return None
-
-    SMALL = ("pos", "slot", "t", "tok", "done", "ent", "nan")  # what a step changes other than by idempotent writes
-
-    def snapshot(self) -> dict:
-        return {**{k: self.st[k].clone() for k in self.SMALL}, "gen": self.gen.get_state()}
-
-    def restore(self, snap: dict) -> None:
-        for k in self.SMALL:
-            self.st[k].copy_(snap[k])
-        self.gen.set_state(snap["gen"])
-
-    def give_up(self, why: str) -> None:
-        import sys
-
-        self.graphs, self.graph = False, None
-        if StaticStep.graphs_off is None:
-            StaticStep.graphs_off = why
-            print(f"sampler: CUDA graphs off for this process, the static decode runs eagerly: {why}", file=sys.stderr, flush=True)
-
-
-def record(st: dict, r: int, tok: torch.Tensor, logp: torch.Tensor, ent: torch.Tensor | None) -> None:
-    """Write a step's draws into the decode buffers: rows that finished earlier record nothing."""
-    done, alive = st["done"][:r], st["alive"][:r]
-    cols = st["t"].expand(r)
-    st["out"].index_put_((alive, cols), tok.masked_fill(done, NONE))
-    st["logp"].index_put_((alive, cols), logp.masked_fill(done, 0.0))
-    if ent is not None:
-        st["ent"].index_add_(0, alive, ent * ~done)
-    st["nan"] |= logp.isnan().any()
-    st["done"][:r] = done | (tok[:, None] == st["stops"]).any(-1)
-    st["tok"][:r] = tok
-    st["t"] += 1
-
-
-@torch.inference_mode()
-def sample_static(model, prompts: list[list[int]], n: int, s: config.SamplingCfg, seed: int, stops: list[int], pad: int,
-                  entropy: bool = False, graphs: bool = False) -> Samples:
-    """sample() with static shapes (sampling.decode: graph): the same distribution, other draws. The
-    KV cache and attention mask have the decode's full capacity from the start and are written in
-    place at a device-side slot; positions, tokens and flags are device buffers; the batch keeps a
-    fixed size, finished rows staying in it (their draws thrown away) until a check every
-    CHECK_EVERY tokens compacts it to the smallest of a few fixed sizes (buckets) that holds every
-    unfinished row; the tail is fused_draw. Only top-k/top-p off (the untruncated policy, as
-    training rollouts are) is fused; other settings use the eager sampler. graphs: capture each
-    bucket's step as a CUDA graph (self-checked against the eager step: StaticStep); on a
-    CPU the same steps run eagerly, and tests/test_sampler.py holds the plain per-token loop with
-    this schedule that they equal token for token."""
-    device = next(model.parameters()).device
-    gen = torch.Generator(device=device).manual_seed(seed)
-    ids, mask = left_pad(prompts, pad)  # (P, Lp)
-    ids, mask = ids.to(device), mask.to(device)
-    P, Lp = ids.shape
-    T, B = s.max_new_tokens, P * n
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # (P, Lp): positions count real tokens only
-    slot = torch.full((1,), Lp, dtype=torch.long, device=device)  # where the next token's keys and values go
-    cache = kv_cache(model, Lp + T)  # the prompt, as sample() runs it (transformers builds its mask)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True,
-                   logits_to_keep=last_positions(Lp, 1, device)).logits[:, -1]  # (P, V)
-    cache.batch_repeat_interleave(n)  # (B, ...) every sample starts from its prompt's cache
-    layer = static_kv_class()
-    cache.layers = [layer(grown, slot) for grown in cache.layers]
-    full = torch.zeros((B, 1, 1, Lp + T), dtype=torch.bool, device=device)  # (B, 1, 1, capacity) True = attend
-    full[:, 0, 0, :Lp] = mask.repeat_interleave(n, 0).bool()
-    st = {"cache": cache, "slot": slot, "mask": full, "pos": pos[:, -1:].repeat_interleave(n, 0) + 1,
-          "tok": torch.zeros(B, dtype=torch.long, device=device), "alive": torch.arange(B, device=device),
-          "done": torch.zeros(B, dtype=torch.bool, device=device), "t": torch.zeros(1, dtype=torch.long, device=device),
-          "out": torch.full((B, max(T, 1)), NONE, dtype=torch.long, device=device), "logp": torch.zeros((B, max(T, 1)), device=device),
-          "ent": torch.zeros(B, device=device), "nan": torch.zeros((), dtype=torch.bool, device=device),
-          "stops": torch.tensor(stops, device=device)}
-    record(st, B, *fused_draw(logits.repeat_interleave(n, 0), s.temperature, gen if s.temperature > 0 else None, entropy))
-    rows, steps = B, {}
-    for t in range(1, T):
-        if t % CHECK_EVERY == 0:
-            left = int((~st["done"][:rows]).sum())  # the host read: every CHECK_EVERY tokens
-            if left == 0:
-                break
-            fit = min(b for b in buckets(B) if b >= left)
-            if fit < rows:
-                compact(st, rows, fit)
-                rows = fit
-        if rows not in steps:
-            steps[rows] = StaticStep(model, st, rows, s, gen, entropy, graphs)
-        steps[rows]()
-    if st["nan"].item():
-        raise RuntimeError(NAN_MESSAGE)
-    return collect(st["out"][:, :T], st["ent"] if entropy else None, st["logp"][:, :T] if entropy else None, stops)
-
-
-def compact(st: dict, rows: int, fit: int) -> None:
-    """Move the unfinished rows (in order) to the front, then as many finished ones as fill `fit`."""
-    keep = torch.argsort(st["done"][:rows].to(torch.uint8), stable=True)[:fit]
-    st["cache"].batch_select_indices(keep)
-    for k in ("mask", "pos", "tok", "alive", "done"):
-        st[k][:fit] = st[k][:rows][keep]
 
 
 HOST_READS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::equal")  # item, int, float and bool all end in the first

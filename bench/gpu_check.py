@@ -1,47 +1,66 @@
-"""The 0.5B study's GPU figures in one run (under 8 min): memory of a full training step with the
-automatic micro-batch, an evaluation batch, seconds per step, and our sampler against generate.
+"""The 0.5B study's GPU path measured in one run of about five minutes; each phase writes its JSON
+as it finishes, so a run cut short still returns what it measured.
 
-    python bench/gpu_check.py            > gpu_check.json   # on a CUDA machine: the figures the README quotes
-    python bench/gpu_check.py --dry                         # the same code path on the CPU at toy sizes (a test runs it)
+    python bench/gpu_check.py --out DIR           # on a CUDA machine: DIR/00_setup.json ... DIR/summary.json
+    python bench/gpu_check.py --out DIR --dry     # every branch on the CPU at toy sizes (a test runs it)
 
 The model is Qwen2.5-0.5B-Instruct's exact shape (qwen_shape.py: 24 layers, vocabulary 151,936,
-tied embeddings) with random bf16 weights, built on the device; prompts are real arith-3x2
-prompts through Qwen's tokenizer. No download. Each phase is measured by the CUDA allocator
-(torch.cuda.max_memory_allocated and max_memory_reserved, reset before the phase); with --dry,
-by the process's peak RSS (a code-path check, not a measurement).
+tied embeddings) with random bf16 weights, built on the device, with the config's LoRA (r 32 on
+the seven projections) and a random non-zero B, so every decode pays LoRA's kernels as training
+does; prompts are real arith-3x2 prompts through Qwen's tokenizer; torch is set up as the runs set
+it (model.setup_torch: the config's determinism and lora.tf32). No download. With --dry the model
+has 1 layer of width 112 (Qwen's vocabulary and heads), the static decode captures with
+static_decode.EagerGraphs (the capture bookkeeping without a GPU), and memory is the process's
+peak RSS: a code-path check, not a measurement.
 
-  train_step  16 x 8 completions of exactly max_new_tokens (no stop token can be drawn), every
-              other one a token shorter so the micro-batches are padded and attention takes its
-              masked path (the worst case: memory.estimate_memory's ragged=True); advantages
-              random and non-zero so every row goes through forward and backward; AdamW state
-              exists (the second of two steps is measured). Micro-batch: memory.auto_micro_batch
-              for configs/qwen05b.yaml (micro_batch 0, memory_gb 8).
-  eval_batch  eval.problems_per_batch x eval.n samples at eval's settings, full length.
-  sampler     tokens/s of sampler.sample against model.generate, same prompts, batch and settings
-              (temperature 1, no top-k/top-p, no repetition penalty), alternating, median of 3;
-              also sampler.sample with the LoRA folded (lora.fold_for_sampling) and its host reads per
-              decoded token (sampler.count_host_reads).
-  lm_head_on_slice  what lm_head costs on a non-contiguous slice of the hidden states (as
-              logits_to_keep makes it) against a contiguous copy: on the CPU torch copies the
-              (V, H) weight once per row there (bench/memory_05b.py); this says whether CUDA does.
-  decode      the training rollout's decode both ways (sampling.decode eager and graph: static
-              shapes, CUDA graphs, the fused tail): tokens/s, kernel launches and host reads per
-              decoded token (torch.profiler), and with graph whether the graphs were kept.
-  tail        bytes the sampling tail allocates per decoded token, eager (upcast, log-softmax,
-              softmax, race) against fused (sampler.fused_draw), at the rollout's 128 rows.
-  device_speed  the measured device-to-device copy bandwidth and bf16 matrix throughput, and from
-              them the bound of a training step: decoding reads the weights once per token, the
-              forward and backward cost 6 x params x tokens FLOPs; the step's ratio to it.
-  train_step_auto  the training step again with memory_gb: auto (the device's free memory).
+Phases, in order (DIR/NN_<phase>.json; a phase that raises writes its error and the next runs;
+none starts once --budget-s has passed):
+  01 graph_tokens     the static decode with CUDA graphs against the same decode with every step
+                      eager: tokens, log-probs and entropies equal, at the rollout's settings and at
+                      evaluation's top-p, over two calls each; stop ids are drawn from a first decode
+                      so that about 7% of the rows finish per token (half every 9) and the batch passes through
+                      every bucket (each one captured and self-checked); captures counted per call
+                      (the second call must capture nothing).
+  02 capture_failure  in a child process (a failed capture turns graphs off for its process): every
+                      capture made to fail (torch.cuda.synchronize inside it, which CUDA refuses while
+                      capturing); the samples of two calls against the no-graph decode's, random offsets
+                      included, and whether the process still works on its default stream.
+  03 train_memory     a Dr. GRPO step as grpo.train runs it (the rollouts through the config's decode,
+                      completions of the full length, every other one a token shorter so micro-batches
+                      are padded: ragged), at the automatic micro-batch for memory_gb (the static
+                      decoders' memory taken from the budget), then at memory_gb auto (free memory plus
+                      this process's cached memory): peak allocated and reserved against the estimate.
+  04 decode           the rollout's decode (rows x max_new_tokens, no stop) eager, static without
+                      graphs, and with graphs: tokens/s, the first call's extra time (the captures);
+                      kernel launches and host reads per token over 16 tokens (torch.profiler); the
+                      graph and eager decode again under each determinism setting (full, kernels, off).
+  05 eval_batch       one evaluation batch (eval.problems_per_batch x eval.n, T 0.6, top-p 0.95, full
+                      length) with graphs (what sampling.decode auto takes) and eager: tokens/s, peak
+                      memory against the estimate.
+  06 policy_gap       |log pi(sampler) - log pi(trainer)| per token, the trainer's log-probs from
+                      model.TokenLogProbs on the packed sequences: the graph decode, the eager one, and
+                      the graph decode with the LoRA folded; the importance ratios' share above 2
+                      (TRL's default cap). Random weights: a flat policy, not the trained model's gap.
+  07 device_speed     copy bandwidth, bf16 matrix throughput, fp32 throughput in IEEE and in TF32, and
+                      from them the bound of a training step (decoding reads the weights once per
+                      token; forward and backward cost 6 x params x tokens FLOPs) against phase 03's.
 
-Prints one JSON object on stdout (progress goes to stderr).
+Sizes on a GPU (--dry): rows 16 x 8 = 128 (2 x 4 = 8, compacting down to 2 rows); new tokens 64
+in phase 01 and the capture-failure child (24), 384 in phases 03-05 (8, 16, 16), 128 in phase 06
+and the determinism runs (8); kernels profiled over 16 tokens (8); evaluation 4 x 32 rows (2 x 2). Expected on one H100/H200-class GPU: about 3-4 minutes
+(an estimate: no GPU has run this version yet); the child phase builds a 2-layer model.
 """
 import argparse
 import json
+import math
 import statistics
+import subprocess
 import sys
 import time
+import traceback
 from contextlib import nullcontext
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 
@@ -54,18 +73,41 @@ import memory
 import provenance
 import qwen_shape
 import sampler
-from model import apply_lora, lora_folded, render_prompts
+import static_decode
+from model import (apply_lora, completion_logprobs, free_memory_gib, lora_folded, pack, render_prompts, set_determinism,
+                   setup_torch)
 
 GIB = 2**30
-# --dry: the same code path at sizes a 2-core CPU runs in seconds. The vocabulary, heads (14, 2 for
-# K and V) and tokenizer stay Qwen's; the width shrinks (head size 8), so the bf16 products are cheap.
-DRY = ["train.problems_per_step=2", "train.group_size=2", "train.sampling.max_new_tokens=8", "eval.problems_per_batch=2",
-       "eval.n=2", "eval.k_max=2", "eval.sampling.max_new_tokens=8"]
+# --dry: the same code path at sizes a 2-core CPU runs in about a minute. The vocabulary, heads (14, 2
+# for K and V) and tokenizer stay Qwen's; the width shrinks (head size 8). Decode graph stands for
+# the GPU's auto, so the static decode runs (with EagerGraphs) where a GPU would use it.
+DRY = ["train.problems_per_step=2", "train.group_size=4", "train.sampling.max_new_tokens=8", "eval.problems_per_batch=2",
+       "eval.n=2", "eval.k_max=2", "eval.sampling.max_new_tokens=16", "train.sampling.decode=graph", "eval.sampling.decode=graph",
+       "train.dev_samples=2"]
 DRY_SHAPE = dict(hidden_size=112, intermediate_size=256)
+DRY_MIN_BUCKET = 2  # with --dry: 8 rows compact to buckets 8, 4, 2 (static_decode.MIN_BUCKET is 8: a GPU's 128 rows give 5 buckets)
+
+
+@dataclass
+class Sizes:
+    tokens_graph: int = 64  # phase 01 and the child
+    tokens_decode: int = 384  # phase 04
+    tokens_short: int = 128  # phase 06, the determinism runs
+    tokens_profiled: int = 16  # phase 04's profiles
+    layers: int = 24
+    child_layers: int = 2
+
+
+DRY_SIZES = Sizes(tokens_graph=24, tokens_decode=16, tokens_short=8, tokens_profiled=8, layers=1, child_layers=1)
 
 
 def log(msg: str) -> None:
     print(f"[gpu_check {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
 
 
 class Peak:
@@ -102,306 +144,492 @@ def _status_kib(field: str) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
-def train_step(model, opt, prompts, G: int, s: config.SamplingCfg, micro_batch: int, pad: int, seed: int, sort: bool = False) -> dict:
+# ============================================================================= the model and its inputs
+
+
+@dataclass
+class Ctx:
+    cfg: config.Config
+    config_path: str
+    dry: bool
+    sizes: Sizes
+    device: torch.device
+    model: object = None
+    tok: object = None
+    prompts: list = None
+    pad: int = 0
+    measured_step_seconds: float | None = None
+
+
+def build(ctx: Ctx, layers: int) -> None:
+    """The random Qwen-shaped bf16 model with the config's LoRA (B random, non-zero), the tokenizer
+    and the first problems_per_step training prompts."""
+    cfg, device = ctx.cfg, ctx.device
+    model = qwen_shape.random_model(layers, 0, device, **(DRY_SHAPE if ctx.dry else {}))
+    for q in model.parameters():
+        q.requires_grad_(False)
+    apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, 0)
+    g = torch.Generator(device=device).manual_seed(1)
+    with torch.no_grad():
+        for name, q in model.named_parameters():
+            if "lora_B" in name:
+                q.normal_(0, 0.02, generator=g)
+    ctx.model, ctx.tok = model, qwen_shape.load_tokenizer()
+    ctx.pad = ctx.tok.pad_token_id
+    train_set, _ = countdown.make_splits(cfg.task.name, 64, 8, cfg.task.seed)
+    ctx.prompts = render_prompts(ctx.tok, train_set[: cfg.train.problems_per_step], cfg.task.prompt_style, cfg.task.system_prompt)
+
+
+def no_stop(ctx: Ctx) -> list[int]:
+    return [10**9]  # no token has this id: every row runs to max_new_tokens
+
+
+def choose_stops(ctx: Ctx, n: int, s: config.SamplingCfg, seed: int, hazard: float) -> tuple[list[int], float]:
+    """Stop ids under which about `hazard` of the rows still decoding finish per token: a first decode
+    with no stop gives the tokens the model draws in these prompts; a random subset of the
+    vocabulary (seeded) is grown until that share of the drawn tokens falls in it. Returns the ids
+    and the share measured on that decode."""
+    probe = static_decode.sample_static(ctx.model, ctx.prompts, n, s, seed, no_stop(ctx), ctx.pad, graphs=None)
+    drawn = torch.tensor([t for row in probe.tokens for t in row])
+    order = torch.randperm(ctx.model.config.vocab_size, generator=torch.Generator().manual_seed(seed))
+    lo, hi = 0, len(order)
+    while hi - lo > 1:  # the smallest prefix of the permutation whose share of the drawn tokens reaches the hazard
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if torch.isin(drawn, order[:mid]).float().mean().item() >= hazard else (mid, hi)
+    stops = order[:hi].tolist()
+    return stops, torch.isin(drawn, order[:hi]).float().mean().item()
+
+
+def same_samples(a: sampler.Samples, b: sampler.Samples) -> dict:
+    rows = [i for i, (x, y) in enumerate(zip(a.tokens, b.tokens)) if x != y]
+    return {"equal": a.tokens == b.tokens and a.truncated == b.truncated and a.logprobs == b.logprobs and a.entropy == b.entropy,
+            "rows_with_other_tokens": len(rows), "first_such_row": rows[0] if rows else None,
+            "logprobs_equal": a.logprobs == b.logprobs, "entropy_equal": a.entropy == b.entropy}
+
+
+def fresh_graphs() -> None:
+    """Each phase starts with no decoder kept and graphs not given up, so it measures them itself."""
+    static_decode.reset_decoders()
+    static_decode.StaticStep.graphs_off = None
+
+
+# ============================================================================= the phases
+
+
+def graph_tokens(ctx: Ctx) -> dict:
+    t, e, T = ctx.cfg.train, ctx.cfg.eval, ctx.sizes.tokens_graph
+    G = t.group_size
+    B = len(ctx.prompts) * G
+    hazard = 1 - 0.5 ** (1 / 9)  # half the rows left every ~9 tokens: the batch halves between checks (every 8)
+    out = {"rows": B, "max_new_tokens": T, "buckets": static_decode.buckets(B), "hazard_wanted": round(hazard, 4)}
+    for name, s in (("rollout", replace(t.sampling, max_new_tokens=T, decode="graph")),
+                    ("eval_top_p", replace(e.sampling, max_new_tokens=T, decode="graph"))):
+        fresh_graphs()
+        stops, seen = choose_stops(ctx, G, s, 1, hazard)
+        backend = static_decode.graph_backend(ctx.device)
+        res = {"temperature": s.temperature, "top_p": s.top_p, "stop_ids": len(stops), "hazard_on_first_decode": round(seen, 4)}
+        graph, captures = [], []
+        for seed in (1, 2):
+            before = backend.captures
+            graph.append(static_decode.sample_static(ctx.model, ctx.prompts, G, s, seed, stops, ctx.pad, entropy=True, graphs=backend))
+            captures.append(backend.captures - before)
+        dec = static_decode._DECODERS["by_rows"][B]
+        steps = {k[0]: st for k, st in dec.steps.items() if st.graphs is backend}
+        res["captures_per_call"] = captures
+        res["buckets_reached"] = sorted(steps, reverse=True)
+        res["buckets_missing"] = [b for b in static_decode.buckets(B) if b not in steps]
+        res["buckets_captured_and_checked"] = sorted((b for b, st in steps.items() if st.replay is not None and st.checked), reverse=True)
+        res["graphs_off"] = static_decode.StaticStep.graphs_off
+        res["lengths"] = {"min": min(map(len, graph[0].tokens)), "median": statistics.median(map(len, graph[0].tokens)),
+                          "max": max(map(len, graph[0].tokens))}
+        for i, seed in enumerate((1, 2)):
+            eager = static_decode.sample_static(ctx.model, ctx.prompts, G, s, seed, stops, ctx.pad, entropy=True, graphs=None)
+            res[f"call_{i + 1}_against_eager_steps"] = same_samples(graph[i], eager)
+        res["ok"] = (not res["buckets_missing"] and res["buckets_captured_and_checked"] == res["buckets_reached"] and captures[1] == 0
+                     and all(res[f"call_{i}_against_eager_steps"]["equal"] for i in (1, 2)) and res["graphs_off"] is None)
+        out[name] = res
+    out["ok"] = out["rollout"]["ok"] and out["eval_top_p"]["ok"]
+    return out
+
+
+def capture_failure(ctx: Ctx, out_dir: Path) -> dict:
+    """Phase 02 in a child process (this script with --child): its JSON, or what went wrong."""
+    tmp = out_dir / ".capture_failure.child.json"
+    tmp.unlink(missing_ok=True)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "capture_failure", "--out", str(out_dir), "--config", ctx.config_path]
+    r = subprocess.run(cmd + (["--dry"] if ctx.dry else []), capture_output=True, text=True, timeout=240)
+    if not tmp.exists():
+        return {"error": f"the child exited {r.returncode} without a result", "stderr_tail": r.stderr[-3000:]}
+    res = json.loads(tmp.read_text())
+    tmp.unlink()
+    res["child_exit"], res["child_stderr_tail"] = r.returncode, r.stderr[-1500:]
+    return res
+
+
+def capture_failure_child(ctx: Ctx) -> dict:
+    """Every capture fails after the step was recorded; the decode must carry on eagerly from the
+    state before the capture, with the same samples as the decode without graphs."""
+    t = ctx.cfg.train
+    G, T = 4, ctx.sizes.tokens_graph
+    ctx.prompts = ctx.prompts[:4]
+    B = len(ctx.prompts) * G
+    s = replace(t.sampling, max_new_tokens=T, decode="graph")
+    stops, seen = choose_stops(ctx, G, s, 1, 1 - 0.5 ** (1 / 9))
+    want = [static_decode.sample_static(ctx.model, ctx.prompts, G, s, seed, stops, ctx.pad, entropy=True, graphs=None) for seed in (1, 2)]
+
+    def refuse() -> None:
+        raise RuntimeError("forced: a capture that CUDA refused")
+
+    fault = torch.cuda.synchronize if ctx.device.type == "cuda" else refuse  # a device sync is not allowed while capturing
+    backend = static_decode.CudaGraphs(fault=fault) if ctx.device.type == "cuda" else static_decode.EagerGraphs(fault=fault)
+    fresh_graphs()
+    static_decode.GRAPHS = backend
+    got = [sampler.sample(ctx.model, ctx.prompts, G, s, seed, stops, ctx.pad, entropy=True) for seed in (1, 2)]
+    res = {"rows": B, "max_new_tokens": T, "stop_ids": len(stops), "hazard_on_first_decode": round(seen, 4),
+           "fault": "torch.cuda.synchronize inside the capture" if ctx.device.type == "cuda" else "EagerGraphs(fault=raise)",
+           "graphs_off": static_decode.StaticStep.graphs_off, "captures": backend.captures,
+           "call_1_against_no_graphs": same_samples(got[0], want[0]), "call_2_against_no_graphs": same_samples(got[1], want[1])}
+    if ctx.device.type == "cuda":
+        res["default_stream_current"] = torch.cuda.current_stream() == torch.cuda.default_stream()
+        res["device_still_works"] = torch.ones(1024, device="cuda").sum().item() == 1024.0
+    res["ok"] = (res["graphs_off"] is not None and res["graphs_off"].startswith("capture failed") and res["captures"] == 0
+                 and res["call_1_against_no_graphs"]["equal"] and res["call_2_against_no_graphs"]["equal"])
+    return res
+
+
+def train_step(ctx: Ctx, opt, micro_batch: int, seed: int) -> dict:
     """One Dr. GRPO step as grpo.train runs it, forced to full length and padded (see the docstring)."""
+    t = ctx.cfg.train
+    G, s, device = t.group_size, t.sampling, ctx.device
     t0 = time.perf_counter()
-    smp = sampler.sample(model, prompts, G, s, seed, [10**9], pad, entropy=True)  # no stop id can be drawn: full length
+    smp = sampler.sample(ctx.model, ctx.prompts, G, s, seed, no_stop(ctx), ctx.pad, entropy=True)
+    sync(device)
     t1 = time.perf_counter()
     n = len(smp.tokens)
     completions = [x[:-1] if i % 2 else x for i, x in enumerate(smp.tokens)]  # (n,) ragged by one token
     adv = torch.randn(n, generator=torch.Generator().manual_seed(seed)).clamp(min=0.1)  # (n,) non-zero: every row trains
-    grpo.policy_gradient(model, [prompts[i // G] for i in range(n)], completions, adv, n * s.max_new_tokens, micro_batch, pad,
-                         sort_by_length=sort)
+    grpo.policy_gradient(ctx.model, [ctx.prompts[i // G] for i in range(n)], completions, adv, n * s.max_new_tokens, micro_batch, ctx.pad,
+                         sort_by_length=t.sort_by_length)
     opt.step()
     opt.zero_grad(set_to_none=True)
-    if model.device.type == "cuda":
-        torch.cuda.synchronize()
-    t2 = time.perf_counter()
-    return {"sec_sampling": t1 - t0, "sec_fwd_bwd": t2 - t1, "tokens": sum(len(x) for x in smp.tokens)}
+    sync(device)
+    return {"sec_sampling": round(t1 - t0, 3), "sec_fwd_bwd": round(time.perf_counter() - t1, 3), "tokens": sum(len(x) for x in smp.tokens)}
 
 
-def sampler_vs_generate(model, prompts, G: int, s: config.SamplingCfg, stops: list[int], pad: int, repeats: int) -> dict:
-    """Tokens/s of sampler.sample and of model.generate on the same batch and settings, alternating."""
-    from transformers import GenerationConfig
+def train_memory(ctx: Ctx) -> dict:
+    cfg, device, mc = ctx.cfg, ctx.device, ctx.model.config
+    t, e = cfg.train, cfg.eval
+    prompt_len = max(len(x) for x in ctx.prompts)
+    fresh_graphs()
+    rollouts = sampler.decode_mode(t.sampling, device) == "graph"
+    dev = t.dev_every > 0 and sampler.decode_mode(e.sampling, device) == "graph"
+    if dev:  # the dev checks' decoder exists in a run between its steps: made here at its real capacity, every token a stop
+        sampler.sample(ctx.model, ctx.prompts[: e.problems_per_batch], t.dev_samples, e.sampling, 0, list(range(mc.vocab_size)), ctx.pad)
+    held = memory.decoders_held(cfg, mc, prompt_len, rollouts, dev)
+    free = free_memory_gib(device) if cfg.memory_gb == "auto" else None
+    mb = memory.auto_micro_batch(cfg, mc, prompt_len, free, held)
+    n = t.problems_per_step * t.group_size
+    wb = 2 if cfg.model.dtype != "float32" else 4
+    est = memory.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), prompt_len, t.sampling.max_new_tokens, mb, n, wb)
+    opt = grpo.make_optimizer(ctx.model, cfg, 1e-5)
+    log(f"train step: {t.problems_per_step} x {t.group_size} x {t.sampling.max_new_tokens}, micro-batch {mb}; step 1 (warm-up: AdamW's state, the graphs)")
+    warm = train_step(ctx, opt, mb, 1)
 
-    device = model.device
-    ids, mask = sampler.left_pad(prompts, pad)
-    ids, mask = ids.to(device), mask.to(device)
-    gc = GenerationConfig(do_sample=True, temperature=s.temperature, top_k=0, top_p=1.0, repetition_penalty=1.0,
-                          max_new_tokens=s.max_new_tokens, num_return_sequences=G, eos_token_id=stops, pad_token_id=pad)
+    def estimate(e_: dict) -> float:
+        return (e_["static"] + held + memory.MEASURED_OVER_ESTIMATE * (e_["activations"] + e_["logits"])) / GIB
 
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-
-    def ours(r, fold=False):
-        sync()
-        t = time.perf_counter()
-        with lora_folded(model) if fold else nullcontext():
-            out = sampler.sample(model, prompts, G, s, r, stops, pad)
-        sync()
-        return sum(len(x) for x in out.tokens) / (time.perf_counter() - t)
-
-    def generate(r):
-        torch.manual_seed(r)
-        sync()
-        t = time.perf_counter()
-        with torch.inference_mode():
-            out = model.generate(input_ids=ids, attention_mask=mask, generation_config=gc)[:, ids.shape[1]:]  # (P*G, <=Lc)
-        sync()
-        done = torch.isin(out, torch.tensor(stops, device=device))  # (P*G, Lc): tokens after a stop are padding
-        n_tok = int((done.cumsum(1) - done.long() == 0).sum())  # tokens up to and including each row's first stop
-        return n_tok / (time.perf_counter() - t)
-
-    ours(0), generate(0)  # warm-up (kernels, allocator)
-    rates = {"ours": [], "generate": [], "folded": []}
-    for r in range(1, repeats + 1):
-        pair = [("ours", ours), ("generate", generate), ("folded", lambda r: ours(r, fold=True))]
-        for name, fn in pair if r % 2 else pair[::-1]:
-            rates[name].append(fn(r))
-    mo, mg = statistics.median(rates["ours"]), statistics.median(rates["generate"])
-    reads, smp = sampler.count_host_reads(lambda: sampler.sample(model, prompts, G, s, 0, stops, pad))
-    return {"rows": len(prompts) * G, "max_new_tokens": s.max_new_tokens, "repeats": repeats,
-            "ours_host_reads_per_token": round(reads / max(max(len(x) for x in smp.tokens), 1), 3),
-            "ours_folded_tokens_per_s": round(statistics.median(rates["folded"]), 1),
-            "ours_tokens_per_s": round(mo, 1), "generate_tokens_per_s": round(mg, 1), "speedup": round(mo / mg, 3)}
-
-
-def model_free_gib(device: torch.device) -> float:
-    from model import free_memory_gib
-
-    return free_memory_gib(device)
+    out = {"rows": n, "max_new_tokens": t.sampling.max_new_tokens, "prompt_len": prompt_len, "decode": sampler.decode_mode(t.sampling, device),
+           "held_by_decoders_estimate_gib": round(held / GIB, 3), "warm_up": warm}
+    with Peak(device) as pk:
+        st = train_step(ctx, opt, mb, 2)
+    budget = cfg.memory_gb if cfg.memory_gb != "auto" else free
+    out["at_memory_gb"] = {"memory_gb": cfg.memory_gb, "micro_batch": mb, "estimate_gib": round(estimate(est), 3),
+                           "estimate_parts_gib": {k: round(est[k] / GIB, 3) for k in ("static", "activations", "attention_mask", "logits")},
+                           "peak_allocated_gib": round(pk.allocated, 3), "peak_reserved_gib": round(pk.reserved, 3),
+                           "under_budget": pk.reserved < budget if device.type == "cuda" else None, "seconds": round(pk.seconds, 2), **st}
+    ctx.measured_step_seconds = pk.seconds
+    auto = config.load(ctx.config_path, (DRY if ctx.dry else []) + ["memory_gb=auto"])
+    free = free_memory_gib(device)
+    mb_auto = memory.auto_micro_batch(auto, mc, prompt_len, free, held)
+    log(f"train step at memory_gb auto ({free:.1f} GiB this process could allocate): micro-batch {mb_auto}")
+    est = memory.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), prompt_len, t.sampling.max_new_tokens, mb_auto, n, wb)
+    with Peak(device) as pk:
+        st = train_step(ctx, opt, mb_auto, 3)
+    out["at_memory_gb_auto"] = {"free_gib": round(free, 2), "micro_batch": mb_auto, "estimate_gib": round(estimate(est), 3),
+                                "peak_allocated_gib": round(pk.allocated, 3), "peak_reserved_gib": round(pk.reserved, 3),
+                                "seconds": round(pk.seconds, 2), **st}
+    for q in ctx.model.parameters():
+        q.grad = None
+    return out
 
 
-def decode_both_ways(model, prompts, G: int, s: config.SamplingCfg, stops: list[int], pad: int) -> dict:
-    """The rollout's decode with sampling.decode eager and graph: tokens/s (a warm-up first, then one
-    timed run each), and under torch.profiler the kernel launches (CUDA) or operator calls (CPU) and
-    host reads per decoded token."""
-    from dataclasses import replace
-
+def profile_decode(ctx: Ctx, fn, steps: int) -> dict:
+    """Kernel launches (CUDA) or aten calls (CPU) and host reads per decoded token of fn()."""
     from torch.profiler import ProfilerActivity, profile
 
-    device = model.device
-    out = {}
-    for mode in ("eager", "graph"):
-        sm = replace(s, decode=mode)
-        sampler.sample(model, prompts, G, sm, 0, stops, pad, entropy=True)  # warm-up; with graph: capture
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        smp = sampler.sample(model, prompts, G, sm, 1, stops, pad, entropy=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        sec = time.perf_counter() - t0
-        steps = max(len(x) for x in smp.tokens)
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-        with profile(activities=acts) as prof:
-            sampler.sample(model, prompts, G, sm, 1, stops, pad, entropy=True)
-        events = prof.key_averages()
-        launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch"))
-        ops = sum(e.count for e in events if e.key.startswith("aten::"))
-        reads = sum(e.count for e in events if e.key in sampler.HOST_READS)
-        out[mode] = {"tokens_per_s": round(sum(len(x) for x in smp.tokens) / sec, 1), "seconds": round(sec, 3), "positions": steps,
-                     "kernel_launches_per_token": round(launches / steps, 1) if device.type == "cuda" else None,
-                     "aten_calls_per_token": round(ops / steps, 1), "host_reads_per_token": round(reads / steps, 3)}
-    out["graphs_off"] = sampler.StaticStep.graphs_off  # why CUDA graphs were given up (None: kept, or a CPU)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.device.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        fn()
+    events = prof.key_averages()
+    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch", "cudaLaunchKernelExC"))
+    return {"kernel_launches_per_token": round(launches / steps, 1) if ctx.device.type == "cuda" else None,
+            "aten_calls_per_token": round(sum(e.count for e in events if e.key.startswith("aten::")) / steps, 1),
+            "host_reads_per_token": round(sum(e.count for e in events if e.key in sampler.HOST_READS) / steps, 3)}
+
+
+def timed(ctx: Ctx, fn) -> tuple[float, object]:
+    sync(ctx.device)
+    t0 = time.perf_counter()
+    out = fn()
+    sync(ctx.device)
+    return time.perf_counter() - t0, out
+
+
+def decode(ctx: Ctx) -> dict:
+    t, G = ctx.cfg.train, ctx.cfg.train.group_size
+    B = len(ctx.prompts) * G
+    fresh_graphs()
+    backend = static_decode.graph_backend(ctx.device)
+    runs = {"eager": lambda s, seed: sampler.sample_eager(ctx.model, ctx.prompts, G, s, seed, no_stop(ctx), ctx.pad, entropy=True),
+            "static_no_graphs": lambda s, seed: static_decode.sample_static(ctx.model, ctx.prompts, G, s, seed, no_stop(ctx), ctx.pad,
+                                                                             entropy=True, graphs=None),
+            "graph": lambda s, seed: static_decode.sample_static(ctx.model, ctx.prompts, G, s, seed, no_stop(ctx), ctx.pad, entropy=True,
+                                                                  graphs=backend)}
+    s = replace(t.sampling, max_new_tokens=ctx.sizes.tokens_decode)
+    out = {"rows": B, "max_new_tokens": s.max_new_tokens, "determinism": ctx.cfg.determinism}
+    k = ctx.sizes.tokens_profiled
+    for name, fn in runs.items():
+        before = backend.captures
+        first, _ = timed(ctx, lambda: fn(s, 0))  # warm-up; with graphs: the captures
+        sec, smp = timed(ctx, lambda: fn(s, 1))
+        out[name] = {"tokens_per_s": round(sum(map(len, smp.tokens)) / sec, 1), "seconds": round(sec, 3),
+                     "first_call_extra_seconds": round(first - sec, 3), "captures": backend.captures - before,
+                     **profile_decode(ctx, lambda: fn(replace(s, max_new_tokens=k), 2), k)}
+    out["graphs_off"] = static_decode.StaticStep.graphs_off
+    out["graph_over_eager"] = round(out["graph"]["tokens_per_s"] / out["eager"]["tokens_per_s"], 2)
+    short = replace(s, max_new_tokens=ctx.sizes.tokens_short)
+    by = {}
+    try:
+        for det in ("full", "kernels", "off"):
+            set_determinism(det)
+            fresh_graphs()
+            row = {}
+            for name in ("eager", "graph"):
+                timed(ctx, lambda: runs[name](short, 0))  # graph: captured under this setting
+                sec, smp = timed(ctx, lambda: runs[name](short, 1))
+                row[f"{name}_tokens_per_s"] = round(sum(map(len, smp.tokens)) / sec, 1)
+            row["graphs_off"] = static_decode.StaticStep.graphs_off
+            by[det] = row
+    finally:
+        set_determinism(ctx.cfg.determinism)
+    out["by_determinism"] = {"max_new_tokens": short.max_new_tokens, **by}
+    return out
+
+
+def eval_batch(ctx: Ctx) -> dict:
+    cfg, device = ctx.cfg, ctx.device
+    e = cfg.eval
+    prompts = [ctx.prompts[i % len(ctx.prompts)] for i in range(e.problems_per_batch)]
+    prompt_len = max(map(len, prompts))
+    s = e.sampling
+    top = s.top_p < 1.0 or s.top_k > 0
+    fresh_graphs()
+    wb = 2 if cfg.model.dtype != "float32" else 4
+    est = memory.estimate_memory(ctx.model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, s.max_new_tokens, 1,
+                                 e.problems_per_batch * e.n, wb, top_p=top)
+    out = {"rows": e.problems_per_batch * e.n, "max_new_tokens": s.max_new_tokens, "temperature": s.temperature, "top_p": s.top_p,
+           "decode_auto_takes": sampler.decode_mode(replace(s, decode="auto"), device),
+           "estimate_sampling_gib": round(est["sampling"] / GIB, 3),
+           "estimate_decoder_gib": round(memory.decoder_bytes(ctx.model.config, e.problems_per_batch * e.n, prompt_len + s.max_new_tokens,
+                                                              top, wb) / GIB, 3)}
+    for name, sm in (("graph", replace(s, decode="graph")), ("eager", replace(s, decode="eager"))):
+        first = None
+        if name == "graph":
+            first, _ = timed(ctx, lambda: sampler.sample(ctx.model, prompts, e.n, sm, 3, no_stop(ctx), ctx.pad))  # the captures
+        with Peak(device) as pk:
+            smp = sampler.sample(ctx.model, prompts, e.n, sm, 4, no_stop(ctx), ctx.pad)
+        out[name] = {"tokens_per_s": round(sum(map(len, smp.tokens)) / pk.seconds, 1), "seconds": round(pk.seconds, 2),
+                     "peak_allocated_gib": round(pk.allocated, 3), "peak_reserved_gib": round(pk.reserved, 3),
+                     "first_call_seconds": round(first, 2) if first is not None else None}
+    out["graphs_off"] = static_decode.StaticStep.graphs_off
     out["graph_over_eager"] = round(out["graph"]["tokens_per_s"] / out["eager"]["tokens_per_s"], 2)
     return out
 
 
-def tail_bytes(V: int, rows: int, device: torch.device) -> dict:
-    """Bytes allocated per decoded token by the sampling tail at `rows` rows and vocabulary V (bf16
-    logits in): the eager tail's (upcast, log-softmax for the entropy, softmax, the race) against
-    sampler.fused_draw's, from torch.profiler's memory accounting."""
-    from torch.profiler import ProfilerActivity, profile
+def gap_stats(ctx: Ctx, smp: sampler.Samples, G: int, micro_batch: int = 8) -> dict:
+    """|log pi(sampler) - log pi(trainer)| over every sampled token, the trainer's from
+    completion_logprobs (model.TokenLogProbs) on the packed rows, and the importance ratios."""
+    gaps, ratios = [], []
+    n = len(smp.tokens)
+    with torch.no_grad():
+        for a in range(0, n, micro_batch):
+            idx = list(range(a, min(a + micro_batch, n)))
+            ids, attn, pos, cmask = pack([ctx.prompts[i // G] for i in idx], [smp.tokens[i] for i in idx], ctx.pad)
+            lp, _ = completion_logprobs(ctx.model, ids.to(ctx.device), attn.to(ctx.device), pos.to(ctx.device), cmask.shape[1])
+            d = (lp.cpu() - grpo.pack_logprobs([smp.logprobs[i] for i in idx], cmask.shape[1]))[cmask.bool()]
+            gaps.append(d.abs())
+            ratios.append(d.exp())
+    g, r = torch.cat(gaps), torch.cat(ratios)
+    q = torch.quantile(g.float(), torch.tensor([0.5, 0.9, 0.99, 0.999])).tolist() if len(g) else [math.nan] * 4
+    return {"tokens": len(g), "mean": g.mean().item(), "max": g.max().item(), "p50": q[0], "p90": q[1], "p99": q[2], "p999": q[3],
+            "ratio_above_2": (r > 2).float().mean().item(), "ratio_below_half": (r < 0.5).float().mean().item(),
+            "mean_weight_cap_2": r.clamp(max=2).mean().item()}
 
-    logits = torch.randn(rows, V, device=device, dtype=torch.bfloat16)
-    gen = torch.Generator(device=device).manual_seed(0)
 
-    def eager():
-        x = logits.float()
-        lp = x.log_softmax(-1)
-        _ = -(lp.exp() * lp).sum(-1)
-        return sampler.multinomial(x.softmax(-1), gen)
-
-    out = {"rows": rows, "vocab": V, "logits_bytes": rows * V * 2, "chunk": sampler.TAIL_CHUNK}
-    for name, fn in (("eager", eager), ("fused", lambda: sampler.fused_draw(logits, 1.0, gen, True))):
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            start = torch.cuda.memory_allocated()
-        with profile(activities=acts, profile_memory=True) as prof:
-            fn()
-        key = "self_device_memory_usage" if device.type == "cuda" else "self_cpu_memory_usage"
-        out[f"{name}_bytes_allocated"] = int(sum(max(getattr(e, key, 0) or 0, 0) for e in prof.key_averages()))
-        out[f"{name}_peak_bytes"] = int(torch.cuda.max_memory_allocated() - start) if device.type == "cuda" else None
-    out["note"] = ("allocated: every temporary's bytes, summed; peak: the most held at once (CUDA). The fused tail holds q "
-                   "(rows x V fp32) and one chunk's temporaries, which can stay in L2; the eager tail several rows x V fp32 tensors")
+def policy_gap(ctx: Ctx) -> dict:
+    t = ctx.cfg.train
+    G = t.group_size
+    s = replace(t.sampling, max_new_tokens=ctx.sizes.tokens_short)
+    fresh_graphs()
+    backend = static_decode.graph_backend(ctx.device)
+    out = {"rows": len(ctx.prompts) * G, "max_new_tokens": s.max_new_tokens, "dtype": "bfloat16", "trainer": "completion_logprobs (TokenLogProbs)",
+           "note": "random weights: a flat policy; the trained model's gap is measured by a run's train_log.csv (logp_gap_mean, logp_gap_max)"}
+    for name, fold, graphs in (("graph", False, True), ("eager", False, False), ("graph_folded_lora", True, True)):
+        with lora_folded(ctx.model) if fold else nullcontext():
+            if graphs:
+                smp = static_decode.sample_static(ctx.model, ctx.prompts, G, s, 5, no_stop(ctx), ctx.pad, entropy=True, graphs=backend)
+            else:
+                smp = sampler.sample_eager(ctx.model, ctx.prompts, G, s, 5, no_stop(ctx), ctx.pad, entropy=True)
+        out[name] = gap_stats(ctx, smp, G)
+    out["graphs_off"] = static_decode.StaticStep.graphs_off
     return out
 
 
-def device_speed(device: torch.device, small: bool) -> dict:
-    """A device-to-device copy's bandwidth (bytes read and written) and a bf16 matrix product's FLOP/s,
-    each the best of 5 timed runs after a warm-up."""
+def device_speed(ctx: Ctx) -> dict:
+    """A device-to-device copy's bandwidth and matrix products' FLOP/s (bf16; fp32 in IEEE and in
+    TF32), each the best of 5 timed runs after a warm-up; the bound of a training step from them."""
+    device, small = ctx.device, ctx.dry
     n = (2**24 if small else 2**30) // 2  # bf16 elements: 16 MiB or 1 GiB
     a, b = torch.empty(n, dtype=torch.bfloat16, device=device), torch.empty(n, dtype=torch.bfloat16, device=device)
     m = 256 if small else 8192
-    x = torch.randn(m, m, dtype=torch.bfloat16, device=device)
 
     def best(fn):
         fn()
         times = []
         for _ in range(5):
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
+            sec, _ = timed(ctx, fn)
+            times.append(sec)
         return min(times)
 
-    copy = best(lambda: b.copy_(a))
-    mm = best(lambda: x @ x)
-    return {"copy_gb_per_s": round(2 * n * 2 / copy / 1e9, 1), "bf16_tflops": round(2 * m**3 / mm / 1e12, 3),
-            "copy_bytes": 2 * n, "matmul_size": m}
-
-
-def lm_head_on_slice(model, b: int, T: int, k: int) -> dict:
-    """Peak memory (over what was allocated at the start; the (b, k, V) output included in both)
-    and time of lm_head on hidden[:, -k:] (non-contiguous, as logits_to_keep makes it) vs on a
-    contiguous copy of the same slice: the difference is what the slice costs on this device."""
-    device, W = model.device, model.lm_head.weight
-    out = {}
-    for name in ("slice", "contiguous"):
-        h = torch.randn(b, T, W.shape[1], device=device, dtype=W.dtype)  # (b, T, H)
-        x = h[:, -k:, :] if name == "slice" else h[:, -k:, :].contiguous()  # (b, k, H)
-        with torch.inference_mode(), Peak(device) as pk:
-            base = torch.cuda.memory_allocated() / GIB if device.type == "cuda" else 0.0
-            torch.nn.functional.linear(x, W)  # (b, k, V)
-        out[name] = {"seconds": round(pk.seconds, 4), "peak_over_start_gib": round(pk.allocated - base, 3)}
-    out["rows"], out["positions"] = b, k
-    out["weight_gib"] = round(W.numel() * W.element_size() / GIB, 3)
+    x = torch.randn(m, m, dtype=torch.bfloat16, device=device)
+    out = {"copy_gb_per_s": round(2 * n * 2 / best(lambda: b.copy_(a)) / 1e9, 1), "copy_bytes": 2 * n, "matmul_size": m,
+           "bf16_tflops": round(2 * m**3 / best(lambda: x @ x) / 1e12, 3)}
+    del a, b
+    y = torch.randn(m, m, device=device)
+    try:
+        for prec in ("ieee", "tf32"):
+            torch.backends.cuda.matmul.fp32_precision = prec
+            out[f"fp32_{prec}_tflops"] = round(2 * m**3 / best(lambda: y @ y) / 1e12, 3)
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = "tf32" if ctx.cfg.lora.tf32 else "ieee"
+    t = ctx.cfg.train
+    weight_bytes = sum(q.numel() * q.element_size() for q in ctx.model.parameters())
+    params = sum(q.numel() for q in ctx.model.parameters())
+    rows = len(ctx.prompts) * t.group_size
+    prompt_len = max(map(len, ctx.prompts))
+    bound = (t.sampling.max_new_tokens * weight_bytes / (out["copy_gb_per_s"] * 1e9)
+             + 6 * params * rows * (prompt_len + t.sampling.max_new_tokens) / (out["bf16_tflops"] * 1e12))
+    out["bound"] = {"step_seconds": round(bound, 3), "measured_step_seconds": ctx.measured_step_seconds,
+                    "ratio": round(ctx.measured_step_seconds / bound, 2) if ctx.measured_step_seconds else None,
+                    "how": "max_new_tokens x weight bytes / copy bandwidth + 6 x params x rows x (prompt + new tokens) / bf16 FLOP/s"}
     return out
+
+
+# ============================================================================= running the phases
+
+
+class Phases:
+    """Runs the phases in order, each writing DIR/NN_<name>.json when it ends (its result, or its
+    error on one line and the traceback's tail), none starting once `budget` seconds have passed."""
+
+    def __init__(self, out: Path, budget: float):
+        self.out, self.budget, self.t0, self.done = out, budget, time.perf_counter(), []
+
+    def run(self, name: str, fn) -> None:
+        path = self.out / f"{len(self.done) + 1:02d}_{name}.json"
+        spent = time.perf_counter() - self.t0
+        if spent > self.budget:
+            res = {"phase": name, "skipped": f"the time budget ({self.budget:g} s) was spent ({spent:.0f} s)"}
+        else:
+            log(f"phase {name}")
+            t0 = time.perf_counter()
+            try:
+                res = {"phase": name, **fn()}
+            except Exception as e:
+                res = {"phase": name, "error": (str(e).strip().splitlines() or [type(e).__name__])[0][:300],
+                       "traceback_tail": traceback.format_exc()[-2000:]}
+            res["seconds"] = round(time.perf_counter() - t0, 1)
+        provenance.atomic_write_json(path, res)
+        self.done.append({"phase": name, "file": path.name, "seconds": res.get("seconds"),
+                          "status": "skipped" if "skipped" in res else "error" if "error" in res else "ok" if res.get("ok", True) else "differs"})
+        log(f"phase {name}: {self.done[-1]['status']} ({res.get('seconds', 0)} s) -> {path}")
+
+
+def setup_info(ctx: Ctx) -> dict:
+    cfg, model, device = ctx.cfg, ctx.model, ctx.device
+    return {"script": "bench/gpu_check.py", "dry": ctx.dry, "device": device.type,
+            "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
+            "gpu_memory_gib": round(torch.cuda.get_device_properties(0).total_memory / GIB, 1) if device.type == "cuda" else None,
+            "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": provenance.versions()["transformers"],
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "revision": provenance.code_revision(),
+            "shape": {"layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size, "vocab": model.config.vocab_size,
+                      "params": sum(q.numel() for q in model.parameters()), "dtype": "bfloat16"},
+            "config": {"file": ctx.config_path, "problems_per_step": cfg.train.problems_per_step, "group_size": cfg.train.group_size,
+                       "max_new_tokens": cfg.train.sampling.max_new_tokens, "prompt_len": max(map(len, ctx.prompts)), "lora_r": cfg.lora.r,
+                       "micro_batch": cfg.micro_batch, "memory_gb": cfg.memory_gb, "determinism": cfg.determinism,
+                       "lora_tf32": cfg.lora.tf32, "train_decode": cfg.train.sampling.decode, "eval_decode": cfg.eval.sampling.decode},
+            "sizes": ctx.sizes.__dict__, "fp32_precision": torch.backends.cuda.matmul.fp32_precision,
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled()}
+
+
+PHASES = ("graph_tokens", "capture_failure", "train_memory", "decode", "eval_batch", "policy_gap", "device_speed")
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help="folder for the phases' JSON files (made if missing)")
     p.add_argument("--config", default=str(ROOT / "configs" / "qwen05b.yaml"))
-    p.add_argument("--dry", action="store_true", help="the same code path on the CPU at toy sizes (1 layer, width 112, 8 new tokens)")
-    p.add_argument("--layers", type=int, default=None, help="default: 24 (1 with --dry)")
-    p.add_argument("--repeats", type=int, default=None, help="sampler timings per side (default 3; 1 with --dry)")
+    p.add_argument("--dry", action="store_true", help="every branch on the CPU at toy sizes (1 layer, width 112)")
+    p.add_argument("--phases", default=",".join(PHASES), help=f"a comma-separated subset of {','.join(PHASES)}, run in this order")
+    p.add_argument("--budget-s", type=float, default=300.0, help="no phase starts after this many seconds (default 300)")
+    p.add_argument("--child", choices=["capture_failure"], default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if not a.dry and not torch.cuda.is_available():
         print("gpu_check.py: no CUDA device; run with --dry for the CPU code-path check", file=sys.stderr)
         return 2
+    unknown = [x for x in a.phases.split(",") if x not in PHASES]
+    if unknown:
+        print(f"gpu_check.py: --phases {unknown[0]!r}: not one of {', '.join(PHASES)}", file=sys.stderr)
+        return 2
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cpu" if a.dry else "cuda")
     cfg = config.load(a.config, DRY if a.dry else [])
-    layers = a.layers or (1 if a.dry else 24)
     if a.dry:
-        torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(False)  # speed as the GPU gives it; setup_torch is not called here
+        cfg.threads = 1
+        static_decode.GRAPHS = static_decode.EagerGraphs()  # the capture bookkeeping without a GPU
+        static_decode.MIN_BUCKET = DRY_MIN_BUCKET
+    setup_torch(cfg)  # the runs' own settings: determinism, lora.tf32
+    sizes = DRY_SIZES if a.dry else Sizes()
+    ctx = Ctx(cfg, a.config, a.dry, sizes, device)
+    if a.child == "capture_failure":
+        build(ctx, sizes.child_layers)
+        provenance.atomic_write_json(out / ".capture_failure.child.json", capture_failure_child(ctx))
+        return 0
     t_all = time.perf_counter()
-
-    log(f"building Qwen2.5-0.5B's shape{' (width 112: --dry)' if a.dry else ''}, {layers} layers, bf16, on {device}")
-    model = qwen_shape.random_model(layers, 0, device, **(DRY_SHAPE if a.dry else {}))
-    for q in model.parameters():
-        q.requires_grad_(False)
-    tok = qwen_shape.load_tokenizer()
-    t, e = cfg.train, cfg.eval
-    train_set, _ = countdown.make_splits(cfg.task.name, 64, 8, cfg.task.seed)
-    prompts = render_prompts(tok, train_set[: t.problems_per_step], cfg.task.prompt_style)
-    prompt_len = max(len(x) for x in prompts)
-    stops, pad = [qwen_shape.IM_END, qwen_shape.ENDOFTEXT], tok.pad_token_id
-    res = {
-        "script": "bench/gpu_check.py", "dry": a.dry, "device": device.type,
-        "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
-        "gpu_memory_gib": round(torch.cuda.get_device_properties(0).total_memory / GIB, 1) if device.type == "cuda" else None,
-        "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": provenance.versions()["transformers"],
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "revision": provenance.code_revision(),
-        "shape": {"layers": layers, "hidden": model.config.hidden_size, "vocab": model.config.vocab_size,
-                  "params": sum(q.numel() for q in model.parameters()), "dtype": "bfloat16"},
-        "config": {"file": a.config, "problems_per_step": t.problems_per_step, "group_size": t.group_size,
-                   "max_new_tokens": t.sampling.max_new_tokens, "prompt_len": prompt_len, "lora_r": cfg.lora.r,
-                   "micro_batch": cfg.micro_batch, "memory_gb": cfg.memory_gb},
-    }
-
-    # ---- training step: LoRA, AdamW, the automatic micro-batch
-    apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, 0)
-    opt = grpo.make_optimizer(model, cfg, 1e-5)
-    mb = memory.auto_micro_batch(cfg, model.config, prompt_len)
-    n = t.problems_per_step * t.group_size
-    est = memory.estimate_memory(model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, t.sampling.max_new_tokens, mb, n)
-    log(f"train step: {t.problems_per_step} x {t.group_size} x {t.sampling.max_new_tokens}, micro-batch {mb}, "
-        f"estimate {est['train_step'] / GIB:.2f} GiB; step 1 (warm-up, makes AdamW's state)")
-    train_step(model, opt, prompts, t.group_size, t.sampling, mb, pad, seed=1, sort=t.sort_by_length)
-    log("train step 2 (measured)")
-    with Peak(device) as pk:
-        st = train_step(model, opt, prompts, t.group_size, t.sampling, mb, pad, seed=2, sort=t.sort_by_length)
-    res["train_step"] = {
-        "micro_batch": mb, "micro_batch_auto": cfg.micro_batch == 0, "rows": n, "tokens": st["tokens"],
-        "estimate_gib": round(est["train_step"] / GIB, 3), "estimate_parts_gib": {k: round(est[k] / GIB, 3) for k in ("static", "activations", "attention_mask", "logits")},
-        "peak_allocated_gib": round(pk.allocated, 3), "peak_reserved_gib": round(pk.reserved, 3),
-        "under_budget": pk.reserved < cfg.memory_gb if device.type == "cuda" else None,  # memory_gb counts GiB, as the estimate does
-        "seconds": round(pk.seconds, 2), "sec_sampling": round(st["sec_sampling"], 2), "sec_fwd_bwd": round(st["sec_fwd_bwd"], 2),
-    }
-
-    # ---- one evaluation batch (the adapter on, as when a checkpoint is evaluated)
-    opt = None
-    for q in model.parameters():
-        q.grad = None
-    ev_prompts = [prompts[i % len(prompts)] for i in range(e.problems_per_batch)]
-    ev_est = memory.estimate_memory(model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, e.sampling.max_new_tokens, 1,
-                                  e.problems_per_batch * e.n, top_p=e.sampling.top_p < 1)
-    log(f"eval batch: {e.problems_per_batch} x {e.n} x {e.sampling.max_new_tokens}")
-    with Peak(device) as pk:
-        smp = sampler.sample(model, ev_prompts, e.n, e.sampling, 3, [10**9], pad)
-    res["eval_batch"] = {
-        "rows": e.problems_per_batch * e.n, "max_new_tokens": e.sampling.max_new_tokens, "temperature": e.sampling.temperature,
-        "top_p": e.sampling.top_p, "estimate_gib": round(ev_est["sampling"] / GIB, 3),
-        "peak_allocated_gib": round(pk.allocated, 3), "peak_reserved_gib": round(pk.reserved, 3), "seconds": round(pk.seconds, 2),
-        "tokens_per_s": round(sum(len(x) for x in smp.tokens) / pk.seconds, 1),
-    }
-
-    # ---- sampler against generate (LoRA on: the sampler's real load)
-    repeats = a.repeats or (1 if a.dry else 3)
-    log(f"sampler vs generate: {len(prompts)} x {t.group_size} x {t.sampling.max_new_tokens}, {repeats} each")
-    res["sampler"] = sampler_vs_generate(model, prompts, t.group_size, t.sampling, stops, pad, repeats)
-
-    # ---- the decode both ways, the tail's bytes, the device's bandwidth and throughput, the bound
-    res["decode"] = decode_both_ways(model, prompts, t.group_size, t.sampling, stops, pad)
-    res["tail"] = tail_bytes(model.config.vocab_size, len(prompts) * t.group_size, device)
-    res["device_speed"] = device_speed(device, small=a.dry)
-    weight_bytes = sum(q.numel() * q.element_size() for q in model.parameters())
-    rows = len(prompts) * t.group_size
-    speed = res["device_speed"]
-    bound = (t.sampling.max_new_tokens * weight_bytes / (speed["copy_gb_per_s"] * 1e9)
-             + 6 * res["shape"]["params"] * rows * (prompt_len + t.sampling.max_new_tokens) / (speed["bf16_tflops"] * 1e12))
-    res["bound"] = {"step_seconds": round(bound, 3), "measured_step_seconds": res["train_step"]["seconds"],
-                    "ratio": round(res["train_step"]["seconds"] / bound, 2),
-                    "how": "max_new_tokens x weight bytes / copy bandwidth + 6 x params x rows x (prompt + new tokens) / bf16 FLOP/s"}
-    if device.type == "cuda" or a.dry:
-        auto = config.load(a.config, (DRY if a.dry else []) + ["memory_gb=auto"])
-        free = model_free_gib(device)
-        mb_auto = memory.auto_micro_batch(auto, model.config, prompt_len, free)
-        log(f"train step with memory_gb auto ({free:.1f} GiB free): micro-batch {mb_auto}")
-        opt = grpo.make_optimizer(model, cfg, 1e-5)
-        train_step(model, opt, prompts, t.group_size, t.sampling, mb_auto, pad, seed=4, sort=t.sort_by_length)
-        with Peak(device) as pk:
-            st = train_step(model, opt, prompts, t.group_size, t.sampling, mb_auto, pad, seed=5, sort=t.sort_by_length)
-        res["train_step_auto"] = {"free_gib": round(free, 2), "micro_batch": mb_auto, "peak_allocated_gib": round(pk.allocated, 3),
-                                  "peak_reserved_gib": round(pk.reserved, 3), "seconds": round(pk.seconds, 2),
-                                  "sec_sampling": round(st["sec_sampling"], 2), "sec_fwd_bwd": round(st["sec_fwd_bwd"], 2)}
-        opt = None
-        for q in model.parameters():
-            q.grad = None
-
-    # ---- lm_head on a non-contiguous slice (logits_to_keep), as the training forward makes it
-    res["lm_head_on_slice"] = lm_head_on_slice(model, max(mb, 1), prompt_len + t.sampling.max_new_tokens, t.sampling.max_new_tokens + 1)
-    res["total_seconds"] = round(time.perf_counter() - t_all, 1)
-    print(json.dumps(res, indent=1))
-    return 0
+    log(f"building Qwen2.5-0.5B's shape{' (width 112: --dry)' if a.dry else ''}, {sizes.layers} layers, bf16, on {device}")
+    build(ctx, sizes.layers)
+    provenance.atomic_write_json(out / "00_setup.json", setup_info(ctx))
+    runner = Phases(out, a.budget_s)
+    fns = {"graph_tokens": lambda: graph_tokens(ctx), "capture_failure": lambda: capture_failure(ctx, out),
+           "train_memory": lambda: train_memory(ctx), "decode": lambda: decode(ctx), "eval_batch": lambda: eval_batch(ctx),
+           "policy_gap": lambda: policy_gap(ctx), "device_speed": lambda: device_speed(ctx)}
+    for name in a.phases.split(","):
+        runner.run(name, fns[name])
+    summary = {"phases": runner.done, "total_seconds": round(time.perf_counter() - t_all, 1)}
+    provenance.atomic_write_json(out / "summary.json", summary)
+    print(json.dumps(summary))
+    return 0 if all(x["status"] in ("ok", "skipped") for x in runner.done) else 1
 
 
 if __name__ == "__main__":

@@ -46,3 +46,31 @@ def test_lr_sweep_rule_is_dev_or_reward_and_the_default_is_the_reports():
     assert config.load(None).lr_sweep.rule == "reward"
     with pytest.raises(config.ConfigError, match=r"lr_sweep\.rule"):
         config.load(None, ["lr_sweep.rule=best"])
+
+
+def test_tf32_only_in_a_bf16_model_and_determinism_by_name():
+    assert config.load(None, ["lora.tf32=true"]).lora.tf32  # the default model is bf16
+    with pytest.raises(config.ConfigError, match="lora.tf32: only with model.dtype bfloat16"):
+        config.load(None, ["lora.tf32=true", "model.dtype=float32"])
+    with pytest.raises(config.ConfigError, match="determinism: must be full, kernels or off"):
+        config.load(None, ["determinism=fast"])
+    for key in ("train.importance_cap", "train.logp_gap_limit"):
+        with pytest.raises(config.ConfigError, match=key):
+            config.load(None, [f"{key}=0"])
+
+
+def test_the_settings_added_for_the_gpu_path_leave_every_hash_alone_at_their_defaults():
+    """determinism full, importance_cap and logp_gap_limit null: out of every stage hash, so runs made
+    before they existed keep theirs; another value is in the hashes it governs (the gap limit in none)."""
+    import provenance
+
+    base = config.load(None)
+    made = config.to_dict(base)
+    del made["determinism"], made["train"]["importance_cap"], made["train"]["logp_gap_limit"]
+    for stage in provenance.STAGE_KEYS:
+        assert provenance.hashed_settings(made, stage) == provenance.hashed_settings(config.to_dict(base), stage)
+    assert provenance.config_identity(made) == provenance.config_identity(config.to_dict(base))
+    for sets, stages in ((["determinism=kernels"], {"probe", "select", "lr-sweep", "train", "eval", "tokens"}),
+                         (["train.importance_cap=2.0"], {"lr-sweep", "train"}), (["train.logp_gap_limit=0.1"], set())):
+        other = config.load(None, sets)
+        assert {s for s in provenance.STAGE_KEYS if provenance.stage_hash(other, s) != provenance.stage_hash(base, s)} == stages, sets

@@ -372,3 +372,104 @@ def test_lr_sweep_rule_dev_ignores_the_training_reward(tmp_path, monkeypatch, ru
     assert seen == ([4, 4] if rule == "dev" else [0, 0])  # the dev check runs after the sweep's last step, only under dev
     assert ("dev_loose_pass1" in res) == (rule == "dev")
     assert json.loads((tmp_path / "lr_choice.json").read_text())["chosen"] == chosen
+
+
+# ----------------------------------------------------------------------------- the sampler-trainer mismatch
+
+
+def test_importance_weights_correct_a_bf16_sampler_against_the_fp32_trainer(fitted_dir, smoke_cfg):
+    """Samples drawn by a bf16 copy of the policy, trained by the fp32 one: their log-probabilities
+    really differ, and with train.importance_cap each token's gradient is weighed by
+    min(pi_trainer / pi_sampler, C), detached, some of them capped; without it, by 1."""
+    _, sampler_model, tok, _ = model_with_lora(fitted_dir, smoke_cfg, dtype="bfloat16")
+    _, trainer, _, _ = model_with_lora(fitted_dir, smoke_cfg)  # the same LoRA weights, fp32
+    _, prompts = prompts_for(tok, n=3)
+    s = config.SamplingCfg(temperature=1.0, max_new_tokens=12)
+    smp = sampler.sample(sampler_model, prompts, 4, s, 0, [tok.eos_token_id], pad_id(tok), entropy=True)
+    P = [prompts[i // 4] for i in range(12)]
+    adv = torch.linspace(-1.0, 1.0, 12)
+    ids, attn, pos, cmask = pack(P, smp.tokens, pad_id(tok))
+    sampled = grpo.pack_logprobs(smp.logprobs, cmask.shape[1])
+    with torch.no_grad():
+        lp, _ = completion_logprobs(trainer, ids, attn, pos, cmask.shape[1])
+    ratio = torch.exp(lp - sampled)[cmask.bool()]
+    cap = ratio.quantile(0.75).item()  # a quarter of the tokens above the cap
+    params = [p for p in trainer.parameters() if p.requires_grad]
+
+    def grad(**kw):
+        trainer.zero_grad()
+        out = grpo.policy_gradient(trainer, P, smp.tokens, adv, 12 * 12, 12, pad_id(tok), sampled_logp=smp.logprobs, **kw)
+        return out, torch.cat([p.grad.flatten() for p in params])
+
+    plain, g_plain = grad()
+    corrected, g_ours = grad(importance_cap=cap)
+    assert plain["logp_gap_mean"] > 1e-4 and (ratio - 1).abs().max() > 1e-3  # the policies really differ
+    logp, _ = completion_logprobs(trainer, ids, attn, pos, cmask.shape[1])
+    w = torch.minimum(torch.exp(logp.detach() - sampled), torch.tensor(cap))
+    by_hand = -(adv[:, None] * w * logp * cmask).sum() / (12 * 12)
+    g_hand = torch.cat([g.flatten() for g in torch.autograd.grad(by_hand, params)])
+    torch.testing.assert_close(g_ours, g_hand, rtol=1e-4, atol=1e-8)
+    assert corrected["loss"] == pytest.approx(by_hand.item(), rel=1e-5)
+    assert not torch.allclose(g_ours, g_plain, rtol=1e-3, atol=0)  # the weights changed the gradient
+    assert (w[cmask.bool()] == cap).sum() >= 2 and (w[cmask.bool()] < cap).any()  # some capped, some not
+
+
+def test_a_policy_gap_above_the_limit_stops_the_run_in_one_line(fitted_dir, smoke_cfg, tmp_path, capsys):
+    """train.logp_gap_limit: grpo.py train exits 1 with one line at the first step whose mean gap is
+    above it, before that step's update, and the log keeps the steps before it. An fp32 gap is
+    rounding (~1e-6), so a limit of 1e-9 trips at the first step that trains any token."""
+    import yaml
+
+    d = config.to_dict(cfg_for(smoke_cfg, **{"train.lr": 0.01, "train.dev_every": 0, "train.save_last_every": 1,
+                                             "train.logp_gap_limit": 1e-9}))
+    d["model"]["path"] = str(fitted_dir)
+    d["conditions"] = {"many": d["conditions"]["many"]}
+    cfg_file = tmp_path / "gap.yaml"
+    cfg_file.write_text(yaml.safe_dump(d))
+    run = tmp_path / "run"
+    rc = grpo.main(["train", "--config", str(cfg_file), "--run", str(run), "--condition", "many", "--seed", "0", "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1, err
+    assert "exceeds train.logp_gap_limit 1e-09" in err[0] and "stopped before this step's update" in err[0]
+    step = int(err[0].split("step ")[1].split(":")[0])
+    rows = grpo.read_log(run / "train_many_s0" / "train_log.csv") if step > 1 else []
+    assert [r["step"] for r in rows] == list(range(1, step)) and all(math.isnan(r["logp_gap_mean"]) for r in rows)
+    assert not (run / "train_many_s0" / "done.json").exists()
+    limit = config.load(str(cfg_file))
+    assert provenance.stage_hash(limit, "train") == provenance.stage_hash(config.load(str(cfg_file), ["train.logp_gap_limit=null"]), "train")
+
+
+def test_no_signal_warning_reads_the_first_steps():
+    rows = [{"step": s, "zero_signal_frac": z} for s, z in enumerate([1.0, 1.0, 0.75, 0.25, 0.75, 0.0, 0.0], start=1)]
+    w = grpo.no_signal_warning(rows, "train many s0")
+    assert w.startswith("warning: train many s0: 75% of groups") and "steps 1-5" in w and "\n" not in w
+    assert grpo.no_signal_warning([{**r, "zero_signal_frac": 0.5} for r in rows], "x") is None  # most means more than half
+    assert "steps 1-2" in grpo.no_signal_warning(rows[:2], "x")  # a shorter run: all its steps
+    assert grpo.no_signal_warning([{"step": 1, "zero_signal_frac": float("nan")}], "x") is None  # sft: no groups
+
+
+def test_training_prints_the_no_signal_warning_by_its_rule(fitted_dir, smoke_cfg, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(grpo, "NO_SIGNAL_STEPS", 2)
+    cfg = cfg_for(smoke_cfg, **{"train.dev_every": 0})
+    out = train_smoke(cfg, fitted_dir, tmp_path / "run", steps=3)
+    rows = grpo.read_log(out / "train_log.csv")
+    share = (rows[0]["zero_signal_frac"] + rows[1]["zero_signal_frac"]) / 2
+    err = [x for x in capsys.readouterr().out.splitlines() if x.startswith("warning:")]
+    assert err == ([f"warning: train many s0: {share:.0%} of groups carried no reward signal over steps 1-2 (all samples of a problem "
+                    "scored alike: zero advantage, no gradient); most of each step's samples teach nothing"] if share > 0.5 else [])
+
+
+def test_the_training_figure_draws_the_no_signal_share_with_the_warnings_threshold(fitted_dir, smoke_cfg, tmp_path, monkeypatch):
+    import figures
+
+    cfg = cfg_for(smoke_cfg, **{"train.dev_every": 0})
+    run = tmp_path / "run"
+    train_smoke(cfg, fitted_dir, run / "train_many_s0", steps=2)
+    drawn = []
+    real = figures._save
+    monkeypatch.setattr(figures, "_save", lambda fig, path: drawn.append(fig) or real(fig, path))
+    assert figures.training_figure(run, [2], dev=False) == run / "figures" / "training.png"
+    ax = next(a for a in drawn[0].axes if a.get_ylabel() == "groups with no signal (share)")
+    rows = grpo.read_log(run / "train_many_s0" / "train_log.csv")
+    assert list(ax.lines[0].get_ydata()) == [r["zero_signal_frac"] for r in rows]
+    assert any(list(line.get_ydata()) == [0.5, 0.5] for line in ax.lines)  # the threshold of no_signal_warning

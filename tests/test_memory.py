@@ -1,8 +1,10 @@
 """memory.py: the memory estimate against the parameter count and the automatic micro-batch."""
 import pytest
+import torch
 
 import config
 import memory
+import sampler
 from model import TokenLogProbs
 
 
@@ -30,3 +32,42 @@ def test_memory_estimate_and_automatic_micro_batch(smoke_cfg):
     assert memory.auto_micro_batch(cfg, mc, 80) == 5  # an explicit micro-batch is taken as is
     cfg.micro_batch, cfg.memory_gb = 0, 0.5
     assert memory.auto_micro_batch(cfg, mc, 80) == 1  # never below one
+
+
+def test_what_the_static_decoders_hold_is_taken_from_the_budget(smoke_cfg):
+    from transformers import Qwen2Config
+
+    mc = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                     num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True)
+    cfg = config.load(None)
+    held = memory.decoders_held(cfg, mc, 80, rollouts=True, dev=True)
+    kv = 24 * 2 * 2 * 64 * 2  # bytes per position and row: layers x (K, V) x kv heads x head dim x bf16
+    assert held > 128 * 512 * kv  # the rollouts' KV cache alone (80 + 384 positions, rounded up to 512)
+    assert memory.decoders_held(cfg, mc, 80, rollouts=False, dev=False) == 0.0  # the eager decode keeps nothing
+    b = memory.auto_micro_batch(cfg, mc, 80)
+    assert memory.auto_micro_batch(cfg, mc, 80, held_bytes=0.0) == b  # nothing held: as before
+    e = memory.estimate_memory(mc, 32, 7, 80, 384, b, 128)
+    room = 0.85 * 8 * 2**30 - e["static"] - memory.MEASURED_OVER_ESTIMATE * (e["activations"] + e["logits"])
+    assert memory.auto_micro_batch(cfg, mc, 80, held_bytes=room + 1) == b - 1  # what the decoders hold is not there for the step
+
+
+def test_decoder_bytes_counts_the_decoders_buffers(fitted_dir, smoke_cfg):
+    """The KV cache, mask and outputs of a real Decoder, byte for byte (the graph pool's temporaries
+    are the estimate's other part, which only a GPU can measure)."""
+    import static_decode
+    from helpers import cfg_for, prompts_for
+    from model import load_model, pad_id, stop_ids
+
+    model, tok = load_model(cfg_for(smoke_cfg), str(fitted_dir), torch.device("cpu"))
+    _, prompts = prompts_for(tok, n=2)
+    s = config.SamplingCfg(temperature=1.0, max_new_tokens=30, decode="graph")
+    static_decode.reset_decoders()
+    sampler.sample(model, prompts, 3, s, 0, stop_ids(model, tok), pad_id(tok))
+    dec = static_decode._DECODERS["by_rows"][6]
+    held = sum(t.numel() * t.element_size() for layer in dec.st["cache"].layers for t in (layer.kfull, layer.vfull))
+    held += sum(dec.st[k].numel() * dec.st[k].element_size() for k in ("mask", "out", "logp"))
+    positions = max(len(p) for p in prompts) + 30
+    est = memory.decoder_bytes(model.config, 6, positions, act_bytes=4)
+    step = 6 * model.config.vocab_size * 4 + 6 * min(model.config.vocab_size, memory.TAIL_CHUNK) * 16
+    assert est - step == held
+    static_decode.reset_decoders()

@@ -227,3 +227,39 @@ def test_completion_entropy_and_logprobs_are_the_full_vocabulary_ones(fitted_dir
     assert torch.allclose(lp, full.gather(-1, ids[:, -Lc:, None])[..., 0], atol=1e-6)
     assert torch.allclose(ent, -(full.exp() * full).sum(-1), atol=1e-6)
     assert completion_logprobs(model, ids, attn, pos, Lc)[1] is None
+
+
+# ----------------------------------------------------------------------------- the torch settings
+
+
+def test_tf32_and_determinism_settings_reach_torch(smoke_cfg):
+    """lora.tf32 through torch 2.13's fp32_precision API (the deprecated allow_tf32 is not set), and
+    the three determinism settings."""
+    import torch.utils.deterministic
+
+    from model import setup_torch
+
+    try:
+        for tf32, determinism in ((True, "kernels"), (False, "off"), (False, "full")):
+            cfg = cfg_for(smoke_cfg, **{"lora.tf32": tf32, "determinism": determinism})
+            setup_torch(cfg)
+            want = "tf32" if tf32 else "ieee"
+            assert torch.backends.cuda.matmul.fp32_precision == want and torch.backends.cudnn.conv.fp32_precision == want
+            assert torch.are_deterministic_algorithms_enabled() == (determinism != "off")
+            assert torch.utils.deterministic.fill_uninitialized_memory == (determinism == "full")
+            if determinism == "full":  # the CPU runs' setting: an unwritten tensor reads NaN
+                assert torch.empty(4).isnan().all()
+    finally:
+        setup_torch(cfg_for(smoke_cfg))
+
+
+def test_free_memory_counts_what_this_process_holds_unallocated(monkeypatch):
+    """memory_gb: auto on a GPU, from a fake device query: 3 GiB free, this process's allocator
+    holding 2 GiB of which 0.5 GiB are allocated -> 4.5 GiB it could allocate."""
+    from model import free_memory_gib
+
+    gib = 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (3 * gib, 8 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 2 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: gib // 2)
+    assert free_memory_gib(torch.device("cuda")) == 4.5

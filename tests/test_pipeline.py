@@ -534,6 +534,26 @@ def test_one_gpu_per_job_from_a_fake_device_list(monkeypatch):
     assert r.returncode == 2 and "--jobs 3 with 2 GPU(s) (0,1)" in r.stderr
 
 
+def test_single_stages_run_in_a_worker_on_the_first_assigned_gpu(monkeypatch, tmp_path):
+    """base, probe, select and lr-sweep run before the jobs; with GPUs they run in a worker that sees
+    only the first assigned one (a fake device list), so the pipeline's own process never starts CUDA."""
+    import jobs
+    import pipeline as pl
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert jobs.in_worker(_env_after, 0.0, gpu="9") == "9"  # the worker sees exactly that GPU
+    assert jobs.in_worker(_env_after, 0.0) is None and "CUDA_VISIBLE_DEVICES" not in os.environ  # no GPU: here, unchanged
+    seen = []
+    monkeypatch.setattr(pl, "in_worker", lambda fn, argv, gpu=None: seen.append((fn, argv[0], gpu)) or 0)
+    monkeypatch.chdir(ROOT)
+    args = ["--config", str(SMOKE), "--out", str(tmp_path / "run"), "--set", "device=auto", "--stage", "probe", "--quiet"]
+    assert pl.main(args + ["--gpus", "7,9", "--jobs", "2"]) == 0
+    assert pl.main(args + ["--gpus", "5", "--force"]) == 0
+    assert seen == [(jobs.run_grpo, "probe", "7"), (jobs.run_grpo, "probe", "5")]
+    assert pl.main([*args[:4], "--stage", "probe", "--force", "--quiet"]) == 0  # smoke's device: cpu, no GPU at all
+    assert seen[-1] == (jobs.run_grpo, "probe", None)
+
+
 def _env_after(seconds):
     time.sleep(seconds)
     return os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -203,23 +203,52 @@ def test_rehearsal_runs_every_stage_on_the_real_code_path(rehearsal):
 # ----------------------------------------------------------------------------- the GPU check, dry
 
 
-def test_gpu_check_dry_run_prints_one_json_object():
+def gpu_check(*args, timeout=300):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--dry"], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--dry", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_gpu_check_dry_runs_every_phase_and_writes_each_as_it_ends(tmp_path):
+    out = tmp_path / "gpu"
+    r = gpu_check("--out", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads(r.stdout)
+    names = ["graph_tokens", "capture_failure", "train_memory", "decode", "eval_batch", "policy_gap", "device_speed"]
+    assert [p["phase"] for p in summary["phases"]] == names and all(p["status"] == "ok" for p in summary["phases"])
+    files = [out / "00_setup.json"] + [out / f"{i:02d}_{n}.json" for i, n in enumerate(names, start=1)] + [out / "summary.json"]
+    times = [f.stat().st_mtime_ns for f in files]
+    assert times == sorted(times) and len(set(times)) == len(times)  # each written when its phase ended, not all at the end
+    ph = {n: json.loads(f.read_text()) for n, f in zip(names, files[1:-1])}
+    setup = json.loads(files[0].read_text())
+    assert setup["dry"] is True and setup["device"] == "cpu" and setup["deterministic_algorithms"] is True  # the runs' setup_torch
+    for name in ("rollout", "eval_top_p"):  # every bucket captured once, self-checked, and equal to the eager steps over two calls
+        g = ph["graph_tokens"][name]
+        assert g["buckets_reached"] == g["buckets_captured_and_checked"] == ph["graph_tokens"]["buckets"] == [8, 4, 2], g
+        assert g["captures_per_call"] == [3, 0] and g["call_1_against_eager_steps"]["equal"] and g["call_2_against_eager_steps"]["equal"]
+    assert ph["graph_tokens"]["eval_top_p"]["top_p"] == 0.95
+    c = ph["capture_failure"]
+    assert c["graphs_off"].startswith("capture failed") and c["captures"] == 0 and c["ok"]
+    assert c["call_1_against_no_graphs"]["equal"] and c["call_2_against_no_graphs"]["equal"]
+    t = ph["train_memory"]
+    assert t["decode"] == "graph" and t["held_by_decoders_estimate_gib"] > 0
+    assert t["at_memory_gb"]["micro_batch"] >= 1 and t["at_memory_gb"]["estimate_gib"] > 0 and t["at_memory_gb_auto"]["free_gib"] > 0
+    d = ph["decode"]
+    assert d["graph"]["captures"] >= 1 and d["eager"]["captures"] == 0 and d["static_no_graphs"]["captures"] == 0
+    assert d["graph"]["host_reads_per_token"] < d["eager"]["host_reads_per_token"]  # a read every few tokens
+    assert set(d["by_determinism"]) == {"max_new_tokens", "full", "kernels", "off"}
+    e = ph["eval_batch"]
+    assert e["graph"]["tokens_per_s"] > 0 and e["eager"]["tokens_per_s"] > 0 and e["estimate_decoder_gib"] > 0
+    for name in ("graph", "eager", "graph_folded_lora"):
+        assert ph["policy_gap"][name]["tokens"] > 0 and 0 < ph["policy_gap"][name]["mean"] <= ph["policy_gap"][name]["max"]
+    s = ph["device_speed"]
+    assert s["copy_gb_per_s"] > 0 and s["bf16_tflops"] > 0 and s["fp32_tf32_tflops"] > 0 and s["bound"]["ratio"] > 0
+
+
+def test_gpu_check_starts_no_phase_past_its_budget(tmp_path):
+    r = gpu_check("--out", str(tmp_path), "--budget-s", "0", "--phases", "decode,device_speed", timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    out = json.loads(r.stdout)
-    for key in ("device", "torch", "date", "dry", "shape", "train_step", "eval_batch", "sampler"):
-        assert key in out, key
-    assert out["dry"] is True and out["device"] == "cpu"
-    t = out["train_step"]
-    assert t["micro_batch"] >= 1 and t["seconds"] > 0 and t["peak_allocated_gib"] >= 0 and t["estimate_gib"] > 0
-    assert out["sampler"]["ours_tokens_per_s"] > 0 and out["sampler"]["generate_tokens_per_s"] > 0
-    for mode in ("eager", "graph"):  # the decode both ways, counted
-        d = out["decode"][mode]
-        assert d["tokens_per_s"] > 0 and d["aten_calls_per_token"] > 0 and d["host_reads_per_token"] >= 0
-    assert out["decode"]["graph"]["host_reads_per_token"] < out["decode"]["eager"]["host_reads_per_token"]  # a read every few tokens
-    assert out["tail"]["fused_bytes_allocated"] > 0 and out["tail"]["eager_bytes_allocated"] > 0
-    assert out["device_speed"]["copy_gb_per_s"] > 0 and out["device_speed"]["bf16_tflops"] > 0
-    assert out["bound"]["step_seconds"] > 0 and out["bound"]["ratio"] > 0
-    assert out["train_step_auto"]["micro_batch"] >= 1 and out["train_step_auto"]["free_gib"] > 0
+    for f in ("01_decode.json", "02_device_speed.json"):
+        assert "time budget" in json.loads((tmp_path / f).read_text())["skipped"]
+    r = gpu_check("--out", str(tmp_path), "--phases", "decode,nothing", timeout=120)
+    assert r.returncode == 2 and "--phases 'nothing'" in r.stderr
