@@ -209,13 +209,27 @@ def torch_file_problem(path: str | Path) -> str | None:
 
 
 def model_folder_problem(folder: str | Path) -> str | None:
-    """None when a Hugging Face model folder looks whole (config.json, every *.safetensors file),
-    else which file is wrong and how."""
+    """None when a Hugging Face model folder looks whole (config.json; its weights: at least one
+    *.safetensors or pytorch_model*.bin file, every shard a model.safetensors.index.json names, and
+    each *.safetensors file whole), else which file is wrong and how. A folder without weights is
+    not a model: a committed run may leave them out (results/smollm2/base_model), and its base stage
+    then builds them again."""
     folder = Path(folder)
     bad = json_problem(folder / "config.json")
     if bad:
         return f"{folder / 'config.json'}: {bad}"
-    for f in sorted(folder.glob("*.safetensors")):
+    shards = sorted(folder.glob("*.safetensors"))
+    if not shards and not list(folder.glob("pytorch_model*.bin")):
+        return f"{folder / 'model.safetensors'}: missing (the folder holds no weights)"
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        d = read_json(index)
+        if not isinstance(d, dict) or not isinstance(d.get("weight_map"), dict):
+            return f"{index}: {json_problem(index, ('weight_map',)) or 'its weight_map is not an object'}"
+        for name in sorted(set(d["weight_map"].values())):
+            if not (folder / name).exists():
+                return f"{folder / name}: missing (named by {index.name})"
+    for f in shards:
         bad = safetensors_problem(f)
         if bad:
             return f"{f}: {bad}"

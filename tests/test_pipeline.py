@@ -629,3 +629,17 @@ def test_an_interrupt_during_eval_after_this_runs_training_names_eval(small_cfg,
     assert (man["stages"]["train"]["status"], man["stages"]["eval"]["status"]) == ("done", "interrupted")
     assert man["jobs"]["train many s0"]["status"] == "done" and ended(man)
     assert "interrupted during stage eval;" in capsys.readouterr().err
+
+
+def test_a_model_folder_without_weights_is_not_a_model(tmp_path, fitted_dir):
+    import provenance
+
+    d = tmp_path / "m"
+    shutil.copytree(fitted_dir, d)
+    assert provenance.model_folder_problem(d) is None
+    (d / "model.safetensors").unlink()  # as results/smollm2/base_model is committed
+    assert provenance.model_folder_problem(d) == f"{d / 'model.safetensors'}: missing (the folder holds no weights)"
+    shutil.copy(fitted_dir / "model.safetensors", d / "model-00001-of-00002.safetensors")
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors",
+                                                                               "b": "model-00002-of-00002.safetensors"}}))
+    assert "model-00002-of-00002.safetensors: missing (named by model.safetensors.index.json)" in provenance.model_folder_problem(d)
