@@ -900,3 +900,15 @@ def test_damaged_lr_sweep_runs_are_moved_aside_and_redone(small_cfg, small_jobs2
     for lr in ("0.01", "0.001"):
         assert (run / "lr_sweep" / f"lr_{lr}" / "train_log.csv").read_text().count("\n") == \
             (small_jobs2 / "lr_sweep" / f"lr_{lr}" / "train_log.csv").read_text().count("\n")
+
+
+def test_memory_advice_names_each_stages_settings_and_says_when_none_is_left():
+    import config
+
+    q = config.load(str(ROOT / "configs" / "qwen05b.yaml"))
+    assert study.memory_advice(q, "train").startswith("lower it: --set memory_gb=6, then 4 (now 8.0; micro_batch 0 sizes")
+    assert "--set eval.problems_per_batch=2, then 1 (now 4)" in study.memory_advice(q, "eval")
+    assert study.memory_advice(q, "eval", "wide") == ("nothing left to lower: eval_sets.wide.problems_per_batch is already 1 (one "
+                                                      "problem's 256 samples are decoded together); this needs a device with more memory")
+    one = config.load(str(ROOT / "configs" / "qwen05b.yaml"), ["micro_batch=1", "eval.problems_per_batch=1"])
+    assert study.memory_advice(one, "train").startswith("nothing left to lower: micro_batch is already 1")
