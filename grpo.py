@@ -542,23 +542,8 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         if rc != 0:
-            put_back(moved, run.resolve() / "superseded" / when)
+            provenance.put_back(moved, run.resolve() / "superseded" / when)
     return rc
-
-
-def put_back(moved: list[tuple[Path, Path]], folder: Path) -> None:
-    """Undo the move-aside of a command that failed: every file it had not written again goes back
-    where it was, and the superseded/<time>/ folder it made is removed once empty."""
-    for old, dest in moved:
-        if not old.exists() and dest.exists():
-            old.parent.mkdir(parents=True, exist_ok=True)
-            dest.replace(old)
-            print(f"put back {old} (this command failed before writing it again)", flush=True)
-    for d in sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [folder, folder.parent]:
-        try:
-            d.rmdir()
-        except OSError:
-            pass  # not empty (or not ours)
 
 
 def job_label(a, seed: int | None) -> str:

@@ -139,6 +139,21 @@ def move_aside(run: Path, path: Path, when: str | None = None) -> Path | None:
     return dest
 
 
+def put_back(moved: list[tuple[Path, Path]], folder: Path) -> None:
+    """Undo the move_aside of a command that failed: each (old place, where it went) not written
+    again goes back, and `folder` (its superseded/<time>/) is removed once empty, superseded/ too."""
+    for old, dest in moved:
+        if not old.exists() and dest.exists():
+            old.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(dest, old)
+            print(f"put back {old} (this command failed before writing it again)", flush=True)
+    for d in sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [folder, folder.parent]:
+        try:
+            d.rmdir()
+        except OSError:
+            pass  # not empty (or not there)
+
+
 # ----------------------------------------------------------------------------- damaged files
 
 
