@@ -285,7 +285,7 @@ def fmt_minutes(est: tuple, cost=None) -> str:
     kinds = " and ".join(unknown)
     first = " and ".join({"training": "the first training step", "evaluation": "the first evaluation"}[k] for k in unknown)
     left = (f"{kinds} not measured yet, {cost.describe(bound)}" if cost is not None and bound is not None
-            else f"{kinds} not measured yet (measured once {first} has run)")
+            else f"{kinds} not measured yet (measured once {first} {'have' if len(unknown) > 1 else 'has'} run)")
     return left if sec == 0 else f"{text}, plus {left}"
 
 

@@ -40,6 +40,7 @@ wall time.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import signal
 import sys
@@ -204,12 +205,16 @@ def main(argv: list[str] | None = None) -> int:
     if a.dry_run or a.print_jobs:
         if unreachable:
             print(f"# not here yet, and every stage needs it: {unreachable}")
-        if not run.exists():
-            print(f"# run folder {run} does not exist yet: every stage is to do")
-        if a.dry_run:
-            dry_run(plan, todo, a.jobs)
-        else:
-            print_jobs(plan, todo, a.config, run, a.set)
+        try:
+            if not run.exists():
+                print(f"# run folder {run} does not exist yet: every stage is to do")
+            if a.dry_run:
+                dry_run(plan, todo, a.jobs)
+            else:
+                print_jobs(plan, todo, a.config, run, a.set)
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader stopped early (`| head`): not an error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
     group = tuple(x for x in todo if x in JOB_STAGES)
