@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -444,9 +445,8 @@ def verdicts_json(res: dict) -> dict:
 
 
 def run_analysis(run: Path, resamples: int | None = None, seed: int | None = None, make_figures: bool = True,
-                 partial: bool = False, out: Path | None = None) -> dict:
-    """Everything is computed before anything is written: an input error leaves no partial output.
-    out: write verdicts.json, report.md and figures/ there (a new folder), leaving the run as it is."""
+                 partial: bool = False) -> dict:
+    """Everything is computed before anything is written: an input error leaves no partial output."""
     run = Path(run)
     res = analyze(run, resamples=resamples, seed=seed, partial=partial)
     check_extras(run)  # read every other input now: a bad one must stop us before anything is written
@@ -454,27 +454,91 @@ def run_analysis(run: Path, resamples: int | None = None, seed: int | None = Non
     inputs = sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")) + sorted(run.glob("tokens_*.json"))
     # what each input computed (provenance.content_sha256: no timings, no time stamps), so that a rerun
     # that computes the same counts leaves the analysis done
-    doc["provenance"] = {"run": str(run), "inputs": {f.relative_to(run).as_posix(): content_sha256(f) for f in inputs},
+    doc["provenance"] = {"inputs": {f.relative_to(run).as_posix(): content_sha256(f) for f in inputs},
                          "analyze": res["design"].config.get("analyze"), "plan_sha256": file_sha256(ROOT / "PLAN.md"),
                          "config_hash": res["base"].get("provenance", {}).get("config_hash"),
                          "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     text = json.dumps(doc, indent=1, default=float) + "\n"
-    dest = run if out is None else Path(out)
-    dest.mkdir(parents=True, exist_ok=True)
     when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    for old in (dest / "verdicts.json", dest / "report.md", dest / "figures"):  # a rerun replaces nothing in place
-        if (moved := move_aside(dest, old, when)) is not None:
-            print(f"moved aside {old.relative_to(dest)} -> {moved.relative_to(dest)} (the analysis is redone)", flush=True)
-    figs = figures.figures(run, res, dest / "figures") if make_figures else []
-    atomic_write_text(dest / "report.md", report.report(run, res, figs))
-    atomic_write_text(dest / "verdicts.json", text)  # last: the pipeline's "done" marker
+    # A rerun replaces nothing in place. Before a first analysis figures/ holds only what the pipeline drew
+    # while training ran (training.png), which is drawn again here: nothing to keep.
+    analysed = (run / "verdicts.json").exists() or (run / "report.md").exists()
+    for old in (run / "verdicts.json", run / "report.md") + ((run / "figures",) if analysed else ()):
+        if (dest := move_aside(run, old, when)) is not None:
+            print(f"moved aside {old.relative_to(run)} -> {dest.relative_to(run)} (the analysis is redone)", flush=True)
+    figs = figures.figures(run, res) if make_figures else []
+    atomic_write_text(run / "report.md", report.report(run, res, figs))
+    atomic_write_text(run / "verdicts.json", text)  # last: the pipeline's "done" marker
     return doc
+
+
+# What an analysis reads from a run folder is everything but these: weights, resume points, what was moved
+# aside, the lock, and the analysis' own outputs (written anew).
+NOT_INPUTS = ("*.safetensors", "*.bin", "*.pt", "last", "superseded", ".pipeline.lock", "verdicts.json", "report.md", "figures")
+
+
+def copy_inputs(run: Path, out: Path) -> None:
+    """Copy what the analysis reads from `run` into the new folder `out` (NOT_INPUTS left out)."""
+    top = shutil.ignore_patterns(*NOT_INPUTS)
+    below = shutil.ignore_patterns(*NOT_INPUTS[:5])  # a train_*/figures/ or report.md below the top is an input's, kept
+
+    def ignore(folder, names):
+        return top(folder, names) if Path(folder) == run else below(folder, names)
+
+    shutil.copytree(run, out, ignore=ignore, dirs_exist_ok=True)
+
+
+def remake_hint(run: Path, message: str) -> str:
+    """The command that makes the file an InputError names again: its job's command from
+    RUN/manifest.json (an evaluation or token file; with its paths pointed at this folder), else the
+    pipeline on the folder with the config the manifest's jobs name (it redoes a damaged output)."""
+    import shlex
+
+    import study
+
+    named = Path(message.split(": ", 1)[0])
+    jobs = ((read_json_or_none(run / "manifest.json") or {}).get("jobs") or {}).values()
+    config = None
+    for j in jobs:
+        try:
+            argv = shlex.split(j.get("command", ""))
+        except ValueError:
+            continue
+        opt = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
+        then = opt.get("--run")
+        if then is None or "--config" not in opt:
+            continue
+        config = config or (opt["--config"], [argv[i + 1] for i in range(len(argv) - 1) if argv[i] == "--set"])
+        if argv[1:3] not in (["grpo.py", "eval"], ["grpo.py", "tokens"]) or "--out" in opt:
+            continue
+        adapter = opt.get("--adapter")
+        try:
+            made = (study.eval_dir(Path(then), opt.get("--eval-set", "test")) / study.eval_name(adapter) if argv[2] == "eval"
+                    else Path(then) / study.tokens_name(adapter))
+        except Exception:  # an adapter path not named as the pipeline names them
+            continue
+        if (run / made.relative_to(then)).resolve() == (named if named.is_absolute() else Path.cwd() / named).resolve():
+            return "make it again: " + shlex.join(str(run) + x[len(then):] if x == then or x.startswith(then + "/") else x for x in argv)
+    if config is not None:
+        sets = sum((["--set", x] for x in config[1]), [])
+        return ("redo what is damaged: " + shlex.join(["python", "pipeline.py", "--config", config[0], "--out", str(run), *sets])
+                + " (the pipeline moves a damaged output aside and makes it again)")
+    return f"redo what is damaged: python pipeline.py --config <the config {run} was made with> --out {shlex.quote(str(run))}"
+
+
+def read_json_or_none(path: Path) -> dict | None:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="The registered verdicts, calibration, secondary analyses, figures and report of one run.")
     p.add_argument("--run", required=True, help="the run folder holding eval_*.json")
-    p.add_argument("--out", default=None, help="write verdicts.json, report.md and figures/ to this folder instead (the run is left as it is)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="a new folder for verdicts.json, report.md and figures/: the run's inputs are copied there (weights left "
+                        "out) and analysed, leaving --run untouched (a committed run, a read-only one)")
     p.add_argument("--resamples", type=int, default=None, help="bootstrap resamples (default: the run's config, analyze.resamples)")
     p.add_argument("--seed", type=int, default=None, help="bootstrap seed (default: the run's config, analyze.seed)")
     p.add_argument("--partial", action="store_true", help="analyse a run with expected evaluations missing (the report says so)")
@@ -484,14 +548,34 @@ def main(argv=None) -> int:
     if not run.is_dir():
         print(f"analyze_b.py: --run {run}: no such folder", file=sys.stderr)
         return 2
+    target, made = run, False
+    if a.out:
+        target = Path(a.out)
+        if target.resolve() == run.resolve() or target.resolve().is_relative_to(run.resolve()):
+            print(f"analyze_b.py: --out {target}: inside --run {run}; give a folder outside it", file=sys.stderr)
+            return 2
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+            print(f"analyze_b.py: --out {target}: exists and is not empty; give a new folder", file=sys.stderr)
+            return 2
+        made = not target.exists()
     try:
-        doc = run_analysis(run, a.resamples, a.seed, not a.no_figures, partial=a.partial, out=Path(a.out) if a.out else None)
-    except InputError as e:
-        print(f"analyze_b.py: {e}", file=sys.stderr)
+        if a.out:
+            copy_inputs(run, target)
+        out = run_analysis(target, a.resamples, a.seed, not a.no_figures, partial=a.partial)
+    except (InputError, OSError) as e:
+        if a.out:  # the copy is ours and holds no result: the folder goes back to how it was given
+            shutil.rmtree(target, ignore_errors=True)
+            if not made:
+                target.mkdir(exist_ok=True)  # it was there, empty
+        if isinstance(e, InputError):
+            msg = str(e).replace(str(target), str(run)) if a.out else str(e)
+            print(f"analyze_b.py: {msg}; {remake_hint(run, msg)}", file=sys.stderr)
+        else:
+            print(f"analyze_b.py: cannot write {e.filename or target}: {e.strerror or e}; analyse into a folder of your own: "
+                  f"python analyze_b.py --run {run} --out NEW_FOLDER", file=sys.stderr)
         return 1
-    print(report.headline(doc))
-    where = Path(a.out) if a.out else run
-    print(f"wrote {where / 'verdicts.json'} and {where / 'report.md'}")
+    print(report.headline(out))
+    print(f"wrote {target / 'verdicts.json'} and {target / 'report.md'}" + (f" (from the inputs of {run}, copied there)" if a.out else ""))
     return 0
 
 

@@ -6,7 +6,8 @@ holds SmolLM2-135M-Instruct as `SmolLM2-135M-Instruct.Q4_1.gguf` (install it wit
 needed). transformers reads GGUF (with the `gguf` and `accelerate` packages) and dequantizes every
 tensor; this module saves the result as RUN/base_model (config without the quantization record,
 float32 safetensors, tokenizer with its chat template, the generation config's token ids only),
-so every later stage loads it like any other model folder. build.json records the source file,
+so every later stage loads it like any other model folder. torch is imported only to convert, so
+the pipeline can find the file (gguf_path) without it. build.json records the source file,
 its sha256 and the quantization of each tensor: the weights are a 4-bit quantization's
 dequantized values, not the model's original bf16 ones.
 
@@ -18,8 +19,6 @@ import importlib.util
 import time
 from collections import Counter
 from pathlib import Path
-
-import torch
 
 import config
 import provenance
@@ -50,6 +49,7 @@ def quantization(path: Path) -> dict[str, int]:
 def build_base(cfg: config.Config, out: Path, progress: bool = True, stage_hash: str | None = None) -> dict:
     """The `base` stage for configs with model.gguf: RUN/base_model as an ordinary Hugging Face
     folder (float32), written to a temporary sibling and renamed. Returns what build.json records."""
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
     from transformers.utils import logging as hf_logging
 

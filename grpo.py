@@ -576,9 +576,54 @@ def main(argv: list[str] | None = None) -> int:
     replaced = {"eval": [out_eval], "tokens": [out_eval], "select": [run / "selection.json"], "lr-sweep": [run / "lr_choice.json"],
                 "probe": [run / f"probe_{t}.json" for t in cfg.probe.tasks]}.get(a.cmd, [])
     when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    moved = []  # (old place, where it went): put back if this command fails before writing it again
     for old in replaced:  # a rerun by hand replaces nothing in place: RUN/superseded/<time>/
         if old.resolve().is_relative_to(run.resolve()) and (dest := provenance.move_aside(run.resolve(), old.resolve(), when)):
+            moved.append((old.resolve(), dest))
             print(f"moved aside {old} -> {dest} (this command writes it again)", flush=True)
+    rc = 1
+    try:
+        rc = run_command(a, cfg, run, base, out_eval, progress, seed if a.cmd == "train" else None)
+    except KeyboardInterrupt:
+        rc = 130
+        raise
+    finally:
+        if rc != 0:
+            provenance.put_back(moved, run.resolve() / "superseded" / when)
+    return rc
+
+
+def job_label(a, seed: int | None) -> str:
+    """The job a command is, as the pipeline names it: train many s0, eval base (test), ..."""
+    if a.cmd == "train":
+        return f"train {a.condition} s{seed}"
+    if a.cmd in ("eval", "tokens"):
+        return f"{a.cmd} {a.adapter or 'base'}" + (f" ({a.eval_set})" if a.cmd == "eval" else "")
+    return a.cmd
+
+
+def memory_state(cfg: config.Config) -> str:
+    """What the device had when memory ran out: its total and free memory, this process's peak."""
+    device = pick_device(cfg)
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        return (f"on {device} ({total / 2**30:.1f} GiB in all, {free / 2**30:.1f} GiB free; this process peaked at "
+                f"{torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB allocated, {torch.cuda.max_memory_reserved(device) / 2**30:.1f} "
+                "GiB reserved)")
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+    return f"on the CPU ({free_memory_gib(device):.1f} GiB available now; this process peaked at {peak:.1f} GiB resident)"
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """CUDA's out-of-memory error, or the CPU allocator's."""
+    return isinstance(e, torch.OutOfMemoryError) or "can't allocate memory" in str(e)
+
+
+def run_command(a, cfg: config.Config, run: Path, base: str | None, out_eval: Path | None, progress: bool, seed: int | None) -> int:
+    """The command's work, once its arguments and inputs are checked; its exit status (0, 1, or
+    study.EXIT_OUT_OF_MEMORY with one line naming the job, the memory and the settings that lower it)."""
     try:
         if a.cmd == "base":
             print(build_base(cfg, run, progress))
@@ -602,6 +647,10 @@ def main(argv: list[str] | None = None) -> int:
             for path in evaluate.probe(cfg, base, run, progress):
                 print(path)
     except (FileNotFoundError, ValueError, Diverged, RuntimeError) as e:
+        if out_of_memory(e):
+            print(f"grpo.py: {job_label(a, seed)} ran out of memory {memory_state(cfg)}; "
+                  f"{study.memory_advice(cfg, a.cmd, getattr(a, 'eval_set', 'test'))}", file=sys.stderr)
+            return study.EXIT_OUT_OF_MEMORY
         print(f"grpo.py {a.cmd}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}", file=sys.stderr)
         return 1
     except OSError as e:

@@ -45,6 +45,7 @@ class Job:
     needs: list[str] = field(default_factory=list)  # names of jobs that must finish first
     steps: int = 0  # training steps (for the ETA)
     samples: int = 0  # responses an evaluation draws (for the ETA)
+    output: str = ""  # what it writes: an eval or tokens file, a training run's folder
 
     def command(self) -> str:
         return " ".join(shlex.quote(x) for x in ["python", "grpo.py", *self.argv])
@@ -71,11 +72,13 @@ class Runner:
     running, done and left, with an ETA from the measured step and evaluation times."""
 
     def __init__(self, run: Path, threads: int, n: int, executor: str, ray_address: str | None, quiet: bool, on_start, on_done,
-                 gpus: list[str] | None = None):
+                 gpus: list[str] | None = None, cost=None):
         self.folder, self.threads, self.n, self.executor, self.quiet = run, threads, n, executor, quiet
         self.on_start, self.on_done = on_start, on_done
         self.gpus = gpus or []  # one per worker (assign_gpus); none on a CPU
         self.ray_address = ray_address
+        self.cost = cost  # cost_model.CostModel for what is not measured yet (GPU configs), or None
+        self.report_every = 60.0  # seconds between progress lines (running, done, left, the ETA again)
 
     def argv(self, job: Job) -> list[str]:
         return job.argv + (["--quiet"] if (self.quiet or self.n > 1 or self.executor == "ray") else [])
@@ -125,9 +128,9 @@ class Runner:
                 for fut in finished:
                     job = running.pop(fut)
                     status[job.name] = self._finish(job, fut.result(), started)
-                if time.perf_counter() - last_report > 60:
-                    last_report = time.perf_counter()
-                    self.progress(jobs, status, [j.name for j in running.values()])
+            if time.perf_counter() - last_report > self.report_every and (waiting or running):  # the ETA, from the times measured so far
+                last_report = time.perf_counter()
+                self.progress(jobs, status, [j.name for j in running.values()])
         return status
 
     def _finish(self, job: Job, rc: int, started: dict[str, float]) -> dict:
@@ -136,15 +139,17 @@ class Runner:
             log(f"done  {job.name} ({sec:.0f} s)")
             self.on_done(job)
             return {"status": "done", "seconds": sec, "finished": now()}
-        log(f"FAILED {job.name} (exit {rc}); rerun it by hand: {job.command()}")
+        why = ("out of memory: its line above names the memory it had and the settings that lower it" if rc == study.EXIT_OUT_OF_MEMORY
+               else f"exit {rc}")
+        log(f"FAILED {job.name} ({why}); rerun it by hand: {job.command()}")
         return {"status": "failed", "seconds": sec, "exit": rc}
 
     def progress(self, jobs: list[Job], status: dict[str, dict], running: list[str]) -> None:
         left = [j for j in jobs if j.name not in status and j.name not in running]
         done = sum(v["status"] == "done" for v in status.values())
-        eta = estimate_seconds(self.folder, [j for j in jobs if j.name not in status], self.n)
+        eta = estimate_seconds(self.folder, [j for j in jobs if j.name not in status], self.n, self.cost)
         log(f"jobs: running {', '.join(running) or '-'}; done {done}/{len(jobs)}; waiting {len(left)}; "
-            f"ETA {fmt_minutes(eta)}")
+            f"ETA {fmt_minutes(eta, self.cost)}")
 
     def _run_ray(self, jobs: list[Job]) -> dict[str, dict]:
         """The same commands on a Ray cluster (ray.init(address=...); an embedded local Ray when
@@ -263,14 +268,15 @@ def train_seconds_per_step(run: Path) -> float | None:
     return statistics.median(secs) if secs else None
 
 
-def estimate_seconds(run: Path, jobs: list[Job], n: int) -> tuple[float, list[str]]:
-    """Seconds left for `jobs` on n workers, from this run's measured step and evaluation times,
-    and the kinds of job nothing has been measured for yet (left out of the figure)."""
+def estimate_seconds(run: Path, jobs: list[Job], n: int, cost=None) -> tuple[float, list[str], float | None]:
+    """Seconds left for `jobs` on n workers, from this run's measured step and evaluation times;
+    the kinds of job nothing has been measured for yet (left out of that figure); and for those,
+    on a GPU config, the cost model's bound in seconds (cost_model.CostModel; None without one)."""
     sps = train_seconds_per_step(run)
     per = [d["seconds"] / (d["n_problems"] * d["sampling"]["n"]) for f in run.glob("eval_*.json")
            if (d := provenance.read_json(f)) and "seconds" in d and "n_problems" in d]
     per_sample = sum(per) / len(per) if per else None
-    total, unknown = 0.0, set()
+    total, unknown, bound = 0.0, set(), 0.0
     for j in jobs:
         if j.stage == "train" and sps is not None:
             rows = provenance.read_json(study.train_dir(run, *_cond_seed(j)) / "last" / "state.json")
@@ -279,7 +285,8 @@ def estimate_seconds(run: Path, jobs: list[Job], n: int) -> tuple[float, list[st
             total += per_sample * j.samples
         else:
             unknown.add("training" if j.stage == "train" else "evaluation")
-    return total / max(1, n), sorted(unknown)
+            bound += cost.job(j) if cost is not None else 0.0
+    return total / max(1, n), sorted(unknown), (bound / max(1, n) if cost is not None and unknown else None)
 
 
 def _cond_seed(job: Job) -> tuple[str, int]:
@@ -287,10 +294,18 @@ def _cond_seed(job: Job) -> tuple[str, int]:
     return a[a.index("--condition") + 1], int(a[a.index("--seed") + 1])
 
 
-def fmt_minutes(est: tuple[float, list[str]]) -> str:
-    sec, unknown = est
-    text = f"~{sec / 60:.0f} min" if sec >= 60 else f"~{sec:.0f} s"
-    return text + (f" plus {' and '.join(unknown)} (not measured yet)" if unknown else "")
+def fmt_minutes(est: tuple, cost=None) -> str:
+    """An estimate_seconds figure as text: the measured part, and what is not measured yet (with the
+    cost model's range, labelled an estimate, where there is one)."""
+    sec, unknown, bound = (tuple(est) + (None,))[:3]
+    text = f"~{sec / 3600:.1f} h" if sec >= 2 * 3600 else f"~{sec / 60:.0f} min" if sec >= 60 else f"~{sec:.0f} s"
+    if not unknown:
+        return text
+    kinds = " and ".join(unknown)
+    first = " and ".join({"training": "the first training step", "evaluation": "the first evaluation"}[k] for k in unknown)
+    left = (f"{kinds} not measured yet, {cost.describe(bound)}" if cost is not None and bound is not None
+            else f"{kinds} not measured yet (measured once {first} {'have' if len(unknown) > 1 else 'has'} run)")
+    return left if sec == 0 else f"{text}, plus {left}"
 
 
 # ============================================================================= the run folder

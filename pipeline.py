@@ -40,10 +40,12 @@ wall time.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import config
@@ -51,7 +53,7 @@ import provenance
 import study
 from jobs import (Aside, Job, Lock, Refused, Runner, assign_gpus, estimate_seconds, fmt_minutes, in_worker, log, now, run_grpo,
                   visible_gpus)
-from stages import JOB_STAGES, STAGES, Plan, check_stage, registered_stages
+from stages import JOB_STAGES, STAGES, MissingInput, Plan, check_inputs, check_stage, registered_stages, remake_note
 
 ROOT = Path(__file__).resolve().parent
 
@@ -67,6 +69,10 @@ def write_manifest(run: Path, cfg: config.Config, stages: dict, jobs: dict) -> N
 # ============================================================================= single stages
 
 
+class StageFailed(Exception):
+    """A stage ran and failed: the message names the file or command and what fixes it."""
+
+
 def run_single(stage: str, plan: Plan, quiet: bool, gpu: str | None = None) -> None:
     """A stage before the jobs (base, probe, select, lr-sweep) is its `grpo.py` command, run in
     this process, or with a GPU in a worker that sees only that one (jobs.in_worker); analyze is
@@ -75,8 +81,12 @@ def run_single(stage: str, plan: Plan, quiet: bool, gpu: str | None = None) -> N
     if stage == "analyze":
         import analyze_b
         import report
+        from run_files import InputError
 
-        out = analyze_b.run_analysis(run)
+        try:
+            out = analyze_b.run_analysis(run)
+        except InputError as e:
+            raise StageFailed(f"{e}; make it again: {remake_note(plan, str(e))}")
         print(report.headline(out), flush=True)
         return
     if stage == "lr-sweep" and cfg.train.lr is not None:
@@ -84,8 +94,10 @@ def run_single(stage: str, plan: Plan, quiet: bool, gpu: str | None = None) -> N
         return
     argv = plan.base_argv(stage) + (["--quiet"] if quiet else [])
     rc = in_worker(run_grpo, argv, gpu=gpu)
+    if rc == study.EXIT_OUT_OF_MEMORY:
+        raise StageFailed(f"`{Job(stage, stage, argv).command()}` ran out of memory; {study.memory_advice(cfg, stage)}")
     if rc != 0:
-        raise RuntimeError(f"`{Job(stage, stage, argv).command()}` exited with code {rc}")
+        raise StageFailed(f"`{Job(stage, stage, argv).command()}` exited with code {rc} (its line above says why)")
 
 
 # ============================================================================= main
@@ -105,11 +117,17 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
             state = ("done" if all(x == "done" for x in states) else "made under other settings (would refuse; --force)"
                      if "foreign" in states else "damaged (would be redone)" if "damaged" in states
                      else "out of date (made from other inputs)" if "stale" in states else "to do")
+            if s == "lr-sweep" and state != "done" and (bad := plan.sweep_damage()):
+                state += f"; {len(bad)} damaged candidate run(s) (would be moved aside and redone: {bad[0][1]})"
         print(f"  {s:<9} {state}")
     left = plan.jobs(todo)
-    eta = estimate_seconds(plan.run, left, n)
-    print(f"  {len(left)} train/eval jobs left; estimated {fmt_minutes(eta)} with --jobs {n} (from this run's measured "
-          "step and evaluation times)")
+    cost = plan.cost_model()
+    eta = estimate_seconds(plan.run, left, n, cost)
+    print(f"  {len(left)} train/eval jobs left, with --jobs {n}: {fmt_minutes(eta, cost)}"
+          + (" (from this run's measured step and evaluation times)" if not eta[1] else ""))
+    singles = [s for s in todo if s in ("probe", "select", "lr-sweep") and not plan.done(s)]
+    if cost is not None and singles:
+        print(f"  {', '.join(singles)} before them: {cost.describe(sum(cost.single(s) for s in singles))}")
 
 
 def print_jobs(plan: Plan, todo: list[str], config_path: str, out: Path, sets: list[str]) -> None:
@@ -172,21 +190,41 @@ def main(argv: list[str] | None = None) -> int:
             raise config.ConfigError(f"--jobs {a.jobs}: must be >= 1")
         gpus = [] if cfg.device == "cpu" else [g.strip() for g in a.gpus.split(",")] if a.gpus else visible_gpus()
         a.gpu_slots = assign_gpus(a.jobs, gpus) if a.executor == "local" else gpus
-        study.check_model_reachable(cfg)  # before anything is written
     except config.ConfigError as e:
         print(f"pipeline.py: {e}", file=sys.stderr)
         return 2
+    unreachable = None
+    try:
+        study.check_model_reachable(cfg)  # before anything is written
+    except config.ConfigError as e:
+        if not (a.dry_run or a.print_jobs):
+            print(f"pipeline.py: {e}", file=sys.stderr)
+            return 2
+        unreachable = str(e)  # a plan needs the config only: say what the jobs will need
     run = Path(a.out) if a.out else ROOT / "results" / Path(a.config).stem
     plan = Plan(cfg, run, a.config, a.set)
     todo = [a.stage] if a.stage else registered_stages(cfg)
     if a.dry_run or a.print_jobs:
-        if not run.exists():
-            print(f"# run folder {run} does not exist yet: every stage is to do")
-        if a.dry_run:
-            dry_run(plan, todo, a.jobs)
-        else:
-            print_jobs(plan, todo, a.config, run, a.set)
+        if unreachable:
+            print(f"# not here yet, and every stage needs it: {unreachable}")
+        try:
+            if not run.exists():
+                print(f"# run folder {run} does not exist yet: every stage is to do")
+            if a.dry_run:
+                dry_run(plan, todo, a.jobs)
+            else:
+                print_jobs(plan, todo, a.config, run, a.set)
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader stopped early (`| head`): not an error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+    group = tuple(x for x in todo if x in JOB_STAGES)
+    try:  # the first stage's inputs come from earlier runs: check them before anything is written
+        check_inputs(plan, todo[0], a.condition, group)
+    except MissingInput as e:
+        print(f"pipeline.py: stage {todo[0]} cannot run: {e}", file=sys.stderr)
+        return 2
 
     def terminated(signum, frame):  # a scheduler's time limit (Slurm sends SIGTERM first), a closed terminal: end as Ctrl-C does
         raise KeyboardInterrupt
@@ -197,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     stages: dict = {}
     jobs_status: dict = {}
     current = None
+    opened = False  # the folder is ours (made, locked, its manifest read): from here a failure is a stage's
     t_all = time.perf_counter()
     try:
         run.mkdir(parents=True, exist_ok=True)
@@ -205,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         stages, jobs_status = old.get("stages", {}), old.get("jobs", {})
         end_states(stages, jobs_status, "interrupted", "the pipeline that ran it ended without saying how (killed?)")
         aside = Aside(run)
+        opened = True
         i = 0
         while i < len(todo):
             s = todo[i]
@@ -219,10 +259,11 @@ def main(argv: list[str] | None = None) -> int:
                     return rc
                 continue
             i += 1
+            check_inputs(plan, s)
             check_stage(plan, s, a.force, aside)
             if plan.done(s) and not (a.force and a.stage == s):
                 log(f"{s}: done, skipped")
-                stages[s] = {**stages.get(s, {}), "status": "done"}
+                stages[s] = done_record(stages.get(s, {}))
                 continue
             if a.force and a.stage == s:
                 for path, _, _ in plan.outputs(s):
@@ -244,20 +285,38 @@ def main(argv: list[str] | None = None) -> int:
         _mark(run, cfg, stages, jobs_status, todo, current, "interrupted", "Ctrl-C or a signal")
         print(f"pipeline.py: interrupted during stage {current}; run the same command again: {resumes(cfg, current)}", file=sys.stderr)
         return 130
-    except (FileNotFoundError, ValueError, RuntimeError, config.ConfigError) as e:
-        current = under_way(stages, todo, current)
-        _mark(run, cfg, stages, jobs_status, todo, current, "failed", str(e))
-        print(f"pipeline.py: stage {current} failed: {e}", file=sys.stderr)
-        return 1
     except OSError as e:
+        what = f"{e.strerror} ({e.filename or run})" if e.strerror else str(e)  # a system call's error, or ours with a message
+        if not opened:  # the run folder itself: not there to make, not writable, on a read-only file system
+            print(f"pipeline.py: cannot write in {run}: {what}; give a folder you can write: --out DIR", file=sys.stderr)
+            return 1
+        current = under_way(stages, todo, current)
+        _mark(run, cfg, stages, jobs_status, todo, current, "failed", what)
+        print(f"pipeline.py: stage {current} failed: {what}", file=sys.stderr)
+        return 1
+    except (MissingInput, StageFailed, FileNotFoundError, ValueError, RuntimeError, config.ConfigError) as e:
         current = under_way(stages, todo, current)
         _mark(run, cfg, stages, jobs_status, todo, current, "failed", str(e))
-        print(f"pipeline.py: stage {current} failed: {e.strerror or e} ({e.filename or run})", file=sys.stderr)
+        print(f"pipeline.py: stage {current} {'cannot run' if isinstance(e, MissingInput) else 'failed'}: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # a bug: its traceback is for a report, and the manifest still says how the run ended
+        current = under_way(stages, todo, current)
+        _mark(run, cfg, stages, jobs_status, todo, current, "failed", f"{type(e).__name__}: {e}")
+        traceback.print_exc()
+        print(f"pipeline.py: stage {current} failed with an unexpected {type(e).__name__} (the traceback above is for a bug "
+              f"report); {run / 'manifest.json'} records it as failed", file=sys.stderr)
         return 1
     finally:
         lock.release()
-    log(f"all done in {time.perf_counter() - t_all:.1f} s; see {run / 'report.md'}")
+    report = run / "report.md"
+    log(f"all done in {time.perf_counter() - t_all:.1f} s" + (f"; see {report}" if "analyze" in todo and report.exists() else ""))
     return 0
+
+
+def done_record(old: dict) -> dict:
+    """A stage found done: its status, and its measured time if it has one (no error or start time
+    left from a run that stopped)."""
+    return {"status": "done", **{k: old[k] for k in ("seconds", "finished", "jobs", "parallel") if k in old}}
 
 
 def resumes(cfg: config.Config, stage: str | None) -> str:
@@ -274,17 +333,18 @@ def resumes(cfg: config.Config, stage: str | None) -> str:
 
 
 def end_states(stages: dict, jobs: dict, status: str, why: str, later: list[str] = ()) -> None:
-    """Give every stage and job still recorded as running or waiting an end state (`status`, with
-    `why`), and the stages in `later` (not reached) the same, so that the manifest never says
-    `running` once no process runs it: done, interrupted and failed are the only end states."""
+    """Give every stage and job still recorded as running an end state (`status`, with `why`), and
+    what never began (the stages in `later`, stages and jobs still waiting) `not started`, so that
+    the manifest never says `running` once no process runs it: done, interrupted, failed and not
+    started are the end states."""
     for s in later:
-        stages[s] = {"status": status, "error": f"not reached: {why}"}
-    for s, v in stages.items():
-        if v.get("status") in ("running", "waiting"):
-            stages[s] = {**v, "status": status, "error": why}
-    for k, v in jobs.items():
-        if v.get("status") in ("running", "waiting"):
-            jobs[k] = {**v, "status": status, "error": why if v["status"] == "running" else f"not started: {why}"}
+        stages[s] = {"status": "not started", "error": f"not reached: {why}"}
+    for part in (stages, jobs):
+        for k, v in part.items():
+            if v.get("status") == "running":
+                part[k] = {**v, "status": status, "error": why}
+            elif v.get("status") == "waiting":
+                part[k] = {**v, "status": "not started", "error": why}
 
 
 def under_way(stages: dict, todo: list[str], current: str | None) -> str | None:
@@ -314,40 +374,51 @@ def _mark(run: Path, cfg: config.Config, stages: dict, jobs: dict, todo: list[st
             signal.signal(sig, h)
 
 
+def job_stage(name: str) -> str:
+    """The stage of a job named as Plan.jobs names it: train many s0 -> train, eval-wide base -> eval."""
+    return name.split()[0].split("-")[0]
+
+
 def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, aside: Aside) -> int:
     """The train and eval stages as one set of jobs (an evaluation starts when its training run is done)."""
     run, cfg = plan.run, plan.cfg
+    for s in group:  # every input known good before anything is moved aside
+        check_inputs(plan, s, a.condition, tuple(group))
     for s in group:
         check_stage(plan, s, a.force, aside)
     if a.force and a.stage in group:
         for path, _, _ in plan.outputs(a.stage):
             if a.stage != "train" or not a.condition or path.name.startswith(f"train_{a.condition}_s"):
                 aside.move(path, "--force")
-    if "train" not in group:
-        missing = [str(ad) for _, _, ad in plan.evals() + [(None, *x) for x in plan.tokens()]
-                   if ad is not None and not (ad / "adapter_model.safetensors").exists()]
-        if missing:
-            raise FileNotFoundError(f"{missing[0]} is missing: run the train stage first")
     jobs = plan.jobs(group, a.condition)
+    not_done = {j.name for j in (plan.jobs(group) if a.condition else jobs)}  # every condition's, not only --condition's
+    design = {j.name: j for j in plan.jobs(group, done_too=True)}
+    for name in [k for k in jobs_status if job_stage(k) in group and k not in design]:
+        del jobs_status[name]  # a job of another design: its outputs were moved aside (check_stage)
+    for name, j in design.items():  # its output is done: so is the job, whatever an earlier run recorded
+        if name not in not_done and jobs_status.get(name, {}).get("status") != "done":
+            jobs_status[name] = {"status": "done", "command": j.command()}
     for s in group:
         if not any(j.stage == s for j in jobs):
             log(f"{s}: done, skipped")
-            stages[s] = {**stages.get(s, {}), "status": "done"}
+            stages[s] = done_record(stages.get(s, {}))
     if not jobs:
         write_manifest(run, cfg, stages, jobs_status)
         return 0
     for s in group:
         if any(j.stage == s for j in jobs):
-            stages[s] = {"status": "running", "started": now()}
+            stages[s] = {"status": "waiting"}  # running once its first job starts
     for j in jobs:
         jobs_status[j.name] = {"status": "waiting", "command": j.command()}
     write_manifest(run, cfg, stages, jobs_status)
-    eta = estimate_seconds(plan.run, jobs, a.jobs)
+    eta = estimate_seconds(plan.run, jobs, a.jobs, plan.cost_model())
     log(f"{len(jobs)} jobs ({sum(j.stage == 'train' for j in jobs)} training, {sum(j.stage != 'train' for j in jobs)} evaluation), "
-        f"{a.jobs} at a time; ETA {fmt_minutes(eta)}")
+        f"{a.jobs} at a time; ETA {fmt_minutes(eta, plan.cost_model())}; again every minute as jobs finish")
     t0 = time.perf_counter()
 
     def on_start(job: Job) -> None:
+        if stages[job.stage].get("status") != "running":
+            stages[job.stage] = {"status": "running", "started": now()}
         jobs_status[job.name] = {"status": "running", "command": job.command(), "started": now()}
         write_manifest(run, cfg, stages, jobs_status)
 
@@ -364,24 +435,35 @@ def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, a
                 log(f"training figure not written: {e}")
         write_manifest(run, cfg, stages, jobs_status)
 
-    status = Runner(run, cfg.threads, a.jobs, a.executor, a.ray_address, a.quiet, on_start, on_done, a.gpu_slots).run(jobs)
+    status = Runner(run, cfg.threads, a.jobs, a.executor, a.ray_address, a.quiet, on_start, on_done, a.gpu_slots,
+                    cost=plan.cost_model()).run(jobs)
     for name, st in status.items():
         jobs_status[name] = {**jobs_status.get(name, {}), **st}
     failed = [n for n, st in status.items() if st["status"] != "done"]
     not_run = [j.name for j in jobs if j.name not in status]
     for name in not_run:
-        jobs_status[name] = {**jobs_status[name], "status": "failed", "error": "not started: it waits for a job that failed"}
+        jobs_status[name] = {**jobs_status[name], "status": "not started", "error": "it waits for a job that failed"}
     sec = round(time.perf_counter() - t0, 1)
     for s in group:
         mine = [j for j in jobs if j.stage == s]
         if mine:
+            began = [j for j in mine if j.name in status]
             ok = all(status.get(j.name, {}).get("status") == "done" for j in mine)
-            stages[s] = {"status": "done" if ok else "failed", "seconds": sec, "finished": now(),
-                         "jobs": len(mine), "parallel": a.jobs}
+            stages[s] = ({"status": "not started", "error": "its jobs wait for jobs that failed"} if not began else
+                         {"status": "done" if ok else "failed", "seconds": sec, "finished": now(), "jobs": len(mine), "parallel": a.jobs})
     write_manifest(run, cfg, stages, jobs_status)
     if failed or not_run:
+        by_name = {j.name: j for j in jobs}
+        oom = [n for n in failed if status[n].get("exit") == study.EXIT_OUT_OF_MEMORY]
+        advice = ""
+        if oom:
+            j = by_name[oom[0]]
+            es = j.argv[j.argv.index("--eval-set") + 1] if "--eval-set" in j.argv else "test"
+            advice = f"; {oom[0]} ran out of memory: {study.memory_advice(cfg, j.stage, es)}"
         print(f"pipeline.py: {len(failed)} job(s) failed ({', '.join(failed)})"
-              + (f"; {len(not_run)} not run because they wait for them" if not_run else ""), file=sys.stderr)
+              + (f"; {len(not_run)} not started because they wait for them" if not_run else "")
+              + (advice or f"; each job's own line above says why; rerun one by hand: {by_name[failed[0]].command()}" if failed else ""),
+              file=sys.stderr)
         return 1
     log(f"{', '.join(group)}: {len(jobs)} jobs done in {sec:.1f} s")
     return 0

@@ -139,6 +139,21 @@ def move_aside(run: Path, path: Path, when: str | None = None) -> Path | None:
     return dest
 
 
+def put_back(moved: list[tuple[Path, Path]], folder: Path) -> None:
+    """Undo the move_aside of a command that failed: each (old place, where it went) not written
+    again goes back, and `folder` (its superseded/<time>/) is removed once empty, superseded/ too."""
+    for old, dest in moved:
+        if not old.exists() and dest.exists():
+            old.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(dest, old)
+            print(f"put back {old} (this command failed before writing it again)", flush=True)
+    for d in sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [folder, folder.parent]:
+        try:
+            d.rmdir()
+        except OSError:
+            pass  # not empty (or not there)
+
+
 # ----------------------------------------------------------------------------- damaged files
 
 
@@ -209,13 +224,27 @@ def torch_file_problem(path: str | Path) -> str | None:
 
 
 def model_folder_problem(folder: str | Path) -> str | None:
-    """None when a Hugging Face model folder looks whole (config.json, every *.safetensors file),
-    else which file is wrong and how."""
+    """None when a Hugging Face model folder looks whole (config.json; its weights: at least one
+    *.safetensors or pytorch_model*.bin file, every shard a model.safetensors.index.json names, and
+    each *.safetensors file whole), else which file is wrong and how. A folder without weights is
+    not a model: a committed run may leave them out (results/smollm2/base_model), and its base stage
+    then builds them again."""
     folder = Path(folder)
     bad = json_problem(folder / "config.json")
     if bad:
         return f"{folder / 'config.json'}: {bad}"
-    for f in sorted(folder.glob("*.safetensors")):
+    shards = sorted(folder.glob("*.safetensors"))
+    if not shards and not list(folder.glob("pytorch_model*.bin")):
+        return f"{folder / 'model.safetensors'}: missing (the folder holds no weights)"
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        d = read_json(index)
+        if not isinstance(d, dict) or not isinstance(d.get("weight_map"), dict):
+            return f"{index}: {json_problem(index, ('weight_map',)) or 'its weight_map is not an object'}"
+        for name in sorted(set(d["weight_map"].values())):
+            if not (folder / name).exists():
+                return f"{folder / name}: missing (named by {index.name})"
+    for f in shards:
         bad = safetensors_problem(f)
         if bad:
             return f"{f}: {bad}"

@@ -5,6 +5,7 @@ under other settings), the train/eval/token jobs still to do, and the checks bef
 """
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import config
@@ -24,6 +25,16 @@ class Plan:
         self.cfg, self.run = cfg, run
         self.config_path, self.sets = config_path, sets
         self._sha: dict[tuple, str | None] = {}  # adapter sha256 by (path, mtime, size): each adapter read once
+        self._cost = None
+
+    def cost_model(self):
+        """cost_model.CostModel for a GPU config whose model's shape is known (the config and a local
+        config.json, or the registered shape: no weights needed); None on a CPU config."""
+        if self._cost is None:
+            import cost_model
+
+            self._cost = (cost_model.for_config(self.cfg, self.run),)
+        return self._cost[0]
 
     def adapter_sha256(self, adapter: Path) -> str | None:
         f = adapter / "adapter_model.safetensors"
@@ -146,13 +157,28 @@ class Plan:
             return f"{marker}: {bad}"
         if stage == "base":
             return provenance.model_folder_problem(marker.parent)  # RUN/base_model/build.json
-        if stage == "train" and marker.name == "done.json":  # every checkpoint the run itself was asked for
-            steps = ((provenance.read_json(marker).get("provenance") or {}).get("config") or {}).get("train", {}).get("checkpoints", [])
+        if stage in ("train", "lr-sweep") and marker.name == "done.json":  # its log; every checkpoint the run was asked for
+            done = provenance.read_json(marker)
+            bad = log_problem(marker.parent / "train_log.csv", done.get("steps"))
+            if bad or stage == "lr-sweep":
+                return bad
+            steps = ((done.get("provenance") or {}).get("config") or {}).get("train", {}).get("checkpoints", [])
             return next((bad for st in steps if (bad := provenance.adapter_problem(marker.parent / f"step_{st:03d}"))), None)
-        if stage == "train":  # the resume point RUN/train_*/last/state.json: its adapter and optimizer state
+        if stage in ("train", "lr-sweep") and marker.name == "state.json":  # a resume point RUN/[lr_sweep/]*/last/: adapter, optimizer
             bad = provenance.torch_file_problem(marker.parent / "optimizer.pt")
             return provenance.adapter_problem(marker.parent) or (bad and f"{marker.parent / 'optimizer.pt'}: {bad}")
         return None
+
+    def sweep_damage(self) -> list[tuple[Path, str]]:
+        """The LR sweep's candidate runs (RUN/lr_sweep/[<condition>/]lr_<rate>/) that are damaged: a
+        done.json or log cut short, or a resume point whose adapter or optimizer state is; with why."""
+        folder = self.run / "lr_sweep"
+        out = []
+        for d in sorted(folder.glob("lr_*")) + sorted(folder.glob("*/lr_*")) if folder.is_dir() else []:
+            marker = d / "done.json" if (d / "done.json").exists() else d / "last" / "state.json"
+            if d.is_dir() and marker.exists() and (bad := self.damage("lr-sweep", marker)):
+                out.append((d, bad))
+        return out
 
     def why(self, stage: str, marker: Path) -> str:
         rec = provenance.read_json(marker)
@@ -187,20 +213,42 @@ class Plan:
 
     # ------------------------------------------------------------------ jobs
 
+    def command(self, stage: str | None = None, force: bool = False) -> str:
+        """The pipeline command on this run folder and config: the whole study, or one stage."""
+        argv = ["python", "pipeline.py", "--config", self.config_path, "--out", str(self.run), *sum((["--set", s] for s in self.sets), [])]
+        return shlex.join(argv + (["--stage", stage] if stage else []) + (["--force"] if force else []))
+
+    def remake(self, path: Path) -> str:
+        """The command that makes `path` again, when it is damaged: an evaluation or token file's own
+        grpo.py job (it moves the old file aside), a training run's file the train stage's after the
+        run is moved aside, another stage's output that stage with --force; else the whole pipeline."""
+        path = Path(path)
+        for j in self.jobs(["eval", "tokens"], done_too=True):
+            if Path(j.output) == path:
+                return j.command()
+        rel = path.relative_to(self.run).parts if path.is_relative_to(self.run) else ()
+        if rel and rel[0].startswith("train_"):
+            aside = shlex.quote(str(self.run / "superseded" / "by-hand"))
+            return f"mkdir -p {aside} && mv {shlex.quote(str(self.run / rel[0]))} {aside}/ && {self.command()}"
+        for stage in ("probe", "select", "lr-sweep"):
+            if any(path in (p, m) for p, m, _ in self.outputs(stage)) or (stage == "lr-sweep" and rel[:1] == ("lr_sweep",)):
+                return self.command(stage, force=True)
+        return self.command()
+
     def base_argv(self, cmd: str) -> list[str]:
         argv = [cmd, "--config", self.config_path, "--run", str(self.run)]
         for s in self.sets:
             argv += ["--set", s]
         return argv
 
-    def jobs(self, stages: list[str], condition: str | None = None) -> list[Job]:
-        """The train and eval jobs not yet done, in the registered order."""
+    def jobs(self, stages: list[str], condition: str | None = None, done_too: bool = False) -> list[Job]:
+        """The train and eval jobs not yet done (done_too: every job of the design), in the registered order."""
         out: list[Job] = []
         if "train" in stages:
             for c, s in self.train_units(condition):
-                if self.state("train", study.train_dir(self.run, c, s) / "done.json", self.train_hash(c, s)) != "done":
+                if done_too or self.state("train", study.train_dir(self.run, c, s) / "done.json", self.train_hash(c, s)) != "done":
                     out.append(Job("train", f"train {c} s{s}", self.base_argv("train") + ["--condition", c, "--seed", str(s)],
-                                   steps=self.cfg.train.steps))
+                                   steps=self.cfg.train.steps, output=str(study.train_dir(self.run, c, s))))
         pending = {j.name for j in out}
 
         def needs(adapter: Path) -> tuple[str, list[str]]:
@@ -210,27 +258,98 @@ class Plan:
 
         if "eval" in stages:
             for es, f, adapter in self.evals():
-                if self.state("eval", f, self.eval_hash(adapter, es)) == "done":
+                if not done_too and self.state("eval", f, self.eval_hash(adapter, es)) == "done":
                     continue
                 label, opt = ("eval", []) if es == "test" else (f"eval-{es}", ["--eval-set", es])
                 size = (self.cfg.task.n_test * self.cfg.eval.n if es == "test"
                         else self.cfg.eval_sets[es].n_problems * self.cfg.eval_sets[es].n)
                 if adapter is None:
-                    out.append(Job("eval", f"{label} base", self.base_argv("eval") + opt, samples=size))
+                    out.append(Job("eval", f"{label} base", self.base_argv("eval") + opt, samples=size, output=str(f)))
                     continue
                 what, need = needs(adapter)
                 out.append(Job("eval", f"{label} {what}", self.base_argv("eval") + opt + ["--adapter", str(adapter)], needs=need,
-                               samples=size))
+                               samples=size, output=str(f)))
         if "tokens" in stages:
             for f, adapter in self.tokens():
-                if self.state("tokens", f, self.eval_hash(adapter, stage="tokens")) != "done":
+                if done_too or self.state("tokens", f, self.eval_hash(adapter, stage="tokens")) != "done":
                     what, need = needs(adapter)
                     out.append(Job("tokens", f"tokens {what}", self.base_argv("tokens") + ["--adapter", str(adapter)], needs=need,
-                                   samples=3 * self.cfg.tokens.n_problems))  # one greedy answer, two forwards
+                                   samples=3 * self.cfg.tokens.n_problems, output=str(f)))  # one greedy answer, two forwards
         return out
 
 
 # ============================================================================= the run folder
+
+
+def log_problem(path: Path, steps) -> str | None:
+    """None when a finished run's train_log.csv holds a whole row for each of its `steps` steps,
+    else what is wrong: missing, cut short, a row with empty fields."""
+    if not path.exists():
+        return f"{path}: missing"
+    try:
+        rows = provenance.read_csv_rows(path)
+    except (OSError, UnicodeDecodeError) as e:
+        return f"{path}: unreadable ({e})"
+    if isinstance(steps, int) and len(rows) < steps:
+        return f"{path}: {len(rows)} rows for {steps} steps (cut short?)"
+    if rows and any(v in (None, "") for v in rows[-1].values()):
+        return f"{path}: its last row is incomplete (cut short?)"
+    return None
+
+
+class MissingInput(Exception):
+    """A stage's input is missing or damaged: the message names the file and the command that makes it."""
+
+
+def check_inputs(plan: Plan, stage: str, condition: str | None = None, group: tuple[str, ...] = ()) -> None:
+    """Raise MissingInput, naming the file and the command that makes it, when `stage` cannot run
+    here: its base model is missing or damaged (a folder without weights counts), the GGUF file a
+    base build converts is not installed, a training run's selection or learning rate is missing,
+    an adapter to evaluate is not there. Read-only: called before check_stage moves anything aside,
+    so a stage that cannot run changes nothing. `group`: the job stages run with it (eval with
+    train: the adapters are made first)."""
+    cfg, run = plan.cfg, plan.run
+    if stage == "base":
+        if cfg.model.gguf is not None:
+            import gguf_base  # imports torch only to convert
+
+            try:
+                gguf_base.gguf_path(cfg.model.gguf)
+            except FileNotFoundError as e:
+                raise MissingInput(str(e))
+        return
+    if study.builds_base(cfg) and stage != "analyze":  # the analysis reads JSON and CSV files only
+        bad = provenance.model_folder_problem(run / "base_model")
+        if bad:
+            raise MissingInput(f"{bad}; build the base: {plan.command('base')}")
+    if stage == "train":
+        for c, s in plan.train_units(condition):
+            try:
+                study.train_inputs(cfg, c, s, run)
+            except (FileNotFoundError, ValueError) as e:
+                first = "select" if "selection.json" in str(e) else "lr-sweep"
+                raise MissingInput(f"{e} ({plan.command(first)})")
+    if stage in ("eval", "tokens") and "train" not in group:
+        adapters = [a for _, _, a in plan.evals() if a is not None] if stage == "eval" else [a for _, a in plan.tokens()]
+        bad = next((b for a in adapters if (b := provenance.adapter_problem(a))), None)
+        if bad:
+            raise MissingInput(f"{bad}: train it (again) first: {plan.command('train')}")
+    if stage == "analyze":
+        files = [f for _, f, _ in plan.evals()] + [f for f, _ in plan.tokens()]
+        missing = [f for f in files if not f.exists()]
+        if missing:
+            more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+            raise MissingInput(f"{missing[0]}{more} missing: evaluate first ({plan.command()}; or analyse what is there: "
+                               f"python analyze_b.py --run {shlex.quote(str(run))} --partial)")
+        bad = next(((f, b) for f in files if (b := provenance.json_problem(f))), None)
+        if bad:
+            raise MissingInput(f"{bad[0]}: {bad[1]}; make it again: {plan.remake(bad[0])}")
+
+
+def remake_note(plan: Plan, message: str) -> str:
+    """A fixing command for an analysis input error: the message's first word is the file."""
+    path = Path(message.split(": ", 1)[0])
+    return plan.remake(path) if path.is_absolute() or path.exists() else plan.command()
 
 
 def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
@@ -264,6 +383,9 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
         for f in sorted(run.glob("tokens_*.json")):
             if f not in expected:
                 aside.move(f, "not a token-level comparison this config expects")
+    if stage == "lr-sweep" and plan.cfg.train.lr is None and plan.state(stage, run / "lr_choice.json", plan.outputs(stage)[0][2]) != "done":
+        for d, why in plan.sweep_damage():  # as a training run's: moved aside, that candidate trained again
+            aside.move(d, f"damaged, so it is redone: {why}")
     if stage == "lr-sweep" and plan.cfg.train.lr is None and (run / "lr_sweep").exists() and plan.state(
             stage, run / "lr_choice.json", plan.outputs(stage)[0][2]) != "done":
         for d in sorted((run / "lr_sweep").glob("lr_*")):

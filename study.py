@@ -239,3 +239,47 @@ def eval_inputs(cfg: config.Config, adapter_sha: str | None, eval_set: str) -> d
     if eval_set == "test":
         return {"adapter_sha256": adapter_sha}
     return {"adapter_sha256": adapter_sha, "eval_set": eval_set, "settings": config.to_dict(cfg.eval_sets[eval_set])}
+
+
+# ============================================================================= out of memory
+
+EXIT_OUT_OF_MEMORY = 3  # grpo.py's exit status when a job ran out of accelerator (or host) memory
+
+
+def memory_advice(cfg: config.Config, stage: str, eval_set: str = "test") -> str:
+    """The settings that lower a stage's peak memory, with values to try: the answer an
+    out-of-memory error gets in one line. Training (train, lr-sweep) holds the activations of
+    micro_batch sequences at once (micro_batch 0: the largest whose estimate fits memory_gb);
+    sampling (eval, tokens, probe, select, the dev checks) holds problems_per_batch problems' n
+    samples at once. Each of these settings enters its stage's hash (micro-batches sum a gradient
+    in another order), so outputs made at the old value are then refused as other settings."""
+    def halves(n: int) -> str:
+        vals = sorted({max(1, n // 2), max(1, n // 4), 1}, reverse=True)
+        return ", then ".join(str(v) for v in vals)
+
+    tries, floor = [], []
+    if stage in ("train", "lr-sweep"):
+        if cfg.micro_batch > 1:
+            tries.append(f"--set micro_batch={halves(cfg.micro_batch)} (now {cfg.micro_batch})")
+        elif cfg.micro_batch == 1:
+            floor.append("micro_batch is already 1")
+        else:
+            budget = cfg.memory_gb
+            lower = f"{float(budget) * 0.75:g}, then {float(budget) * 0.5:g}" if budget != "auto" else "3/4 of the GPU's memory in GiB"
+            tries.append(f"--set memory_gb={lower} (now {budget}; micro_batch 0 sizes the micro-batch from it), or --set micro_batch=1")
+        if (cfg.train.dev_every > 0 and stage == "train") or (stage == "lr-sweep" and cfg.lr_sweep.rule == "dev"):
+            per = cfg.eval.problems_per_batch
+            if per > 1:
+                tries.append(f"for the dev checks --set eval.problems_per_batch={halves(per)} (now {per})")
+    else:
+        key, per = ("eval.problems_per_batch", cfg.eval.problems_per_batch) if eval_set == "test" or stage != "eval" else \
+            (f"eval_sets.{eval_set}.problems_per_batch", cfg.eval_sets[eval_set].problems_per_batch)
+        n = cfg.eval.n if key.startswith("eval.") else cfg.eval_sets[eval_set].n
+        if per > 1:
+            tries.append(f"--set {key}={halves(per)} (now {per})")
+        else:
+            floor.append(f"{key} is already 1 (one problem's {n} samples are decoded together)")
+    if not tries:
+        return f"nothing left to lower: {'; '.join(floor)}; this needs a device with more memory"
+    return ("lower it: " + "; ".join(tries) + ", on this command and the pipeline's (what was made at the old value is then "
+            "refused as made under other settings: add --force, or --out a new folder)")

@@ -1127,3 +1127,37 @@ def test_a_key_added_since_at_its_old_value_is_not_another_config(tmp_path):
     f.write_text(json.dumps(d))
     analyze_b.run_analysis(run, make_figures=False)
     assert f"{f.name} was made with another config" in (run / "report.md").read_text()
+
+
+def test_out_analyses_a_copy_and_leaves_the_run_as_it_was(tmp_path):
+    run = _good_run(tmp_path)
+    (run / "train_many_s0" / "step_075").mkdir(parents=True)
+    (run / "train_many_s0" / "step_075" / "adapter_model.safetensors").write_bytes(b"weights")  # not an input: not copied
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    new = tmp_path / "new"
+    r = _cli("--run", str(run), "--out", str(new), "--no-figures")
+    assert r.returncode == 0, r.stderr
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before  # nothing written into the run
+    assert not list(new.rglob("*.safetensors")) and f"wrote {new / 'verdicts.json'}" in r.stdout
+    copied = json.loads((new / "verdicts.json").read_text())
+    in_place = analyze_b.run_analysis(run, make_figures=False)
+    assert copied["entries"] == in_place["entries"] and copied["provenance"]["inputs"] == in_place["provenance"]["inputs"]
+    for bad in (new, run / "inside"):  # not empty; inside the run
+        r = _cli("--run", str(run), "--out", str(bad), "--no-figures")
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    BREAKAGES["count_above_n"][0](run)
+    r = _cli("--run", str(run), "--out", str(tmp_path / "other"), "--no-figures")
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"{run / M}: problem" in r.stderr and "python pipeline.py --config" in r.stderr  # the run's file, the command
+    assert not (tmp_path / "other").exists()  # the copy, holding no result, is gone
+
+
+def test_a_first_analysis_moves_nothing_aside_and_a_second_moves_the_first(tmp_path):
+    run = _good_run(tmp_path)
+    (run / "figures").mkdir()
+    (run / "figures" / "training.png").write_bytes(b"drawn while training ran")
+    analyze_b.run_analysis(run, make_figures=False)
+    assert not (run / "superseded").exists()
+    analyze_b.run_analysis(run, make_figures=False)
+    moved = sorted(p.name for p in next((run / "superseded").iterdir()).iterdir())
+    assert moved == ["figures", "report.md", "verdicts.json"]

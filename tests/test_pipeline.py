@@ -106,6 +106,7 @@ def copy_run(src: Path, dst: Path) -> Path:
 def test_end_to_end_writes_every_file(smoke_run):
     missing = [str(p) for p in expected_files(smoke_run) if not p.exists() or p.stat().st_size == 0]
     assert not missing
+    assert not (smoke_run / "superseded").exists()  # a first run moves nothing aside (the training figure is drawn again)
     man = json.loads((smoke_run / "manifest.json").read_text())
     assert [s for s in man["stage_order"]] == ["base", "probe", "select", "lr-sweep", "train", "eval", "tokens", "analyze"]
     assert all(man["stages"][s]["status"] == "done" and man["stages"][s]["seconds"] >= 0 for s in man["stage_order"])
@@ -218,6 +219,7 @@ def test_rerun_one_stage_by_hand(smoke_run):
     r = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--stage", "analyze", "--force", "--quiet", timeout=300)
     assert r.returncode == 0, r.stderr
     assert "analyze: running" in r.stdout and report.stat().st_mtime_ns != old
+    assert f"see {smoke_run / 'report.md'}" in r.stdout
     assert len(list((smoke_run / "superseded").glob("*/report.md"))) == 1  # the old report moved aside, not overwritten
 
 
@@ -366,8 +368,9 @@ def test_set_override_and_its_errors(tmp_path):
 
 
 def ended(manifest: dict) -> bool:
-    """No stage or job is recorded as running or waiting: done, interrupted and failed are the end states."""
-    return all(v.get("status") in ("done", "interrupted", "failed") for part in ("stages", "jobs") for v in manifest[part].values())
+    """No stage or job is recorded as running or waiting: done, interrupted, failed and not started are the end states."""
+    return all(v.get("status") in ("done", "interrupted", "failed", "not started") for part in ("stages", "jobs")
+               for v in manifest[part].values())
 
 
 def grpo_cmd(*args, **kw):
@@ -461,10 +464,23 @@ def test_the_manifest_never_says_running_after_an_interrupt(where, small_cfg, sm
     assert f"interrupted during stage {stage};" in capsys.readouterr().err  # eval, not train, in a group of job stages
     if stage == "eval":
         assert man["stages"]["train"]["status"] == "done"  # every training run was done before the Ctrl-C
-    assert man["jobs"]["train many s0"]["status"] == "interrupted"  # the killed pipeline's leftover
+    # the killed pipeline's leftover: interrupted, until a run finds its output done
+    assert man["jobs"]["train many s0"]["status"] == ("interrupted" if stage == "probe" else "done")
     later = pl.STAGES[pl.STAGES.index(stage) + 1:]
-    assert all(man["stages"][s]["status"] == "interrupted" for s in later if s in man["stages"])  # not reached
+    assert all(man["stages"][s]["status"] == "not started" for s in later if s in man["stages"])  # never reached
+    # only the job under way (if any) was interrupted; the ones still waiting never started
+    assert sum(v["status"] == "interrupted" for k, v in man["jobs"].items() if k != "train many s0") <= (stage == "eval")
+    assert {v["status"] for v in man["jobs"].values()} <= {"done", "interrupted", "not started"}
     assert not (run / ".pipeline.lock").exists()
+    if where != "in a single stage":
+        return
+    monkeypatch.setattr(owner, attr, real)  # the rerun recovers: every stage and job done, no error left from the interrupt
+    capsys.readouterr()
+    assert pl.main(["--config", str(small_cfg), "--out", str(run), "--quiet"]) == 0
+    man = json.loads((run / "manifest.json").read_text())
+    states = {k: v for part in ("stages", "jobs") for k, v in man[part].items()}
+    assert all(v["status"] == "done" and "error" not in v for v in states.values()), {k: v for k, v in states.items() if v["status"] != "done"}
+
 
 
 def test_a_hand_rerun_moves_the_old_output_aside_and_leaves_the_analysis_done(small_cfg, small_jobs2, tmp_path):
@@ -483,7 +499,7 @@ def test_offline_the_hub_model_fails_in_a_second_with_the_right_command(tmp_path
     cfg.write_text("")
     for env in ({"HF_HUB_OFFLINE": "1"}, {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"}):
         t0 = time.perf_counter()
-        r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(cfg), "--dry-run"], cwd=ROOT,
+        r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(cfg), "--out", str(tmp_path / "run")], cwd=ROOT,
                            env={**ENV, **env}, capture_output=True, text=True, timeout=60)
         took = time.perf_counter() - t0
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -649,3 +665,269 @@ def test_an_interrupt_during_eval_after_this_runs_training_names_eval(small_cfg,
     assert (man["stages"]["train"]["status"], man["stages"]["eval"]["status"]) == ("done", "interrupted")
     assert man["jobs"]["train many s0"]["status"] == "done" and ended(man)
     assert "interrupted during stage eval;" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- what a new user hits: inputs first, one line, true states
+
+
+def last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def test_a_model_folder_without_weights_is_not_a_model(tmp_path, fitted_dir):
+    import provenance
+
+    d = tmp_path / "m"
+    shutil.copytree(fitted_dir, d)
+    assert provenance.model_folder_problem(d) is None
+    (d / "model.safetensors").unlink()  # as results/smollm2/base_model is committed
+    assert provenance.model_folder_problem(d) == f"{d / 'model.safetensors'}: missing (the folder holds no weights)"
+    shutil.copy(fitted_dir / "model.safetensors", d / "model-00001-of-00002.safetensors")
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors",
+                                                                               "b": "model-00002-of-00002.safetensors"}}))
+    assert "model-00002-of-00002.safetensors: missing (named by model.safetensors.index.json)" in provenance.model_folder_problem(d)
+
+
+def test_a_run_committed_without_its_base_weights_moves_nothing_and_its_base_stage_rebuilds_them(small_cfg, small_jobs2, fitted_dir,
+                                                                                                     tmp_path):
+    """results/smollm2 is committed without base_model's weights: before, the base counted as done,
+    training folders and evaluations were moved aside, then every job died on the missing weights."""
+    run = copy_run(small_jobs2, tmp_path / "run")
+    (run / "base_model" / "model.safetensors").unlink()
+    before = snapshot(run)
+    r = grpo_cmd("eval", "--config", str(small_cfg), "--run", str(run), timeout=120)  # the base's evaluation by hand
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "base_model/model.safetensors: missing" in r.stderr and "--stage base" in r.stderr
+    for stage in ("train", "eval"):  # a later stage alone: one line naming the base and the command, nothing moved
+        r = pipeline("--config", str(small_cfg), "--out", str(run), "--stage", stage, "--quiet", timeout=120)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert f"stage {stage} cannot run: {run / 'base_model' / 'model.safetensors'}: missing" in r.stderr
+        assert f"--out {run} --stage base" in r.stderr
+    assert snapshot(run) == before  # nothing moved aside, not even the manifest rewritten
+    d = pipeline("--config", str(small_cfg), "--out", str(run), "--dry-run", timeout=120)
+    assert "  base      damaged (would be redone)" in d.stdout and "  train     done" in d.stdout, d.stdout
+    r = pipeline("--config", str(small_cfg), "--out", str(run), "--quiet", timeout=600)  # the whole study: the base stage rebuilds it
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (run / "base_model" / "model.safetensors").read_bytes() == (fitted_dir / "model.safetensors").read_bytes()
+    moved = sorted({p.relative_to(run / "superseded").parts[1] for p in (run / "superseded").rglob("*") if p.is_file()})
+    assert moved == ["base_model"]  # the weightless folder; every training run, evaluation and the analysis were still done
+    assert r.stdout.count("done, skipped") == 6  # probe, select, lr-sweep, train, eval, analyze: still done
+
+
+def test_a_stage_whose_inputs_are_missing_writes_nothing(small_cfg, small_jobs2, tmp_path):
+    fresh = tmp_path / "fresh"
+    r = pipeline("--config", str(small_cfg), "--out", str(fresh), "--stage", "eval", timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "stage eval cannot run:" in r.stderr and "--stage base" in r.stderr
+    assert not fresh.exists()  # no folder, no stray manifest.json
+    run = copy_run(small_jobs2, tmp_path / "run")
+    (run / "selection.json").unlink()
+    before = snapshot(run)
+    r = pipeline("--config", str(small_cfg), "--out", str(run), "--stage", "train", "--quiet", timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "selection.json is missing" in r.stderr and f"--out {run} --stage select" in r.stderr
+    assert snapshot(run) == before  # the training runs that read it were not moved aside as out of date
+    shutil.rmtree(run / "train_many_s0" / "step_006")
+    (run / "selection.json").write_text((small_jobs2 / "selection.json").read_text())
+    before = snapshot(run)
+    r = pipeline("--config", str(small_cfg), "--out", str(run), "--stage", "eval", "--quiet", timeout=120)
+    assert r.returncode == 2 and "train_many_s0/step_006/adapter_config.json: missing" in r.stderr and "--stage train" in r.stderr
+    assert snapshot(run) == before  # its evaluation was not moved aside
+
+
+def test_a_truncated_evaluation_at_the_analysis_is_one_line_with_the_command_that_fixes_it(small_cfg, small_jobs2, tmp_path):
+    run = copy_run(small_jobs2, tmp_path / "run")
+    (run / "verdicts.json").unlink()
+    truncate(run / "eval_many_s0_006.json", 300)
+    before = snapshot(run)
+    r = pipeline("--config", str(small_cfg), "--out", str(run), "--stage", "analyze", "--quiet", timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    line = r.stderr.strip()
+    assert f"{run / 'eval_many_s0_006.json'}: not valid JSON" in line and "make it again: python grpo.py eval" in line
+    assert snapshot(run) == before
+    fix = line.split("make it again: ", 1)[1]
+    assert fix.endswith(f"--adapter {run / 'train_many_s0' / 'step_006'}")
+    done = subprocess.run([sys.executable, *fix.split()[1:], "--quiet"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert _eval_content(run / "eval_many_s0_006.json") == _eval_content(small_jobs2 / "eval_many_s0_006.json")
+    # an evaluation that is valid JSON but wrong inside: the analysis finds it; the manifest says failed, not running
+    d = json.loads((run / "eval_many_s0_003.json").read_text())
+    d["problems"][0]["correct_loose"] = 999
+    (run / "eval_many_s0_003.json").write_text(json.dumps(d))
+    r = pipeline("--config", str(small_cfg), "--out", str(run), "--stage", "analyze", "--quiet", timeout=300)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "eval_many_s0_003.json: problem" in r.stderr and "make it again: python grpo.py eval" in r.stderr
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["stages"]["analyze"]["status"] == "failed" and ended(man)
+    # analyze_b.py by hand says the same, with the command from the manifest
+    r = subprocess.run([sys.executable, str(ROOT / "analyze_b.py"), "--run", str(run), "--no-figures"], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "make it again: python grpo.py eval" in r.stderr and f"--adapter {run / 'train_many_s0' / 'step_003'}" in r.stderr
+
+
+def test_a_read_only_folder_is_one_line_naming_it(smoke_run, tmp_path, monkeypatch, capsys):
+    """As root the permission bits do not stop a write: the file system's refusal is injected."""
+    import errno
+
+    import analyze_b
+    import jobs
+    import pipeline as pl
+
+    run = copy_run(smoke_run, tmp_path / "run")
+    before = snapshot(run)
+
+    def read_only(self):
+        raise OSError(errno.EROFS, "Read-only file system", str(self.path))
+
+    monkeypatch.setattr(jobs.Lock, "acquire", read_only)
+    monkeypatch.chdir(ROOT)
+    assert pl.main(["--config", str(SMOKE), "--out", str(run), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0] == (f"pipeline.py: cannot write in {run}: Read-only file system ({run / '.pipeline.lock'}); "
+                                        "give a folder you can write: --out DIR"), err
+    assert "None" not in err[0] and snapshot(run) == before
+
+    def refuse(folder, path, *a, **kw):  # provenance.move_aside: its superseded/<time>/ folder cannot be made
+        raise OSError(errno.EROFS, "Read-only file system", str(folder / "superseded"))
+
+    monkeypatch.setattr(analyze_b, "move_aside", refuse)
+    assert analyze_b.main(["--run", str(run), "--no-figures"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"cannot write {run / 'superseded'}: Read-only file system" in err[0]
+    assert f"python analyze_b.py --run {run} --out NEW_FOLDER" in err[0] and snapshot(run) == before
+    monkeypatch.undo()
+    out = tmp_path / "reanalysed"
+    assert analyze_b.main(["--run", str(run), "--out", str(out), "--no-figures"]) == 0  # the way out it names
+    assert snapshot(run) == before
+    a, b = json.loads((out / "verdicts.json").read_text()), json.loads((run / "verdicts.json").read_text())
+    assert a["entries"] == b["entries"] and a["provenance"]["inputs"] == b["provenance"]["inputs"]
+    assert not list(out.rglob("*.safetensors")) and not (out / "superseded").exists()
+    assert analyze_b.main(["--run", str(run), "--out", str(out)]) == 2  # not empty: refused
+    assert "exists and is not empty" in capsys.readouterr().err
+
+
+def test_a_stage_that_writes_no_report_promises_none(smoke_run, tmp_path):
+    run = copy_run(smoke_run, tmp_path / "run")
+    r = pipeline("--config", str(SMOKE), "--out", str(run), "--stage", "probe", "--quiet", timeout=120)
+    assert r.returncode == 0 and "probe: done, skipped" in r.stdout and "all done in" in r.stdout, r.stdout
+    assert "report.md" not in r.stdout  # no report promised by a stage that writes none
+
+
+def test_the_eta_is_said_again_as_jobs_finish(tmp_path, monkeypatch, capsys):
+    import jobs
+
+    calls = []
+    monkeypatch.setattr(jobs, "run_grpo", lambda argv: calls.append(argv) or 0)
+    runner = jobs.Runner(tmp_path, 1, 1, "local", None, True, lambda j: None, lambda j: None)
+    runner.report_every = 0.0
+    todo = [jobs.Job("eval", f"eval base {i}", ["eval"], samples=8) for i in range(3)]
+    status = runner.run(todo)
+    assert all(v["status"] == "done" for v in status.values()) and len(calls) == 3
+    etas = [x for x in capsys.readouterr().out.splitlines() if "ETA" in x]
+    assert len(etas) == 2 and "done 1/3; waiting 2" in etas[0] and "done 2/3; waiting 1" in etas[1], etas
+    assert "~0 s" not in etas[0] and "evaluation not measured yet" in etas[0]
+
+
+def test_out_of_memory_is_one_line_naming_the_job_the_memory_and_the_settings(small_cfg, small_jobs2, tmp_path, monkeypatch, capsys):
+    """A CUDA out-of-memory error, injected on the CPU: grpo.py's line names the job, the memory and
+    the settings to lower with values; the pipeline's last line the same advice; a rerun by hand
+    that fails puts back what it moved aside; the manifest says failed and not started."""
+    import torch
+
+    import evaluate
+    import grpo
+    import model
+    import pipeline as pl
+
+    def oom(*a, **kw):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 7.63 GiB")
+
+    run = copy_run(small_jobs2, tmp_path / "run")
+    before = snapshot(run)
+    monkeypatch.setattr(evaluate, "evaluate", oom)
+    monkeypatch.chdir(ROOT)
+    rc = grpo.main(["eval", "--config", str(small_cfg), "--run", str(run), "--adapter", str(run / "train_4_s1" / "step_003"), "--quiet"])
+    assert rc == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"grpo.py: eval {run / 'train_4_s1' / 'step_003'} (test) ran out of memory on the CPU (")
+    assert "GiB available now; this process peaked at" in err[0] and "--set eval.problems_per_batch=8, then 4, then 1 (now 16)" in err[0], err
+    assert snapshot(run) == before and not (run / "superseded").exists()  # eval_4_s1_003.json put back where it was
+    monkeypatch.undo()
+    shutil.rmtree(run / "train_many_s0")
+    for f in run.glob("eval_many_s0_*.json"):
+        f.unlink()
+    monkeypatch.setattr(model, "load_model", oom)  # what grpo.py's training imports: the job's first step needs memory
+    monkeypatch.chdir(ROOT)
+    assert pl.main(["--config", str(small_cfg), "--out", str(run), "--quiet"]) == 1
+    cap = capsys.readouterr()
+    err = cap.err.strip().splitlines()
+    assert len(err) == 2 and err[0].startswith("grpo.py: train many s0 ran out of memory on the CPU"), err  # the job's line
+    assert err[1].startswith("pipeline.py: 1 job(s) failed (train many s0); 2 not started because they wait for them; "
+                             "train many s0 ran out of memory: lower it: --set micro_batch=8, then 4, then 1 (now 16)"), err[1]
+    assert "FAILED train many s0 (out of memory: its line above names the memory it had" in cap.out
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["jobs"]["train many s0"]["status"] == "failed" and man["jobs"]["train many s0"]["exit"] == 3
+    assert man["jobs"]["eval many s0 step 6"]["status"] == "not started" and man["stages"]["train"]["status"] == "failed"
+    assert man["stages"]["eval"]["status"] == "not started" and man["stages"]["analyze"]["status"] == "not started" and ended(man)
+
+
+def test_a_gpu_config_plans_without_its_weights_and_gives_hours_labelled_an_estimate(tmp_path):
+    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}  # an empty cache: the model is not downloaded
+    q = ROOT / "configs" / "qwen05b.yaml"
+    r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(q), "--out", str(tmp_path / "q"), "--dry-run"],
+                       cwd=ROOT, env={**ENV, **env}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "`hf download Qwen/Qwen2.5-0.5B-Instruct --revision 7ae557604adf67be50417f59c2c2f167def9a775`" in r.stdout
+    jobs_line = next(x for x in r.stdout.splitlines() if "jobs left" in x)
+    assert "154 train/eval jobs left" in jobs_line and " h (an estimate: " in jobs_line and "at the bound" in jobs_line
+    assert "the registered shape of Qwen/Qwen2.5-0.5B-Instruct" in jobs_line and "~0 s" not in r.stdout
+    r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(q), "--out", str(tmp_path / "q"), "--print-jobs"],
+                       cwd=ROOT, env={**ENV, **env}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and sum(x.startswith("python grpo.py train") for x in r.stdout.splitlines()) == 24
+    assert all(x.startswith(("python ", "#")) for x in r.stdout.splitlines() if x.strip())
+    assert not (tmp_path / "q").exists()
+    r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(q), "--out", str(tmp_path / "q")],
+                       cwd=ROOT, env={**ENV, **env}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "q").exists()  # running it needs them
+
+
+def test_the_cost_models_shape_is_qwens():
+    import cost_model
+    import qwen_shape
+
+    shape = cost_model.REGISTERED_SHAPES["Qwen/Qwen2.5-0.5B-Instruct"]
+    assert shape == {k: qwen_shape.ARCH[k] for k in cost_model.SHAPE_KEYS}
+
+
+def test_damaged_lr_sweep_runs_are_moved_aside_and_redone(small_cfg, small_jobs2, tmp_path):
+    import provenance
+
+    run = copy_run(small_jobs2, tmp_path / "run")
+    (run / "lr_choice.json").unlink()
+    truncate(run / "lr_sweep" / "lr_0.01" / "train_log.csv", 40)  # a finished candidate's log cut short
+    (run / "lr_sweep" / "lr_0.001" / "done.json").unlink()  # an unfinished one whose resume point is damaged
+    truncate(run / "lr_sweep" / "lr_0.001" / "last" / "optimizer.pt", 200)
+    d = pipeline("--config", str(small_cfg), "--out", str(run), "--dry-run", timeout=120)
+    row = next(x for x in d.stdout.splitlines() if x.startswith("  lr-sweep"))
+    assert "2 damaged candidate run(s)" in row, d.stdout
+    r = pipeline("--config", str(small_cfg), "--out", str(run), "--stage", "lr-sweep", "--quiet", timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "moved aside lr_sweep/lr_0.01" in r.stdout and "moved aside lr_sweep/lr_0.001" in r.stdout and "damaged" in r.stdout
+    assert provenance.content_sha256(run / "lr_choice.json") == provenance.content_sha256(small_jobs2 / "lr_choice.json")
+    for lr in ("0.01", "0.001"):
+        assert (run / "lr_sweep" / f"lr_{lr}" / "train_log.csv").read_text().count("\n") == \
+            (small_jobs2 / "lr_sweep" / f"lr_{lr}" / "train_log.csv").read_text().count("\n")
+
+
+def test_memory_advice_names_each_stages_settings_and_says_when_none_is_left():
+    import config
+
+    q = config.load(str(ROOT / "configs" / "qwen05b.yaml"))
+    assert study.memory_advice(q, "train").startswith("lower it: --set memory_gb=6, then 4 (now 8.0; micro_batch 0 sizes")
+    assert "--set eval.problems_per_batch=2, then 1 (now 4)" in study.memory_advice(q, "eval")
+    assert study.memory_advice(q, "eval", "wide") == ("nothing left to lower: eval_sets.wide.problems_per_batch is already 1 (one "
+                                                      "problem's 256 samples are decoded together); this needs a device with more memory")
+    one = config.load(str(ROOT / "configs" / "qwen05b.yaml"), ["micro_batch=1", "eval.problems_per_batch=1"])
+    assert study.memory_advice(one, "train").startswith("nothing left to lower: micro_batch is already 1")
