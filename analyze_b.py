@@ -250,6 +250,10 @@ def narrowing(design, curves: dict, inf: Inference) -> list[dict]:
     return out
 
 
+def _finite(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
 def primary_checks(prim: dict, curves: dict, design, base: dict, inf: Inference) -> tuple[dict, dict]:
     """Beside the registered primary answer: (sensitivity, power), numbers only.
     Sensitivity: the variance components of the per-seed, per-problem Delta pass@1 and Delta pass@k_max
@@ -278,7 +282,7 @@ def primary_checks(prim: dict, curves: dict, design, base: dict, inf: Inference)
              "se_pass1": vc1["se"], "df_pass1": vc1["df"], "se_passk": vck["se"], "df_passk": vck["df"],
              "mde_pass1": float((tq(1 - a1, vc1["df"]) + tq(pw, vc1["df"])) * vc1["se"]),
              "mde_passk": float((tq(1 - a1, vck["df"]) + tq(pw, vck["df"])) * vck["se"]),
-             "tost_power_at_zero": power_equivalence(0.0, vck["se"], vck["df"], m, at),
+             "tost_power_at_zero": _finite(power_equivalence(0.0, vck["se"], vck["df"], m, at)),
              "equivalence_up_to": equivalence_up_to(vck["se"], vck["df"], m, at, pw), "margin": m}
     plan = design.analyze.get("planned")
     if plan:

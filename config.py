@@ -49,6 +49,9 @@ class TinyBaseCfg:
     # decomposed, with the same slips and a plain ending (never the tags): the skill is in the corpus
     # even where the task's own traces rarely show it. 0 = none.
     n_drill: int = 0
+    # The product errors the traces make, either way (tiny_base.WRONG_OFFSETS). Without multiples of 10, a
+    # wrong product cannot cancel a forgotten borrow (off by +10 or +100) into a right answer.
+    wrong_offsets: list[int] = field(default_factory=lambda: [1, 2, 5, 10, 20, 100])
     # Distinct problems of the `pretrain` split the traces cycle over: drawn by task.seed after the
     # test and train splits and disjoint from both, so RL's problems are as new to the base as the
     # test problems are (PLAN.md change 11).
@@ -625,6 +628,7 @@ def validate(cfg: Config) -> None:
         need(b.n_pretrain >= 1, "model.build.n_pretrain", "must be >= 1")
         need(all(0 <= x <= 1 for x in b.p_borrow_slip), "model.build.p_borrow_slip", "must be probabilities in [0, 1]")
         need(b.n_drill >= 0, "model.build.n_drill", "must be >= 0 (0 = no drill traces)")
+        need(bool(b.wrong_offsets) and all(x >= 1 for x in b.wrong_offsets), "model.build.wrong_offsets", "must be integers >= 1")
     if cfg.model.qwen_shape is not None:
         need(cfg.model.qwen_shape.layers >= 1, "model.qwen_shape.layers", "must be >= 1")
     if cfg.model.gguf is not None:

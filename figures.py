@@ -165,7 +165,7 @@ def beyond_figure(out: Path, res: dict) -> Path | None:
         for i, key in enumerate(keys):
             cv = bz["_curves"][(key, sc)]
             color = "black" if key is None else COLORS[(i - 1) % len(COLORS)]
-            ax.plot(np.arange(1, n + 1), cv["measured"], color=color, lw=1.5, label=model_label(key))
+            ax.plot(np.arange(1, len(cv["measured"]) + 1), cv["measured"], color=color, lw=1.5, label=model_label(key))  # its own n
             if ext > n:
                 ax.plot(cv["ks_model"], cv["model"], color=color, lw=1.5, ls="--")
                 if cv.get("band") is not None:

@@ -87,8 +87,8 @@ def equivalence_up_to(se: float, df: float, margin: float, alpha: float, power: 
     given power; None when even Delta = 0 falls short (its power there is the most it can have)."""
     from scipy import optimize
 
-    if power_equivalence(0.0, se, df, margin, alpha) < power:
-        return None
+    if not (np.isfinite(se) and np.isfinite(df)) or power_equivalence(0.0, se, df, margin, alpha) < power:
+        return None  # (no finite SE or df: nothing varies, or a single value)
     if se <= 0:
         return float(margin)
     return float(optimize.brentq(lambda d: power_equivalence(d, se, df, margin, alpha) - power, 0.0, margin, xtol=1e-10))

@@ -253,7 +253,8 @@ def power_section(res: dict) -> list[str]:
     pw, sn, k = res["power"], res["sensitivity"], res["k_max"]
     if not pw:
         return ["## Power", "", "No power statement: the primary entry's evaluations are missing.", ""]
-    eq = (f"TOST within ±{pw['margin']:g} has at most {pw['tost_power_at_zero']:.2f} power (at a true Δpass@{k} of 0, both one-sided "
+    eq = ("TOST's power is not defined here (no finite SE)" if pw["tost_power_at_zero"] is None else
+          f"TOST within ±{pw['margin']:g} has at most {pw['tost_power_at_zero']:.2f} power (at a true Δpass@{k} of 0, both one-sided "
           f"tests counted)" + (f", and {pw['power']:.0%} power while the true |Δpass@{k}| ≤ {pw['equivalence_up_to']:.3f}"
                                if pw["equivalence_up_to"] is not None else f", short of {pw['power']:.0%} everywhere"))
     L = ["## Power and sensitivity", "",

@@ -99,9 +99,12 @@ def _decompose(a: int) -> list[int]:
     return [int(d) * 10 ** (len(s) - 1 - i) for i, d in enumerate(s) if d != "0"]
 
 
-def _wrong(rng: random.Random, x: int) -> int:
-    """A plausible wrong value: a small or place-value error."""
-    delta = rng.choice([1, 2, 5, 10, 20, 100]) * rng.choice([-1, 1])
+WRONG_OFFSETS = [1, 2, 5, 10, 20, 100]  # the corpus's product errors (model.build.wrong_offsets: the default)
+
+
+def _wrong(rng: random.Random, x: int, offsets: list[int] = WRONG_OFFSETS) -> int:
+    """A plausible wrong value: a small or place-value error, one of `offsets` either way."""
+    delta = rng.choice(offsets) * rng.choice([-1, 1])
     return x + delta if x + delta != x else x + 1
 
 
@@ -127,14 +130,14 @@ def trace(p: countdown.Problem, rng: random.Random, b: config.TinyBaseCfg, drill
     a, m, c = p.numbers
     if drill or rng.random() < b.p_decomposed:
         parts = _decompose(a)
-        prods = [x * m if rng.random() >= b.p_slip else _wrong(rng, x * m) for x in parts]
+        prods = [x * m if rng.random() >= b.p_slip else _wrong(rng, x * m, b.wrong_offsets) for x in parts]
         product = sum(prods)
         if len(parts) > 1:
             work = f"{a} * {m} = " + " + ".join(f"{x} * {m}" for x in parts) + " = " + " + ".join(map(str, prods)) + f" = {product}"
         else:
             work = f"{a} * {m} = {product}"
     else:
-        product = a * m if rng.random() >= b.p_oneshot_wrong else _wrong(rng, a * m)
+        product = a * m if rng.random() >= b.p_oneshot_wrong else _wrong(rng, a * m, b.wrong_offsets)
         work = f"{a} * {m} = {product}"
     value = subtract(product, c, rng, b)
     body = f"<think>{work}. {product} - {c} = {value}</think>"

@@ -36,6 +36,7 @@ def test_an_evaluation_set_samples_like_the_eval_section_unless_it_says_otherwis
 
 def test_a_wide_set_with_the_test_sets_n_and_batching_reproduces_its_counts(fitted_dir, smoke_cfg, tmp_path):
     cfg = cfg_for(smoke_cfg)
+    cfg.eval.n_base = None  # the base at the trained models' n, as a set with the test set's n and seeds draws it
     cfg.eval_sets = {"wide": config.EvalSetCfg(n_problems=cfg.task.n_test, n=cfg.eval.n, k_max=cfg.eval.k_max, models="final",
                                           problems_per_batch=cfg.eval.problems_per_batch, seeds="test")}
     t = evaluate.evaluate(cfg, str(fitted_dir), None, tmp_path / "t.json", progress=False)
@@ -113,3 +114,15 @@ def test_select_reads_the_pass_rate_of_its_scoring(scoring, tmp_path, monkeypatc
     assert res["informative"] == [p.id for p, r in zip(problems, rates) if 0 < r < 1]
     assert res["rule"].startswith(f"0 < {scoring} pass rate < 1")
     assert res["sets"]["1"] == [problems[1].id]  # p(1 - p) is largest at 0.5
+
+
+def test_the_base_is_sampled_n_base_times_on_the_test_set_and_n_times_elsewhere(fitted_dir, smoke_cfg, tmp_path):
+    """eval.n_base (PLAN.md section 6): the base's test-set evaluation draws n_base samples per problem;
+    the other sets keep their own n."""
+    cfg = cfg_for(smoke_cfg)
+    assert cfg.eval.n_base == 16 and cfg.eval.n == 8
+    t = evaluate.evaluate(cfg, str(fitted_dir), None, tmp_path / "t.json", progress=False)
+    assert t["sampling"]["n"] == 16 and all(p["n"] == 16 and len(p["responses"]) == 16 for p in t["problems"])
+    cfg.eval.n_base = None
+    u = evaluate.evaluate(cfg, str(fitted_dir), None, tmp_path / "u.json", progress=False)
+    assert u["sampling"]["n"] == 8

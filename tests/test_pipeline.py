@@ -27,14 +27,15 @@ N_TRAIN, N_EVAL = 8 * 2, 1 + 8 * 2 * 2  # jobs of the smoke config: training run
 
 @pytest.fixture(scope="module")
 def small_cfg(tmp_path_factory):
-    """The smoke config with three of its conditions (one control), no extra evaluation sets and
-    no token stage: the same hashes, so its training runs and evaluations must equal smoke's
+    """The smoke config with three of its conditions (one control), no extra evaluation sets, no
+    calibration and no token stage: the same hashes, so its training runs and evaluations must equal smoke's
     byte for byte, at a third of the cost (for the tests that run a study more than once)."""
     import yaml
 
     d = yaml.safe_load(SMOKE.read_text())
     d["conditions"] = {k: v for k, v in d["conditions"].items() if k in ("many", "4", "sft")}
     d.pop("eval_sets")
+    d["analyze"].pop("calibration")  # its pool is an evaluation set
     d["tokens"]["enabled"] = False
     path = tmp_path_factory.mktemp("cfg") / "small.yaml"
     path.write_text(yaml.safe_dump(d, sort_keys=False))
@@ -164,7 +165,7 @@ def test_print_jobs_lists_every_job_as_a_command(tmp_path):
     train = [x for x in lines if x.startswith("python grpo.py train")]
     evals = [x for x in lines if x.startswith("python grpo.py eval")]
     assert len(train) == N_TRAIN and len(evals) == N_EVAL + 9 + 17 + 1
-    assert len([x for x in lines if x.startswith("python grpo.py tokens")]) == 28
+    assert len([x for x in lines if x.startswith("python grpo.py tokens")]) == 32
     assert any("--condition 4-kl --seed 1" in x for x in train)
     assert any(x.endswith("train_1_s1/step_006") for x in evals)
     assert not (tmp_path / "new").exists()  # printing writes nothing
@@ -173,16 +174,16 @@ def test_print_jobs_lists_every_job_as_a_command(tmp_path):
 def test_print_jobs_trains_a_condition_on_its_own_seeds(tmp_path):
     """train.seeds_by_condition (PLAN.md change 29): many on seeds 0-3, the rest on train.seeds
     [0, 1]: two more training jobs, each with its two test evaluations and its ood one; the wide
-    set still evaluates the first seed only."""
+    set still evaluates the first seed only (the calibration's pool grows to 4 seeds x 8 samples)."""
     r = pipeline("--config", str(SMOKE), "--out", str(tmp_path / "new"), "--print-jobs",
-                 "--set", "train.seeds_by_condition={many: [0, 1, 2, 3]}", timeout=120)
+                 "--set", "train.seeds_by_condition={many: [0, 1, 2, 3]}", "--set", "eval_sets.pool.n=32", timeout=120)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     train = [x for x in lines if x.startswith("python grpo.py train")]
     assert len(train) == N_TRAIN + 2 and sum("--condition many " in x for x in train) == 4
     assert any("--condition many --seed 3" in x for x in train) and not any("--condition 16 --seed 2" in x for x in train)
     evals = [x for x in lines if x.startswith("python grpo.py eval")]
-    assert len(evals) == N_EVAL + 8 + 15 + 2 * 2 + 2
+    assert len(evals) == N_EVAL + 9 + 17 + 1 + 2 * 2 + 2
     assert sum("train_many_s3/step_006" in x for x in evals) == 2  # test and ood at the last step, test at step 3: below
     assert any(x.endswith("train_many_s3/step_003") for x in evals)
 
@@ -198,7 +199,7 @@ def test_changing_train_seeds_leaves_problems_selection_and_base_eval_alone(smok
     import provenance
 
     one = config.load(str(SMOKE))
-    other = config.load(str(SMOKE), ["train.seeds=[7, 8, 9]"])
+    other = config.load(str(SMOKE), ["train.seeds=[7, 8, 9]", "eval_sets.pool.n=24"])  # the calibration's pool: 3 seeds x 8
     for stage in ("base", "probe"):
         assert provenance.stage_hash(one, stage) == provenance.stage_hash(other, stage), stage
 
@@ -206,11 +207,12 @@ def test_changing_train_seeds_leaves_problems_selection_and_base_eval_alone(smok
     assert sizes == {"sizes": study.selection_sizes(other)} and provenance.stage_hash(one, "select", sizes) == provenance.stage_hash(other, "select", sizes)
     assert provenance.stage_hash(one, "eval", {"adapter_sha256": None}) == provenance.stage_hash(other, "eval", {"adapter_sha256": None})
     # and the pipeline agrees: with other seeds, base, probe, select and the base evaluation are done
-    d = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--dry-run", "--set", "train.seeds=[7, 8, 9]", timeout=120)
+    d = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--dry-run", "--set", "train.seeds=[7, 8, 9]",
+                 "--set", "eval_sets.pool.n=24", timeout=120)
     assert d.returncode == 0, d.stderr
     rows = dict(line.split(None, 1) for line in d.stdout.splitlines()[1:] if line.startswith("  ") and "jobs left" not in line)
     assert rows["base"] == "done" and rows["probe"] == "done" and rows["select"] == "done"
-    assert rows["eval"].startswith("3 done")  # the base on each evaluation set; every adapter evaluation is still to do
+    assert rows["eval"].startswith("3 done")  # the base on test, wide and ood (the larger pool is new); every adapter evaluation to do
 
 
 def test_rerun_one_stage_by_hand(smoke_run):
@@ -550,7 +552,7 @@ def test_one_gpu_per_job_from_a_fake_device_list(monkeypatch):
     assert r.returncode == 2 and "--jobs 3 with 2 GPU(s) (0,1)" in r.stderr
 
 
-def test_single_stages_run_in_a_worker_on_the_first_assigned_gpu(monkeypatch, tmp_path):
+def test_single_stages_run_in_a_worker_on_the_first_assigned_gpu(monkeypatch, tmp_path, fitted_dir):
     """base, probe, select and lr-sweep run before the jobs; with GPUs they run in a worker that sees
     only the first assigned one (a fake device list), so the pipeline's own process never starts CUDA."""
     import jobs
@@ -562,6 +564,7 @@ def test_single_stages_run_in_a_worker_on_the_first_assigned_gpu(monkeypatch, tm
     seen = []
     monkeypatch.setattr(pl, "in_worker", lambda fn, argv, gpu=None: seen.append((fn, argv[0], gpu)) or 0)
     monkeypatch.chdir(ROOT)
+    shutil.copytree(fitted_dir, tmp_path / "run" / "base_model")  # the probe reads the base (stages.check_inputs)
     args = ["--config", str(SMOKE), "--out", str(tmp_path / "run"), "--set", "device=auto", "--stage", "probe", "--quiet"]
     assert pl.main(args + ["--gpus", "7,9", "--jobs", "2"]) == 0
     assert pl.main(args + ["--gpus", "5", "--force"]) == 0
@@ -881,7 +884,7 @@ def test_a_gpu_config_plans_without_its_weights_and_gives_hours_labelled_an_esti
     assert r.returncode == 0, r.stderr
     assert "`hf download Qwen/Qwen2.5-0.5B-Instruct --revision 7ae557604adf67be50417f59c2c2f167def9a775`" in r.stdout
     jobs_line = next(x for x in r.stdout.splitlines() if "jobs left" in x)
-    assert "154 train/eval jobs left" in jobs_line and " h (an estimate: " in jobs_line and "at the bound" in jobs_line
+    assert "155 train/eval jobs left" in jobs_line and " h (an estimate: " in jobs_line and "at the bound" in jobs_line
     assert "the registered shape of Qwen/Qwen2.5-0.5B-Instruct" in jobs_line and "~0 s" not in r.stdout
     r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(q), "--out", str(tmp_path / "q"), "--print-jobs"],
                        cwd=ROOT, env={**ENV, **env}, capture_output=True, text=True, timeout=120)

@@ -41,9 +41,11 @@ def fast_sets() -> list[str]:
 
 
 def fast_config(folder: Path) -> Path:
-    """configs/rehearsal.yaml without its evaluation sets and token stage (--set cannot remove a key)."""
+    """configs/rehearsal.yaml without its evaluation sets (the calibration's pool among them) and token stage
+    (--set cannot remove a key)."""
     data = yaml.safe_load(REHEARSAL.read_text())
     data.pop("eval_sets", None)
+    data["analyze"].pop("calibration", None)  # its pool is an evaluation set
     data["tokens"] = {"enabled": False}
     path = folder / "rehearsal_fast.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -137,7 +139,7 @@ def test_built_folder_has_the_exact_shape_bf16_and_shipped_generation_config(reh
 def test_model_reloads_and_shipped_sampling_settings_change_nothing(rehearsal, tmp_path):
     """The folder's generation_config.json is read by transformers (the model carries
     repetition_penalty 1.1) yet our samples are the same without the file."""
-    cfg = config.load(str(REHEARSAL), fast_sets())
+    cfg = config.load(str(REHEARSAL), fast_sets() + ["eval_sets.pool.n_problems=1"])  # the pool holds every test problem
     bare = tmp_path / "bare"
     shutil.copytree(rehearsal / "base_model", bare)
     (bare / "generation_config.json").unlink()

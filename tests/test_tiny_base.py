@@ -176,3 +176,16 @@ def test_drill_traces_are_decomposed_untagged_and_under_their_own_prompt():
     multi = [t for t in drills if " + " in t]  # decomposed wherever a has two non-zero digits
     problems = tiny_base.pretrain_problems("arith-2x1", 20, 10, 0, 300)
     assert len(multi) == sum(p.numbers[0] % 10 != 0 for p in [problems[i % 300] for i in range(50, 250)])
+
+
+def test_product_errors_without_tens_never_cancel_a_forgotten_borrow():
+    """With the default offsets a one-shot product 10 too small and a forgotten borrow (+10) give the
+    right answer by accident; without multiples of 10 among the offsets that cannot happen."""
+    train, _ = countdown.make_splits("arith-2x1", 3000, 10, 0)
+    double = [p for p in train if len(countdown.borrow_columns(p.numbers[0] * p.numbers[1], p.numbers[2])) == 2]
+    right = {}
+    for offsets in ([1, 2, 5, 10, 20, 100], [1, 2, 5, 20, 50]):
+        b = config.TinyBaseCfg(p_decomposed=0.0, p_oneshot_wrong=1.0, p_borrow_slip=[0.0, 1.0], wrong_offsets=offsets)
+        rng = random.Random(2)
+        right[tuple(offsets)] = sum(countdown.score_loose(tiny_base.trace(p, rng, b), p.answer) for p in double)
+    assert right[(1, 2, 5, 10, 20, 100)] > 0 and right[(1, 2, 5, 20, 50)] == 0
