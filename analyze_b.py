@@ -26,7 +26,6 @@ import argparse
 import json
 import shutil
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +41,7 @@ import verdict
 from countdown import SCORINGS
 from power import (count_coverage, design_se, equivalence_up_to, power_equivalence, power_one_sided, seed_var_upper,
                    variance_components)
+import provenance
 from provenance import atomic_write_text, content_sha256, file_sha256, move_aside
 from reweight import selection_null
 from run_files import DEV_COLUMNS, DEV_REQUIRED, InputError, find_evals, find_set, find_tokens, read_csv, read_json
@@ -287,9 +287,10 @@ def primary_checks(prim: dict, curves: dict, design, base: dict, inf: Inference)
     plan = design.analyze.get("planned")
     if plan:
         se, df = design_se(plan["problem_var"], plan["seed_var"], plan["residual_var"], N, S)
-        upper = seed_var_upper(plan["seed_var"], plan.get("seed_df", 2), 0.8)
+        upper = seed_var_upper(plan["seed_var"], plan.get("seed_df", 2), 0.8)  # older configs record no seed_df: the pilot's 2
         se_u, df_u = design_se(plan["problem_var"], upper, plan["residual_var"], N, S)
-        power["planned"] = {**plan, "N": N, "S": S, "se": se, "df": df, "power": power_one_sided(plan["effect"], se, df, a1),
+        power["planned"] = {**plan, "seed_df": plan.get("seed_df", 2), "N": N, "S": S, "se": se, "df": df,
+                            "power": power_one_sided(plan["effect"], se, df, a1),
                             "seed_var_upper80": upper, "power_at_seed_var_upper80": power_one_sided(plan["effect"], se_u, df_u, a1),
                             "power_at_measured_components": power_one_sided(plan["effect"], vc1["se"], vc1["df"], a1)}
     return sens, power
@@ -461,9 +462,9 @@ def run_analysis(run: Path, resamples: int | None = None, seed: int | None = Non
     doc["provenance"] = {"inputs": {f.relative_to(run).as_posix(): content_sha256(f) for f in inputs},
                          "analyze": res["design"].config.get("analyze"), "plan_sha256": file_sha256(ROOT / "PLAN.md"),
                          "config_hash": res["base"].get("provenance", {}).get("config_hash"),
-                         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                         "time": provenance.now()}
     text = json.dumps(doc, indent=1, default=float) + "\n"
-    when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    when = provenance.stamp()
     # A rerun replaces nothing in place. Before a first analysis figures/ holds only what the pipeline drew
     # while training ran (training.png), which is drawn again here: nothing to keep.
     analysed = (run / "verdicts.json").exists() or (run / "report.md").exists()

@@ -150,6 +150,28 @@ def evaluate(cfg: config.Config, base: str, adapter: str | None, out_file: Path,
     return result
 
 
+# ============================================================================= held-out checks during training
+
+
+def dev_problems(cfg: config.Config) -> list:
+    """The held-out `dev` split, drawn after test, train and pretrain (disjoint from all three)."""
+    return countdown.draw_splits(cfg.task.name, cfg.task.seed, {"test": cfg.task.n_test, "train": cfg.task.n_train,
+                                                                "pretrain": study.pretrain_count(cfg), "dev": cfg.train.dev_problems})["dev"]
+
+
+def dev_check(model, tok, cfg: config.Config, dev: list, step: int) -> dict:
+    """pass@1 and pass@n on the held-out dev problems, sampled like the evaluation with seeds
+    tied to the problems (so every step and model is sampled alike); draws nothing from training."""
+    n = cfg.train.dev_samples
+    texts, _ = sample_problems(model, tok, dev, n, cfg.eval.sampling, cfg.task.seed, "dev", cfg.task.prompt_style,
+                                        cfg.eval.problems_per_batch, progress=False, fold=cfg.lora.fold_for_sampling,
+                                        system=cfg.task.system_prompt)
+    s = summarize(score_problems(dev, texts, keep_responses=False), n, n)
+    return {"step": step, "n_problems": len(dev), "n": n, "strict_pass1": s["pass_at_k"]["strict"]["1"],
+            "loose_pass1": s["pass_at_k"]["loose"]["1"], "strict_passn": s["pass_at_k"]["strict"][str(n)],
+            "loose_passn": s["pass_at_k"]["loose"][str(n)], "format_rate": s["format_rate"]}
+
+
 # ============================================================================= token level
 
 

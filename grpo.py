@@ -58,8 +58,8 @@ import provenance
 import study
 from checkpoint import DEV_FIELDS, read_log, resume, save_checkpoint, save_last
 from memory import auto_micro_batch, decoders_held, estimate_memory
-from model import (apply_lora, completion_logprobs, free_memory_gib, load_model, lora_disabled, lora_folded, pack, pad_id,
-                   pick_device, render_prompts, setup_torch, stop_ids)
+from model import (apply_lora, completion_logprobs, free_memory_gib, load_model, lora_disabled, lora_folded, memory_state,
+                   out_of_memory, pack, pad_id, peak_memory_mb, pick_device, render_prompts, setup_torch, stop_ids)
 from provenance import atomic_write_json, read_csv_rows, record, stage_hash, write_csv_rows
 from sampler import Samples, decode_mode, sample
 
@@ -302,39 +302,14 @@ def no_signal_warning(rows: list[dict], what: str) -> str | None:
             f"problem scored alike: zero advantage, no gradient); most of each step's samples teach nothing")
 
 
-def peak_memory_mb(device: torch.device) -> tuple[float, float]:
-    """(allocated, reserved) peak MiB of this step on CUDA; on a CPU the process's peak RSS, twice."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20, torch.cuda.max_memory_reserved(device) / 2**20
-    import resource
-
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB -> MiB (process peak RSS)
-    return rss, rss
-
-
 def make_optimizer(model, cfg: config.Config, lr: float):
     params = [p for p in model.parameters() if p.requires_grad]
     return torch.optim.AdamW(params, lr=lr, betas=tuple(cfg.train.betas), eps=cfg.train.eps, weight_decay=cfg.train.weight_decay)
 
 
-def dev_problems(cfg: config.Config) -> list:
-    """The held-out `dev` split, drawn after test, train and pretrain (disjoint from all three)."""
-    return countdown.draw_splits(cfg.task.name, cfg.task.seed, {"test": cfg.task.n_test, "train": cfg.task.n_train,
-                                                                "pretrain": study.pretrain_count(cfg), "dev": cfg.train.dev_problems})["dev"]
-
-
-def dev_check(model, tok, cfg: config.Config, dev: list, step: int) -> dict:
-    """pass@1 and pass@n on the held-out dev problems, sampled like the evaluation with seeds
-    tied to the problems (so every step and model is sampled alike); draws nothing from training."""
-    n = cfg.train.dev_samples
-    texts, _ = evaluate.sample_problems(model, tok, dev, n, cfg.eval.sampling, cfg.task.seed, "dev", cfg.task.prompt_style,
-                                        cfg.eval.problems_per_batch, progress=False, fold=cfg.lora.fold_for_sampling,
-                                        system=cfg.task.system_prompt)
-    s = evaluate.summarize(evaluate.score_problems(dev, texts, keep_responses=False), n, n)
-    return {"step": step, "n_problems": len(dev), "n": n, "strict_pass1": s["pass_at_k"]["strict"]["1"],
-            "loose_pass1": s["pass_at_k"]["loose"]["1"], "strict_passn": s["pass_at_k"]["strict"][str(n)],
-            "loose_passn": s["pass_at_k"]["loose"][str(n)], "format_rate": s["format_rate"]}
-
+def global_norm(params) -> float:
+    """The gradients' global L2 norm (what clip_grad_norm_ clips)."""
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params])).item()
 
 def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: bool = True) -> Path:
     """Train `run` into `out`, resuming from out/last if it is there. Writes out/train_log.csv,
@@ -356,17 +331,12 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
             "provenance": record(cfg, run.stage, run.inputs, str(device))}
     start, rows, dev_rows = resume(out, model, opt, meta)
     stops, pad = stop_ids(model, tok), pad_id(tok)
-    prompt_len = max(len(p) for p in render_prompts(tok, run.pool[:256], cfg.task.prompt_style, cfg.task.system_prompt))
-    held = decoders_held(cfg, model.config, prompt_len, decode_mode(s, device) == "graph",
-                         run.dev_every > 0 and decode_mode(cfg.eval.sampling, device) == "graph")
-    micro_batch = auto_micro_batch(cfg, model.config, prompt_len, free_memory_gib(device) if cfg.memory_gb == "auto" else None, held)
-    mem = estimate_memory(model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, s.max_new_tokens, micro_batch, P * G,
-                          2 if cfg.model.dtype != "float32" else 4, fold=cfg.lora.fold_for_sampling)
+    micro_batch, mem = memory_plan(cfg, model, tok, run, device)
     normalizer = P * G * s.max_new_tokens  # [D2] a constant, not the response lengths
     params = [p for p in model.parameters() if p.requires_grad]
-    dev = dev_problems(cfg) if run.dev_every > 0 else []
+    dev = evaluate.dev_problems(cfg) if run.dev_every > 0 else []
     if dev and start == 1:
-        dev_rows = [dev_check(model, tok, cfg, dev, 0)]  # the base itself (B = 0)
+        dev_rows = [evaluate.dev_check(model, tok, cfg, dev, 0)]  # the base itself (B = 0)
     bar = tqdm(range(start, run.steps + 1), desc=f"{run.stage} {run.name} s{run.seed} lr={run.lr:g}", disable=not progress,
                initial=start - 1, total=run.steps, leave=False)
     # The model stays in eval mode: Qwen2 has no dropout, and train-mode dropout would draw from
@@ -388,22 +358,7 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
                                kl=run.cond.kl, entropy=run.cond.entropy,
                                measure_kl=tc.log_kl_every > 0 and step % tc.log_kl_every == 0, sort_by_length=tc.sort_by_length,
                                sampled_logp=samples.logprobs if method.rollouts else None, importance_cap=tc.importance_cap)
-        if tc.logp_gap_limit is not None and grad["logp_gap_mean"] > tc.logp_gap_limit:  # NaN (nothing trained) passes
-            raise Diverged(f"step {step}: the policy gap (mean |log pi trainer - log pi sampler| over the trained tokens) "
-                           f"{grad['logp_gap_mean']:.4g} exceeds train.logp_gap_limit {tc.logp_gap_limit:g}; stopped before "
-                           f"this step's update, {out}/last holds the last good state")
-        for p in params:
-            if p.grad is None:  # every advantage was 0: a zero gradient, and AdamW still steps (momentum), as usual
-                p.grad = torch.zeros_like(p)
-        gnorm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params])).item()
-        if not (math.isfinite(grad["loss"]) and math.isfinite(gnorm)):
-            raise Diverged(f"step {step}: loss {grad['loss']} / grad norm {gnorm} is not finite; stopped, {out}/last holds the last good state")
-        gnorm_after = gnorm
-        if tc.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(params, tc.grad_clip)
-            gnorm_after = min(gnorm, tc.grad_clip)
-        opt.step()  # [D4] one update per sampling
-        opt.zero_grad(set_to_none=True)
+        gnorm, gnorm_after = update(opt, params, grad, step, tc, out)
         t2 = time.perf_counter()
         rows.append(log_row(step, run.lr, method, rewards, scored, samples, completions, grad, gnorm, gnorm_after,
                             (t1 - t0, t2 - t1), peak_memory_mb(device)))
@@ -411,7 +366,7 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
         if step == min(NO_SIGNAL_STEPS, run.steps) and (warning := no_signal_warning(rows, f"{run.stage} {run.name} s{run.seed}")):
             bar.write(warning, file=sys.stdout)  # above the progress bar; stdout: stderr carries the one-line errors
         if dev and step % run.dev_every == 0:
-            dev_rows.append(dev_check(model, tok, cfg, dev, step))
+            dev_rows.append(evaluate.dev_check(model, tok, cfg, dev, step))
         if step in run.checkpoints:
             save_checkpoint(model, out, step, cfg, base)
         if step % tc.save_last_every == 0 or step == run.steps or step in run.checkpoints:
@@ -423,6 +378,43 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
         "steps": run.steps, **meta, "micro_batch": micro_batch, "micro_batch_auto": cfg.micro_batch == 0,
         "memory_estimate_gib": round(mem["train_step"] / 2**30, 3), "stop_ids": stops, "dtype": cfg.model.dtype})
     return out
+
+
+def memory_plan(cfg: config.Config, model, tok, run: TrainingRun, device: torch.device) -> tuple[int, dict]:
+    """The micro-batch (config's, or the largest the memory budget holds beside what the static
+    decoders keep) and the memory estimate of a step, from the longest prompt of the run's pool."""
+    s = cfg.train.sampling
+    prompt_len = max(len(p) for p in render_prompts(tok, run.pool[:256], cfg.task.prompt_style, cfg.task.system_prompt))
+    held = decoders_held(cfg, model.config, prompt_len, decode_mode(s, device) == "graph",
+                         run.dev_every > 0 and decode_mode(cfg.eval.sampling, device) == "graph")
+    micro_batch = auto_micro_batch(cfg, model.config, prompt_len, free_memory_gib(device) if cfg.memory_gb == "auto" else None, held)
+    mem = estimate_memory(model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, s.max_new_tokens, micro_batch,
+                          cfg.train.problems_per_step * cfg.train.group_size, 2 if cfg.model.dtype != "float32" else 4,
+                          fold=cfg.lora.fold_for_sampling)
+    return micro_batch, mem
+
+
+def update(opt, params: list, grad: dict, step: int, tc: config.TrainCfg, out: Path) -> tuple[float, float]:
+    """The step's one update ([D4]): the gradients' global norm before and after clipping. Stops the
+    run (Diverged) before the update when the loss or the norm is not finite, or when the logged
+    policy gap exceeds train.logp_gap_limit."""
+    if tc.logp_gap_limit is not None and grad["logp_gap_mean"] > tc.logp_gap_limit:  # NaN (nothing trained) passes
+        raise Diverged(f"step {step}: the policy gap (mean |log pi trainer - log pi sampler| over the trained tokens) "
+                       f"{grad['logp_gap_mean']:.4g} exceeds train.logp_gap_limit {tc.logp_gap_limit:g}; stopped before "
+                       f"this step's update, {out}/last holds the last good state")
+    for p in params:
+        if p.grad is None:  # every advantage was 0: a zero gradient, and AdamW still steps (momentum), as usual
+            p.grad = torch.zeros_like(p)
+    gnorm = global_norm(params)
+    if not (math.isfinite(grad["loss"]) and math.isfinite(gnorm)):
+        raise Diverged(f"step {step}: loss {grad['loss']} / grad norm {gnorm} is not finite; stopped, {out}/last holds the last good state")
+    gnorm_after = gnorm
+    if tc.grad_clip is not None:
+        torch.nn.utils.clip_grad_norm_(params, tc.grad_clip)
+        gnorm_after = global_norm(params)  # measured from the gradients the optimizer will use
+    opt.step()  # [D4] one update per sampling
+    opt.zero_grad(set_to_none=True)
+    return gnorm, gnorm_after
 
 
 def training_run(cfg: config.Config, name: str, seed: int, run_folder: Path) -> TrainingRun:
@@ -516,7 +508,7 @@ def build_base(cfg: config.Config, run: Path, progress: bool) -> str:
     return f"{out}: {info['params']:,} parameters, loss {info['loss_first']:.2f} -> {info['loss_last_50']:.2f}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description="The model stages of the study, one command each (pipeline.py runs them in "
                                             "PLAN.md's order).")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="{" + ",".join(COMMANDS) + "}")
@@ -537,45 +529,56 @@ def main(argv: list[str] | None = None) -> int:
         if name == "tokens":
             q.add_argument("--adapter", required=True, help="a PEFT adapter folder RUN/train_<cond>_s<seed>/step_<step>")
             q.add_argument("--out", default=None, help="output JSON (default: RUN/tokens_<cond>_s<seed>_<step>.json)")
-    a = p.parse_args(argv)
+    return p
+
+
+def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None]:
+    """(config, run folder, base model, output file, training seed) of a command, every argument and
+    input checked before anything is written. Raises ConfigError (one line, exit 2)."""
+    cfg = config.load(a.config, a.set)
+    run = Path(a.run) if a.run else study.default_run(a.config)
+    seed = None
+    if a.cmd == "base" and not study.builds_base(cfg):
+        raise config.ConfigError("model.build / model.qwen_shape: this config builds no base model (it loads model.path)")
+    if a.cmd == "train":
+        if a.condition not in cfg.conditions:
+            raise config.ConfigError(f"--condition {a.condition!r}: not registered in conditions ({', '.join(cfg.conditions)})")
+        seeds = config.seeds_of(cfg, a.condition)
+        seed = seeds[0] if a.seed is None else a.seed
+        if seed not in seeds:
+            raise config.ConfigError(f"--seed {seed}: not a seed of condition {a.condition} {seeds} (train.seeds, train.seeds_by_condition)")
+    if a.cmd in ("eval", "tokens") and a.adapter and (bad := provenance.adapter_problem(a.adapter)):
+        identity = study.adapter_identity(a.adapter)
+        sets = "".join(f" --set {shlex.quote(x)}" for x in a.set)
+        redo = (f"run the pipeline on its folder (python pipeline.py --config {a.config} --out {Path(a.adapter).parent.parent}{sets}): "
+                f"it moves that training run aside and retrains it, and redoes what reads it"
+                if identity["condition"] else "give an intact adapter folder")
+        raise config.ConfigError(f"--adapter {a.adapter}: {bad}; {redo}")
+    if a.cmd == "eval" and a.eval_set != "test" and a.eval_set not in cfg.eval_sets:
+        raise config.ConfigError(f"--eval-set {a.eval_set!r}: not registered (test, or one of eval_sets: {', '.join(cfg.eval_sets) or 'none'})")
+    out = None
+    if a.cmd == "eval":
+        out = Path(a.out) if a.out else study.eval_dir(run, a.eval_set) / study.eval_name(a.adapter)
+    if a.cmd == "tokens":
+        out = Path(a.out) if a.out else run / study.tokens_name(a.adapter)
+    study.check_model_reachable(cfg)
+    base = None if a.cmd == "base" else study.model_path(cfg, run)
+    if base is not None and study.builds_base(cfg) and (bad := provenance.model_folder_problem(base)):
+        raise config.ConfigError(f"{bad}; build the base again (python pipeline.py --config {a.config} --out {run} --stage base --force)")
+    return cfg, run, base, out, seed
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     try:
-        cfg = config.load(a.config, a.set)
-        run = Path(a.run) if a.run else study.default_run(a.config)
-        if a.cmd == "base" and not study.builds_base(cfg):
-            raise config.ConfigError("model.build / model.qwen_shape: this config builds no base model (it loads model.path)")
-        if a.cmd == "train":
-            if a.condition not in cfg.conditions:
-                raise config.ConfigError(f"--condition {a.condition!r}: not registered in conditions ({', '.join(cfg.conditions)})")
-            seeds = config.seeds_of(cfg, a.condition)
-            seed = seeds[0] if a.seed is None else a.seed
-            if seed not in seeds:
-                raise config.ConfigError(f"--seed {seed}: not a seed of condition {a.condition} {seeds} (train.seeds, train.seeds_by_condition)")
-        if a.cmd in ("eval", "tokens") and a.adapter and (bad := provenance.adapter_problem(a.adapter)):
-            identity = study.adapter_identity(a.adapter)
-            sets = "".join(f" --set {shlex.quote(x)}" for x in a.set)
-            redo = (f"run the pipeline on its folder (python pipeline.py --config {a.config} --out {Path(a.adapter).parent.parent}{sets}): "
-                    f"it moves that training run aside and retrains it, and redoes what reads it"
-                    if identity["condition"] else "give an intact adapter folder")
-            raise config.ConfigError(f"--adapter {a.adapter}: {bad}; {redo}")
-        if a.cmd == "eval" and a.eval_set != "test" and a.eval_set not in cfg.eval_sets:
-            raise config.ConfigError(f"--eval-set {a.eval_set!r}: not registered (test, or one of eval_sets: {', '.join(cfg.eval_sets) or 'none'})")
-        out_eval = None
-        if a.cmd == "eval":
-            out_eval = Path(a.out) if a.out else study.eval_dir(run, a.eval_set) / study.eval_name(a.adapter)
-        if a.cmd == "tokens":
-            out_eval = Path(a.out) if a.out else run / study.tokens_name(a.adapter)
-        study.check_model_reachable(cfg)
-        base = None if a.cmd == "base" else study.model_path(cfg, run)
-        if base is not None and study.builds_base(cfg) and (bad := provenance.model_folder_problem(base)):
-            raise config.ConfigError(f"{bad}; build the base again (python pipeline.py --config {a.config} --out {run} --stage base --force)")
+        cfg, run, base, out_eval, seed = checked(a)
     except config.ConfigError as e:
         print(f"grpo.py: {e}", file=sys.stderr)
         return 2
     run.mkdir(parents=True, exist_ok=True)
-    progress = not a.quiet
     replaced = {"eval": [out_eval], "tokens": [out_eval], "select": [run / "selection.json"], "lr-sweep": [run / "lr_choice.json"],
                 "probe": [run / f"probe_{t}.json" for t in cfg.probe.tasks]}.get(a.cmd, [])
-    when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    when = provenance.stamp()
     moved = []  # (old place, where it went): put back if this command fails before writing it again
     for old in replaced:  # a rerun by hand replaces nothing in place: RUN/superseded/<time>/
         if old.resolve().is_relative_to(run.resolve()) and (dest := provenance.move_aside(run.resolve(), old.resolve(), when)):
@@ -583,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"moved aside {old} -> {dest} (this command writes it again)", flush=True)
     rc = 1
     try:
-        rc = run_command(a, cfg, run, base, out_eval, progress, seed if a.cmd == "train" else None)
+        rc = run_command(a, cfg, run, base, out_eval, not a.quiet, seed)
     except KeyboardInterrupt:
         rc = 130
         raise
@@ -591,34 +594,6 @@ def main(argv: list[str] | None = None) -> int:
         if rc != 0:
             provenance.put_back(moved, run.resolve() / "superseded" / when)
     return rc
-
-
-def job_label(a, seed: int | None) -> str:
-    """The job a command is, as the pipeline names it: train many s0, eval base (test), ..."""
-    if a.cmd == "train":
-        return f"train {a.condition} s{seed}"
-    if a.cmd in ("eval", "tokens"):
-        return f"{a.cmd} {a.adapter or 'base'}" + (f" ({a.eval_set})" if a.cmd == "eval" else "")
-    return a.cmd
-
-
-def memory_state(cfg: config.Config) -> str:
-    """What the device had when memory ran out: its total and free memory, this process's peak."""
-    device = pick_device(cfg)
-    if device.type == "cuda":
-        free, total = torch.cuda.mem_get_info(device)
-        return (f"on {device} ({total / 2**30:.1f} GiB in all, {free / 2**30:.1f} GiB free; this process peaked at "
-                f"{torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB allocated, {torch.cuda.max_memory_reserved(device) / 2**30:.1f} "
-                "GiB reserved)")
-    import resource
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-    return f"on the CPU ({free_memory_gib(device):.1f} GiB available now; this process peaked at {peak:.1f} GiB resident)"
-
-
-def out_of_memory(e: BaseException) -> bool:
-    """CUDA's out-of-memory error, or the CPU allocator's."""
-    return isinstance(e, torch.OutOfMemoryError) or "can't allocate memory" in str(e)
 
 
 def run_command(a, cfg: config.Config, run: Path, base: str | None, out_eval: Path | None, progress: bool, seed: int | None) -> int:
@@ -648,7 +623,8 @@ def run_command(a, cfg: config.Config, run: Path, base: str | None, out_eval: Pa
                 print(path)
     except (FileNotFoundError, ValueError, Diverged, RuntimeError) as e:
         if out_of_memory(e):
-            print(f"grpo.py: {job_label(a, seed)} ran out of memory {memory_state(cfg)}; "
+            job = study.job_label(a.cmd, getattr(a, "condition", None), seed, getattr(a, "adapter", None), getattr(a, "eval_set", None))
+            print(f"grpo.py: {job} ran out of memory {memory_state(pick_device(cfg))}; "
                   f"{study.memory_advice(cfg, a.cmd, getattr(a, 'eval_set', 'test'))}", file=sys.stderr)
             return study.EXIT_OUT_OF_MEMORY
         print(f"grpo.py {a.cmd}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}", file=sys.stderr)

@@ -6,11 +6,9 @@ This module imports no torch: with --jobs 1 a job's grpo.py runs in this process
 """
 from __future__ import annotations
 
-import json
 import os
 import runpy
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -28,12 +26,7 @@ def log(msg: str) -> None:
     print(f"[pipeline {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-class Refused(Exception):
-    """An output in the run folder was made under another config (or the folder is locked)."""
+now = provenance.now  # the manifest's time stamps
 
 
 @dataclass
@@ -306,67 +299,3 @@ def fmt_minutes(est: tuple, cost=None) -> str:
     left = (f"{kinds} not measured yet, {cost.describe(bound)}" if cost is not None and bound is not None
             else f"{kinds} not measured yet (measured once {first} {'have' if len(unknown) > 1 else 'has'} run)")
     return left if sec == 0 else f"{text}, plus {left}"
-
-
-# ============================================================================= the run folder
-
-
-class Lock:
-    """RUN/.pipeline.lock: one pipeline per run folder. A lock whose process is gone (killed) is
-    reported and taken over, not obeyed forever."""
-
-    def __init__(self, run: Path):
-        self.path = run / ".pipeline.lock"
-        self.held = False
-
-    def acquire(self) -> None:
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": now()}
-        for _ in range(2):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                other = provenance.read_json(self.path) or {}
-                if other.get("host") == me["host"] and _alive(other.get("pid")):
-                    raise Refused(f"{self.path.parent} is in use by another pipeline.py (pid {other.get('pid')}, started "
-                                  f"{other.get('started')}); wait for it to finish or stop it")
-                if other.get("host") not in (None, me["host"]):
-                    raise Refused(f"{self.path} is held by host {other['host']} (pid {other.get('pid')}); if that run is dead, delete the file")
-                log(f"stale lock from pid {other.get('pid')} (no longer running, started {other.get('started')}): taken over")
-                self.path.unlink(missing_ok=True)
-                continue
-            with os.fdopen(fd, "w") as f:
-                json.dump(me, f)
-            self.held = True
-            return
-        raise Refused(f"{self.path}: could not take the lock")
-
-    def release(self) -> None:
-        if self.held:
-            self.path.unlink(missing_ok=True)
-            self.held = False
-
-
-def _alive(pid) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-class Aside:
-    """Moves outputs a rerun replaces to RUN/superseded/<time>/ (never deletes a result); one
-    <time> folder per pipeline run."""
-
-    def __init__(self, run: Path):
-        self.run = run
-        self.when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-
-    def move(self, path: Path, why: str) -> None:
-        dest = provenance.move_aside(self.run, path, self.when)
-        if dest is not None:
-            log(f"moved aside {path.relative_to(self.run)} -> {dest.relative_to(self.run)} ({why})")

@@ -411,3 +411,31 @@ def completion_logprobs(model, ids, attn, pos, Lc: int, with_entropy: bool = Fal
     lse = logits.logsumexp(-1)  # (b, Lc)
     logp = logits.gather(-1, targets[..., None]).squeeze(-1) - lse  # (b, Lc)
     return logp, lse - (logits.softmax(-1) * logits).sum(-1)  # (b, Lc): H = logsumexp - E_pi[logit]
+
+
+def memory_state(device: torch.device) -> str:
+    """What the device had when memory ran out: its total and free memory, this process's peak."""
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        return (f"on {device} ({total / 2**30:.1f} GiB in all, {free / 2**30:.1f} GiB free; this process peaked at "
+                f"{torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB allocated, {torch.cuda.max_memory_reserved(device) / 2**30:.1f} "
+                "GiB reserved)")
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+    return f"on the CPU ({free_memory_gib(device):.1f} GiB available now; this process peaked at {peak:.1f} GiB resident)"
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """CUDA's out-of-memory error, or the CPU allocator's."""
+    return isinstance(e, torch.OutOfMemoryError) or "can't allocate memory" in str(e)
+
+
+def peak_memory_mb(device: torch.device) -> tuple[float, float]:
+    """(allocated, reserved) peak MiB of this step on CUDA; on a CPU the process's peak RSS, twice."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20, torch.cuda.max_memory_reserved(device) / 2**20
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB -> MiB (process peak RSS)
+    return rss, rss

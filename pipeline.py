@@ -51,9 +51,9 @@ from pathlib import Path
 import config
 import provenance
 import study
-from jobs import (Aside, Job, Lock, Refused, Runner, assign_gpus, estimate_seconds, fmt_minutes, in_worker, log, now, run_grpo,
-                  visible_gpus)
-from stages import JOB_STAGES, STAGES, MissingInput, Plan, check_inputs, check_stage, registered_stages, remake_note
+from jobs import Job, Runner, assign_gpus, estimate_seconds, fmt_minutes, in_worker, log, now, run_grpo, visible_gpus
+from stages import (JOB_STAGES, STAGES, Aside, Lock, MissingInput, Plan, Refused, check_inputs, check_stage, registered_stages,
+                    remake_note)
 
 ROOT = Path(__file__).resolve().parent
 
@@ -162,7 +162,7 @@ def print_jobs(plan: Plan, todo: list[str], config_path: str, out: Path, sets: l
                                                  *sum((["--set", s] for s in sets), [])]))
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None):
     p = argparse.ArgumentParser(description="Run the study's stages in PLAN.md's order.")
     p.add_argument("--config", required=True, help="YAML config, e.g. configs/smoke.yaml")
     p.add_argument("--out", default=None, help="run folder (default: results/<config name>)")
@@ -179,17 +179,44 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--print-jobs", action="store_true", help="print what is left as shell commands (for a scheduler) and exit")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. train.steps=10")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    a = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def checked_config(a) -> config.Config:
+    """The config, with the command line's own checks; sets a.gpu_slots. Raises ConfigError."""
+    cfg = config.load(a.config, a.set)
+    if a.condition and a.stage != "train":
+        raise config.ConfigError("--condition goes with --stage train")
+    if a.condition and a.condition not in cfg.conditions:
+        raise config.ConfigError(f"--condition {a.condition!r}: not registered in conditions ({', '.join(cfg.conditions)})")
+    if a.jobs < 1:
+        raise config.ConfigError(f"--jobs {a.jobs}: must be >= 1")
+    gpus = [] if cfg.device == "cpu" else [g.strip() for g in a.gpus.split(",")] if a.gpus else visible_gpus()
+    a.gpu_slots = assign_gpus(a.jobs, gpus) if a.executor == "local" else gpus
+    return cfg
+
+
+def plan_only(plan: Plan, todo: list[str], a, unreachable: str | None) -> int:
+    """--dry-run and --print-jobs: the plan from the config alone, nothing written."""
+    if unreachable:
+        print(f"# not here yet, and every stage needs it: {unreachable}")
     try:
-        cfg = config.load(a.config, a.set)
-        if a.condition and a.stage != "train":
-            raise config.ConfigError("--condition goes with --stage train")
-        if a.condition and a.condition not in cfg.conditions:
-            raise config.ConfigError(f"--condition {a.condition!r}: not registered in conditions ({', '.join(cfg.conditions)})")
-        if a.jobs < 1:
-            raise config.ConfigError(f"--jobs {a.jobs}: must be >= 1")
-        gpus = [] if cfg.device == "cpu" else [g.strip() for g in a.gpus.split(",")] if a.gpus else visible_gpus()
-        a.gpu_slots = assign_gpus(a.jobs, gpus) if a.executor == "local" else gpus
+        if not plan.run.exists():
+            print(f"# run folder {plan.run} does not exist yet: every stage is to do")
+        if a.dry_run:
+            dry_run(plan, todo, a.jobs)
+        else:
+            print_jobs(plan, todo, a.config, plan.run, a.set)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader stopped early (`| head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    try:
+        cfg = checked_config(a)
     except config.ConfigError as e:
         print(f"pipeline.py: {e}", file=sys.stderr)
         return 2
@@ -205,23 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan(cfg, run, a.config, a.set)
     todo = [a.stage] if a.stage else registered_stages(cfg)
     if a.dry_run or a.print_jobs:
-        if unreachable:
-            print(f"# not here yet, and every stage needs it: {unreachable}")
-        try:
-            if not run.exists():
-                print(f"# run folder {run} does not exist yet: every stage is to do")
-            if a.dry_run:
-                dry_run(plan, todo, a.jobs)
-            else:
-                print_jobs(plan, todo, a.config, run, a.set)
-            sys.stdout.flush()
-        except BrokenPipeError:  # the reader stopped early (`| head`): not an error
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-
-    group = tuple(x for x in todo if x in JOB_STAGES)
+        return plan_only(plan, todo, a, unreachable)
     try:  # the first stage's inputs come from earlier runs: check them before anything is written
-        check_inputs(plan, todo[0], a.condition, group)
+        check_inputs(plan, todo[0], a.condition, tuple(x for x in todo if x in JOB_STAGES))
     except MissingInput as e:
         print(f"pipeline.py: stage {todo[0]} cannot run: {e}", file=sys.stderr)
         return 2
@@ -231,86 +244,121 @@ def main(argv: list[str] | None = None) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, terminated)
-    lock = Lock(run)
-    stages: dict = {}
-    jobs_status: dict = {}
-    current = None
-    opened = False  # the folder is ours (made, locked, its manifest read): from here a failure is a stage's
-    t_all = time.perf_counter()
-    try:
-        run.mkdir(parents=True, exist_ok=True)
-        lock.acquire()
-        old = provenance.read_json(run / "manifest.json") or {}
-        stages, jobs_status = old.get("stages", {}), old.get("jobs", {})
-        end_states(stages, jobs_status, "interrupted", "the pipeline that ran it ended without saying how (killed?)")
-        aside = Aside(run)
-        opened = True
-        i = 0
-        while i < len(todo):
-            s = todo[i]
-            current = s
+    return Session(plan, todo, a).run()
+
+
+class Session:
+    """One pipeline run over a run folder: it takes the lock, keeps the manifest's stage and job
+    states, runs the stages in order, and turns how it ended into an exit code and one line (ENDINGS)."""
+
+    def __init__(self, plan: Plan, todo: list[str], a):
+        self.plan, self.todo, self.a = plan, todo, a
+        self.stages: dict = {}
+        self.jobs: dict = {}
+        self.current: str | None = None
+        self.opened = False  # the folder is ours (made, locked, its manifest read): from here a failure is a stage's
+
+    def manifest(self) -> None:
+        write_manifest(self.plan.run, self.plan.cfg, self.stages, self.jobs)
+
+    def run(self) -> int:
+        run, lock, t_all = self.plan.run, Lock(self.plan.run), time.perf_counter()
+        try:
+            run.mkdir(parents=True, exist_ok=True)
+            lock.acquire()
+            old = provenance.read_json(run / "manifest.json") or {}
+            self.stages, self.jobs = old.get("stages", {}), old.get("jobs", {})
+            end_states(self.stages, self.jobs, "interrupted", "the pipeline that ran it ended without saying how (killed?)")
+            aside = Aside(run)
+            self.opened = True
+            rc = self.stages_in_order(aside)
+            if rc:
+                return rc
+            self.current = None
+        except BaseException as e:  # every ending is recorded; ENDINGS says which end as what
+            return self.ended(e)
+        finally:
+            lock.release()
+        report = run / "report.md"
+        log(f"all done in {time.perf_counter() - t_all:.1f} s" + (f"; see {report}" if "analyze" in self.todo and report.exists() else ""))
+        return 0
+
+    def stages_in_order(self, aside: Aside) -> int:
+        """Every stage of todo in order; the job stages as one group. Returns a job group's exit code."""
+        plan, a, todo = self.plan, self.a, self.todo
+        group = [s for s in todo if s in JOB_STAGES]  # contiguous in PLAN.md's order
+        for s in todo:
             if s in JOB_STAGES:
-                group = [x for x in todo[i:] if x in JOB_STAGES]
-                i += len(group)
-                rc = run_jobs(plan, group, a, stages, jobs_status, aside)
+                if s != group[0]:
+                    continue  # run with the first of its group
+                self.current = s
+                rc = run_jobs(plan, group, a, self.stages, self.jobs, aside)
                 if rc:
-                    end_states(stages, jobs_status, "failed", f"stage {current} failed", todo[i:])
-                    write_manifest(run, cfg, stages, jobs_status)
+                    end_states(self.stages, self.jobs, "failed", f"stage {self.current} failed", todo[todo.index(group[-1]) + 1:])
+                    self.manifest()
                     return rc
                 continue
-            i += 1
-            check_inputs(plan, s)
-            check_stage(plan, s, a.force, aside)
-            if plan.done(s) and not (a.force and a.stage == s):
-                log(f"{s}: done, skipped")
-                stages[s] = done_record(stages.get(s, {}))
-                continue
-            if a.force and a.stage == s:
-                for path, _, _ in plan.outputs(s):
-                    aside.move(path, "--force")
-            log(f"{s}: running")
-            stages[s] = {"status": "running", "started": now()}
-            write_manifest(run, cfg, stages, jobs_status)
-            t0 = time.perf_counter()
-            run_single(s, plan, a.quiet, a.gpu_slots[0] if a.gpu_slots else None)
-            stages[s] = {"status": "done", "seconds": round(time.perf_counter() - t0, 1), "finished": now()}
-            write_manifest(run, cfg, stages, jobs_status)
-            log(f"{s}: done in {stages[s]['seconds']:.1f} s")
-        current = None
-    except Refused as e:
-        print(f"pipeline.py: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        current = under_way(stages, todo, current)
-        _mark(run, cfg, stages, jobs_status, todo, current, "interrupted", "Ctrl-C or a signal")
-        print(f"pipeline.py: interrupted during stage {current}; run the same command again: {resumes(cfg, current)}", file=sys.stderr)
-        return 130
-    except OSError as e:
-        what = f"{e.strerror} ({e.filename or run})" if e.strerror else str(e)  # a system call's error, or ours with a message
-        if not opened:  # the run folder itself: not there to make, not writable, on a read-only file system
-            print(f"pipeline.py: cannot write in {run}: {what}; give a folder you can write: --out DIR", file=sys.stderr)
+            self.current = s
+            self.single(s, aside)
+        return 0
+
+    def single(self, s: str, aside: Aside) -> None:
+        plan, a = self.plan, self.a
+        check_inputs(plan, s)
+        check_stage(plan, s, a.force, aside)
+        if plan.done(s) and not (a.force and a.stage == s):
+            log(f"{s}: done, skipped")
+            self.stages[s] = done_record(self.stages.get(s, {}))
+            return
+        if a.force and a.stage == s:
+            for path, _, _ in plan.outputs(s):
+                aside.move(path, "--force")
+        log(f"{s}: running")
+        self.stages[s] = {"status": "running", "started": now()}
+        self.manifest()
+        t0 = time.perf_counter()
+        run_single(s, plan, a.quiet, a.gpu_slots[0] if a.gpu_slots else None)
+        self.stages[s] = {"status": "done", "seconds": round(time.perf_counter() - t0, 1), "finished": now()}
+        self.manifest()
+        log(f"{s}: done in {self.stages[s]['seconds']:.1f} s")
+
+    def ended(self, e: BaseException) -> int:
+        """How an exception ends the run: its line, the manifest's states, the exit code (ENDINGS)."""
+        run, cfg = self.plan.run, self.plan.cfg
+        if isinstance(e, Refused):
+            print(f"pipeline.py: {e}", file=sys.stderr)
+            return 2
+        if isinstance(e, OSError) and not self.opened:  # the run folder itself: not there to make, not writable, read-only
+            print(f"pipeline.py: cannot write in {run}: {_os_words(e, run)}; give a folder you can write: --out DIR", file=sys.stderr)
             return 1
-        current = under_way(stages, todo, current)
-        _mark(run, cfg, stages, jobs_status, todo, current, "failed", what)
-        print(f"pipeline.py: stage {current} failed: {what}", file=sys.stderr)
-        return 1
-    except (MissingInput, StageFailed, FileNotFoundError, ValueError, RuntimeError, config.ConfigError) as e:
-        current = under_way(stages, todo, current)
-        _mark(run, cfg, stages, jobs_status, todo, current, "failed", str(e))
-        print(f"pipeline.py: stage {current} {'cannot run' if isinstance(e, MissingInput) else 'failed'}: {e}", file=sys.stderr)
-        return 1
-    except Exception as e:  # a bug: its traceback is for a report, and the manifest still says how the run ended
-        current = under_way(stages, todo, current)
-        _mark(run, cfg, stages, jobs_status, todo, current, "failed", f"{type(e).__name__}: {e}")
-        traceback.print_exc()
-        print(f"pipeline.py: stage {current} failed with an unexpected {type(e).__name__} (the traceback above is for a bug "
-              f"report); {run / 'manifest.json'} records it as failed", file=sys.stderr)
-        return 1
-    finally:
-        lock.release()
-    report = run / "report.md"
-    log(f"all done in {time.perf_counter() - t_all:.1f} s" + (f"; see {report}" if "analyze" in todo and report.exists() else ""))
-    return 0
+        stage = under_way(self.stages, self.todo, self.current)
+        for types, code, status, words in ENDINGS:
+            if isinstance(e, types):
+                why = {"interrupted": "Ctrl-C or a signal"}.get(status) or (_os_words(e, run) if isinstance(e, OSError) else
+                                                                            f"{type(e).__name__}: {e}" if types == (Exception,) else str(e))
+                _mark(run, cfg, self.stages, self.jobs, self.todo, stage, status, why)
+                if types == (Exception,):  # a bug: its traceback is for a report
+                    traceback.print_exc()
+                print("pipeline.py: " + words.format(stage=stage, e=e, why=why, resumes=resumes(cfg, stage), name=type(e).__name__,
+                                                     manifest=run / "manifest.json"), file=sys.stderr)
+                return code
+        raise e  # SystemExit and the like: not ours to end
+
+
+def _os_words(e: OSError, run: Path) -> str:
+    return f"{e.strerror} ({e.filename or run})" if e.strerror else str(e)  # a system call's error, or ours with a message
+
+
+# How the pipeline ends, in the order they are tried: the exception types, the exit code, the status the
+# stage under way and everything after it get in the manifest, and the one line (Session.ended).
+ENDINGS = (
+    ((KeyboardInterrupt,), 130, "interrupted", "interrupted during stage {stage}; run the same command again: {resumes}"),
+    ((OSError,), 1, "failed", "stage {stage} failed: {why}"),
+    ((MissingInput,), 1, "failed", "stage {stage} cannot run: {e}"),
+    ((StageFailed, ValueError, RuntimeError, config.ConfigError), 1, "failed", "stage {stage} failed: {e}"),
+    ((Exception,), 1, "failed", "stage {stage} failed with an unexpected {name} (the traceback above is for a bug report); "
+                                "{manifest} records it as failed"),
+)
 
 
 def done_record(old: dict) -> dict:
@@ -382,26 +430,7 @@ def job_stage(name: str) -> str:
 def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, aside: Aside) -> int:
     """The train and eval stages as one set of jobs (an evaluation starts when its training run is done)."""
     run, cfg = plan.run, plan.cfg
-    for s in group:  # every input known good before anything is moved aside
-        check_inputs(plan, s, a.condition, tuple(group))
-    for s in group:
-        check_stage(plan, s, a.force, aside)
-    if a.force and a.stage in group:
-        for path, _, _ in plan.outputs(a.stage):
-            if a.stage != "train" or not a.condition or path.name.startswith(f"train_{a.condition}_s"):
-                aside.move(path, "--force")
-    jobs = plan.jobs(group, a.condition)
-    not_done = {j.name for j in (plan.jobs(group) if a.condition else jobs)}  # every condition's, not only --condition's
-    design = {j.name: j for j in plan.jobs(group, done_too=True)}
-    for name in [k for k in jobs_status if job_stage(k) in group and k not in design]:
-        del jobs_status[name]  # a job of another design: its outputs were moved aside (check_stage)
-    for name, j in design.items():  # its output is done: so is the job, whatever an earlier run recorded
-        if name not in not_done and jobs_status.get(name, {}).get("status") != "done":
-            jobs_status[name] = {"status": "done", "command": j.command()}
-    for s in group:
-        if not any(j.stage == s for j in jobs):
-            log(f"{s}: done, skipped")
-            stages[s] = done_record(stages.get(s, {}))
+    jobs = prepare_jobs(plan, group, a, stages, jobs_status, aside)
     if not jobs:
         write_manifest(run, cfg, stages, jobs_status)
         return 0
@@ -437,13 +466,45 @@ def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, a
 
     status = Runner(run, cfg.threads, a.jobs, a.executor, a.ray_address, a.quiet, on_start, on_done, a.gpu_slots,
                     cost=plan.cost_model()).run(jobs)
+    return finish_jobs(plan, group, jobs, status, a, stages, jobs_status, round(time.perf_counter() - t0, 1))
+
+
+def prepare_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, aside: Aside) -> list[Job]:
+    """Check the group's inputs and outputs (moving aside what is stale, and what --force redoes),
+    bring the manifest's job states up to date with the outputs on disk, and return the jobs left."""
+    for s in group:  # every input known good before anything is moved aside
+        check_inputs(plan, s, a.condition, tuple(group))
+    for s in group:
+        check_stage(plan, s, a.force, aside)
+    if a.force and a.stage in group:
+        for path, _, _ in plan.outputs(a.stage):
+            if a.stage != "train" or not a.condition or path.name.startswith(f"train_{a.condition}_s"):
+                aside.move(path, "--force")
+    jobs = plan.jobs(group, a.condition)
+    not_done = {j.name for j in (plan.jobs(group) if a.condition else jobs)}  # every condition's, not only --condition's
+    design = {j.name: j for j in plan.jobs(group, done_too=True)}
+    for name in [k for k in jobs_status if job_stage(k) in group and k not in design]:
+        del jobs_status[name]  # a job of another design: its outputs were moved aside (check_stage)
+    for name, j in design.items():  # its output is done: so is the job, whatever an earlier run recorded
+        if name not in not_done and jobs_status.get(name, {}).get("status") != "done":
+            jobs_status[name] = {"status": "done", "command": j.command()}
+    for s in group:
+        if not any(j.stage == s for j in jobs):
+            log(f"{s}: done, skipped")
+            stages[s] = done_record(stages.get(s, {}))
+    return jobs
+
+
+def finish_jobs(plan: Plan, group: list[str], jobs: list[Job], status: dict, a, stages: dict, jobs_status: dict, sec: float) -> int:
+    """Record how each job and stage of the group ended; one line naming what failed (with the
+    out-of-memory advice where a job ran out of memory). Returns the exit code."""
+    run, cfg = plan.run, plan.cfg
     for name, st in status.items():
         jobs_status[name] = {**jobs_status.get(name, {}), **st}
     failed = [n for n, st in status.items() if st["status"] != "done"]
     not_run = [j.name for j in jobs if j.name not in status]
     for name in not_run:
         jobs_status[name] = {**jobs_status[name], "status": "not started", "error": "it waits for a job that failed"}
-    sec = round(time.perf_counter() - t0, 1)
     for s in group:
         mine = [j for j in jobs if j.stage == s]
         if mine:

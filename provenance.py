@@ -126,6 +126,16 @@ def readable_by_all(folder: str | Path) -> None:
             os.chmod(f, FILE_MODE)
 
 
+def stamp() -> str:
+    """A time stamp for a folder name (superseded/<stamp>/): 20261201T235959Z, UTC."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+
+def now() -> str:
+    """A time stamp for a record: 2026-12-01T23:59:59Z, UTC."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def move_aside(run: Path, path: Path, when: str | None = None) -> Path | None:
     """Move `path` (inside the run folder `run`) to RUN/superseded/<when>/<its path in the run>,
     never deleting it; `when` defaults to now (UTC, to the second). Returns where it went, or None
@@ -133,7 +143,7 @@ def move_aside(run: Path, path: Path, when: str | None = None) -> Path | None:
     path, run = Path(path), Path(run)
     if not path.exists():
         return None
-    dest = run / "superseded" / (when or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())) / path.relative_to(run)
+    dest = run / "superseded" / (when or stamp()) / path.relative_to(run)
     dest.parent.mkdir(parents=True, exist_ok=True)
     os.replace(path, dest)
     return dest
@@ -426,5 +436,5 @@ def record(cfg: config.Config, stage: str, extra=None, device: str | None = None
         "revision": code_revision(),
         "versions": versions(),
         "device": device,
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "time": now(),
     }

@@ -116,6 +116,8 @@ def read_design(run: Path, base: dict | None = None) -> Design:
     seeds = train.get("seeds", [0])
     steps = train.get("checkpoints")
     an = {**ANALYZE_DEFAULTS, "seed": cfg.get("seed", 0), **cfg.get("analyze", {})}  # older runs: the bootstrap used the top-level seed
+    if an.get("calibration") is not None:  # its own defaults, key by key (a config may name a few)
+        an["calibration"] = {**config.to_dict(config.CalibrationCfg()), **an["calibration"]}
 
     def need(ok, key, what):
         if not ok:

@@ -176,29 +176,9 @@ def sample_eager(model, prompts: list[list[int]], n: int, s: config.SamplingCfg,
     temperatures compare; it draws nothing, so the samples are the same either way."""
     device = next(model.parameters()).device
     gen = torch.Generator(device=device).manual_seed(seed)
-    ids, mask = left_pad(prompts, pad)  # (P, Lp)
-    padded = len({len(p) for p in prompts}) > 1  # does any row in the decoding batch carry padding? (kept on the host)
-    padded_rows = (mask == 0).any(-1)  # (P,) prompts shorter than the longest
-    ids, mask, padded_rows = ids.to(device), mask.to(device), padded_rows.to(device)
-    P, Lp = ids.shape
     T = s.max_new_tokens
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # (P, Lp): positions count real tokens only
-    cache = kv_cache(model, Lp + T)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True,
-                   logits_to_keep=last_positions(Lp, 1, device)).logits[:, -1]  # (P, V)
-    cache.batch_repeat_interleave(n)  # (P*n, ...) every sample starts from its prompt's cache
-    logits = logits.repeat_interleave(n, 0)  # (B, V), B = P*n
-    B = P * n
-    # The decode steps' attention mask, built once: (B, 1, 1, Lp+T), True = attend, the prompt's
-    # padding then ones. Given 4-D, transformers uses it as it is (the sdpa mask it would build for
-    # one query) instead of rebuilding it and asking the device whether it is all ones, per token.
-    # When no row in the batch is padded, no mask is passed: transformers would drop an all-ones
-    # mask itself, and attention without one takes another kernel path (GQA inside SDPA) whose
-    # numbers differ in the last bits from the masked path.
-    full_mask = torch.ones((B, 1, 1, Lp + T), dtype=torch.bool, device=device)
-    full_mask[:, 0, 0, :Lp] = mask.repeat_interleave(n, 0).bool()
-    padded_rows = padded_rows.repeat_interleave(n, 0)  # (B,)
-    next_pos = pos[:, -1:].repeat_interleave(n, 0) + 1  # (B, 1)
+    logits, cache, full_mask, padded, padded_rows, next_pos, Lp = prefill(model, prompts, n, pad, T)
+    B = logits.shape[0]
     out = torch.full((B, max(T, 1)), NONE, dtype=torch.long, device=device)  # (B, T) every sample's tokens
     alive = torch.arange(B, device=device)  # row -> sample index
     done = torch.zeros(B, dtype=torch.bool, device=device)  # (b,) the row has emitted a stop token
@@ -242,6 +222,36 @@ def sample_eager(model, prompts: list[list[int]], n: int, s: config.SamplingCfg,
     if nan_seen.item():
         raise RuntimeError(NAN_MESSAGE)
     return collect(out[:, :T], ent_sum if entropy else None, logp_out[:, :T] if entropy else None, stops)
+
+
+def prefill(model, prompts: list[list[int]], n: int, pad: int, T: int):
+    """Run the prompts once and give each of their n samples the prompt's cache: (logits (B, V),
+    cache, the decode steps' mask (B, 1, 1, Lp+T), whether any row is padded, which rows are (B,),
+    the next positions (B, 1), Lp), B = P*n, prompt-major."""
+    device = next(model.parameters()).device
+    ids, mask = left_pad(prompts, pad)  # (P, Lp)
+    padded = len({len(p) for p in prompts}) > 1  # does any row in the decoding batch carry padding? (kept on the host)
+    padded_rows = (mask == 0).any(-1)  # (P,) prompts shorter than the longest
+    ids, mask, padded_rows = ids.to(device), mask.to(device), padded_rows.to(device)
+    P, Lp = ids.shape
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # (P, Lp): positions count real tokens only
+    cache = kv_cache(model, Lp + T)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True,
+                   logits_to_keep=last_positions(Lp, 1, device)).logits[:, -1]  # (P, V)
+    cache.batch_repeat_interleave(n)  # (P*n, ...) every sample starts from its prompt's cache
+    logits = logits.repeat_interleave(n, 0)  # (B, V), B = P*n
+    B = P * n
+    # The decode steps' attention mask, built once: (B, 1, 1, Lp+T), True = attend, the prompt's
+    # padding then ones. Given 4-D, transformers uses it as it is (the sdpa mask it would build for
+    # one query) instead of rebuilding it and asking the device whether it is all ones, per token.
+    # When no row in the batch is padded, no mask is passed: transformers would drop an all-ones
+    # mask itself, and attention without one takes another kernel path (GQA inside SDPA) whose
+    # numbers differ in the last bits from the masked path.
+    full_mask = torch.ones((B, 1, 1, Lp + T), dtype=torch.bool, device=device)
+    full_mask[:, 0, 0, :Lp] = mask.repeat_interleave(n, 0).bool()
+    padded_rows = padded_rows.repeat_interleave(n, 0)  # (B,)
+    next_pos = pos[:, -1:].repeat_interleave(n, 0) + 1  # (B, 1)
+    return logits, cache, full_mask, padded, padded_rows, next_pos, Lp
 
 
 NONE = -1  # marks a slot with no token (the sample had finished, or left the batch)

@@ -74,71 +74,78 @@ def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], 
     (find_twins), at the last checkpoint; a hypothesis whose conditions are not registered, or whose
     evaluations are missing, is listed as skipped with the reason. Seeds of the two conditions are
     drawn independently (compare_conditions), problems shared."""
-    out = {"step": last, "scorings": dict(CONTROL_SCORING), "h4": [], "h5": [], "h6": [], "skipped": []}
-    by_key = {(e["condition"], e["step"], e["scoring"]): e for e in entries}
+    c = Controls(design, base, rl, {(e["condition"], e["step"], e["scoring"]): e for e in entries}, B, bseed, ci, last, k_max, n_base, n)
+    st = design.settings
+    for h, varied, treated, ask, none in (
+            ("H4", "kl", lambda s: s["kl"] > 0, c.h4, "no registered condition with a KL anchor (kl > 0) and an unanchored twin"),
+            ("H5", "reward", lambda s: s["reward"] == "format", c.h5, "no registered format-reward condition with a strict-reward twin"),
+            ("H6", "method", lambda s: s["method"] in ("rft", "sft"), c.h6, "no registered rft or sft condition with a GRPO twin")):
+        pairs = find_twins(st, varied, treated)
+        if not pairs:
+            c.out["skipped"].append({"hypothesis": h, "conditions": [], "why": none})
+        for treated_name, twin in pairs:
+            if c.ready(h, treated_name, twin):
+                c.out[h.lower()].append(ask(treated_name, twin))
+    return c.out
 
-    def seeds_of(c):
-        return [s for s in design.seeds_of(c) if (c, s, last) in rl]
 
-    def contrast(sc, a, b):
-        sa, sb = seeds_of(a), seeds_of(b)
-        summ, ra, rb = compare_conditions([_counts(rl[(a, s, last)], sc) for s in sa], [_counts(rl[(b, s, last)], sc) for s in sb],
-                                          _counts(base, sc), n, k_max, B, bseed, ci, n_base)
+class Controls:
+    """What H4-H6 share: the run's evaluations at the last checkpoint, the entries, the bootstrap."""
+
+    def __init__(self, design, base, rl, by_key, B, bseed, ci, last, k_max, n_base, n):
+        self.design, self.base, self.rl, self.by_key = design, base, rl, by_key
+        self.B, self.bseed, self.ci, self.last, self.k_max, self.n_base, self.n = B, bseed, ci, last, k_max, n_base, n
+        self.out = {"step": last, "scorings": dict(CONTROL_SCORING), "h4": [], "h5": [], "h6": [], "skipped": []}
+
+    def seeds_of(self, c: str) -> list[int]:
+        return [s for s in self.design.seeds_of(c) if (c, s, self.last) in self.rl]
+
+    def contrast(self, sc: str, a: str, b: str):
+        sa, sb = self.seeds_of(a), self.seeds_of(b)
+        summ, ra, rb = compare_conditions([_counts(self.rl[(a, s, self.last)], sc) for s in sa],
+                                          [_counts(self.rl[(b, s, self.last)], sc) for s in sb], _counts(self.base, sc), self.n,
+                                          self.k_max, self.B, self.bseed, self.ci, self.n_base)
         return summ, ra, rb, sa, sb
 
-    def ready(h, a, b) -> bool:
-        lacking = [c for c in (a, b) if not seeds_of(c)]
+    def ready(self, h: str, a: str, b: str) -> bool:
+        lacking = [c for c in (a, b) if not self.seeds_of(c)]
         if lacking:
-            out["skipped"].append({"hypothesis": h, "conditions": [a, b], "why": f"no evaluation of {', '.join(lacking)} at step {last}"})
+            self.out["skipped"].append({"hypothesis": h, "conditions": [a, b], "why": f"no evaluation of {', '.join(lacking)} at step {self.last}"})
         return not lacking
 
-    st = design.settings
-    pairs = find_twins(st, "kl", lambda s: s["kl"] > 0)
-    if not pairs:
-        out["skipped"].append({"hypothesis": "H4", "conditions": [], "why": "no registered condition with a KL anchor (kl > 0) and an unanchored twin"})
-    for anchored, plain in pairs:
-        sc = CONTROL_SCORING["H4"]
-        if not ready("H4", anchored, plain):
-            continue
-        ea, eb = by_key[(anchored, last, sc)], by_key[(plain, last, sc)]
-        summ, _, _, sa, sb = contrast(sc, anchored, plain)
+    def h4(self, anchored: str, plain: str) -> dict:
+        """The anchored entry's base-null equivalence and the unanchored twin's fall (their adjusted tests), and their contrast."""
+        sc, last = CONTROL_SCORING["H4"], self.last
+        ea, eb = self.by_key[(anchored, last, sc)], self.by_key[(plain, last, sc)]
+        summ, _, _, sa, sb = self.contrast(sc, anchored, plain)
         bn_a, bn_b = ea["base_null"], eb["base_null"]  # H4 is about the base: the base-null reading's adjusted tests
-        out["h4"].append({
-            "anchored": anchored, "unanchored": plain, "kl": st[anchored]["kl"], "step": last, "scoring": sc, "k_max": k_max,
-            "anchored_passk_diff": ea["passk_diff"], "anchored_passk_ci90": ea["passk_ci90"], "anchored_p_equiv_adj": bn_a["p_equiv_adj"],
-            "anchored_ceiling_equivalent": bn_a["ceiling_equivalent"],
-            "unanchored_passk_diff": eb["passk_diff"], "unanchored_passk_ci": eb["passk_ci"],
-            "unanchored_p_falls_adj": bn_b["p_falls_adj"], "unanchored_ceiling_falls": bn_b["ceiling_falls"],
-            # not decided (None) where the unanchored ceiling falls but the anchored one's equivalence was not asked
-            "holds": False if not bn_b["ceiling_falls"] else None if bn_a["ceiling_equivalent"] is None else bool(bn_a["ceiling_equivalent"]),
-            "contrast": summ["diff_passk"], "contrast_ci": summ["ci_passk"], "seeds_anchored": sa, "seeds_unanchored": sb,
-            "contrast_curve": {k: summ[k] for k in ("diff", "lo", "hi", "crit", "level")}})
-    pairs = find_twins(st, "reward", lambda s: s["reward"] == "format")
-    if not pairs:
-        out["skipped"].append({"hypothesis": "H5", "conditions": [], "why": "no registered format-reward condition with a strict-reward twin"})
-    for fmt, ref in pairs:
+        return {"anchored": anchored, "unanchored": plain, "kl": self.design.settings[anchored]["kl"], "step": last, "scoring": sc,
+                "k_max": self.k_max, "anchored_passk_diff": ea["passk_diff"], "anchored_passk_ci90": ea["passk_ci90"],
+                "anchored_p_equiv_adj": bn_a["p_equiv_adj"], "anchored_ceiling_equivalent": bn_a["ceiling_equivalent"],
+                "unanchored_passk_diff": eb["passk_diff"], "unanchored_passk_ci": eb["passk_ci"],
+                "unanchored_p_falls_adj": bn_b["p_falls_adj"], "unanchored_ceiling_falls": bn_b["ceiling_falls"],
+                # not decided (None) where the unanchored ceiling falls but the anchored one's equivalence was not asked
+                "holds": False if not bn_b["ceiling_falls"] else None if bn_a["ceiling_equivalent"] is None else bool(bn_a["ceiling_equivalent"]),
+                "contrast": summ["diff_passk"], "contrast_ci": summ["ci_passk"], "seeds_anchored": sa, "seeds_unanchored": sb,
+                "contrast_curve": {k: summ[k] for k in ("diff", "lo", "hi", "crit", "level")}}
+
+    def h5(self, fmt: str, ref: str) -> dict:
+        """The format-only condition's share of its twin's strict pass@1 gain."""
         sc = CONTROL_SCORING["H5"]
-        if not ready("H5", fmt, ref):
-            continue
-        summ, ra, rb, sa, sb = contrast(sc, ref, fmt)  # a = the reference (its replicates are its entry's)
+        summ, ra, rb, sa, sb = self.contrast(sc, ref, fmt)  # a = the reference (its replicates are its entry's)
         d_ref, d_fmt = summ["delta_a"][0], summ["delta_b"][0]
-        out["h5"].append({
-            "condition": fmt, "reference": ref, "step": last, "scoring": sc, "gain": d_fmt, "gain_ci": summ["delta_b_ci_pass1"],
-            "reference_gain": d_ref, "reference_gain_ci": summ["delta_a_ci_pass1"], **ratio_estimate(d_fmt, d_ref, rb[:, 0], ra[:, 0], ci),
-            "seeds_condition": sb, "seeds_reference": sa})
-    pairs = find_twins(st, "method", lambda s: s["method"] in ("rft", "sft"))
-    if not pairs:
-        out["skipped"].append({"hypothesis": "H6", "conditions": [], "why": "no registered rft or sft condition with a GRPO twin"})
-    for other, rlc in pairs:
+        return {"condition": fmt, "reference": ref, "step": self.last, "scoring": sc, "gain": d_fmt, "gain_ci": summ["delta_b_ci_pass1"],
+                "reference_gain": d_ref, "reference_gain_ci": summ["delta_a_ci_pass1"],
+                **ratio_estimate(d_fmt, d_ref, rb[:, 0], ra[:, 0], self.ci), "seeds_condition": sb, "seeds_reference": sa}
+
+    def h6(self, other: str, rlc: str) -> dict:
+        """GRPO's pass@k curve against RFT's or SFT's: the contrast curve, its band, where they cross."""
         sc = CONTROL_SCORING["H6"]
-        if not ready("H6", other, rlc):
-            continue
-        summ, _, _, sa, sb = contrast(sc, rlc, other)
+        summ, _, _, sa, sb = self.contrast(sc, rlc, other)
         lead = summ["crossover"]["leader_at_k1"]
         summ["crossover"]["leader_at_k1"] = {"a": rlc, "b": other}.get(lead, "tie")
-        out["h6"].append({"rl": rlc, "other": other, "method": st[other]["method"], "step": last, "scoring": sc, **summ,
-                          "seeds_rl": sa, "seeds_other": sb})
-    return out
+        return {"rl": rlc, "other": other, "method": self.design.settings[other]["method"], "step": self.last, "scoring": sc, **summ,
+                "seeds_rl": sa, "seeds_other": sb}
 
 
 # ============================================================================= beyond n, diversity, out of distribution, tokens
@@ -167,7 +174,6 @@ def analyze_beyond(design: Design, base: dict, rl: dict, sets: dict, last: int, 
         bdoc, brl, n, prefix = base, rl, n_base, ""
     ext, B, seed = design.extrapolate_to, design.analyze["beyond_resamples"], design.seed
     models = [(None, bdoc)] + [(k, brl[k]) for k in _ordered(design, brl, last)]
-    fits, curves_out, check, contrasts, bound = [], {}, [], [], []
     sub = skipped = None
     if big:
         pos = {p["id"]: i for i, p in enumerate(base["problems"])}
@@ -178,6 +184,24 @@ def analyze_beyond(design: Design, base: dict, rl: dict, sets: dict, last: int, 
             sub = [pos[i] for i in ids]
     else:
         skipped = "no evaluation set has more samples per problem than the test set"
+    fits, curves_out, bound = fits_and_boundary(models, bdoc, base, prefix, sub, n_base, ext, B, seed, ci)
+    check, contrasts = checks(models, base, rl, sub, prefix, n_base, n_test, n, B, seed, ci) if sub is not None else ([], [])
+    covered = [r["covered"] for r in contrasts]
+    return {"set": big or "test", "n": n, "extrapolate_to": ext, "resamples": B, "model_used": "beta-binomial",
+            "fits": fits, "check": check, "contrasts": contrasts,
+            "contrast_coverage": {"covered": int(sum(covered)), "of": len(covered),
+                                  "median_width": float(np.median([r["error_ci"][1] - r["error_ci"][0] for r in contrasts])),
+                                  "mean_error": float(np.mean([r["error"] for r in contrasts])),
+                                  "mean_error_by_scoring": {sc: float(np.mean([r["error"] for r in contrasts if r["scoring"] == sc]))
+                                                            for sc in SCORINGS if any(r["scoring"] == sc for r in contrasts)}}
+            if covered else None,
+            "check_skipped": skipped, "boundary": bound, "_curves": curves_out}
+
+
+def fits_and_boundary(models: list, bdoc: dict, base: dict, prefix: str, sub, n_base: int, ext: int, B: int, seed: int, ci: float):
+    """Per model and scoring on the large set: the beta-binomial fit with its parametric band, and the
+    boundary counts against chance (the test set's base counts of the same problems as fresh samples)."""
+    fits, curves_out, bound = [], {}, []
     for j, (key, d) in enumerate(models):
         nd = d["sampling"]["n"]
         ks = np.unique(np.geomspace(nd, max(ext, nd), 64).round().astype(int))
@@ -202,31 +226,31 @@ def analyze_beyond(design: Design, base: dict, rl: dict, sets: dict, last: int, 
             if sub is not None:
                 row["null"] = boundary_null(_counts(bdoc, sc), c, nd, _counts(base, sc)[sub], n_base, seed=seed + 31 * j)
             bound.append(row)
-    if sub is not None:
-        for key, d in models:
-            td = base if key is None else rl.get(key)
-            if td is None:
-                continue
-            n_small = n_base if key is None else n_test
-            for sc in SCORINGS:
-                r = extrapolation_check(_counts(td, sc)[sub], n_small, _counts(d, sc), n)
-                check.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "fit_file": td["_file"],
-                              "target_file": prefix + d["_file"], "n_problems": len(sub), **r})
-                if key is not None:
-                    r = contrast_check(_counts(base, sc)[sub], n_base, _counts(td, sc)[sub], n_test, _counts(bdoc, sc), _counts(d, sc), n,
-                                       B, seed, ci)
-                    contrasts.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "fit_file": td["_file"],
-                                      "target_file": prefix + d["_file"], "n_problems": len(sub), **r})
-    covered = [r["covered"] for r in contrasts]
-    return {"set": big or "test", "n": n, "extrapolate_to": ext, "resamples": B, "model_used": "beta-binomial",
-            "fits": fits, "check": check, "contrasts": contrasts,
-            "contrast_coverage": {"covered": int(sum(covered)), "of": len(covered),
-                                  "median_width": float(np.median([r["error_ci"][1] - r["error_ci"][0] for r in contrasts])),
-                                  "mean_error": float(np.mean([r["error"] for r in contrasts])),
-                                  "mean_error_by_scoring": {sc: float(np.mean([r["error"] for r in contrasts if r["scoring"] == sc]))
-                                                            for sc in SCORINGS if any(r["scoring"] == sc for r in contrasts)}}
-            if covered else None,
-            "check_skipped": skipped, "boundary": bound, "_curves": curves_out}
+    return fits, curves_out, bound
+
+
+def checks(models: list, base: dict, rl: dict, sub: list, prefix: str, n_base: int, n_test: int, n: int, B: int, seed: int,
+           ci: float) -> tuple[list, list]:
+    """The model on the study's own data: fitted to the test set's counts of the large set's
+    problems, its pass@n (levels) and Delta pass@n (contrasts) against the large set's measurement.
+    models[0] is the base on the large set."""
+    check, contrasts = [], []
+    bdoc = models[0][1]
+    for key, d in models:
+        td = base if key is None else rl.get(key)
+        if td is None:
+            continue
+        n_small = n_base if key is None else n_test
+        for sc in SCORINGS:
+            r = extrapolation_check(_counts(td, sc)[sub], n_small, _counts(d, sc), n)
+            check.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "fit_file": td["_file"],
+                          "target_file": prefix + d["_file"], "n_problems": len(sub), **r})
+            if key is not None:
+                r = contrast_check(_counts(base, sc)[sub], n_base, _counts(td, sc)[sub], n_test, _counts(bdoc, sc), _counts(d, sc), n,
+                                   B, seed, ci)
+                contrasts.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "fit_file": td["_file"],
+                                  "target_file": prefix + d["_file"], "n_problems": len(sub), **r})
+    return check, contrasts
 
 
 def _diversity_means(doc: dict) -> dict:

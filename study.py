@@ -283,3 +283,13 @@ def memory_advice(cfg: config.Config, stage: str, eval_set: str = "test") -> str
         return f"nothing left to lower: {'; '.join(floor)}; this needs a device with more memory"
     return ("lower it: " + "; ".join(tries) + ", on this command and the pipeline's (what was made at the old value is then "
             "refused as made under other settings: add --force, or --out a new folder)")
+
+
+def job_label(cmd: str, condition: str | None = None, seed: int | None = None, adapter: str | None = None,
+              eval_set: str | None = None) -> str:
+    """A grpo.py command as the pipeline names its job: train many s0, eval base (test), ..."""
+    if cmd == "train":
+        return f"train {condition} s{seed}"
+    if cmd in ("eval", "tokens"):
+        return f"{cmd} {adapter or 'base'}" + (f" ({eval_set})" if cmd == "eval" else "")
+    return cmd

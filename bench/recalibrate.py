@@ -35,6 +35,10 @@ def recalibrated_config(cfg: dict) -> dict:
     seeds = (cfg["train"].get("seeds_by_condition") or {}).get(primary, cfg["train"]["seeds"])
     n, k = cfg["eval"]["n"], cfg["eval"].get("k_max", cfg["eval"]["n"])
     out = json.loads(json.dumps(cfg))
+    model = out["model"]
+    if any(model.get(k) is not None for k in ("build", "qwen_shape", "gguf")):  # a built base: model.path is not set with it
+        model.pop("path", None)
+        model.pop("revision", None)
     out.setdefault("eval_sets", {})["pool"] = {"n_problems": cfg["task"]["n_test"], "n": len(seeds) * n, "k_max": k, "models": "base",
                                                "problems_per_batch": 1}
     out["analyze"] = {**(cfg.get("analyze") or {}), "ceiling_null": "selection", "selection_margin": 0.05, "coverage_sims": 2000,

@@ -775,8 +775,8 @@ def test_a_read_only_folder_is_one_line_naming_it(smoke_run, tmp_path, monkeypat
     import errno
 
     import analyze_b
-    import jobs
     import pipeline as pl
+    import stages
 
     run = copy_run(smoke_run, tmp_path / "run")
     before = snapshot(run)
@@ -784,7 +784,7 @@ def test_a_read_only_folder_is_one_line_naming_it(smoke_run, tmp_path, monkeypat
     def read_only(self):
         raise OSError(errno.EROFS, "Read-only file system", str(self.path))
 
-    monkeypatch.setattr(jobs.Lock, "acquire", read_only)
+    monkeypatch.setattr(stages.Lock, "acquire", read_only)
     monkeypatch.chdir(ROOT)
     assert pl.main(["--config", str(SMOKE), "--out", str(run), "--quiet"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
