@@ -10,14 +10,14 @@ RUN/figures/*.png (with --out, into another folder, the run left as it is).
     python analyze_b.py --run results/tiny_v4 [--partial] [--out DIR]
 
 In PLAN.md's order (every formula is in the docstring of the function that computes it):
-- calibration: arms whose truth is known (calibration.py), judged by the same code as the study;
-- the primary question and its label (verdict.py): pass@1 rises or falls, and the ceiling pass@k_max
-  against the selection null, the base reweighted to the trained model's pass@1 (reweight.py);
+- calibration: arms whose truth is known (analysis/calibration.py), judged by the same code as the study;
+- the primary question and its label (analysis/verdict.py): pass@1 rises or falls, and the ceiling pass@k_max
+  against the selection null, the base reweighted to the trained model's pass@1 (analysis/reweight.py);
 - the secondary entries, Holm-corrected within one family per scoring, relabelled on adjusted p-values;
 - the earlier versions' verdicts (the base-null reading of change 29, *_v2, *_v1), for comparison;
 - H3, power and sensitivity, strata, then the controls (H4-H6), beyond n, boundary, diversity,
-  out of distribution, strategies and tokens (secondary.py).
-The analysis computes numbers; report.py writes every sentence. No torch: this meets the pipeline
+  out of distribution, strategies and tokens (analysis/secondary.py).
+The analysis computes numbers; analysis/report.py writes every sentence. No torch: this meets the pipeline
 only in JSON and CSV files.
 """
 from __future__ import annotations
@@ -32,22 +32,37 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as st
 
-import calibration
-import figures
-import report
-import secondary
-import stats
-import verdict
+from analysis import calibration, figures, report, secondary, stats, verdict
+from analysis.power import (
+    count_coverage,
+    design_se,
+    equivalence_up_to,
+    power_equivalence,
+    power_one_sided,
+    seed_var_upper,
+    variance_components,
+)
+from analysis.reweight import selection_null
+from analysis.run_files import DEV_COLUMNS, DEV_REQUIRED, InputError, find_evals, find_set, find_tokens, read_csv, read_json
+from analysis.stats import (
+    TIE,
+    crossed_estimate,
+    crossover_summary,
+    holm,
+    holm_mc_se,
+    mc_se,
+    p_below,
+    p_equivalence,
+    pass_at_k_curves,
+    percentile_interval,
+    selection_answer,
+    simultaneous_band,
+    third_clause_interval,
+    verdict_v1,
+)
 from countdown import SCORINGS
-from power import (count_coverage, design_se, equivalence_up_to, power_equivalence, power_one_sided, seed_var_upper,
-                   variance_components)
-import provenance
-from provenance import atomic_write_text, content_sha256, file_sha256, move_aside
-from reweight import selection_null
-from run_files import DEV_COLUMNS, DEV_REQUIRED, InputError, find_evals, find_set, find_tokens, read_csv, read_json
-from stats import (TIE, crossed_estimate, crossed_replicates, crossover_summary, holm, holm_mc_se, mc_se, p_below,
-                   p_equivalence, pass_at_k_curves, percentile_interval, selection_answer, simultaneous_band,
-                   third_clause_interval, verdict_v1)
+from orchestration import provenance
+from orchestration.provenance import atomic_write_text, content_sha256, file_sha256, move_aside
 
 ROOT = Path(__file__).resolve().parent
 TESTS = ("rises", "falls", "above", "below", "equivalence")  # the registered tests of an entry (PLAN.md section 7)
@@ -301,7 +316,7 @@ def primary_checks(prim: dict, curves: dict, design, base: dict, inf: Inference)
 
 def calibrate(design, base: dict, rl: dict, sets: dict, entries: list[dict], inf: Inference) -> dict:
     """The calibration arms on the primary scoring at the primary entry's design (its seeds, n, the
-    base's n_base): the pool arms and the seed split (calibration.py) and the taught arm where a
+    base's n_base): the pool arms and the seed split (analysis/calibration.py) and the taught arm where a
     condition is registered for it. Skipped, with the reason, without a pool set or a primary entry."""
     cal = design.analyze.get("calibration")
     if not cal:
@@ -384,7 +399,8 @@ def analyze(run: Path, resamples: int | None = None, seed: int | None = None, pa
             "calibration": calibrate(design, base, rl, sets, entries, inf),
             "h3": narrowing(design, curves, inf), "power": power, "sensitivity": sensitivity,
             "strata": secondary.analyze_strata(design, base, rl, studied, inf.n_base, inf.n, inf.k, inf.draws, inf.levels.ci, last),
-            "controls": secondary.analyze_controls(design, base, rl, entries, inf.B, inf.seed, inf.levels.ci, last, inf.k, inf.n_base, inf.n),
+            "controls": secondary.analyze_controls(design, base, rl, entries, inf.B, inf.seed, inf.levels.ci, last, inf.k,
+                                                   inf.n_base, inf.n),
             "beyond": secondary.analyze_beyond(design, base, rl, sets, last, inf.n_base, inf.n, inf.levels.ci),
             "diversity": secondary.analyze_diversity(design, base, rl, sets),
             "ood": secondary.analyze_ood(design, sets, entries, curves, inf.B, inf.seed, inf.levels.ci, draws, last, inf.k),
@@ -405,7 +421,8 @@ def check_extras(run: Path) -> None:
     for f in [run / "lr_choice.json", run / "selection.json"] + sorted(run.glob("probe_*.json")):
         if f.exists():
             d = read_json(f)
-            need = {"lr_choice.json": ("rule", "mean_reward_last", "chosen"), "selection.json": ("rule", "informative", "sets", "short", "pass_rates")}.get(
+            need = {"lr_choice.json": ("rule", "mean_reward_last", "chosen"),
+                    "selection.json": ("rule", "informative", "sets", "short", "pass_rates")}.get(
                 f.name, ("task", "n", "n_problems", "pass_at_k", "format_rate"))
             missing = [kk for kk in need if kk not in d]
             if missing:
@@ -499,7 +516,7 @@ def remake_hint(run: Path, message: str) -> str:
     pipeline on the folder with the config the manifest's jobs name (it redoes a damaged output)."""
     import shlex
 
-    import study
+    from orchestration import study
 
     named = Path(message.split(": ", 1)[0])
     jobs = ((read_json_or_none(run / "manifest.json") or {}).get("jobs") or {}).values()
@@ -518,8 +535,8 @@ def remake_hint(run: Path, message: str) -> str:
             continue
         adapter = opt.get("--adapter")
         try:
-            made = (study.eval_dir(Path(then), opt.get("--eval-set", "test")) / study.eval_name(adapter) if argv[2] == "eval"
-                    else Path(then) / study.tokens_name(adapter))
+            made = (study.eval_dir(Path(then), opt.get("--eval-set", "test")) / study.adapter_eval_name(adapter) if argv[2] == "eval"
+                    else Path(then) / study.adapter_tokens_name(adapter))
         except Exception:  # an adapter path not named as the pipeline names them
             continue
         if (run / made.relative_to(then)).resolve() == (named if named.is_absolute() else Path.cwd() / named).resolve():

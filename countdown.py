@@ -450,9 +450,9 @@ def classify_strategy(problem: Problem, response: str) -> dict:
     """How a response to `a * b - c` computes it: {"product": "split" | "one-step" | "no-product",
     "subtraction": bool}. "split": from partial products (_splits); "one-step": `a * b = N` (or
     `b * a`, `×`, `x`, `times`; N a number, not the start of a split) and no split; "no-product":
-    no product written (only the restated question with a result, or no working). "subtraction": `P - c = V` with P a number other than b, i.e.
-    the subtraction of c from a written product. Deterministic, on text only: tags, repeated tags
-    and text cut short are read as they are."""
+    no product written (only the restated question with a result, or no working). "subtraction":
+    `P - c = V` with P a number other than b, i.e. the subtraction of c from a written product.
+    Deterministic, on text only: tags, repeated tags and text cut short are read as they are."""
     if problem.task not in ARITH_DIGITS:
         raise ValueError(f"classify_strategy: only a * b - c tasks have strategies, not {problem.task}")
     a, b, c = problem.numbers
@@ -560,7 +560,8 @@ def main(argv: list[str] | None = None) -> int:
         if n < 1 or a.n_test < 0:
             raise ValueError
     except ValueError:
-        print(f"countdown.py: --n, --seed and --n-test must be integers (n >= 1, n-test >= 0), got --n {a.n!r} --seed {a.seed!r} --n-test {a.n_test}", file=sys.stderr)
+        print(f"countdown.py: --n, --seed and --n-test must be integers (n >= 1, n-test >= 0), "
+              f"got --n {a.n!r} --seed {a.seed!r} --n-test {a.n_test}", file=sys.stderr)
         return 2
     if a.task not in TASKS:
         print(f"countdown.py: unknown --task {a.task!r}; choose one of {', '.join(TASKS)}", file=sys.stderr)

@@ -28,8 +28,8 @@ same surrogate -sum(A * log pi) / constant:
   rft   the policy's samples, A = reward (the correct ones, weight 1; rejection-sampling fine-tuning)
   sft   gold solutions written by code (countdown.gold_solution), one copy each with A = G; no rollouts
 
-Loading and LoRA live in model.py, the sampler in sampler.py, evaluation in evaluate.py, a run's
-log, checkpoints and resume point in checkpoint.py; this file is the method and its loop.
+Loading and LoRA live in method/model.py, the sampler in method/sampler.py, evaluation in method/evaluate.py, a run's
+log, checkpoints and resume point in method/checkpoint.py; this file is the method and its loop.
 
     python grpo.py train    --config configs/smoke.yaml --run RUN --condition many --seed 0
     python grpo.py eval     --config configs/smoke.yaml --run RUN [--adapter RUN/train_many_s0/step_006] [--eval-set wide]
@@ -51,18 +51,30 @@ from typing import Callable
 
 import torch
 
-import config
 import countdown
-import evaluate
-import provenance
-import study
-from checkpoint import DEV_FIELDS, read_log, resume, save_checkpoint, save_last
-from memory import auto_micro_batch, decoders_held, estimate_memory
-from model import (apply_lora, completion_logprobs, free_memory_gib, load_model, lora_disabled, lora_folded, memory_state,
-                   out_of_memory, pack, pad_id, peak_memory_mb, pick_device, render_prompts, setup_torch, stop_ids)
-from provenance import atomic_write_json, read_csv_rows, record, stage_hash, write_csv_rows
-from sampler import Samples, decode_mode, sample
-
+from method import evaluate
+from method.checkpoint import DEV_FIELDS, read_log, resume, save_checkpoint, save_last
+from method.model import (
+    apply_lora,
+    completion_logprobs,
+    free_memory_gib,
+    load_model,
+    lora_disabled,
+    lora_folded,
+    memory_state,
+    out_of_memory,
+    pack,
+    pad_id,
+    peak_memory_mb,
+    pick_device,
+    render_prompts,
+    setup_torch,
+    stop_ids,
+)
+from method.sampler import Samples, decode_mode, sample
+from orchestration import config, provenance, study
+from orchestration.memory import auto_micro_batch, decoders_held, estimate_memory
+from orchestration.provenance import atomic_write_json, read_csv_rows, record, stage_hash, write_csv_rows
 
 # ============================================================================= the loss
 
@@ -151,9 +163,11 @@ def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: 
             with torch.no_grad(), lora_disabled(model):
                 ref, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])  # (b, Lc) the base's log-probs
         logp, ent = completion_logprobs(model, ids, attn, pos, cmask.shape[1], with_entropy=entropy > 0)
-        sampled = pack_logprobs([sampled_logp[i] for i in chunk], cmask.shape[1]).to(device) if sampled_logp is not None else None  # (b, Lc)
+        sampled = (pack_logprobs([sampled_logp[i] for i in chunk], cmask.shape[1]).to(device)
+                   if sampled_logp is not None else None)  # (b, Lc)
         w = importance_weights(logp, sampled, importance_cap) if importance_cap is not None and sampled is not None else None
-        loss = drgrpo_loss(logp, cmask, adv[chunk].to(device), normalizer, w) + control_terms(logp, cmask, normalizer, ref, kl, ent, entropy)
+        loss = (drgrpo_loss(logp, cmask, adv[chunk].to(device), normalizer, w)
+                + control_terms(logp, cmask, normalizer, ref, kl, ent, entropy))
         loss.backward()
         total += loss.item()
         n_tok += cmask.sum().item()
@@ -437,7 +451,8 @@ def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) ->
     chosen, means, devs = {}, {}, {}
     for name, cond, folder in sweeps:
         pool, inputs = study.condition_pool(cfg, cond, run)
-        inputs = {**inputs, "seed": seed} if not ls.per_condition else {**inputs, "seed": seed, "condition": name, "settings": config.to_dict(cond)}
+        inputs = ({**inputs, "seed": seed} if not ls.per_condition
+                  else {**inputs, "seed": seed, "condition": name, "settings": config.to_dict(cond)})
         rewards, dev = {}, {}
         want = stage_hash(cfg, "lr-sweep", inputs)
         for lr in ls.candidates:
@@ -459,9 +474,10 @@ def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) ->
         chosen[name] = sorted(ls.candidates, key=lambda lr: (-score[f"{lr:g}"], lr))[0]
     first = next(iter(chosen))
     what = "each condition's own recipe" if ls.per_condition else "the many condition"
-    rule = (f"highest loose pass@1 on the {cfg.train.dev_problems} held-out dev problems x {cfg.train.dev_samples} samples after "
-            f"{ls.steps} steps of {what}" if ls.rule == "dev" else
-            f"highest mean reward over the last {ls.last} of {ls.steps} steps of {what}") + f", training seed {seed}; ties: the smaller rate"
+    rule = ((f"highest loose pass@1 on the {cfg.train.dev_problems} held-out dev problems x {cfg.train.dev_samples} samples after "
+             f"{ls.steps} steps of {what}" if ls.rule == "dev" else
+             f"highest mean reward over the last {ls.last} of {ls.steps} steps of {what}")
+            + f", training seed {seed}; ties: the smaller rate")
     res = {"rule": rule, "rule_name": ls.rule, "mean_reward_last": means[first], "chosen": chosen[first],
            "provenance": record(cfg, "lr-sweep", {"problems": "all", "seed": seed})}
     if ls.rule == "dev":
@@ -487,22 +503,22 @@ COMMANDS = {
 
 
 def build_base(cfg: config.Config, run: Path, progress: bool) -> str:
-    """The `base` stage: the CPU world's tiny base (tiny_base.py), the rehearsal's Qwen-shaped one
-    (qwen_shape.py) or a GGUF model converted (gguf_base.py), written to RUN/base_model/ with the
+    """The `base` stage: the CPU world's tiny base (bases/tiny_base.py), the rehearsal's Qwen-shaped one
+    (bases/qwen_shape.py) or a GGUF model converted (bases/gguf_base.py), written to RUN/base_model/ with the
     stage hash it was made under."""
     setup_torch(cfg)
     out, h = run / "base_model", stage_hash(cfg, "base")
     if cfg.model.gguf is not None:
-        import gguf_base
+        from bases import gguf_base
 
         info = gguf_base.build_base(cfg, out, progress, stage_hash=h)
         return f"{out}: {info['architecture']} from {Path(info['source']).name}, {info['params']:,} parameters (dequantized to float32)"
     if cfg.model.qwen_shape is not None:
-        import qwen_shape
+        from bases import qwen_shape
 
         info = qwen_shape.build_base(cfg, out, progress, stage_hash=h)
         return f"{out}: Qwen2.5-0.5B shape, {cfg.model.qwen_shape.layers} layers, {info['params']:,} parameters (random, bf16)"
-    import tiny_base
+    from bases import tiny_base
 
     info = tiny_base.train_base(cfg, out, progress, stage_hash=h)
     return f"{out}: {info['params']:,} parameters, loss {info['loss_first']:.2f} -> {info['loss_last_50']:.2f}"
@@ -525,7 +541,8 @@ def parser() -> argparse.ArgumentParser:
         if name == "eval":
             q.add_argument("--adapter", default=None, help="a PEFT adapter folder (default: evaluate the base)")
             q.add_argument("--eval-set", default="test", help="test (the eval section), or a set registered in eval_sets (wide, ood)")
-            q.add_argument("--out", default=None, help="output JSON (default: RUN[/evalsets/<set>]/eval_base.json or eval_<cond>_s<seed>_<step>.json)")
+            q.add_argument("--out", default=None,
+                           help="output JSON (default: RUN[/evalsets/<set>]/eval_base.json or eval_<cond>_s<seed>_<step>.json)")
         if name == "tokens":
             q.add_argument("--adapter", required=True, help="a PEFT adapter folder RUN/train_<cond>_s<seed>/step_<step>")
             q.add_argument("--out", default=None, help="output JSON (default: RUN/tokens_<cond>_s<seed>_<step>.json)")
@@ -546,7 +563,8 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
         seeds = config.seeds_of(cfg, a.condition)
         seed = seeds[0] if a.seed is None else a.seed
         if seed not in seeds:
-            raise config.ConfigError(f"--seed {seed}: not a seed of condition {a.condition} {seeds} (train.seeds, train.seeds_by_condition)")
+            raise config.ConfigError(f"--seed {seed}: not a seed of condition {a.condition} {seeds} "
+                                     "(train.seeds, train.seeds_by_condition)")
     if a.cmd in ("eval", "tokens") and a.adapter and (bad := provenance.adapter_problem(a.adapter)):
         identity = study.adapter_identity(a.adapter)
         sets = "".join(f" --set {shlex.quote(x)}" for x in a.set)
@@ -555,12 +573,13 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
                 if identity["condition"] else "give an intact adapter folder")
         raise config.ConfigError(f"--adapter {a.adapter}: {bad}; {redo}")
     if a.cmd == "eval" and a.eval_set != "test" and a.eval_set not in cfg.eval_sets:
-        raise config.ConfigError(f"--eval-set {a.eval_set!r}: not registered (test, or one of eval_sets: {', '.join(cfg.eval_sets) or 'none'})")
+        raise config.ConfigError(f"--eval-set {a.eval_set!r}: not registered "
+                                 f"(test, or one of eval_sets: {', '.join(cfg.eval_sets) or 'none'})")
     out = None
     if a.cmd == "eval":
-        out = Path(a.out) if a.out else study.eval_dir(run, a.eval_set) / study.eval_name(a.adapter)
+        out = Path(a.out) if a.out else study.eval_dir(run, a.eval_set) / study.adapter_eval_name(a.adapter)
     if a.cmd == "tokens":
-        out = Path(a.out) if a.out else run / study.tokens_name(a.adapter)
+        out = Path(a.out) if a.out else run / study.adapter_tokens_name(a.adapter)
     study.check_model_reachable(cfg)
     base = None if a.cmd == "base" else study.model_path(cfg, run)
     if base is not None and study.builds_base(cfg) and (bad := provenance.model_folder_problem(base)):
@@ -611,7 +630,8 @@ def run_command(a, cfg: config.Config, run: Path, base: str | None, out_eval: Pa
         elif a.cmd == "eval":
             r = evaluate.evaluate(cfg, base, a.adapter, out_eval, progress, a.eval_set)
             print(f"{out_eval}: strict pass@1 {r['pass_at_k']['strict']['1']:.3f}  loose pass@1 {r['pass_at_k']['loose']['1']:.3f}  "
-                  f"loose pass@{(k := max(r['pass_at_k']['loose'], key=int))} {r['pass_at_k']['loose'][k]:.3f}  format {r['format_rate']:.3f}")
+                  f"loose pass@{(k := max(r['pass_at_k']['loose'], key=int))} {r['pass_at_k']['loose'][k]:.3f}  "
+                  f"format {r['format_rate']:.3f}")
         elif a.cmd == "select":
             r = evaluate.select(cfg, base, run, progress)
             print(f"{run / 'selection.json'}: {len(r['informative'])} of {cfg.select.n_problems} informative; sets {r['sets']}")

@@ -48,12 +48,21 @@ import time
 import traceback
 from pathlib import Path
 
-import config
-import provenance
-import study
-from jobs import Job, Runner, assign_gpus, estimate_seconds, fmt_minutes, in_worker, log, now, run_grpo, visible_gpus
-from stages import (JOB_STAGES, STAGES, Aside, Lock, MissingInput, Plan, Refused, check_inputs, check_stage, registered_stages,
-                    remake_note)
+from orchestration import config, provenance, study
+from orchestration.jobs import Job, Runner, assign_gpus, estimate_seconds, fmt_minutes, in_worker, log, now, run_grpo, visible_gpus
+from orchestration.stages import (
+    JOB_STAGES,
+    STAGES,
+    Aside,
+    Lock,
+    MissingInput,
+    Plan,
+    Refused,
+    check_inputs,
+    check_stage,
+    registered_stages,
+    remake_note,
+)
 
 ROOT = Path(__file__).resolve().parent
 
@@ -80,8 +89,8 @@ def run_single(stage: str, plan: Plan, quiet: bool, gpu: str | None = None) -> N
     cfg, run = plan.cfg, plan.run
     if stage == "analyze":
         import analyze_b
-        import report
-        from run_files import InputError
+        from analysis import report
+        from analysis.run_files import InputError
 
         try:
             out = analyze_b.run_analysis(run)
@@ -456,7 +465,7 @@ def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, a
         if all(jobs_status[j.name]["status"] == "done" for j in jobs if j.stage == job.stage):
             stages[job.stage] = {**stages[job.stage], "status": "done"}  # e.g. every training run: an interrupt now is eval's
         if job.stage == "train":
-            import figures
+            from analysis import figures
 
             try:
                 figures.training_figure(run, plan.steps_of())  # look at it while evaluation runs

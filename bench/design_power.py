@@ -21,9 +21,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import synthetic as sy  # noqa: E402
-import verdict  # noqa: E402
-from reweight import selection_null  # noqa: E402
+from analysis import (
+    synthetic as sy,  # noqa: E402
+    verdict,  # noqa: E402
+)
+from analysis.reweight import selection_null  # noqa: E402
 
 
 def labels(p_all: np.ndarray, truth: str, N: int, S: int, n_base: int, n: int, k: int, target: float, seed_sd: float,

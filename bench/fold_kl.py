@@ -14,12 +14,23 @@ import argparse
 
 import torch
 
-from common import ROOT, model_dir
-
-import config
 import countdown
-import sampler
-from model import adapter_config, apply_lora, last_positions, load_adapter, load_model, lora_disabled, lora_folded, pack, pad_id, render_prompts, stop_ids
+from common import ROOT, model_dir
+from method import sampler
+from method.model import (
+    adapter_config,
+    apply_lora,
+    last_positions,
+    load_adapter,
+    load_model,
+    lora_disabled,
+    lora_folded,
+    pack,
+    pad_id,
+    render_prompts,
+    stop_ids,
+)
+from orchestration import config
 
 
 def token_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
@@ -45,7 +56,8 @@ def main():
     acfg = adapter_config(a.adapter)
     print(f"model {path}, adapter {a.adapter} (r {acfg['r']}, alpha {acfg['lora_alpha']}), {a.prompts} prompts x {a.group} samples, "
           f"T 1, up to {a.max_new} new tokens")
-    print(f"{'dtype':<9} {'tokens':>7} {'KL exact||folded: mean':>23} {'p99':>9} {'max':>9}   {'argmax differs':>14}   {'KL exact||base: mean':>21}")
+    print(f"{'dtype':<9} {'tokens':>7} {'KL exact||folded: mean':>23} {'p99':>9} {'max':>9}   {'argmax differs':>14}   "
+          f"{'KL exact||base: mean':>21}")
     for dtype in a.dtypes:
         cfg = config.load(None, [f"model.dtype={dtype}", f"model.path={path}"])
         model, tok = load_model(cfg, str(path), torch.device("cpu"))

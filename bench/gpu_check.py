@@ -4,7 +4,7 @@ as it finishes, so a run cut short still returns what it measured.
     python bench/gpu_check.py --out DIR           # on a CUDA machine: DIR/00_setup.json ... DIR/summary.json
     python bench/gpu_check.py --out DIR --dry     # every branch on the CPU at toy sizes (a test runs it)
 
-The model is Qwen2.5-0.5B-Instruct's exact shape (qwen_shape.py: 24 layers, vocabulary 151,936,
+The model is Qwen2.5-0.5B-Instruct's exact shape (bases/qwen_shape.py: 24 layers, vocabulary 151,936,
 tied embeddings) with random bf16 weights, built on the device, with the config's LoRA (r 32 on
 the seven projections) and a random non-zero B, so every decode pays LoRA's kernels as training
 does; prompts are real arith-3x2 prompts through Qwen's tokenizer; torch is set up as the runs set
@@ -47,8 +47,9 @@ none starts once --budget-s has passed):
 
 Sizes on a GPU (--dry): rows 16 x 8 = 128 (2 x 4 = 8, compacting down to 2 rows); new tokens 64
 in phase 01 and the capture-failure child (24), 384 in phases 03-05 (8, 16, 16), 128 in phase 06
-and the determinism runs (8); kernels profiled over 16 tokens (8); evaluation 4 x 32 rows (2 x 2). Expected on one H100/H200-class GPU: about 3-4 minutes
-(an estimate: no GPU has run this version yet); the child phase builds a 2-layer model.
+and the determinism runs (8); kernels profiled over 16 tokens (8); evaluation 4 x 32 rows (2 x 2).
+Expected on one H100/H200-class GPU: about 3-4 minutes (an estimate: no GPU has run this version
+yet); the child phase builds a 2-layer model.
 """
 import argparse
 import json
@@ -64,18 +65,13 @@ from pathlib import Path
 
 import torch
 
-from common import ROOT  # noqa: F401  (puts the repo on sys.path)
-
-import config
 import countdown
 import grpo
-import memory
-import provenance
-import qwen_shape
-import sampler
-import static_decode
-from model import (apply_lora, completion_logprobs, free_memory_gib, lora_folded, pack, render_prompts, set_determinism,
-                   setup_torch)
+from bases import qwen_shape
+from common import ROOT  # noqa: F401  (puts the repo on sys.path)
+from method import sampler, static_decode
+from method.model import apply_lora, completion_logprobs, free_memory_gib, lora_folded, pack, render_prompts, set_determinism, setup_torch
+from orchestration import config, memory, provenance
 
 GIB = 2**30
 # --dry: the same code path at sizes a 2-core CPU runs in about a minute. The vocabulary, heads (14, 2
@@ -332,13 +328,15 @@ def train_memory(ctx: Ctx) -> dict:
     wb = 2 if cfg.model.dtype != "float32" else 4
     est = memory.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), prompt_len, t.sampling.max_new_tokens, mb, n, wb)
     opt = grpo.make_optimizer(ctx.model, cfg, 1e-5)
-    log(f"train step: {t.problems_per_step} x {t.group_size} x {t.sampling.max_new_tokens}, micro-batch {mb}; step 1 (warm-up: AdamW's state, the graphs)")
+    log(f"train step: {t.problems_per_step} x {t.group_size} x {t.sampling.max_new_tokens}, micro-batch {mb}; "
+        "step 1 (warm-up: AdamW's state, the graphs)")
     warm = train_step(ctx, opt, mb, 1)
 
     def estimate(e_: dict) -> float:
         return (e_["static"] + held + memory.MEASURED_OVER_ESTIMATE * (e_["activations"] + e_["logits"])) / GIB
 
-    out = {"rows": n, "max_new_tokens": t.sampling.max_new_tokens, "prompt_len": prompt_len, "decode": sampler.decode_mode(t.sampling, device),
+    out = {"rows": n, "max_new_tokens": t.sampling.max_new_tokens, "prompt_len": prompt_len,
+           "decode": sampler.decode_mode(t.sampling, device),
            "held_by_decoders_estimate_gib": round(held / GIB, 3), "warm_up": warm}
     with Peak(device) as pk:
         st = train_step(ctx, opt, mb, 2)
@@ -482,8 +480,10 @@ def policy_gap(ctx: Ctx) -> dict:
     s = replace(t.sampling, max_new_tokens=ctx.sizes.tokens_short)
     fresh_graphs()
     backend = static_decode.graph_backend(ctx.device)
-    out = {"rows": len(ctx.prompts) * G, "max_new_tokens": s.max_new_tokens, "dtype": "bfloat16", "trainer": "completion_logprobs (TokenLogProbs)",
-           "note": "random weights: a flat policy; the trained model's gap is measured by a run's train_log.csv (logp_gap_mean, logp_gap_max)"}
+    out = {"rows": len(ctx.prompts) * G, "max_new_tokens": s.max_new_tokens, "dtype": "bfloat16",
+           "trainer": "completion_logprobs (TokenLogProbs)",
+           "note": "random weights: a flat policy; the trained model's gap is measured by a run's train_log.csv "
+                   "(logp_gap_mean, logp_gap_max)"}
     for name, fold, graphs in (("graph", False, True), ("eager", False, False), ("graph_folded_lora", True, True)):
         with lora_folded(ctx.model) if fold else nullcontext():
             if graphs:
@@ -561,7 +561,8 @@ class Phases:
             res["seconds"] = round(time.perf_counter() - t0, 1)
         provenance.atomic_write_json(path, res)
         self.done.append({"phase": name, "file": path.name, "seconds": res.get("seconds"),
-                          "status": "skipped" if "skipped" in res else "error" if "error" in res else "ok" if res.get("ok", True) else "differs"})
+                          "status": ("skipped" if "skipped" in res else "error" if "error" in res
+                                     else "ok" if res.get("ok", True) else "differs")})
         log(f"phase {name}: {self.done[-1]['status']} ({res.get('seconds', 0)} s) -> {path}")
 
 

@@ -16,13 +16,11 @@ import time
 
 import torch
 
-from common import ROOT  # noqa: F401  (puts the repo on sys.path)
-
-import config
 import grpo
-import memory
-import sampler
-from model import apply_lora
+from common import ROOT  # noqa: F401  (puts the repo on sys.path)
+from method import sampler
+from method.model import apply_lora
+from orchestration import config, memory
 
 QWEN05B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                num_key_value_heads=2, max_position_embeddings=32768, tie_word_embeddings=True,
@@ -87,7 +85,8 @@ def main():
     t0 = time.perf_counter()
     smp = sampler.sample(model, prompts, t.group_size, t.sampling, 0, [10**9], 0)
     torch.cuda.synchronize()
-    print(f"  measured sampling {n} x {t.sampling.max_new_tokens}: peak {gib(torch.cuda.max_memory_allocated())} ({time.perf_counter() - t0:.1f} s)")
+    print(f"  measured sampling {n} x {t.sampling.max_new_tokens}: peak {gib(torch.cuda.max_memory_allocated())} "
+          f"({time.perf_counter() - t0:.1f} s)")
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     adv = torch.randn(n)
@@ -148,11 +147,13 @@ def cpu_check(a) -> None:
     old = memory.estimate_memory(*args, ragged=False)  # the estimate before the masked path was counted
     growth = peak - before
     est = new["activations"] + new["logits"]
-    print(f"CPU check, {a.cpu_check} layers of 0.5B's width, micro-batch {b} {'ragged (masked attention)' if ragged else 'uniform (no mask)'}, "
+    print(f"CPU check, {a.cpu_check} layers of 0.5B's width, micro-batch {b} "
+          f"{'ragged (masked attention)' if ragged else 'uniform (no mask)'}, "
           f"{a.prompt_len} + {Lc} tokens ({time.perf_counter() - t0:.0f} s):\n"
           f"  peak RSS growth {gib(growth)}\n"
           f"  estimate (activations + logits) {gib(est)} (of which masked attention {gib(new['attention_mask'])}, "
-          f"logits {gib(new['logits'])}; without the mask {gib(old['activations'] + old['logits'])}); measured / estimate {growth / est:.3f}")
+          f"logits {gib(new['logits'])}; without the mask {gib(old['activations'] + old['logits'])}); "
+          f"measured / estimate {growth / est:.3f}")
 
 if __name__ == "__main__":
     main()

@@ -30,11 +30,8 @@ import sys
 from pathlib import Path
 
 from common import ROOT
-
-import config
-import provenance
-import study
-from stages import JOB_STAGES, Plan
+from orchestration import config, provenance, study
+from orchestration.stages import JOB_STAGES, Plan
 
 UNTIMED = ("sec_", "peak_")  # training-log columns that measure the machine (seconds, peak memory), not the run
 

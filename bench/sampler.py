@@ -17,15 +17,15 @@ from contextlib import nullcontext
 
 import torch
 
-from common import ROOT, Timer, median, model_dir  # noqa: F401  (ROOT puts the repo on sys.path)
-
-import config
 import countdown
+from common import ROOT, Timer, median, model_dir  # noqa: F401  (ROOT puts the repo on sys.path)
+from orchestration import config
 
 sys.path.insert(0, str(ROOT / "tests"))
 from test_sampler import reference_sample  # noqa: E402  (the plain sampler, kept beside its bit-for-bit test)
-import sampler
-from model import adapter_config, apply_lora, load_adapter, load_model, lora_folded, pad_id, render_prompts, stop_ids
+
+from method import sampler
+from method.model import adapter_config, apply_lora, load_adapter, load_model, lora_folded, pad_id, render_prompts, stop_ids
 
 
 def main():
@@ -120,7 +120,8 @@ def main():
     print(f"median tokens/s over {a.repeats} alternating runs, batch {a.prompts} x {a.group}, T {a.temperature}, "
           f"{a.threads} thread(s){', LoRA ' + a.adapter if a.adapter else ''}: "
           + ", ".join(f"{name} {v:.0f}" for name, v in med.items()) + f"; ours / generate {med['ours'] / med['generate']:.2f}x"
-          + (f", folded / generate {med['folded'] / med['generate']:.2f}x, ours / plain {med['ours'] / med['plain']:.2f}x" if a.adapter else ""))
+          + (f", folded / generate {med['folded'] / med['generate']:.2f}x, ours / plain {med['ours'] / med['plain']:.2f}x"
+             if a.adapter else ""))
 
 if __name__ == "__main__":
     main()

@@ -19,12 +19,11 @@ from pathlib import Path
 
 import torch
 
-from common import median, model_dir
-
-import config
 import countdown
 import grpo
-from model import load_tokenizer
+from common import median, model_dir
+from method.model import load_tokenizer
+from orchestration import config
 
 
 def ours(path: Path, a, tmp: Path, round_: int) -> list[float]:
@@ -33,8 +32,9 @@ def ours(path: Path, a, tmp: Path, round_: int) -> list[float]:
                         "train.problems_per_step=16", "train.group_size=8", f"train.sampling.max_new_tokens={a.max_new}",
                         "lora.r=32", "lora.alpha=64", f"micro_batch={a.micro_batch}", *a.set])
     train_set, _ = countdown.make_splits(a.task, 200, 16, 0)
-    out = grpo.train(cfg, grpo.TrainingRun("many", config.ConditionCfg(), round_, train_set, a.lr, a.steps, [], dev_every=cfg.train.dev_every), tmp / f"ours_{round_}",
-                     str(path), progress=False)
+    out = grpo.train(cfg, grpo.TrainingRun("many", config.ConditionCfg(), round_, train_set, a.lr, a.steps, [],
+                                           dev_every=cfg.train.dev_every),
+                     tmp / f"ours_{round_}", str(path), progress=False)
     rows = grpo.read_log(out / "train_log.csv")
     return [r["sec_sampling"] + r["sec_fwd_bwd"] for r in rows][1:]
 
@@ -68,7 +68,8 @@ def trl_run(path: Path, a, tmp: Path, round_: int) -> list[float]:
         report_to="none", save_strategy="no", bf16=False, fp16=False, gradient_checkpointing=False, use_cpu=True,
         seed=round_, dataloader_num_workers=0, disable_dropout=True, log_completions=False,
     )
-    lora = LoraConfig(r=32, lora_alpha=64, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], task_type="CAUSAL_LM")
+    lora = LoraConfig(r=32, lora_alpha=64, lora_dropout=0.0,
+                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], task_type="CAUSAL_LM")
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
@@ -102,7 +103,8 @@ def main():
                 res[name] += fn(path, a, Path(tmp), r)
             print(f"round {r}: ours median {median(res['ours']):.2f} s/step, TRL median {median(res['trl']):.2f} s/step", flush=True)
     mo, mt = median(res["ours"]), median(res["trl"])
-    print(f"seconds per step, 16 x 8, max {a.max_new} new tokens, LoRA r32, {a.threads} thread(s){', ours with ' + ' '.join(a.set) if a.set else ''}, medians over "
+    print(f"seconds per step, 16 x 8, max {a.max_new} new tokens, LoRA r32, {a.threads} thread(s)"
+          f"{', ours with ' + ' '.join(a.set) if a.set else ''}, medians over "
           f"{len(res['ours'])} / {len(res['trl'])} steps: ours {mo:.2f}, TRL {mt:.2f}, TRL/ours {mt / mo:.2f}x")
 
 

@@ -19,8 +19,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import countdown  # noqa: E402
-from reweight import reweighted  # noqa: E402
-from stats import per_problem  # noqa: E402
+from analysis.reweight import reweighted  # noqa: E402
+from analysis.stats import per_problem  # noqa: E402
 
 
 def admission(base: dict, selection: dict) -> dict:
@@ -34,12 +34,14 @@ def admission(base: dict, selection: dict) -> dict:
     g = selection["sampling"].get("n", 16)
     signal = float(np.mean(1 - strict**8 - (1 - strict) ** 8))
     w2 = float(reweighted(p, 2.0).mean() - p.mean())
-    strata = Counter(countdown.stratum(countdown.Problem(q["id"], base["task"], q["question"], q["answer"], countdown.operands(q["question"])))
+    strata = Counter(countdown.stratum(countdown.Problem(q["id"], base["task"], q["question"], q["answer"],
+                                                         countdown.operands(q["question"])))
                     for q in probs)
     values = {
         "R1 loose pass@1 in [0.12, 0.35]": (float(p.mean()), 0.12 <= p.mean() <= 0.35),
         "R2 loose pass@32 in [0.55, 0.80]": (float(per_problem(loose, n, 32).mean()), 0.55 <= per_problem(loose, n, 32).mean() <= 0.80),
-        "R3a share of problems with a rate in [0.05, 0.95] >= 0.40": (float(np.mean((p >= 0.05) & (p <= 0.95))), np.mean((p >= 0.05) & (p <= 0.95)) >= 0.40),
+        "R3a share of problems with a rate in [0.05, 0.95] >= 0.40": (float(np.mean((p >= 0.05) & (p <= 0.95))),
+                                                                      np.mean((p >= 0.05) & (p <= 0.95)) >= 0.40),
         "R3b share with a rate >= 0.5 >= 0.15": (float(np.mean(p >= 0.5)), np.mean(p >= 0.5) >= 0.15),
         "R4 share where the correct answer is the most frequent >= 0.20": (float(np.mean(top)), np.mean(top) >= 0.20),
         "R5 step-0 groups of 8 with reward variance >= 0.15": (signal, signal >= 0.15),

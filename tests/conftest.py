@@ -12,9 +12,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-import config  # noqa: E402
-import tiny_base  # noqa: E402
-import provenance
+from bases import tiny_base  # noqa: E402
+from orchestration import (
+    config,  # noqa: E402
+    provenance,
+)
 
 torch.set_num_threads(1)
 

@@ -2,12 +2,11 @@
 a LoRA model with a non-zero update, and a short training run. No fixtures here (conftest.py)."""
 import torch
 
-import config
 import countdown
 import grpo
-import sampler
-from model import apply_lora, load_model, pad_id, render_prompts
-
+from method import sampler
+from method.model import apply_lora, load_model, pad_id, render_prompts
+from orchestration import config
 
 CPU = torch.device("cpu")
 

@@ -11,16 +11,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import scipy.stats
 import pytest
+import scipy.stats
+from test_stats import TOKEN_PROBLEMS, ref_pass1
 
 import analyze_b
-import figures
-import report
-import run_files
-import secondary
-import stats
-from test_stats import TOKEN_PROBLEMS, ref_pass1
+from analysis import figures, report, run_files, secondary, stats
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = 200  # bootstrap resamples where the number does not matter (figures, malformed inputs)
@@ -40,7 +36,8 @@ def eval_doc(counts_strict, counts_loose=None, n=8, ids=None, fmt=0.9, config=No
 
 def make_config(conds, seeds, steps, k_max=8, resamples=B, legacy=False, **analyze):
     cfg = {"seed": 0, "eval": {"k_max": k_max},
-           "analyze": {"resamples": resamples, "ci": 0.95, "beyond_resamples": 40, "ceiling_null": "selection", "coverage_sims": 200, **analyze},
+           "analyze": {"resamples": resamples, "ci": 0.95, "beyond_resamples": 40, "ceiling_null": "selection", "coverage_sims": 200,
+                       **analyze},
            "lr_sweep": {"steps": 6, "last": 2}}
     if legacy:  # a single-seed run before train.seeds (results/tiny's config)
         cfg["train"] = {"conditions": list(conds), "checkpoints": list(steps)}
@@ -152,7 +149,8 @@ def test_end_to_end_layout_order_and_families(main_run):
         (c, s, sc) for c in ("many", "16", "1") for s in (75, 150) for sc in ("strict", "loose")]
     for e in out["entries"]:
         assert ENTRY_FIELDS <= set(e), ENTRY_FIELDS - set(e)
-        assert e["seeds"] == [0] and e["base_null"]["margin"] == 0.10 and e["label"] in ("selection", "beyond selection", "degradation", "undecided")
+        assert (e["seeds"] == [0] and e["base_null"]["margin"] == 0.10
+                and e["label"] in ("selection", "beyond selection", "degradation", "undecided"))
         assert e["pass1_ci"][0] <= e["pass1_diff"] <= e["pass1_ci"][1] and e["passk_ci"][0] <= e["passk_diff"] <= e["passk_ci"][1]
         assert e["passk_ci"][0] <= e["passk_ci90"][0] <= e["passk_ci90"][1] <= e["passk_ci"][1]
         assert e["vs_null"]["ci"][0] <= e["vs_null"]["diff"] <= e["vs_null"]["ci"][1]
@@ -206,7 +204,8 @@ def test_end_to_end_verdict_branches(main_run):
     assert (e["label"], e["reason"]["code"]) == ("selection", "below-null")
     b = e["base_null"]
     assert (b["pass1_rises"], b["ceiling_equivalent"], b["ceiling_falls"], b["selection"]) == (True, True, False, True)
-    assert e["v1"]["third_clause"] is True and e["v1"]["third_clause_ci"] == pytest.approx([-e["pass1_ci"][1] / 3, -e["pass1_ci"][0] / 3], abs=1e-12)
+    assert (e["v1"]["third_clause"] is True
+            and e["v1"]["third_clause_ci"] == pytest.approx([-e["pass1_ci"][1] / 3, -e["pass1_ci"][0] / 3], abs=1e-12))
     assert e["crossover"]["point"] == {"outcome": "crosses", "k": 7}
     assert e["crossover"]["cross_share"] == 1 and e["crossover"]["median"] == 7 and e["crossover"]["ci"] == [7, 7]
     assert (e["coverage_base"], e["coverage_rl"], e["only_rl"], e["only_base"]) == (40, 40, 0, 0)
@@ -253,7 +252,7 @@ def test_end_to_end_h3_power_and_band(main_run):
     t = scipy.stats.t  # one seed: SE^2 = var_n(Delta) / N on N - 1 df (power.variance_components)
     assert pw["df_pass1"] == 79 and pw["mde_pass1"] == pytest.approx((t.ppf(0.975, 79) + t.ppf(0.8, 79)) * pw["se_pass1"], rel=1e-9)
     assert 0 < pw["se_pass1"] < 0.1
-    import power
+    from analysis import power
     assert pw["tost_power_at_zero"] == pytest.approx(power.power_equivalence(0.0, pw["se_passk"], pw["df_passk"], 0.10, 0.05))
     band = entry(out, "many", 75)["band"]
     assert len(band["lo"]) == len(band["hi"]) == len(band["diff"]) == 8
@@ -742,7 +741,8 @@ OOD_IDS = list(range(100, 120))
 OOD_BASE, OOD_MANY = [1] * 10 + [0] * 10, [2] * 10 + [0] * 10  # pass@1 +0.0625, pass@8 unchanged
 
 
-DIV_BASE, DIV_RL = {"distinct_answers": 4, "answer_entropy": 1.2, "token_entropy": 0.8}, {"distinct_answers": 2, "answer_entropy": 0.5, "token_entropy": 0.4}
+DIV_BASE, DIV_RL = ({"distinct_answers": 4, "answer_entropy": 1.2, "token_entropy": 0.8},
+                    {"distinct_answers": 2, "answer_entropy": 0.5, "token_entropy": 0.4})
 
 
 def study_config(**extra):
@@ -780,7 +780,8 @@ def write_study(run: Path, cfg=None) -> Path:
             for st in STEPS:
                 key = (c, s, st)
                 put(run / f"eval_{c}_s{s}_{st:03d}.json", study_doc(STUDY_TEST[c], 8, ids, cfg, "test", "arith-2x1", DIV_RL, key))
-                tokens = {"condition": c, "train_seed": s, "step": st, "summary": stats.token_summary(TOKEN_PROBLEMS), "problems": TOKEN_PROBLEMS,
+                tokens = {"condition": c, "train_seed": s, "step": st, "summary": stats.token_summary(TOKEN_PROBLEMS),
+                          "problems": TOKEN_PROBLEMS,
                           "provenance": {"config": cfg}}
                 put(run / f"tokens_{c}_s{s}_{st:03d}.json", tokens)
             put(run / f"evalsets/ood/eval_{c}_s{s}_010.json",
@@ -825,8 +826,10 @@ def test_study_controls_h4_h5_h6(study):
     [h5] = c["h5"]
     assert (h5["condition"], h5["reference"], h5["scoring"]) == ("format", "many", "strict")
     assert h5["gain"] == pytest.approx(0.0625) and h5["reference_gain"] == pytest.approx(0.25)
-    assert h5["estimable"] and h5["share"] == pytest.approx(0.25) and h5["ci"] == pytest.approx([0.25, 0.25])  # proportional on every problem
-    assert h5["reference_gain_ci"] == pytest.approx(entry(out, "many", 10, "strict")["pass1_ci"], abs=1e-12)  # stream 1: the entry's replicates
+    # proportional on every problem
+    assert h5["estimable"] and h5["share"] == pytest.approx(0.25) and h5["ci"] == pytest.approx([0.25, 0.25])
+    # stream 1: the entry's replicates
+    assert h5["reference_gain_ci"] == pytest.approx(entry(out, "many", 10, "strict")["pass1_ci"], abs=1e-12)
     h6 = {h["other"]: h for h in c["h6"]}
     assert set(h6) == {"rft", "sft"} and all(h["rl"] == "many" and h["scoring"] == "loose" for h in h6.values())
     many = stats.pass_at_k_curves(STUDY_TEST["many"], 8, 8).mean(axis=0)
@@ -839,7 +842,8 @@ def test_study_controls_h4_h5_h6(study):
     v = json.loads((run / "verdicts.json").read_text())
     assert v["controls"]["h4"] == json.loads(json.dumps(c["h4"]))
     fam = out["families"]["secondary-loose"]
-    assert len(fam["entries"]) == 7 * 2 - 1 and "16-kl/10" in fam["entries"] and "sft/5" in fam["entries"]  # every condition in the families
+    # every condition in the families
+    assert len(fam["entries"]) == 7 * 2 - 1 and "16-kl/10" in fam["entries"] and "sft/5" in fam["entries"]
 
 
 def test_study_beyond_n_check_and_boundary(study):
@@ -857,7 +861,8 @@ def test_study_beyond_n_check_and_boundary(study):
     # the check: fitted to the test set's counts on the 16 wide problems (all 6 of 8 for many), predicting pass@32 on them
     chk = {(r["condition"], r["scoring"]): r for r in bz["check"]}
     r = chk[("many", "loose")]
-    assert (r["fit_file"], r["target_file"], r["n_problems"], r["fit_n"]) == ("eval_many_s0_010.json", "evalsets/wide/eval_many_s0_010.json", 16, 8)
+    assert ((r["fit_file"], r["target_file"], r["n_problems"], r["fit_n"])
+            == ("eval_many_s0_010.json", "evalsets/wide/eval_many_s0_010.json", 16, 8))
     assert r["measured"] == pytest.approx(14 / 16) and r["predicted"] == pytest.approx(1 - 0.25 ** 32, abs=1e-3)
     assert r["error"] == pytest.approx(r["predicted"] - r["measured"]) and r["naive"] == pytest.approx(1.0)
     assert chk[("base", "strict")]["predicted"] == pytest.approx(1 - 0.75 ** 32, abs=1e-3) and chk[("base", "strict")]["measured"] == 0.75
@@ -932,8 +937,8 @@ def test_study_figures(study, tmp_path, monkeypatch):
     monkeypatch.setattr(figures, "_save", spy)
     out = tmp_path / "figures"
     out.mkdir()
-    paths = [figures.beyond_figure(out, res), *figures.ood_figures(out, res), figures.diversity_figure(out, res), figures.controls_figure(out, res),
-             figures.training_dev_figure(run, [5, 10])]
+    paths = [figures.beyond_figure(out, res), *figures.ood_figures(out, res), figures.diversity_figure(out, res),
+             figures.controls_figure(out, res), figures.training_dev_figure(run, [5, 10])]
     assert [p.name for p in paths] == ["passk_beyond_n.png", "ood_ood.png", "diversity.png", "controls_h6.png", "training_dev.png"]
     for name, axes in seen.items():
         assert all(ax.get_ylabel() for ax in axes), name
@@ -952,7 +957,8 @@ def test_study_report_numbers_recompute_from_the_files_they_name(study):
     load = lambda f: json.loads((run / f).read_text())
     row = next(r for r in out["boundary"]["rows"] if (r["condition"], r["scoring"]) == ("many", "strict"))
     base, rl = load(row["base_file"]), load(row["file"])
-    assert row["only_rl_ids"] == [b["id"] for b, r in zip(base["problems"], rl["problems"]) if b["correct_strict"] == 0 < r["correct_strict"]]
+    assert row["only_rl_ids"] == [b["id"] for b, r in zip(base["problems"], rl["problems"])
+                                  if b["correct_strict"] == 0 < r["correct_strict"]]
     m = next(r for r in out["diversity"]["models"] if (r["set"], r["condition"], r["seed"], r["step"]) == ("ood", "sft", 1, 10))
     assert m["distinct_answers"] == np.mean([p["distinct_answers"] for p in load(m["file"])["problems"]])
     chk = next(r for r in out["beyond_n"]["check"] if (r["condition"], r["scoring"]) == ("many", "loose"))
@@ -964,7 +970,8 @@ def test_training_dev_figure_and_new_log_columns(tmp_path):
     write_dev_log(run / "train_many_s0" / "train_eval.csv")
     write_dev_log(run / "train_many_s1" / "train_eval.csv", seed=1, steps=(2, 4, 6))
     (run / "train_sft_s0").mkdir()
-    (run / "train_sft_s0" / "train_log.csv").write_text("step,reward_mean,entropy_mean,kl_mean,grad_norm_clipped\n1,nan,0.5,nan,1.0\n2,nan,0.4,nan,0.9\n")
+    (run / "train_sft_s0" / "train_log.csv").write_text("step,reward_mean,entropy_mean,kl_mean,grad_norm_clipped\n"
+                                                        "1,nan,0.5,nan,1.0\n2,nan,0.4,nan,0.9\n")
     assert figures.training_figure(run, [5]) == run / "figures" / "training.png"  # sft: no reward, drawn without error
     assert (run / "figures" / "training_dev.png").stat().st_size > 1000
     rows = run_files.read_csv(run / "train_many_s0" / "train_eval.csv", required=run_files.DEV_REQUIRED, drawn=run_files.DEV_COLUMNS)
@@ -981,7 +988,8 @@ def test_smoke_design_skips_the_controls_and_uses_the_test_set(tmp_path):
     out = analyze_b.run_analysis(run, make_figures=False)
     assert out["controls"]["h4"] == out["controls"]["h5"] == out["controls"]["h6"] == []
     assert [s["hypothesis"] for s in out["controls"]["skipped"]] == ["H4", "H5", "H6"]
-    assert out["beyond_n"]["set"] == "test" and out["beyond_n"]["check"] == [] and "no evaluation set has more samples" in out["beyond_n"]["check_skipped"]
+    assert (out["beyond_n"]["set"] == "test" and out["beyond_n"]["check"] == []
+            and "no evaluation set has more samples" in out["beyond_n"]["check_skipped"])
     assert out["boundary"]["set"] == "test" and out["ood"] == {} and out["diversity"]["conditions"] == []
     assert out["tokens"]["rows"] == [] and out["eval_sets"].keys() == {"test"}
     rep = (run / "report.md").read_text()
@@ -1063,7 +1071,8 @@ def strategy_doc(split, onestep, none, right, n=8, **fields):
             else:
                 resp.append(f"The answer is {ans}.")
         problems.append({"id": f"arith-2x1/test/{i}", "question": f"{a} * {b} - {c}", "answer": v, "n": n, "responses": resp,
-                         "correct_strict": sum(countdown_score(r, v) for r in resp), "correct_loose": sum(countdown_score(r, v) for r in resp),
+                         "correct_strict": sum(countdown_score(r, v) for r in resp),
+                         "correct_loose": sum(countdown_score(r, v) for r in resp),
                          "format_ok": n})
     return {"sampling": {"n": n}, "format_rate": 1.0, "task": "arith-2x1", "problems": problems, **fields,
             "provenance": {"config": {}, "stage_hash": "x", "plan_sha256": "y"}}

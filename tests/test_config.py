@@ -1,7 +1,7 @@
-"""config.py: numbers as users type them and the checks that need more than one key."""
+"""orchestration/config.py: numbers as users type them and the checks that need more than one key."""
 import pytest
 
-import config
+from orchestration import config
 
 
 @pytest.mark.parametrize("typed, value", [("1e-4", 1e-4), ("3E-4", 3e-4), (".5", 0.5), ("1_000", 1000.0), ("2.5e+3", 2500.0)])
@@ -29,7 +29,7 @@ def test_per_condition_sweep_needs_an_lr_for_sft():
 
 
 def test_seeds_by_condition_gives_one_condition_its_own_seeds_and_no_other_hash_moves():
-    import provenance
+    from orchestration import provenance
 
     cfg = config.load(None, ["train.seeds_by_condition={many: [0, 1, 2, 3, 4, 5, 6, 7]}"])
     assert config.seeds_of(cfg, "many") == list(range(8)) and config.seeds_of(cfg, "16") == [0, 1, 2]
@@ -62,7 +62,7 @@ def test_tf32_only_in_a_bf16_model_and_determinism_by_name():
 def test_the_settings_added_for_the_gpu_path_leave_every_hash_alone_at_their_defaults():
     """determinism full, importance_cap and logp_gap_limit null: out of every stage hash, so runs made
     before they existed keep theirs; another value is in the hashes it governs (the gap limit in none)."""
-    import provenance
+    from orchestration import provenance
 
     base = config.load(None)
     made = config.to_dict(base)

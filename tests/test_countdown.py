@@ -17,8 +17,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -863,8 +862,8 @@ def test_classify_strategy_recovers_the_tiny_bases_method_mix(p_decomposed):
     one otherwise; on problems whose a has two place-value parts the two are told apart."""
     import random
 
-    import config
-    import tiny_base
+    from bases import tiny_base
+    from orchestration import config
 
     problems = [p for p in cd.generate("arith-2x1", 400, 0) if len(cd._parts(p.numbers[0])) >= 2]
     b = config.TinyBaseCfg(p_decomposed=p_decomposed, p_slip=0.05, p_oneshot_wrong=0.6)

@@ -1,14 +1,14 @@
-"""evaluate.py: answer diversity, evaluation sets, the token-level comparison and the selection rule."""
+"""method/evaluate.py: answer diversity, evaluation sets, the token-level comparison and the selection rule."""
 import json
 import math
 
 import pytest
 import torch
 
-import config
-import evaluate
 from helpers import CPU, cfg_for
-from model import apply_lora, load_model, save_adapter
+from method import evaluate
+from method.model import apply_lora, load_model, save_adapter
+from orchestration import config
 
 
 @pytest.mark.parametrize("responses, distinct, entropy", [

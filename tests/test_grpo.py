@@ -7,16 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import config
 import countdown
-import evaluate
 import grpo
-import provenance
-import sampler
-import study
-from helpers import CPU, train_smoke, cfg_for, model_with_lora, prompts_for
-from model import LoRALinear, apply_lora, completion_logprobs, load_model, lora_disabled, pack, pad_id, render_prompts
-
+from helpers import CPU, cfg_for, model_with_lora, prompts_for, train_smoke
+from method import evaluate, sampler
+from method.model import LoRALinear, apply_lora, completion_logprobs, load_model, lora_disabled, pack, pad_id, render_prompts
+from orchestration import config, provenance, study
 
 # ----------------------------------------------------------------------------- the loss
 
@@ -96,7 +92,8 @@ def test_format_reward_ignores_the_value():
 def test_method_batches():
     rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
     assert grpo.METHODS["grpo"].rollouts and grpo.METHODS["grpo"].advantages(rewards).tolist() == [0.5, -0.5, -0.5, 0.5]
-    assert grpo.METHODS["rft"].rollouts and grpo.METHODS["rft"].advantages(rewards).tolist() == [1.0, 0.0, 0.0, 1.0]  # the correct, weight 1
+    # the correct, weight 1
+    assert grpo.METHODS["rft"].rollouts and grpo.METHODS["rft"].advantages(rewards).tolist() == [1.0, 0.0, 0.0, 1.0]
     # gold solutions: one per problem, weight G (the gradient of G copies: next test)
     assert not grpo.METHODS["sft"].rollouts and grpo.METHODS["sft"].advantages(rewards).tolist() == [4.0]
 
@@ -295,7 +292,8 @@ def test_fold_for_sampling_reaches_training_and_evaluation(fitted_dir, smoke_cfg
     train_set, _ = countdown.make_splits("arith-1x1", 20, 2, 0)
     cfg.model.path = str(fitted_dir)
     seen.clear()
-    grpo.train(cfg, grpo.TrainingRun("many", config.ConditionCfg(), 0, train_set, 1e-3, 1, [], dev_every=cfg.train.dev_every), tmp_path / "t", str(fitted_dir), progress=False)
+    grpo.train(cfg, grpo.TrainingRun("many", config.ConditionCfg(), 0, train_set, 1e-3, 1, [], dev_every=cfg.train.dev_every),
+               tmp_path / "t", str(fitted_dir), progress=False)
     assert seen and all(seen)
 
 
@@ -443,7 +441,8 @@ def test_a_policy_gap_above_the_limit_stops_the_run_in_one_line(fitted_dir, smok
     assert [r["step"] for r in rows] == list(range(1, step)) and all(math.isnan(r["logp_gap_mean"]) for r in rows)
     assert not (run / "train_many_s0" / "done.json").exists()
     limit = config.load(str(cfg_file))
-    assert provenance.stage_hash(limit, "train") == provenance.stage_hash(config.load(str(cfg_file), ["train.logp_gap_limit=null"]), "train")
+    assert (provenance.stage_hash(limit, "train")
+            == provenance.stage_hash(config.load(str(cfg_file), ["train.logp_gap_limit=null"]), "train"))
 
 
 def test_no_signal_warning_reads_the_first_steps():
@@ -467,7 +466,7 @@ def test_training_prints_the_no_signal_warning_by_its_rule(fitted_dir, smoke_cfg
 
 
 def test_the_training_figure_draws_the_no_signal_share_with_the_warnings_threshold(fitted_dir, smoke_cfg, tmp_path, monkeypatch):
-    import figures
+    from analysis import figures
 
     cfg = cfg_for(smoke_cfg, **{"train.dev_every": 0})
     run = tmp_path / "run"

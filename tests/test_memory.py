@@ -1,11 +1,10 @@
-"""memory.py: the memory estimate against the parameter count and the automatic micro-batch."""
+"""orchestration/memory.py: the memory estimate against the parameter count and the automatic micro-batch."""
 import pytest
 import torch
 
-import config
-import memory
-import sampler
-from model import TokenLogProbs
+from method import sampler
+from method.model import TokenLogProbs
+from orchestration import config, memory
 
 
 def test_memory_estimate_and_automatic_micro_batch(smoke_cfg):
@@ -54,9 +53,9 @@ def test_what_the_static_decoders_hold_is_taken_from_the_budget(smoke_cfg):
 def test_decoder_bytes_counts_the_decoders_buffers(fitted_dir, smoke_cfg):
     """The KV cache, mask and outputs of a real Decoder, byte for byte (the graph pool's temporaries
     are the estimate's other part, which only a GPU can measure)."""
-    import static_decode
     from helpers import cfg_for, prompts_for
-    from model import load_model, pad_id, stop_ids
+    from method import static_decode
+    from method.model import load_model, pad_id, stop_ids
 
     model, tok = load_model(cfg_for(smoke_cfg), str(fitted_dir), torch.device("cpu"))
     _, prompts = prompts_for(tok, n=2)

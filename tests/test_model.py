@@ -1,14 +1,25 @@
-"""model.py: the hand-written LoRA against PEFT (outputs, adapter files), the shared fp32 cast and
+"""method/model.py: the hand-written LoRA against PEFT (outputs, adapter files), the shared fp32 cast and
 the folded sampling weights, and the completion log-probabilities against plain autograd."""
 import pytest
 import torch
 
 import grpo
-import sampler
 from helpers import CPU, cfg_for, model_with_lora, prompts_for
-from model import (LoRALinear, SharedCast, TokenLogProbs, apply_lora, completion_logprobs, load_adapter, load_model, lora_disabled,
-                   lora_folded, pack, pad_id, save_adapter)
-
+from method import sampler
+from method.model import (
+    LoRALinear,
+    SharedCast,
+    TokenLogProbs,
+    apply_lora,
+    completion_logprobs,
+    load_adapter,
+    load_model,
+    lora_disabled,
+    lora_folded,
+    pack,
+    pad_id,
+    save_adapter,
+)
 
 # ----------------------------------------------------------------------------- LoRA
 
@@ -237,7 +248,7 @@ def test_tf32_and_determinism_settings_reach_torch(smoke_cfg):
     the three determinism settings."""
     import torch.utils.deterministic
 
-    from model import setup_torch
+    from method.model import setup_torch
 
     try:
         for tf32, determinism in ((True, "kernels"), (False, "off"), (False, "full")):
@@ -256,7 +267,7 @@ def test_tf32_and_determinism_settings_reach_torch(smoke_cfg):
 def test_free_memory_counts_what_this_process_holds_unallocated(monkeypatch):
     """memory_gb: auto on a GPU, from a fake device query: 3 GiB free, this process's allocator
     holding 2 GiB of which 0.5 GiB are allocated -> 4.5 GiB it could allocate."""
-    from model import free_memory_gib
+    from method.model import free_memory_gib
 
     gib = 2**30
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (3 * gib, 8 * gib))

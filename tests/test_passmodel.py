@@ -1,13 +1,11 @@
-"""passmodel.py: the beta-binomial model of pass@k beyond n (against scipy and the closed form), its
+"""analysis/passmodel.py: the beta-binomial model of pass@k beyond n (against scipy and the closed form), its
 fit (recovering known parameters), the parametric bootstrap (against the spread of fresh data sets),
 the check on a contrast (calibrated on simulated beta-binomial worlds), and the boundary with its
 chance null (calibrated where RL is the base)."""
 import numpy as np
 import pytest
 
-import passmodel
-import stats
-
+from analysis import passmodel, stats
 
 # ----------------------------------------------------------------------------- pass@k beyond n: the beta-binomial model
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import study
+from orchestration import study
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "smoke.yaml"
@@ -120,7 +120,7 @@ def test_end_to_end_writes_every_file(smoke_run):
     n = ev["sampling"]["n"]
     assert set(ev["sampling"]) >= {"n", "temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens", "seed", "stop_ids"}
     assert ev["sampling"]["repetition_penalty"] == 1.0
-    from stats import pass_at_k
+    from analysis.stats import pass_at_k
 
     for s in ("strict", "loose"):
         counts = [p[f"correct_{s}"] for p in ev["problems"]]
@@ -161,7 +161,8 @@ def test_print_jobs_lists_every_job_as_a_command(tmp_path):
     r = pipeline("--config", str(SMOKE), "--out", str(tmp_path / "new"), "--print-jobs", timeout=120)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert [x.split("--stage ")[1] for x in lines if x.startswith("python pipeline.py") and "--stage" in x] == ["base", "probe", "select", "lr-sweep"]
+    assert [x.split("--stage ")[1] for x in lines
+            if x.startswith("python pipeline.py") and "--stage" in x] == ["base", "probe", "select", "lr-sweep"]
     train = [x for x in lines if x.startswith("python grpo.py train")]
     evals = [x for x in lines if x.startswith("python grpo.py eval")]
     assert len(train) == N_TRAIN and len(evals) == N_EVAL + 9 + 17 + 1
@@ -195,8 +196,7 @@ def test_jobs_2_writes_the_same_bytes_as_jobs_1(smoke_run, small_jobs2):
 
 
 def test_changing_train_seeds_leaves_problems_selection_and_base_eval_alone(smoke_run, tmp_path):
-    import config
-    import provenance
+    from orchestration import config, provenance
 
     one = config.load(str(SMOKE))
     other = config.load(str(SMOKE), ["train.seeds=[7, 8, 9]", "eval_sets.pool.n=24"])  # the calibration's pool: 3 seeds x 8
@@ -204,7 +204,8 @@ def test_changing_train_seeds_leaves_problems_selection_and_base_eval_alone(smok
         assert provenance.stage_hash(one, stage) == provenance.stage_hash(other, stage), stage
 
     sizes = {"sizes": study.selection_sizes(one)}
-    assert sizes == {"sizes": study.selection_sizes(other)} and provenance.stage_hash(one, "select", sizes) == provenance.stage_hash(other, "select", sizes)
+    assert (sizes == {"sizes": study.selection_sizes(other)}
+            and provenance.stage_hash(one, "select", sizes) == provenance.stage_hash(other, "select", sizes))
     assert provenance.stage_hash(one, "eval", {"adapter_sha256": None}) == provenance.stage_hash(other, "eval", {"adapter_sha256": None})
     # and the pipeline agrees: with other seeds, base, probe, select and the base evaluation are done
     d = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--dry-run", "--set", "train.seeds=[7, 8, 9]",
@@ -362,7 +363,8 @@ def test_set_override_and_its_errors(tmp_path):
     assert r.returncode == 2 and "train.nope" in r.stderr
     r = pipeline("--config", str(tmp_path / "absent.yaml"), timeout=120)
     assert r.returncode == 2 and "absent.yaml" in r.stderr
-    r = pipeline("--config", str(SMOKE), "--out", str(tmp_path / "r"), "--set", "lr_sweep.candidates=[1e-4, 3E-4]", "--dry-run", timeout=120)
+    r = pipeline("--config", str(SMOKE), "--out", str(tmp_path / "r"), "--set", "lr_sweep.candidates=[1e-4, 3E-4]", "--dry-run",
+                 timeout=120)
     assert r.returncode == 0, r.stderr  # numbers as users type them
 
 
@@ -391,7 +393,8 @@ def test_a_damaged_adapter_is_one_line_for_grpo_and_redone_by_the_pipeline(small
     before = snapshot(run)
     r = grpo_cmd("eval", "--config", str(small_cfg), "--run", str(run), "--adapter", str(adapter), timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "adapter_model.safetensors" in r.stderr and "cut short" in r.stderr and f"--out {run}): it moves that training run aside and retrains it, and redoes what reads it" in r.stderr
+    assert ("adapter_model.safetensors" in r.stderr and "cut short" in r.stderr
+            and f"--out {run}): it moves that training run aside and retrains it, and redoes what reads it" in r.stderr)
     assert snapshot(run) == before  # nothing moved or written
     r = pipeline("--config", str(small_cfg), "--out", str(run), "--quiet", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -424,8 +427,8 @@ def test_a_damaged_resume_point_or_base_is_one_line_and_writes_nothing(small_cfg
 
 INTERRUPTS = {  # where a Ctrl-C lands: (what raises it, the stage it interrupts)
     "in a single stage": ("pipeline.run_grpo", "probe"),
-    "mid-job": ("jobs.run_grpo", "eval"),
-    "between jobs": ("jobs.log", "eval"),
+    "mid-job": ("orchestration.jobs.run_grpo", "eval"),
+    "between jobs": ("orchestration.jobs.log", "eval"),
     "in the analysis": ("analyze_b.run_analysis", "analyze"),
 }
 
@@ -443,7 +446,7 @@ def test_the_manifest_never_says_running_after_an_interrupt(where, small_cfg, sm
     man["jobs"]["train many s0"]["status"] = "running"  # as a killed (SIGKILL) pipeline leaves it
     (run / "manifest.json").write_text(json.dumps(man))
     target, stage = INTERRUPTS[where]
-    module, attr = target.split(".")
+    module, attr = target.rsplit(".", 1)
     owner = importlib.import_module(module)
     real = getattr(owner, attr)
     calls = []
@@ -481,7 +484,8 @@ def test_the_manifest_never_says_running_after_an_interrupt(where, small_cfg, sm
     assert pl.main(["--config", str(small_cfg), "--out", str(run), "--quiet"]) == 0
     man = json.loads((run / "manifest.json").read_text())
     states = {k: v for part in ("stages", "jobs") for k, v in man[part].items()}
-    assert all(v["status"] == "done" and "error" not in v for v in states.values()), {k: v for k, v in states.items() if v["status"] != "done"}
+    assert all(v["status"] == "done" and "error" not in v
+               for v in states.values()), {k: v for k, v in states.items() if v["status"] != "done"}
 
 
 
@@ -529,7 +533,7 @@ def test_outputs_are_readable_by_all_and_the_smoke_report_says_it_is_no_result(s
 def test_one_gpu_per_job_from_a_fake_device_list(monkeypatch):
     import functools
 
-    import jobs
+    from orchestration import jobs
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7,9")
     assert jobs.visible_gpus() == ["7", "9"]
@@ -555,8 +559,8 @@ def test_one_gpu_per_job_from_a_fake_device_list(monkeypatch):
 def test_single_stages_run_in_a_worker_on_the_first_assigned_gpu(monkeypatch, tmp_path, fitted_dir):
     """base, probe, select and lr-sweep run before the jobs; with GPUs they run in a worker that sees
     only the first assigned one (a fake device list), so the pipeline's own process never starts CUDA."""
-    import jobs
     import pipeline as pl
+    from orchestration import jobs
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert jobs.in_worker(_env_after, 0.0, gpu="9") == "9"  # the worker sees exactly that GPU
@@ -598,8 +602,8 @@ def test_recheck_reruns_a_sample_of_jobs_and_finds_what_differs(small_cfg, small
     rec = json.loads((out / "recheck.json").read_text())
     by = {x["file"]: x for x in rec["files"]}
     assert set(by) == {"train_many_s0/step_003/adapter_model.safetensors", "train_many_s0/step_006/adapter_model.safetensors",
-                       "train_many_s0/train_log.csv", "train_many_s0/train_eval.csv", "eval_many_s0_003.json", "eval_many_s0_006.json", "eval_base.json",
-                       "verdicts.json"}
+                       "train_many_s0/train_log.csv", "train_many_s0/train_eval.csv", "eval_many_s0_003.json", "eval_many_s0_006.json",
+                       "eval_base.json", "verdicts.json"}
     assert [k for k, x in by.items() if not x["equal"]] == ["eval_many_s0_006.json"]
     bad = by["eval_many_s0_006.json"]
     assert (bad["problems_differing_loose"], bad["responses_differing"]) == (1, 1)
@@ -630,7 +634,7 @@ def test_recheck_refuses_another_config_or_a_run_this_code_would_redo(small_cfg,
 def test_recheck_compares_what_a_config_computes_not_its_whole_hash(monkeypatch):
     """A key added since a run was made, at its 'as before' value, is no difference; a changed
     setting, seed list or analysis setting is, and is named."""
-    import config
+    from orchestration import config
 
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     import recheck
@@ -647,8 +651,8 @@ def test_recheck_compares_what_a_config_computes_not_its_whole_hash(monkeypatch)
 def test_an_interrupt_during_eval_after_this_runs_training_names_eval(small_cfg, small_jobs2, tmp_path, monkeypatch, capsys):
     """Training ran in this invocation and finished; a Ctrl-C during the next evaluation is eval's,
     and the finished stage stays done: a group of job stages is not all train's."""
-    import jobs
     import pipeline as pl
+    from orchestration import jobs
 
     run = copy_run(small_jobs2, tmp_path / "run")
     shutil.rmtree(run / "train_many_s0")
@@ -679,7 +683,7 @@ def last_line(text: str) -> str:
 
 
 def test_a_model_folder_without_weights_is_not_a_model(tmp_path, fitted_dir):
-    import provenance
+    from orchestration import provenance
 
     d = tmp_path / "m"
     shutil.copytree(fitted_dir, d)
@@ -776,7 +780,7 @@ def test_a_read_only_folder_is_one_line_naming_it(smoke_run, tmp_path, monkeypat
 
     import analyze_b
     import pipeline as pl
-    import stages
+    from orchestration import stages
 
     run = copy_run(smoke_run, tmp_path / "run")
     before = snapshot(run)
@@ -819,7 +823,7 @@ def test_a_stage_that_writes_no_report_promises_none(smoke_run, tmp_path):
 
 
 def test_the_eta_is_said_again_as_jobs_finish(tmp_path, monkeypatch, capsys):
-    import jobs
+    from orchestration import jobs
 
     calls = []
     monkeypatch.setattr(jobs, "run_grpo", lambda argv: calls.append(argv) or 0)
@@ -839,10 +843,9 @@ def test_out_of_memory_is_one_line_naming_the_job_the_memory_and_the_settings(sm
     that fails puts back what it moved aside; the manifest says failed and not started."""
     import torch
 
-    import evaluate
     import grpo
-    import model
     import pipeline as pl
+    from method import evaluate, model
 
     def oom(*a, **kw):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 7.63 GiB")
@@ -855,7 +858,8 @@ def test_out_of_memory_is_one_line_naming_the_job_the_memory_and_the_settings(sm
     assert rc == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"grpo.py: eval {run / 'train_4_s1' / 'step_003'} (test) ran out of memory on the CPU (")
-    assert "GiB available now; this process peaked at" in err[0] and "--set eval.problems_per_batch=8, then 4, then 1 (now 16)" in err[0], err
+    assert ("GiB available now; this process peaked at" in err[0]
+            and "--set eval.problems_per_batch=8, then 4, then 1 (now 16)" in err[0]), err
     assert snapshot(run) == before and not (run / "superseded").exists()  # eval_4_s1_003.json put back where it was
     monkeypatch.undo()
     shutil.rmtree(run / "train_many_s0")
@@ -897,15 +901,15 @@ def test_a_gpu_config_plans_without_its_weights_and_gives_hours_labelled_an_esti
 
 
 def test_the_cost_models_shape_is_qwens():
-    import cost_model
-    import qwen_shape
+    from bases import qwen_shape
+    from orchestration import cost_model
 
     shape = cost_model.REGISTERED_SHAPES["Qwen/Qwen2.5-0.5B-Instruct"]
     assert shape == {k: qwen_shape.ARCH[k] for k in cost_model.SHAPE_KEYS}
 
 
 def test_damaged_lr_sweep_runs_are_moved_aside_and_redone(small_cfg, small_jobs2, tmp_path):
-    import provenance
+    from orchestration import provenance
 
     run = copy_run(small_jobs2, tmp_path / "run")
     (run / "lr_choice.json").unlink()
@@ -925,7 +929,7 @@ def test_damaged_lr_sweep_runs_are_moved_aside_and_redone(small_cfg, small_jobs2
 
 
 def test_memory_advice_names_each_stages_settings_and_says_when_none_is_left():
-    import config
+    from orchestration import config
 
     q = config.load(str(ROOT / "configs" / "qwen05b.yaml"))
     assert study.memory_advice(q, "train").startswith("lower it: --set memory_gb=6, then 4 (now 8.0; micro_batch 0 sizes")

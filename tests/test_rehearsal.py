@@ -12,12 +12,12 @@ import pytest
 import torch
 import yaml
 
-import config
 import countdown
 import grpo
-import qwen_shape
-import sampler
-from model import load_model, load_tokenizer, render_prompts, stop_ids
+from bases import qwen_shape
+from method import sampler
+from method.model import load_model, load_tokenizer, render_prompts, stop_ids
+from orchestration import config
 
 ROOT = Path(__file__).resolve().parents[1]
 REHEARSAL = ROOT / "configs" / "rehearsal.yaml"

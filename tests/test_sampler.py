@@ -1,4 +1,4 @@
-"""sampler.py: the fast sampler against the plain one it replaced, bit for bit, its host reads per
+"""method/sampler.py: the fast sampler against the plain one it replaced, bit for bit, its host reads per
 token, greedy output against `generate`, and every sampling setting explicit."""
 import json
 import shutil
@@ -6,12 +6,11 @@ import shutil
 import pytest
 import torch
 
-import config
 import countdown
-import sampler
-import static_decode
 from helpers import cfg_for, prompts_for
-from model import apply_lora, last_positions, load_model, pack, pad_id, render_prompts, stop_ids
+from method import sampler, static_decode
+from method.model import apply_lora, last_positions, load_model, pack, pad_id, render_prompts, stop_ids
+from orchestration import config
 
 CPU = torch.device("cpu")
 
@@ -69,7 +68,8 @@ def reference_sample(model, prompts: list[list[int]], n: int, s: config.Sampling
             cache.batch_select_indices(keep)
             alive, tok, mask, next_pos, done = alive[keep], tok[keep], mask[keep], next_pos[keep], done[keep]
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)  # (b, L+1)
-        logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, cache=cache, use_cache=True).logits[:, -1]  # (b, V)
+        logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, cache=cache,
+                       use_cache=True).logits[:, -1]  # (b, V)
         next_pos = next_pos + 1
     ent = [e / max(len(o), 1) for e, o in zip(ent_sum.tolist(), out)] if entropy else None
     return sampler.Samples(out, truncated, ent)
@@ -233,7 +233,8 @@ def test_generation_config_file_changes_nothing(fitted_dir, smoke_cfg, tmp_path)
     # ...while temperature 0.1 (what the file asks for) would have given different samples
     model, tok = load_model(cfg, str(plain), CPU)
     _, prompts = prompts_for(tok, n=4)
-    cold = sampler.sample(model, prompts, 4, config.SamplingCfg(temperature=0.1, max_new_tokens=30), 123, stop_ids(model, tok), pad_id(tok)).tokens
+    cold = sampler.sample(model, prompts, 4, config.SamplingCfg(temperature=0.1, max_new_tokens=30), 123, stop_ids(model, tok),
+                          pad_id(tok)).tokens
     assert cold != outs[0]
 
 
@@ -414,7 +415,8 @@ def test_static_decode_equals_the_plain_loop_with_its_schedule(fitted_dir, smoke
     if s.max_new_tokens == 40 and s.temperature > 0:
         assert compactions and set(compactions) <= set(static_decode.buckets(30)[1:])  # finished rows left, into a bucket
     if s.top_p < 1.0:  # the filter acts: without it the same draws give other tokens
-        unfiltered, _, _ = reference_static(model, prompts, 6, config.SamplingCfg(temperature=s.temperature, max_new_tokens=s.max_new_tokens),
+        unfiltered, _, _ = reference_static(model, prompts, 6,
+                                            config.SamplingCfg(temperature=s.temperature, max_new_tokens=s.max_new_tokens),
                                             5, stops, pad)
         assert unfiltered != tokens
 
@@ -557,7 +559,7 @@ def test_a_replay_that_differs_is_redone_eagerly(fitted_dir, smoke_cfg, monkeypa
 def test_a_changed_model_gets_new_decoders(fitted_dir, smoke_cfg, monkeypatch):
     """Folding the LoRA puts new weights in place and switches LoRA off: graphs captured on the
     unfolded model must not replay there."""
-    from model import lora_folded
+    from method.model import lora_folded
 
     _, model, tok = lora_model(fitted_dir, smoke_cfg)
     monkeypatch.setattr(static_decode, "GRAPHS", static_decode.EagerGraphs())

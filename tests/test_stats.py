@@ -1,16 +1,15 @@
-"""stats.py: pass@k, the crossed bootstrap and its calibration by simulation, the bootstrap p-values,
-Holm, the verdict pieces, the crossover and the band, contrasts and the
-token summary (the beta-binomial model beyond n: test_passmodel.py; power: test_power.py). On arrays with a known answer; a reference is written here independently
-(loops over the documented formulas, scipy, exact fractions, hand-computed numbers), never stats
-compared with itself."""
+"""analysis/stats.py: pass@k, the crossed bootstrap and its calibration by simulation, the bootstrap p-values,
+Holm, the verdict pieces, the crossover and the band, contrasts and the token summary (the
+beta-binomial model beyond n: test_passmodel.py; power: test_power.py). On arrays with a known
+answer; a reference is written here independently (loops over the documented formulas, scipy,
+exact fractions, hand-computed numbers), never stats compared with itself."""
 import math
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
-import stats
-
+from analysis import stats
 
 # ----------------------------------------------------------------------------- pass@k
 
@@ -136,9 +135,9 @@ def test_seed_spread_widens_the_interval():
 
 def _coverage(S, seed_sd, D=200, Bsim=300, N=128, n=32, delta=0.10, seed=0):
     """Simulated data sets with a known true Delta pass@1 = delta: problem difficulty p_i ~ U(0.2, 0.55);
-    each seed s adds u_s ~ N(0, seed_sd) and per-problem noise e_is ~ N(0, 0.05) (clipped to [0, 0.9], which binds only beyond 4 standard deviations);
-    counts are binomial(n, .). Returns the shares of 95% and 90% intervals covering delta, and the
-    share with p_above < 0.025 when the truth is Delta = 0."""
+    each seed s adds u_s ~ N(0, seed_sd) and per-problem noise e_is ~ N(0, 0.05) (clipped to [0, 0.9],
+    which binds only beyond 4 standard deviations); counts are binomial(n, .). Returns the shares of
+    95% and 90% intervals covering delta, and the share with p_above < 0.025 when the truth is Delta = 0."""
     rng = np.random.default_rng(seed)
     cover95 = cover90 = false_rise = 0
     for t in range(D):
@@ -384,7 +383,8 @@ def test_compare_conditions_against_a_reference_loop():
     sa, sb = np.random.default_rng([4, 1]).integers(0, 3, size=(300, 3)), np.random.default_rng([4, 2]).integers(0, 2, size=(300, 2))
     ref = [np.mean([a[j, idx[r]].mean() for j in sa[r]]) / 8 - np.mean([b[j, idx[r]].mean() for j in sb[r]]) / 8 for r in range(300)]
     assert (ra - rb)[:, 0] == pytest.approx(ref, abs=1e-12)
-    assert summ["diff_pass1"] == pytest.approx(a.mean() / 8 - b.mean() / 8) and summ["delta_b"][0] == pytest.approx((b.mean() - base.mean()) / 8)
+    assert (summ["diff_pass1"] == pytest.approx(a.mean() / 8 - b.mean() / 8)
+            and summ["delta_b"][0] == pytest.approx((b.mean() - base.mean()) / 8))
     assert summ["ci_pass1"] == pytest.approx(list(np.quantile(ref, [0.025, 0.975])))
     same, r1, r2 = stats.compare_conditions(a[:1], a[:1], base, 8, 8, 300, 4, 0.95)  # one seed each, the same counts: exactly 0
     assert not np.any(r1 - r2) and same["ci_passk"] == [0.0, 0.0]

@@ -5,11 +5,11 @@ import random
 import pytest
 import torch
 
-import config
 import countdown
-import sampler
-import tiny_base
-from model import load_model, load_tokenizer, pad_id, render_prompts, stop_ids
+from bases import tiny_base
+from method import sampler
+from method.model import load_model, load_tokenizer, pad_id, render_prompts, stop_ids
+from orchestration import config
 
 
 def test_tokenizer_round_trip_and_chat_template(tmp_path):
@@ -135,7 +135,8 @@ def _trace_before_knobs(p, rng, b):
         work = f"{a} * {m} = {product}"
     value = product - c
     body = f"<think>{work}. {product} - {c} = {value}</think>"
-    ending = f"<answer>{value}</answer>" if rng.random() < b.p_tags else rng.choice([f"The answer is {value}.", f"So it is {value}", f"= {value}"])
+    ending = (f"<answer>{value}</answer>" if rng.random() < b.p_tags
+              else rng.choice([f"The answer is {value}.", f"So it is {value}", f"= {value}"]))
     return body + ending
 
 

@@ -1,5 +1,5 @@
-"""The verdict on synthetic counts whose truth is built in (synthetic.py): the selection null
-(reweight.py), the four labels (verdict.py), the calibration arms (calibration.py), and the rule that
+"""The verdict on synthetic counts whose truth is built in (analysis/synthetic.py): the selection null
+(analysis/reweight.py), the four labels (analysis/verdict.py), the calibration arms (analysis/calibration.py), and the rule that
 takes the larger of the bootstrap and t p-values. Simulations are seeded and sized to run in seconds;
 their bounds leave room for Monte-Carlo noise but would fail for a biased test."""
 from __future__ import annotations
@@ -10,11 +10,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats as st
 
-import calibration
-import power
-import reweight
-import synthetic as sy
-import verdict
+from analysis import calibration, power, reweight, synthetic as sy, verdict
 
 LEVELS = verdict.Levels()
 
@@ -32,7 +28,7 @@ def test_the_null_tables_are_the_base_plus_the_posteriors_change(c):
     """T1 and TK: the base's unbiased pass@1 and pass@32 of count c plus the change reweighting makes
     in expectation under the Beta posterior (scipy's quadrature), at w on and between grid points;
     at w = 1 the base itself."""
-    import stats
+    from analysis import stats
 
     n, prior = 256, (0.4, 3.0)
     null = reweight.selection_null(np.array([0, 3, 40]), n, 32, prior)
@@ -64,7 +60,7 @@ def test_the_fitted_w_matches_the_target_and_recovers_a_known_reweighting():
 
 
 def test_draws_means_equal_the_crossed_bootstrap_written_out():
-    import stats
+    from analysis import stats
 
     rng = np.random.default_rng(1)
     v = rng.random((3, 20))
@@ -110,7 +106,7 @@ def test_the_report_like_cases_under_the_qwen_design():
     """configs/qwen05b.yaml's design on counts matched to the report's published rates (base loose
     pass@1 0.25, pass@32 0.84; the trained many 0.66, 0.81): a base sharpened to those rates (no new
     support) is selection; gold answers giving the same pass@1 are never selection."""
-    import config
+    from orchestration import config
 
     cfg = config.load("configs/qwen05b.yaml")
     N, S, n_base = cfg.task.n_test, len(config.seeds_of(cfg, "many")), cfg.eval.n_base

@@ -1,0 +1,370 @@
+"""report.md and the terminal headline: every sentence of the analysis is made here or in
+analysis/report_secondary.py, from the numbers analyze_b.analyze computes. One function per section, in
+PLAN.md's order (this file: the calibration, the primary question and section 7's verdicts);
+report_format.table makes every markdown table.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from analysis.report_format import ci3, crossover_words, f3, p4, rate, table, yn
+from analysis.report_secondary import (
+    beyond_section,
+    boundary_section,
+    controls_section,
+    diversity_section,
+    inputs_section,
+    ood_section,
+    provenance_section,
+    sets_section,
+    strategies_section,
+    tokens_section,
+)
+from analysis.run_files import read_json
+from countdown import SCORINGS
+from orchestration.provenance import file_sha256, same_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def reason_words(e: dict, margin: float) -> str:
+    """An entry's label's reason (verdict.REASONS) in words, with the p-value it rests on."""
+    r, k = e["reason"], e["k"]
+    p = "" if r["p"] is None else f" (p = {p4(r['p'])})"
+    return {"above-null": f"pass@{k} lies above the selection null's{p}",
+            "pass1-falls": f"pass@1 falls{p}",
+            "below-null": f"pass@1 rises and pass@{k} lies below the selection null's{p}",
+            "within-null": f"pass@1 rises and pass@{k} is within ±{margin:g} of the selection null's (TOST{p})",
+            "equivalence-not-asked": f"pass@1 rises, but pass@{k} is neither shown above nor below the selection null's, and its "
+                                     f"equivalence test is not asked (the null leaves too little headroom for the ±{margin:g} margin)",
+            "ceiling-inconclusive": f"pass@1 rises, but pass@{k} is neither shown above, below nor within ±{margin:g} of the selection "
+                                    f"null's (TOST{p})",
+            "pass1-unchanged": f"pass@1 is shown neither to rise{p} nor to fall (p = {p4(e['adjusted']['falls'])})"}[r["code"]]
+
+
+def primary_sentence(e: dict | None, res: dict) -> str:
+    """The primary question and its label in one sentence, with the numbers behind it; then, where the
+    calibration failed, that the instrument is not calibrated in this world."""
+    d = res["design"]
+    q = (f"Does RL on `{d.primary_condition}` select ({d.primary_scoring} scoring, step {d.checkpoints[-1]}"
+         + (f", {len(e['seeds'])} seed{'s' * (len(e['seeds']) > 1)}, {e['n_problems']} problems" if e else "") + ")?")
+    if e is None:
+        return f"{q} Not answered: its evaluations are missing (partial report)."
+    k, nl, vs = e["k"], e["null"], e["vs_null"]
+    label = e["label"] if d.analyze.get("ceiling_null", "selection") == "selection" else _base_null_label(e)
+    out = (f"{q} **{label[0].upper() + label[1:]}**: {reason_words(e, res['selection_margin'])}. "
+           f"pass@1 {e['pass1_base']:.3f} → {e['pass1_rl']:.3f} (Δ {e['pass1_diff']:+.3f} {ci3(e['pass1_ci'])}); pass@{k} "
+           f"{e['passk_base']:.3f} → {e['passk_rl']:.3f}, against {nl['passk']:.3f} for the base reweighted to the same pass@1 "
+           f"(w = {nl['w']:.3g}, 95% {nl['w_ci'][0]:.3g}–{nl['w_ci'][1]:.3g}): difference {vs['diff']:+.3f} {ci3(vs['ci'])}.")
+    if d.analyze.get("ceiling_null", "selection") != "selection":
+        out += f" (Registered here: the base-null reading; the selection-null label is *{e['label']}*.)"
+    cal = res["calibration"]
+    if cal.get("arms") and not cal["calibrated"]:
+        bad = [a["arm"] for a in cal["arms"] if a["passed"] is False]
+        out += f" **The instrument is not calibrated in this world**: the arm{'s' * (len(bad) > 1)} {', '.join(bad)} failed (below)."
+    elif cal.get("skipped"):
+        out += f" No calibration: {cal['skipped']}."
+    if e.get("near_level"):
+        out += f" Within 2 Monte-Carlo SEs of its level: {', '.join(e['near_level'])}."
+    return out
+
+
+def _base_null_label(e: dict) -> str:
+    s = e["base_null"]["selection"]
+    return "selection (base null)" if s else "undecided (base null)" if s is None else "no selection (base null)"
+
+
+def header(run: Path, res: dict) -> list[str]:
+    d = res["design"]
+    L = [f"**{d.config['analyze']['note']}**", ""] if (d.config.get("analyze") or {}).get("note") else []
+    if res["missing"]:
+        L += [f"**PARTIAL REPORT: {len(res['missing'])} of {d.n_expected()} expected evaluations are missing: "
+              f"{', '.join(res['missing'])}.**", ""]
+    seeds = ", ".join(map(str, d.seeds)) + "".join(f" ({c}: {len(v)} seeds)" for c, v in (d.seeds_by_condition or {}).items())
+    return L + [f"# Report: {run.name}", "",
+                f"Written by `analyze_b.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. {res['n_problems']} test "
+                f"problems; the base sampled {res['n_base']} times each, every trained model {res['n']} times; conditions "
+                f"{', '.join(d.conditions)}; seeds {seeds}; checkpoints {', '.join(map(str, d.checkpoints))}. Crossed bootstrap over "
+                f"seeds and problems, {res['resamples']} replicates (seed {res['seed']}), percentile intervals.", ""]
+
+
+def calibration_section(res: dict) -> list[str]:
+    """PLAN.md section 7, Calibration: every arm, its truth, the labels it got over the re-splits."""
+    cal = res["calibration"]
+    L = ["## Calibration: arms whose truth is known", ""]
+    if cal.get("skipped"):
+        return L + [f"No calibration arms: {cal['skipped']}.", ""]
+    labels = ("selection", "beyond selection", "degradation", "undecided")
+    rows = []
+    for a in cal["arms"]:
+        if a["kind"] in ("null", "selection", "teaching", "mixed"):
+            rows.append([a["arm"], a["truth"]] + [rate(a["labels"][x]) for x in labels]
+                        + [", ".join(f"{x} ≤ {v:g}" for x, v in a["forbidden"].items()), "pass" if a["passed"] else
+                           f"**fail** ({', '.join(a['failed'])})"])
+        elif a["kind"] == "seed split":
+            rows.append([f"{a['arm']} ({a['seeds']} seeds)", a["truth"], "", "", "", "",
+                         f"differ: pass@1 {rate(a['differences']['pass1'])}, pass@k {rate(a['differences']['passk'])} ≤ {a['level']:g}",
+                         "pass" if a["passed"] else f"**fail** ({', '.join(a['failed'])})"])
+        else:
+            rows.append([a["arm"], f"{a['truth']} on {a['stratum']}", "", "", "", "",
+                         f"ceiling rises on {a['n_problems']} problems the pool never solved"
+                         + (f": Δpass@{res['k_max']} {a['passk_diff']:+.3f} {ci3(a['passk_ci'])}, "
+                            f"p = {p4(a['rises']['p'])} (label: {a['label']})"
+                            if a.get("passk_diff") is not None else f" ({a.get('why')})"),
+                         {True: "pass", False: "**fail** (not shown)", None: "not asked"}[a["passed"]]])
+    L += table(["arm", "truth", "selection", "beyond selection", "degradation", "undecided", "may not be (rate ≤ level)", "result"], rows)
+    L += ["", f"Each pool arm: {cal['resplits']} re-splits of a pool of {cal['n_base']} + {cal['n_pool']} base samples per test "
+          f"problem into a pseudo-base of {cal['n_base']} and pseudo-trained models of {cal['seeds']} seeds × {cal['n']} samples, each "
+          f"judged by the primary question's code ({cal['resamples']} bootstrap replicates); rates with 95% Clopper-Pearson intervals. "
+          f"An arm fails when the lower end of a forbidden label's interval lies above its level. The selection arms reweight the "
+          f"pool's own samples, so they never reach a problem the pool never solved: they check that selection is not read as beyond "
+          f"it. A low rate of the expected label is a lack of power, not of calibration.", ""]
+    return L
+
+
+def primary_section(res: dict) -> list[str]:
+    """PLAN.md section 7: the primary entry's tests."""
+    e = res["primary"]
+    L = ["## The primary question", "", primary_sentence(e, res), ""]
+    if e is None:
+        return L
+    k, vs, nl = e["k"], e["vs_null"], e["null"]
+    eq = vs["equivalence"]
+    rows = [["pass@1 rises", f"{e['pass1_diff']:+.3f} {ci3(e['pass1_ci'])}", p4(e["rises"]["p_boot"]), p4(e["rises"]["p_t"]),
+             p4(e["rises"]["p"])],
+            ["pass@1 falls", "", p4(e["falls"]["p_boot"]), p4(e["falls"]["p_t"]), p4(e["falls"]["p"])],
+            [f"pass@{k} above the selection null's", f"{vs['diff']:+.3f} {ci3(vs['ci'])}", p4(vs["above"]["p_boot"]),
+             p4(vs["above"]["p_t"]), p4(vs["above"]["p"])],
+            [f"pass@{k} below the selection null's", "", p4(vs["below"]["p_boot"]), p4(vs["below"]["p_t"]), p4(vs["below"]["p"])],
+            [f"pass@{k} within ±{res['selection_margin']:g} of the null's (TOST)", f"90% {ci3(vs['ci90'])}",
+             p4(eq["p_boot"]) if eq else "not asked", p4(eq["p_t"]) if eq else "", p4(eq["p"]) if eq else ""]]
+    L += table(["test", "estimate [95% CI]", "bootstrap p", "t p", "p (the larger)"], rows)
+    L += ["", f"The selection null: the base's rates reweighted towards its correct answers by w = {nl['w']:.3g} (95% "
+          f"{nl['w_ci'][0]:.3g}–{nl['w_ci'][1]:.3g}), the w at which its pass@1 equals the trained model's ({nl['pass1']:.3f}); "
+          f"its pass@{k} is {nl['passk']:.3f}, leaving a headroom of {nl['headroom']:.3f}. Each problem's rate is its empirical-Bayes "
+          f"posterior (Beta prior a = {nl['prior'][0]:.3g}, b = {nl['prior'][1]:.3g}, fitted to the base's counts)."
+          + (" The trained pass@1 lies outside what reweighting the base reaches on the grid of w." if nl["out_of_range"] else "")
+          + f" One-sided tests at {res['alpha_one']:g}, TOST at {res['alpha_tost']:g} (asked only where the margin is at most "
+          f"{res['design'].analyze['margin_headroom_fraction']:.3g} of the null's headroom); each p is the larger of the crossed "
+          f"bootstrap's and the random-effects t test's. Labels: *degradation* (pass@1 falls), else *beyond selection* (the ceiling "
+          f"above the null's), else *selection* (pass@1 rises and the ceiling below or within the margin of the null's), else *undecided*. "
+          f"A uniform reweighting is one model of selection; the model-free evidence is the boundary (below: problems the trained model "
+          f"solves that the base never did, against chance).", ""]
+    bn = e["base_null"]
+    L += [f"*The seed report's reading* (secondary; PLAN.md section 7, earlier versions): against the base itself, pass@{k} "
+          f"{e['passk_diff']:+.3f} (90% {ci3(e['passk_ci90'])}); equivalent within ±{bn['margin']:g}: "
+          f"{'not asked (headroom ' + format(e['headroom'], '.3f') + ')' if not bn['testable'] else yn(bn['ceiling_equivalent'])}; "
+          f"lower: {yn(bn['ceiling_falls'])}; its selection answer: {yn(bn['selection'])}.", ""]
+    return L
+
+
+def entries_section(res: dict, scoring: str, title: str, formats: bool) -> list[str]:
+    """PLAN.md section 7: every condition x checkpoint of one scoring, its tests and label (formats:
+    with the format rate, for the scoring that counts it)."""
+    k = res["k_max"]
+    rows = []
+    for e in [x for x in res["entries"] if x["scoring"] == scoring]:
+        a = e["adjusted"]
+        rows.append([e["condition"] + (" **(primary)**" if e["primary"] else ""), e["step"], ", ".join(map(str, e["seeds"])),
+                     f"{e['pass1_base']:.3f} → {e['pass1_rl']:.3f}", f"{e['pass1_diff']:+.3f} {ci3(e['pass1_ci'])}",
+                     f"{p4(a['rises'])} / {p4(a['falls'])}", f"{e['passk_base']:.3f} → {e['passk_rl']:.3f}", f"{e['null']['passk']:.3f}",
+                     f"{e['vs_null']['diff']:+.3f} {ci3(e['vs_null']['ci'])}",
+                     f"{p4(a['above'])} / {p4(a['below'])} / {p4(a['equivalence'])}",
+                     f"**{e['label']}**"] + ([f"{f3(e['format_base'])} → {f3(e['format_rl'])}"] if formats else [])
+                    + [crossover_words(e["crossover"])])
+    L = [f"## {title}", ""]
+    L += table(["condition", "step", "seeds", "pass@1 base → RL", "Δpass@1 [95% CI]", "p rises / falls", f"pass@{k} base → RL",
+                f"null pass@{k}", "vs null [95% CI]", "p above / below / within", "label"] + (["format rate base → RL"] if formats else [])
+               + ["base catches up"], rows)
+    return L + ["", f"p-values of the primary entry are raw; every other row's are Holm-adjusted within the family "
+                f"*secondary-{scoring}* (weighted Holm on p / level). *null pass@{k}*: the base reweighted to the row's pass@1. "
+                f"*base catches up*: the first k at which RL is no longer above the base, and over the replicates the shares that "
+                f"cross, stay above at every k ≤ {k}, or are never above.", ""]
+
+
+def h3_section(res: dict, scoring: str) -> list[str]:
+    rows = [[h["condition"], ", ".join(map(str, h["seeds"])), f"{h['passk_diff_first']:+.3f}", f"{h['passk_diff_last']:+.3f}",
+             f"{h['diff']:+.3f} {ci3(h['ci'])}", p4(h["p_narrows"]), yn(h["narrows"])] for h in res["h3"] if h["scoring"] == scoring]
+    if not rows:
+        return []
+    d, k = res["design"], res["k_max"]
+    return ([f"## H3: does the ceiling narrow with longer training? ({scoring} scoring)", ""]
+            + table(["condition", "seeds", f"Δpass@{k} at step {d.checkpoints[0]}", f"at step {d.checkpoints[-1]}", "difference [95% CI]",
+                     "one-sided p", "narrows"], rows)
+            + ["", f"The paired difference (last − first checkpoint) of Δpass@{k}, the same seeds and problems in each replicate; "
+               f"*narrows*: one-sided p < {res['alpha_one']:g}; secondary, not adjusted.", ""])
+
+
+def seeds_section(res: dict) -> list[str]:
+    k = res["k_max"]
+    rows = [[e["condition"], e["step"], e["scoring"], s["seed"], f"{s['pass1_diff']:+.3f}", f"{s['passk_diff']:+.3f}", s["coverage_rl"],
+             f3(s["format_rl"])] for e in res["entries"] for s in e["per_seed"]]
+    return ["## Per-seed spread", ""] + table(["condition", "step", "scoring", "seed", "Δpass@1", f"Δpass@{k}", "coverage RL", "format RL"],
+                                             rows) + [""]
+
+
+def power_section(res: dict) -> list[str]:
+    """PLAN.md section 7, Power and sensitivity."""
+    pw, sn, k = res["power"], res["sensitivity"], res["k_max"]
+    if not pw:
+        return ["## Power", "", "No power statement: the primary entry's evaluations are missing.", ""]
+    eq = ("TOST's power is not defined here (no finite SE)" if pw["tost_power_at_zero"] is None else
+          f"TOST within ±{pw['margin']:g} has at most {pw['tost_power_at_zero']:.2f} power (at a true Δpass@{k} of 0, both one-sided "
+          f"tests counted)" + (f", and {pw['power']:.0%} power while the true |Δpass@{k}| ≤ {pw['equivalence_up_to']:.3f}"
+                               if pw["equivalence_up_to"] is not None else f", short of {pw['power']:.0%} everywhere"))
+    L = ["## Power and sensitivity", "",
+         f"With {pw['n_problems']} problems, {pw['seeds']} seed{'s' * (pw['seeds'] > 1)}, n = {pw['n_samples']} samples per trained model "
+         f"and {pw['n_base']} per base problem, the random-effects SE of the primary Δpass@1 is {pw['se_pass1']:.4f} "
+         f"({pw['df_pass1']:.1f} df) "
+         f"and of Δpass@{k} {pw['se_passk']:.4f} ({pw['df_passk']:.1f} df). With {pw['power']:.0%} power at one-sided level "
+         f"{pw['alpha_one_sided']:g} the design detects Δpass@1 ≥ {pw['mde_pass1']:.3f} and |Δpass@{k}| ≥ {pw['mde_passk']:.3f} "
+         f"((t_{{1−α, df}} + t_{{power, df}}) × SE); {eq}."]
+    if pw.get("planned"):
+        pl = pw["planned"]
+        L += ["", f"Planned (PLAN.md, analyze.planned): power {pl['power']:.2f} to detect Δpass@1 = {pl['effect']:g} at the pilot's "
+              f"components; {pl['power_at_seed_var_upper80']:.2f} at the 80% upper limit of its seed variance "
+              f"({pl['seed_var_upper80']:.5f} on {pl['seed_df']} df); {pl['power_at_measured_components']:.2f} "
+              f"at the components measured here."]
+    if sn:
+        rows = [[name, f"{vc['delta']:+.3f}", f"{vc['V_A']:.4f}",
+                 "—" if vc["V_B"] is None else f"{vc['V_B']:.5f} ({vc['seed_sd']:.3f}, {vc['seed_df']} df)",
+                 "—" if vc["V_R"] is None else f"{vc['V_R']:.4f}", f"{vc['se']:.4f}", f"{vc['df']:.1f}"]
+                for name, vc in (("Δpass@1", sn["pass1"]), (f"Δpass@{k}", sn["passk"]))]
+        L += [""] + table(["quantity", "Δ", "problem var", "seed var (SD)", "residual var", "SE", "df"], rows)
+        for name, c in sn["coverage"].items():
+            L.append(f"\nCoverage of the crossed bootstrap's 95% interval for Δpass@1, {c['sims']} count-level simulations at the "
+                     f"{'measured' if name == 'measured' else '1.5 × the measured'} seed SD ({c['seed_sd']:.3f}): {c['coverage']:.3f} "
+                     f"(Monte-Carlo SE {c['mc_se']:.3f}; its lower tail misses {c['lower_miss']:.3f} against a nominal 0.025); the t "
+                     f"interval's {c['coverage_t']:.3f}.")
+    return L + [""]
+
+
+def strata_section(res: dict) -> list[str]:
+    """PLAN.md section 6: difficulty strata (secondary, descriptive)."""
+    st = res["strata"]
+    if st.get("skipped"):
+        return []
+    k, sc = st["k"], res["design"].primary_scoring
+    rows = []
+    for s in st["strata"]:
+        r = s["scorings"][sc]
+        for name, v in r.items():
+            if name == "base":
+                rows.append([s["stratum"], s["n_problems"], "base", f3(v["pass1"]), "", f3(v["passk"]), "", v["never_solved"]])
+            else:
+                rows.append([s["stratum"], s["n_problems"], name, f3(v["pass1"]), f"{v['pass1_diff']:+.3f} {ci3(v['pass1_ci'])}",
+                             f3(v["passk"]), f"{v['passk_diff']:+.3f} {ci3(v['passk_ci'])}", ""])
+    return ([f"## Strata: pass@1 and pass@{k} by the borrows the subtraction needs ({sc} scoring, step {st['step']})", ""]
+            + table(["stratum", "problems", "model", "pass@1", "Δ [95% CI]", f"pass@{k}", "Δ [95% CI]", "base never solves"], rows)
+            + ["", "Secondary and descriptive: crossed bootstrap within each stratum's own problems, not adjusted.", ""])
+
+
+def earlier_section(res: dict) -> list[str]:
+    """PLAN.md section 7, earlier versions: the base-null reading (v3, change 29), v2 and v1."""
+    rows = []
+    for e in res["entries"]:
+        b, v = e["base_null"], e["v1"]
+        rows.append([e["condition"], e["step"], e["scoring"], yn(b["pass1_rises"]),
+                     "not asked" if not b["testable"] else yn(b["ceiling_equivalent"]), yn(b["ceiling_falls"]), yn(b["selection"]),
+                     yn(b["selection_v2"]), yn(v["pass1_rises_v1"]), yn(v["ceiling_unchanged_v1"]), yn(v["ceiling_falls_v1"]),
+                     ci3(v["third_clause_ci"]) if v["third_clause_ci"] else "not asked", yn(v["third_clause"]), e["label"]])
+    return (["## Earlier versions of the verdicts (for comparison)", "",
+             f"*v3* (PLAN.md change 29, the seed report's criterion made a test): selection ⇔ pass@1 rises and the ceiling is equivalent "
+             f"to the base's within ±{res['margin']:g} (asked only where the margin is at most a third of the base's headroom) or lower, "
+             f"Holm within a family of those three tests per scoring. *v2*: every test asked, no tie tolerance. *v1*: the first "
+             f"version's unadjusted rules on the 95% intervals, and the one-third clause (|Δpass@k| − Δpass@1 / 3, asked where pass@1 "
+             f"rises). The registered label is the last column.", ""]
+            + table(["condition", "step", "scoring", "rises (v3)", "equivalent (v3)", "falls (v3)", "selection (v3)", "selection (v2)",
+                     "rises (v1)", "unchanged (v1)", "falls (v1)", "one-third clause CI", "holds", "label"], rows) + [""])
+
+
+def coverage_section(res: dict) -> list[str]:
+    rows = [[e["condition"], e["step"], e["scoring"], e["coverage_base"], f"{e['coverage_rl']:g}", f"{e['only_rl']:g}",
+             f"{e['only_base']:g}"]
+            for e in res["entries"]]
+    return (["## Coverage (problems with at least one correct answer; RL: mean over seeds)", ""]
+            + table(["condition", "step", "scoring", "base", "RL", "only RL", "only base"], rows) + [""])
+
+
+def warnings_section(run: Path, res: dict) -> list[str]:
+    """Inputs made under another PLAN.md, other evaluation settings or another config, and optional
+    inputs that are missing."""
+    base, rl, design = res["base"], res["rl"], res["design"]
+    prov = base.get("provenance", {})
+    plan_now = file_sha256(ROOT / "PLAN.md")
+    warnings = []
+
+    def settings(d: dict) -> dict:  # what must match between the models compared (the adapter may not)
+        c = d.get("provenance", {}).get("config", {})
+        ev = {k: v for k, v in (c.get("eval") or {}).items() if k != "n_base"}
+        return {"seed": c.get("seed"), "model": c.get("model"), "task": c.get("task"), "eval": ev}
+
+    for d in rl.values():
+        p = d.get("provenance", {})
+        if p.get("plan_sha256") != prov.get("plan_sha256"):
+            warnings.append(f"{d['_file']} was made under a different PLAN.md than eval_base.json")
+        if settings(d) != settings(base):
+            warnings.append(f"{d['_file']} records other evaluation settings (seed, model, task or eval) than eval_base.json")
+        if not same_config(p, prov):
+            warnings.append(f"{d['_file']} was made with another config (hash {p.get('config_hash')}) "
+                            f"than eval_base.json ({prov.get('config_hash')})")
+    if prov.get("plan_sha256") and plan_now and prov["plan_sha256"] != plan_now:
+        warnings.append("PLAN.md has changed since the base was evaluated")
+    cfg = design.config
+    expected = ["selection.json"] + (["lr_choice.json"] if cfg.get("train", {}).get("lr") is None else [])
+    expected += [f"probe_{t}.json" for t in cfg.get("probe", {}).get("tasks", [])]
+    trained = [(c, s) for c in design.conditions for s in design.seeds_of(c) if any(key[:2] == (c, s) for key in rl)]
+    expected += [f"{design.train_name(c, s)}/train_log.csv" for c, s in trained]
+    if (cfg.get("train", {}).get("dev_every") or 0) > 0:
+        expected += [f"{design.train_name(c, s)}/train_eval.csv" for c, s in trained]
+    for name, (b, docs, prefix) in res["sets"].items():
+        for d in ([b] if b is not None else []) + list(docs.values()):
+            if not same_config(d.get("provenance"), prov):
+                warnings.append(f"{prefix}{d['_file']} was made with another config (hash {d.get('provenance', {}).get('config_hash')}) "
+                                f"than eval_base.json ({prov.get('config_hash')})")
+    if (run / "evalsets").is_dir():
+        warnings += [f"evalsets/{f.name}/ is not a registered evaluation set (config eval_sets): left out"
+                     for f in sorted((run / "evalsets").iterdir()) if f.is_dir() and f.name not in design.eval_sets]
+    warnings += res["tokens"]["warnings"]
+    if not design.tokens_enabled and res["tokens"]["rows"]:
+        warnings.append("token files are present but config tokens.enabled is off: "
+                        "they are reported as found, not checked for completeness")
+    for name in expected:
+        if not (run / name).exists():
+            warnings.append(f"{name} is missing: what it would show is left out of this report")
+        elif name.endswith(".json") and not same_config(rec := read_json(run / name).get("provenance", {}), prov):
+            warnings.append(f"{name} was made with another config (hash {rec.get('config_hash')}) "
+                            f"than eval_base.json ({prov.get('config_hash')})")
+    return (["## Warnings", ""] + [f"- {w}" for w in warnings] + [""]) if warnings else []
+
+
+def report(run: Path, res: dict, figs: list[Path]) -> str:
+    """report.md: the calibration first, then the primary answer, then every section in PLAN.md's order."""
+    ps = res["design"].primary_scoring
+    other = next(s for s in SCORINGS if s != ps)
+    L = header(run, res) + calibration_section(res) + primary_section(res) + warnings_section(run, res)
+    L += entries_section(res, ps, f"H1 and H2 by condition ({ps} scoring)", other == "loose") + h3_section(res, ps)
+    L += entries_section(res, other, f"The {other} scoring (it also counts the output format)", other == "strict") + h3_section(res, other)
+    L += seeds_section(res) + power_section(res) + strata_section(res) + controls_section(res) + earlier_section(res)
+    L += coverage_section(res) + sets_section(res) + beyond_section(res) + boundary_section(res) + diversity_section(res)
+    L += ood_section(res) + strategies_section(res) + tokens_section(res) + inputs_section(run, res) + provenance_section(run, res, figs)
+    return "\n".join(L) + "\n"
+
+
+def headline(doc: dict) -> str:
+    """A short plain-text summary for the terminal, from verdicts.json's content: the primary label,
+    the calibration, and per condition and checkpoint on the primary scoring Delta pass@1 and the label."""
+    pr = doc["primary"]
+    k = doc["sizes"]["k_max"]
+    lines = [f"PARTIAL: missing {', '.join(doc['missing'])}"] if doc.get("partial") else []
+    cal = doc["calibration"]
+    lines.append(f"primary ({pr['condition']}, {pr['scoring']}, step {pr['step']}): {pr['label']}"
+                 + ("" if not cal.get("arms") else "; calibrated" if cal["calibrated"] else "; NOT CALIBRATED in this world"))
+    rows = [("condition", "step", "Δpass@1 [95% CI]", f"Δpass@{k}", "vs null [95% CI]", "label")]
+    for e in doc["entries"]:
+        if e["scoring"] == pr["scoring"]:
+            rows.append((e["condition"] + (" *" if e["primary"] else ""), str(e["step"]), f"{e['pass1_diff']:+.3f} {ci3(e['pass1_ci'])}",
+                         f"{e['passk_diff']:+.3f}", f"{e['vs_null']['diff']:+.3f} {ci3(e['vs_null']['ci'])}", e["label"]))
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(lines + ["  " + "  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows])

@@ -1,0 +1,1 @@
+"""The method: model loading and LoRA, the sampler and its static decode, evaluation, checkpoints (torch)."""

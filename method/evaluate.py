@@ -1,0 +1,297 @@
+"""Evaluation: sample n answers per problem, score them (strict, loose, format), summarise pass@k,
+coverage and diversity, for every registered evaluation set; the token-level comparison of a
+checkpoint with the base; and the two stages that read the base before training, the base-rate
+probe and the selection of the few-problem sets.
+
+Every model is sampled with seeds tied to the problems (task.seed and the problem ids), never to a
+training seed, so paired comparisons differ by the model alone. Knows nothing of training: it
+meets the trainer only in adapter folders.
+"""
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+import countdown
+from analysis.stats import pass_at_k, token_summary
+from method.model import (
+    last_positions,
+    load_model,
+    load_policy,
+    lora_disabled,
+    lora_folded,
+    pack,
+    pad_id,
+    pick_device,
+    render_prompts,
+    setup_torch,
+    stop_ids,
+)
+from method.sampler import sample
+from orchestration import config, study
+from orchestration.provenance import atomic_write_json, file_sha256, record
+
+# ============================================================================= sampling and scoring
+
+
+def pass_at_k_curve(counts: list[int], n: int, k_max: int) -> dict[str, float]:
+    """Mean over problems of pass@k for k = 1..k_max, keys as strings (JSON)."""
+    return {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in range(1, k_max + 1)}
+
+
+def sample_problems(model, tok, problems, n: int, s: config.SamplingCfg, seed: int, tag: str, style: str,
+                    per_batch: int, progress: bool = True, fold: bool = False,
+                    system: str | None = countdown.SYSTEM_PROMPT) -> tuple[list[list[str]], list[float]]:
+    """n response texts per problem, and per problem the mean full-vocabulary entropy of the
+    untempered policy over all its response tokens. Batches of `per_batch` problems; each
+    batch's generator is seeded from (seed, tag, first problem id) so results do not depend on
+    what ran before. fold: sample with the LoRA folded into the weights (lora.fold_for_sampling)."""
+    from tqdm import tqdm
+
+    stops, pad = stop_ids(model, tok), pad_id(tok)
+    prompts = render_prompts(tok, problems, style, system)
+    texts: list[list[str]] = []
+    entropies: list[float] = []
+    with tqdm(total=len(problems) * n, desc=tag, unit="sample", disable=not progress, leave=False) as bar, \
+            (lora_folded(model) if fold else nullcontext()):
+        for b in range(0, len(problems), per_batch):
+            samples = sample(model, prompts[b : b + per_batch], n, s, study.seed_for(seed, tag, problems[b].id), stops, pad, entropy=True)
+            decoded = tok.batch_decode(samples.tokens, skip_special_tokens=True)
+            texts += [decoded[i : i + n] for i in range(0, len(decoded), n)]
+            for i in range(0, len(decoded), n):
+                lens = [len(t) for t in samples.tokens[i : i + n]]
+                entropies.append(sum(e * k for e, k in zip(samples.entropy[i : i + n], lens)) / max(sum(lens), 1))
+            bar.update(len(decoded))
+    return texts, entropies
+
+
+def answer_diversity(responses: list[str]) -> tuple[int, float]:
+    """The number of distinct final answers among the responses (countdown.final_answer; no
+    integer at all counts as one class) and the empirical entropy of their distribution (nats)."""
+    from collections import Counter
+
+    counts = Counter(countdown.final_answer(r) for r in responses)
+    total = sum(counts.values())
+    return len(counts), -sum(c / total * math.log(c / total) for c in counts.values())
+
+
+def score_problems(problems, texts: list[list[str]], keep_responses: bool = True, token_entropy: list[float] | None = None) -> list[dict]:
+    out = []
+    for i, (p, rs) in enumerate(zip(problems, texts)):
+        sc = [countdown.score(p, r) for r in rs]
+        distinct, ans_entropy = answer_diversity(rs)
+        row = {"id": p.id, "question": p.question, "answer": p.answer, "n": len(rs),
+               "correct_strict": sum(d["strict"] for d in sc), "correct_loose": sum(d["loose"] for d in sc),
+               "format_ok": sum(d["format"] for d in sc), "distinct_answers": distinct, "answer_entropy": ans_entropy}
+        if token_entropy is not None:
+            row["token_entropy"] = token_entropy[i]
+        if keep_responses:
+            row["responses"] = rs
+        out.append(row)
+    return out
+
+
+def summarize(rows: list[dict], n: int, k_max: int) -> dict:
+    return {
+        "pass_at_k": {s: pass_at_k_curve([r[f"correct_{s}"] for r in rows], n, k_max) for s in ("strict", "loose")},
+        "format_rate": sum(r["format_ok"] for r in rows) / (n * len(rows)),
+        "coverage": {s: sum(r[f"correct_{s}"] > 0 for r in rows) for s in ("strict", "loose")},
+        "n_problems": len(rows),
+    }
+
+
+def eval_set_settings(cfg: config.Config, eval_set: str) -> tuple[list, int, int, config.SamplingCfg, int]:
+    """problems, n, k_max, sampling and problems per batch of a registered evaluation set
+    (`test` is the eval section; the others are eval_sets entries)."""
+    if eval_set == "test":
+        e = cfg.eval
+        _, test = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
+        return test, e.n, e.k_max, e.sampling, e.problems_per_batch
+    es = cfg.eval_sets[eval_set]
+    if es.task in (None, cfg.task.name):
+        _, test = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
+    else:  # another task's own test problems (out of distribution), drawn by the same task seed
+        test = countdown.draw_splits(es.task, cfg.task.seed, {"test": es.n_problems})["test"]
+    return test[: es.n_problems], es.n, es.k_max, es.sampling or cfg.eval.sampling, es.problems_per_batch
+
+
+def evaluate(cfg: config.Config, base: str, adapter: str | None, out_file: Path, progress: bool = True, eval_set: str = "test") -> dict:
+    """Sample n answers per problem of an evaluation set from the base (or base + adapter), score
+    them three ways, measure diversity, and write one JSON file (atomically)."""
+    setup_torch(cfg)
+    device = pick_device(cfg)
+    model, tok = load_policy(cfg, base, adapter, device)
+    adapter_sha, identity = None, {"condition": None, "train_seed": None, "step": None}
+    if adapter is not None:
+        adapter_sha = file_sha256(Path(adapter) / "adapter_model.safetensors")
+        identity = study.adapter_identity(adapter)
+    problems, n, k_max, sampling, per_batch = eval_set_settings(cfg, eval_set)
+    if adapter is None and eval_set == "test" and cfg.eval.n_base is not None:
+        n = cfg.eval.n_base  # the base's own, larger sample (PLAN.md section 6)
+    t0 = time.perf_counter()
+    # Every model sees the same seeds, tied to the problems (task.seed and the problem ids), never
+    # to the training seed: the paired comparison then differs only by the model, and the base is
+    # evaluated once. Each set other than `test` has its own seeds (new draws, so the `wide` set
+    # checks the extrapolation out of sample) unless it asks for the test set's.
+    own = eval_set != "test" and cfg.eval_sets[eval_set].seeds == "own"
+    tag = f"eval-{eval_set}" if own else "eval"
+    texts, ent = sample_problems(model, tok, problems, n, sampling, cfg.task.seed, tag, cfg.task.prompt_style, per_batch, progress,
+                                 fold=cfg.lora.fold_for_sampling, system=cfg.task.system_prompt)
+    rows = score_problems(problems, texts, cfg.eval.keep_responses, ent)
+    result = {
+        "model": "base" if adapter is None else str(adapter),
+        **identity,
+        "eval_set": eval_set, "task": problems[0].task,
+        "adapter_sha256": adapter_sha,
+        **summarize(rows, n, k_max),
+        "sampling": {"n": n, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
+                     "repetition_penalty": 1.0, "max_new_tokens": sampling.max_new_tokens, "seed": cfg.task.seed,
+                     "seed_tag": tag, "problems_per_batch": per_batch, "stop_ids": stop_ids(model, tok)},
+        "seconds": round(time.perf_counter() - t0, 2),
+        "problems": rows,
+        "provenance": record(cfg, "eval", study.eval_inputs(cfg, adapter_sha, eval_set), str(device)),
+    }
+    atomic_write_json(out_file, result)
+    return result
+
+
+# ============================================================================= held-out checks during training
+
+
+def dev_problems(cfg: config.Config) -> list:
+    """The held-out `dev` split, drawn after test, train and pretrain (disjoint from all three)."""
+    return countdown.draw_splits(cfg.task.name, cfg.task.seed, {"test": cfg.task.n_test, "train": cfg.task.n_train,
+                                                                "pretrain": study.pretrain_count(cfg),
+                                                                "dev": cfg.train.dev_problems})["dev"]
+
+
+def dev_check(model, tok, cfg: config.Config, dev: list, step: int) -> dict:
+    """pass@1 and pass@n on the held-out dev problems, sampled like the evaluation with seeds
+    tied to the problems (so every step and model is sampled alike); draws nothing from training."""
+    n = cfg.train.dev_samples
+    texts, _ = sample_problems(model, tok, dev, n, cfg.eval.sampling, cfg.task.seed, "dev", cfg.task.prompt_style,
+                                        cfg.eval.problems_per_batch, progress=False, fold=cfg.lora.fold_for_sampling,
+                                        system=cfg.task.system_prompt)
+    s = summarize(score_problems(dev, texts, keep_responses=False), n, n)
+    return {"step": step, "n_problems": len(dev), "n": n, "strict_pass1": s["pass_at_k"]["strict"]["1"],
+            "loose_pass1": s["pass_at_k"]["loose"]["1"], "strict_passn": s["pass_at_k"]["strict"][str(n)],
+            "loose_passn": s["pass_at_k"]["loose"][str(n)], "format_rate": s["format_rate"]}
+
+
+# ============================================================================= token level
+
+
+def classify_tokens(base_logits: torch.Tensor, trained_logits: torch.Tensor, top: int) -> dict[str, torch.Tensor]:
+    """Per response position (arXiv 2605.06241 §3): class 0 unchanged (the two argmaxes agree),
+    1 reranked (the trained argmax is in the base's top `top` but not first), 2 shifted (outside
+    it); the trained argmax's 1-based rank under the base; the base's full-vocabulary entropy.
+    base_logits, trained_logits: (L, V) -> each (L,)."""
+    choice = trained_logits.argmax(-1)  # (L,)
+    chosen = base_logits.gather(-1, choice[:, None])  # (L, 1) the base's logit of the trained choice
+    rank = (base_logits > chosen).sum(-1) + 1  # (L,) 1 = the base's own first choice
+    cls = torch.where(rank == 1, 0, torch.where(rank <= top, 1, 2))
+    logp = base_logits.float().log_softmax(-1)
+    return {"classes": cls, "ranks": rank, "base_entropy": -(logp.exp() * logp).sum(-1)}
+
+
+@torch.inference_mode()
+def token_compare(cfg: config.Config, base: str, adapter: str, out_file: Path, progress: bool = True) -> dict:
+    """The token-level picture of one checkpoint: the base decodes each test problem greedily;
+    the trained model and the base then read the same base prefixes (teacher forcing), and
+    every response position is classified by classify_tokens. One model in memory: the base is
+    the trained model with its LoRA switched off."""
+    from tqdm import tqdm
+
+    setup_torch(cfg)
+    device = pick_device(cfg)
+    model, tok = load_policy(cfg, base, adapter, device)
+    stops, pad = stop_ids(model, tok), pad_id(tok)
+    _, test = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
+    problems = test[: cfg.tokens.n_problems]
+    prompts = render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
+    greedy = config.SamplingCfg(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=cfg.eval.sampling.max_new_tokens)
+    rows = []
+    per = max(1, cfg.eval.problems_per_batch)
+    for b in tqdm(range(0, len(problems), per), desc="tokens", disable=not progress, leave=False):
+        with lora_disabled(model):
+            comps = sample(model, prompts[b : b + per], 1, greedy, 0, stops, pad).tokens  # the base's greedy answers
+        ids, attn, pos, cmask = (x.to(device) for x in pack(prompts[b : b + per], comps, pad))
+        Lc = cmask.shape[1]
+        keep = last_positions(ids.shape[1], Lc + 1, device)
+        trained = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=keep).logits[:, :-1]
+        with lora_disabled(model):
+            basel = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=keep).logits[:, :-1]
+        for i, c in enumerate(comps):
+            r = classify_tokens(basel[i, : len(c)].float(), trained[i, : len(c)].float(), cfg.tokens.top)
+            rows.append({"id": problems[b + i].id, "classes": r["classes"].tolist(), "ranks": r["ranks"].tolist(),
+                         "base_entropy": [round(x, 5) for x in r["base_entropy"].tolist()]})
+    summary = token_summary(rows)  # the analysis recomputes it from `problems` with the same function
+    adapter_sha = file_sha256(Path(adapter) / "adapter_model.safetensors")
+    result = {**study.adapter_identity(adapter), "model": str(adapter), "adapter_sha256": adapter_sha, "top": cfg.tokens.top,
+              "summary": summary, "problems": rows,
+              "provenance": record(cfg, "tokens", {"adapter_sha256": adapter_sha}, str(device))}
+    atomic_write_json(out_file, result)
+    return result
+
+
+# ============================================================================= probe and select
+
+
+def probe(cfg: config.Config, base: str, run: Path, progress: bool = True) -> list[Path]:
+    """The base-rate checks behind PLAN.md's change log: Countdown pass@k on probe.n_problems x
+    probe.samples, and strict/loose pass@1, pass@k and format rate on each arithmetic task."""
+    setup_torch(cfg)
+    device = pick_device(cfg)
+    model, tok = load_model(cfg, base, device)
+    written = []
+    for task in cfg.probe.tasks:
+        n_prob, n = ((cfg.probe.n_problems, cfg.probe.samples) if task == "countdown"
+                     else (cfg.probe.arith_problems, cfg.probe.arith_samples))
+        _, problems = countdown.make_splits(task, 0, n_prob, cfg.task.seed)
+        texts, _ = sample_problems(model, tok, problems, n, cfg.eval.sampling, cfg.task.seed, f"probe-{task}", cfg.task.prompt_style,
+                                   cfg.eval.problems_per_batch, progress, system=cfg.task.system_prompt)
+        rows = score_problems(problems, texts, keep_responses=False)
+        res = {"task": task, "n": n, **summarize(rows, n, n), "examples": [t[0] for t in texts[:3]], "problems": rows,
+               "provenance": record(cfg, "probe", None, str(device))}
+        path = run / f"probe_{task}.json"
+        atomic_write_json(path, res)
+        written.append(path)
+    return written
+
+
+def choose_sets(pass_rates: list[float], sizes: list[int]) -> dict[str, list[int]]:
+    """The registered rule (PLAN.md): among problems with 0 < p < 1, rank by p(1 - p) (most
+    uncertain first: the most signal per group), ties by index; the size-s set is the first s."""
+    informative = [i for i, p in enumerate(pass_rates) if 0 < p < 1]
+    ranked = sorted(informative, key=lambda i: (-pass_rates[i] * (1 - pass_rates[i]), i))
+    return {str(z): ranked[:z] for z in sizes}
+
+
+def select(cfg: config.Config, base: str, run: Path, progress: bool = True) -> dict:
+    setup_torch(cfg)
+    device = pick_device(cfg)
+    model, tok = load_model(cfg, base, device)
+    train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
+    problems = train_set[: cfg.select.n_problems]
+    s = config.SamplingCfg(temperature=cfg.select.temperature, top_p=1.0, top_k=0, max_new_tokens=cfg.train.sampling.max_new_tokens)
+    texts, _ = sample_problems(model, tok, problems, cfg.select.samples, s, cfg.task.seed, "select", cfg.task.prompt_style,
+                               cfg.eval.problems_per_batch, progress, system=cfg.task.system_prompt)
+    rows = score_problems(problems, texts, keep_responses=False)
+    rates = [r[f"correct_{cfg.select.scoring}"] / r["n"] for r in rows]
+    sets = choose_sets(rates, study.selection_sizes(cfg))
+    res = {
+        "rule": f"0 < {cfg.select.scoring} pass rate < 1; rank by p(1-p) descending, ties by index; take the first s",
+        "pass_rates": {p.id: r for p, r in zip(problems, rates)},
+        "informative": [problems[i].id for i, r in enumerate(rates) if 0 < r < 1],
+        "sets": {z: [problems[i].id for i in idx] for z, idx in sets.items()},
+        "short": {z: len(idx) < int(z) for z, idx in sets.items()},
+        "sampling": {"n": cfg.select.samples, "temperature": s.temperature, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0,
+                     "max_new_tokens": s.max_new_tokens},
+        "provenance": record(cfg, "select", {"sizes": study.selection_sizes(cfg)}, str(device)),
+    }
+    atomic_write_json(run / "selection.json", res)
+    return res

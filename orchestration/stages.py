@@ -1,0 +1,474 @@
+"""What each stage of a run folder produces for a config, and whether it is done: the Plan (every
+output's provenance file and the hash it should record; missing, damaged, done, out of date or made
+under other settings), the train/eval/token jobs still to do, and the checks before a stage runs
+(refuse foreign outputs, move aside stale and damaged ones), and the folder's lock and move-aside.
+No torch; pipeline.py runs the stages.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+from pathlib import Path
+
+from orchestration import config, provenance, study
+from orchestration.jobs import Job, log, now
+
+STAGES = ["base", "probe", "select", "lr-sweep", "train", "eval", "tokens", "analyze"]
+JOB_STAGES = ("train", "eval", "tokens")
+
+
+class Plan:
+    """What each stage produces for this config and run folder, and whether it is done, out of
+    date (made from other inputs: redo it) or foreign (made under other settings: refuse)."""
+
+    def __init__(self, cfg: config.Config, run: Path, config_path: str, sets: list[str]):
+        self.cfg, self.run = cfg, run
+        self.config_path, self.sets = config_path, sets
+        self._sha: dict[tuple, str | None] = {}  # adapter sha256 by (path, mtime, size): each adapter read once
+        self._cost = None
+
+    def cost_model(self):
+        """cost_model.CostModel for a GPU config whose model's shape is known (the config and a local
+        config.json, or the registered shape: no weights needed); None on a CPU config."""
+        if self._cost is None:
+            from orchestration import cost_model
+
+            self._cost = (cost_model.for_config(self.cfg, self.run),)
+        return self._cost[0]
+
+    def adapter_sha256(self, adapter: Path) -> str | None:
+        f = adapter / "adapter_model.safetensors"
+        try:
+            st = f.stat()
+        except OSError:
+            return None
+        key = (str(f), st.st_mtime_ns, st.st_size)
+        if key not in self._sha:
+            self._sha[key] = provenance.file_sha256(f)
+        return self._sha[key]
+
+    # ------------------------------------------------------------------ the design
+
+    def steps_of(self) -> list[int]:
+        return sorted(set(self.cfg.train.checkpoints))
+
+    def train_units(self, condition: str | None = None) -> list[tuple[str, int]]:
+        return [(c, s) for c in self.cfg.conditions if condition in (None, c) for s in config.seeds_of(self.cfg, c)]
+
+    def adapters(self, models: str = "all") -> list[Path]:
+        """Adapter folders: every checkpoint (all), the last checkpoint of every seed (final), or
+        of the first seed only (final-first-seed)."""
+        if models == "base":
+            return []
+        steps = self.steps_of() if models == "all" else self.steps_of()[-1:]
+        return [study.adapter_dir(self.run, c, s, st) for c in self.cfg.conditions
+                for s in config.seeds_of(self.cfg, c)[:None if models != "final-first-seed" else 1] for st in steps]
+
+    def evals(self) -> list[tuple[str, Path, Path | None]]:
+        """(evaluation set, eval file, adapter folder or None) for the base and every model each set evaluates."""
+        out = []
+        sets = [("test", "all")] + [(name, es.models) for name, es in self.cfg.eval_sets.items()]
+        for name, models in sets:
+            folder = study.eval_dir(self.run, name)
+            out.append((name, folder / "eval_base.json", None))
+            out += [(name, folder / study.adapter_eval_name(a), a) for a in self.adapters(models)]
+        return out
+
+    def tokens(self) -> list[tuple[Path, Path]]:
+        """(tokens file, adapter folder) for every trained checkpoint, when tokens.enabled."""
+        if not self.cfg.tokens.enabled:
+            return []
+        return [(self.run / study.adapter_tokens_name(a), a) for a in self.adapters("all")]
+
+    # ------------------------------------------------------------------ hashes
+
+    def train_hash(self, cond: str, seed: int) -> str | None:
+        try:
+            _, _, inputs = study.train_inputs(self.cfg, cond, seed, self.run)
+        except (FileNotFoundError, ValueError):
+            return None
+        return provenance.stage_hash(self.cfg, "train", inputs)
+
+    def eval_hash(self, adapter: Path | None, eval_set: str = "test", stage: str = "eval") -> str | None:
+        sha = None if adapter is None else self.adapter_sha256(adapter)
+        if adapter is not None and sha is None:
+            return None
+        extra = study.eval_inputs(self.cfg, sha, eval_set) if stage == "eval" else {"adapter_sha256": sha}
+        return provenance.stage_hash(self.cfg, stage, extra)
+
+    def outputs(self, stage: str) -> list[tuple[Path, Path, str | None]]:
+        """(output to move aside, the file recording its provenance, the hash it should record)."""
+        run, cfg = self.run, self.cfg
+        if stage == "base":
+            if not study.builds_base(cfg):
+                return []
+            h = provenance.stage_hash(cfg, "base")
+            return [(run / "base_model", run / "base_model" / "build.json", h)]
+        if stage == "probe":
+            h = provenance.stage_hash(cfg, "probe")
+            return [(run / f"probe_{t}.json",) * 2 + (h,) for t in cfg.probe.tasks]
+        if stage == "select":
+            return [(run / "selection.json",) * 2 + (provenance.stage_hash(cfg, "select", {"sizes": study.selection_sizes(cfg)}),)]
+        if stage == "lr-sweep":
+            if cfg.train.lr is not None:
+                return []
+            inputs = {"problems": "all", "seed": cfg.train.seeds[0]}
+            return [(run / "lr_choice.json",) * 2 + (provenance.stage_hash(cfg, "lr-sweep", inputs),)]
+        if stage == "train":
+            out = []
+            for c, s in self.train_units():
+                d = study.train_dir(run, c, s)
+                marker = d / "done.json" if (d / "done.json").exists() else d / "last" / "state.json"
+                out.append((d, marker, self.train_hash(c, s)))
+            return out
+        if stage == "eval":
+            return [(f, f, self.eval_hash(a, es)) for es, f, a in self.evals()]
+        if stage == "tokens":
+            return [(f, f, self.eval_hash(a, stage="tokens")) for f, a in self.tokens()]
+        return []
+
+    def state(self, stage: str, marker: Path, want: str | None) -> str:
+        """missing | damaged (a file cut short or unreadable: redo it) | done | stale (same settings,
+        other inputs) | foreign (other settings)."""
+        if not marker.exists():
+            return "missing"
+        if self.damage(stage, marker):
+            return "damaged"
+        rec = provenance.read_json(marker)
+        got = (rec or {}).get("stage_hash") if stage == "base" else provenance.recorded_hash(marker)
+        if want is not None and got == want:
+            return "done"
+        if stage == "base":
+            return "foreign"  # its inputs are the config alone
+        prov = (rec or {}).get("provenance")
+        if not prov or not isinstance(prov.get("config"), dict):
+            return "foreign"
+        try:
+            same = provenance.hashed_settings(prov["config"], stage) == provenance.hashed_settings(config.to_dict(self.cfg), stage)
+        except (KeyError, TypeError):
+            same = False
+        return "stale" if same else "foreign"
+
+    def damage(self, stage: str, marker: Path) -> str | None:
+        """What is wrong with an output that exists, or None: its record is not valid JSON, or (base,
+        train) a weights file is cut short or missing: the base's, a checkpoint's, the resume point's."""
+        bad = provenance.json_problem(marker)
+        if bad:
+            return f"{marker}: {bad}"
+        if stage == "base":
+            return provenance.model_folder_problem(marker.parent)  # RUN/base_model/build.json
+        if stage in ("train", "lr-sweep") and marker.name == "done.json":  # its log; every checkpoint the run was asked for
+            done = provenance.read_json(marker)
+            bad = log_problem(marker.parent / "train_log.csv", done.get("steps"))
+            if bad or stage == "lr-sweep":
+                return bad
+            steps = ((done.get("provenance") or {}).get("config") or {}).get("train", {}).get("checkpoints", [])
+            return next((bad for st in steps if (bad := provenance.adapter_problem(marker.parent / f"step_{st:03d}"))), None)
+        if stage in ("train", "lr-sweep") and marker.name == "state.json":  # a resume point RUN/[lr_sweep/]*/last/: adapter, optimizer
+            bad = provenance.torch_file_problem(marker.parent / "optimizer.pt")
+            return provenance.adapter_problem(marker.parent) or (bad and f"{marker.parent / 'optimizer.pt'}: {bad}")
+        return None
+
+    def sweep_damage(self) -> list[tuple[Path, str]]:
+        """The LR sweep's candidate runs (RUN/lr_sweep/[<condition>/]lr_<rate>/) that are damaged: a
+        done.json or log cut short, or a resume point whose adapter or optimizer state is; with why."""
+        folder = self.run / "lr_sweep"
+        out = []
+        for d in sorted(folder.glob("lr_*")) + sorted(folder.glob("*/lr_*")) if folder.is_dir() else []:
+            marker = d / "done.json" if (d / "done.json").exists() else d / "last" / "state.json"
+            if d.is_dir() and marker.exists() and (bad := self.damage("lr-sweep", marker)):
+                out.append((d, bad))
+        return out
+
+    def why(self, stage: str, marker: Path) -> str:
+        rec = provenance.read_json(marker)
+        if stage == "base":
+            return "another model build (model.build / model.qwen_shape / task)"
+        return provenance.differing_setting((rec or {}).get("provenance"), self.cfg, stage)
+
+    # ------------------------------------------------------------------ done
+
+    def analyze_done(self) -> bool:
+        """verdicts.json and report.md exist, were made from what the evaluation and token files now
+        compute (their content hashes: timings and time stamps do not count) and under this config's
+        analyze settings."""
+        v = provenance.read_json(self.run / "verdicts.json")
+        if not v or not (self.run / "report.md").exists():
+            return False
+        run = self.run
+        files = sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")) + sorted(run.glob("tokens_*.json"))
+        now = {f.relative_to(run).as_posix(): provenance.content_sha256(f) for f in files}  # what analyze_b records
+        made = v.get("provenance", {})
+        return bool(now) and made.get("inputs") == now and made.get("analyze") == config.to_dict(self.cfg.analyze)
+
+    def done(self, stage: str, condition: str | None = None) -> bool:
+        if stage == "analyze":
+            return self.analyze_done()
+        if stage == "train" and condition:
+            return all(self.state("train", study.train_dir(self.run, c, s) / "done.json", self.train_hash(c, s)) == "done"
+                       for c, s in self.train_units(condition))
+        if stage == "train":
+            return all(self.state(stage, d / "done.json", h) == "done" for d, _, h in self.outputs(stage))
+        return all(self.state(stage, m, h) == "done" for _, m, h in self.outputs(stage))
+
+    # ------------------------------------------------------------------ jobs
+
+    def command(self, stage: str | None = None, force: bool = False) -> str:
+        """The pipeline command on this run folder and config: the whole study, or one stage."""
+        argv = ["python", "pipeline.py", "--config", self.config_path, "--out", str(self.run), *sum((["--set", s] for s in self.sets), [])]
+        return shlex.join(argv + (["--stage", stage] if stage else []) + (["--force"] if force else []))
+
+    def remake(self, path: Path) -> str:
+        """The command that makes `path` again, when it is damaged: an evaluation or token file's own
+        grpo.py job (it moves the old file aside), a training run's file the train stage's after the
+        run is moved aside, another stage's output that stage with --force; else the whole pipeline."""
+        path = Path(path)
+        for j in self.jobs(["eval", "tokens"], done_too=True):
+            if Path(j.output) == path:
+                return j.command()
+        rel = path.relative_to(self.run).parts if path.is_relative_to(self.run) else ()
+        if rel and rel[0].startswith("train_"):
+            aside = shlex.quote(str(self.run / "superseded" / "by-hand"))
+            return f"mkdir -p {aside} && mv {shlex.quote(str(self.run / rel[0]))} {aside}/ && {self.command()}"
+        for stage in ("probe", "select", "lr-sweep"):
+            if any(path in (p, m) for p, m, _ in self.outputs(stage)) or (stage == "lr-sweep" and rel[:1] == ("lr_sweep",)):
+                return self.command(stage, force=True)
+        return self.command()
+
+    def base_argv(self, cmd: str) -> list[str]:
+        argv = [cmd, "--config", self.config_path, "--run", str(self.run)]
+        for s in self.sets:
+            argv += ["--set", s]
+        return argv
+
+    def jobs(self, stages: list[str], condition: str | None = None, done_too: bool = False) -> list[Job]:
+        """The train and eval jobs not yet done (done_too: every job of the design), in the registered order."""
+        out: list[Job] = []
+        if "train" in stages:
+            for c, s in self.train_units(condition):
+                if done_too or self.state("train", study.train_dir(self.run, c, s) / "done.json", self.train_hash(c, s)) != "done":
+                    out.append(Job("train", f"train {c} s{s}", self.base_argv("train") + ["--condition", c, "--seed", str(s)],
+                                   steps=self.cfg.train.steps, output=str(study.train_dir(self.run, c, s))))
+        pending = {j.name for j in out}
+
+        def needs(adapter: Path) -> tuple[str, list[str]]:
+            identity = study.adapter_identity(adapter)
+            train_name = f"train {identity['condition']} s{identity['train_seed']}"
+            return (f"{identity['condition']} s{identity['train_seed']} step {identity['step']}",
+                    [train_name] if train_name in pending else [])
+
+        if "eval" in stages:
+            for es, f, adapter in self.evals():
+                if not done_too and self.state("eval", f, self.eval_hash(adapter, es)) == "done":
+                    continue
+                label, opt = ("eval", []) if es == "test" else (f"eval-{es}", ["--eval-set", es])
+                size = (self.cfg.task.n_test * self.cfg.eval.n if es == "test"
+                        else self.cfg.eval_sets[es].n_problems * self.cfg.eval_sets[es].n)
+                if adapter is None:
+                    out.append(Job("eval", f"{label} base", self.base_argv("eval") + opt, samples=size, output=str(f)))
+                    continue
+                what, need = needs(adapter)
+                out.append(Job("eval", f"{label} {what}", self.base_argv("eval") + opt + ["--adapter", str(adapter)], needs=need,
+                               samples=size, output=str(f)))
+        if "tokens" in stages:
+            for f, adapter in self.tokens():
+                if done_too or self.state("tokens", f, self.eval_hash(adapter, stage="tokens")) != "done":
+                    what, need = needs(adapter)
+                    out.append(Job("tokens", f"tokens {what}", self.base_argv("tokens") + ["--adapter", str(adapter)], needs=need,
+                                   samples=3 * self.cfg.tokens.n_problems, output=str(f)))  # one greedy answer, two forwards
+        return out
+
+
+# ============================================================================= the run folder
+
+
+def log_problem(path: Path, steps) -> str | None:
+    """None when a finished run's train_log.csv holds a whole row for each of its `steps` steps,
+    else what is wrong: missing, cut short, a row with empty fields."""
+    if not path.exists():
+        return f"{path}: missing"
+    try:
+        rows = provenance.read_csv_rows(path)
+    except (OSError, UnicodeDecodeError) as e:
+        return f"{path}: unreadable ({e})"
+    if isinstance(steps, int) and len(rows) < steps:
+        return f"{path}: {len(rows)} rows for {steps} steps (cut short?)"
+    if rows and any(v in (None, "") for v in rows[-1].values()):
+        return f"{path}: its last row is incomplete (cut short?)"
+    return None
+
+
+class MissingInput(Exception):
+    """A stage's input is missing or damaged: the message names the file and the command that makes it."""
+
+
+def check_inputs(plan: Plan, stage: str, condition: str | None = None, group: tuple[str, ...] = ()) -> None:
+    """Raise MissingInput, naming the file and the command that makes it, when `stage` cannot run
+    here: its base model is missing or damaged (a folder without weights counts), the GGUF file a
+    base build converts is not installed, a training run's selection or learning rate is missing,
+    an adapter to evaluate is not there. Read-only: called before check_stage moves anything aside,
+    so a stage that cannot run changes nothing. `group`: the job stages run with it (eval with
+    train: the adapters are made first)."""
+    cfg, run = plan.cfg, plan.run
+    if stage == "base":
+        if cfg.model.gguf is not None:
+            from bases import gguf_base  # imports torch only to convert
+
+            try:
+                gguf_base.gguf_path(cfg.model.gguf)
+            except FileNotFoundError as e:
+                raise MissingInput(str(e))
+        return
+    if study.builds_base(cfg) and stage != "analyze":  # the analysis reads JSON and CSV files only
+        bad = provenance.model_folder_problem(run / "base_model")
+        if bad:
+            raise MissingInput(f"{bad}; build the base: {plan.command('base')}")
+    if stage == "train":
+        for c, s in plan.train_units(condition):
+            try:
+                study.train_inputs(cfg, c, s, run)
+            except (FileNotFoundError, ValueError) as e:
+                first = "select" if "selection.json" in str(e) else "lr-sweep"
+                raise MissingInput(f"{e} ({plan.command(first)})")
+    if stage in ("eval", "tokens") and "train" not in group:
+        adapters = [a for _, _, a in plan.evals() if a is not None] if stage == "eval" else [a for _, a in plan.tokens()]
+        bad = next((b for a in adapters if (b := provenance.adapter_problem(a))), None)
+        if bad:
+            raise MissingInput(f"{bad}: train it (again) first: {plan.command('train')}")
+    if stage == "analyze":
+        files = [f for _, f, _ in plan.evals()] + [f for f, _ in plan.tokens()]
+        missing = [f for f in files if not f.exists()]
+        if missing:
+            more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+            raise MissingInput(f"{missing[0]}{more} missing: evaluate first ({plan.command()}; or analyse what is there: "
+                               f"python analyze_b.py --run {shlex.quote(str(run))} --partial)")
+        bad = next(((f, b) for f in files if (b := provenance.json_problem(f))), None)
+        if bad:
+            raise MissingInput(f"{bad[0]}: {bad[1]}; make it again: {plan.remake(bad[0])}")
+
+
+def remake_note(plan: Plan, message: str) -> str:
+    """A fixing command for an analysis input error: the message's first word is the file."""
+    path = Path(message.split(": ", 1)[0])
+    return plan.remake(path) if path.is_absolute() or path.exists() else plan.command()
+
+
+def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
+    """Before a stage runs: refuse outputs made under other settings (unless force); move aside
+    outputs made from other inputs, and (train, eval) folders and files the design no longer has."""
+    for path, marker, want in plan.outputs(stage):
+        st = plan.state(stage, marker, want)
+        if st == "damaged":
+            aside.move(path, f"damaged, so it is redone: {plan.damage(stage, marker)}")
+            continue
+        if st == "foreign" and not force:
+            raise Refused(f"{marker}: made under {plan.why(stage, marker)}; refusing to overwrite it "
+                          f"(use --force to replace it and what depends on it, or --out another folder)")
+        if st in ("foreign", "stale") and stage != "base":
+            aside.move(path, "made under other settings (--force)" if st == "foreign" else "made from other inputs")
+        elif st == "foreign" and stage == "base":
+            aside.move(path, "another model build (--force)")
+    run = plan.run
+    if stage == "train":
+        expected = {study.train_dir(run, c, s).name for c, s in plan.train_units()}
+        for d in sorted(run.glob("train_*")):
+            if d.is_dir() and d.name not in expected:
+                aside.move(d, "not in this config's conditions x their seeds")
+    if stage in ("eval", "analyze"):
+        expected = {f for _, f, _ in plan.evals()}
+        for f in sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")):
+            if f not in expected:
+                aside.move(f, "not an evaluation this config expects (another design or old file names)")
+    if stage in ("tokens", "analyze"):
+        expected = {f for f, _ in plan.tokens()}
+        for f in sorted(run.glob("tokens_*.json")):
+            if f not in expected:
+                aside.move(f, "not a token-level comparison this config expects")
+    if stage == "lr-sweep" and plan.cfg.train.lr is None and plan.state(stage, run / "lr_choice.json", plan.outputs(stage)[0][2]) != "done":
+        for d, why in plan.sweep_damage():  # as a training run's: moved aside, that candidate trained again
+            aside.move(d, f"damaged, so it is redone: {why}")
+    if stage == "lr-sweep" and plan.cfg.train.lr is None and (run / "lr_sweep").exists() and plan.state(
+            stage, run / "lr_choice.json", plan.outputs(stage)[0][2]) != "done":
+        for d in sorted((run / "lr_sweep").glob("lr_*")):
+            m = d / "done.json" if (d / "done.json").exists() else d / "last" / "state.json"
+            if m.exists() and plan.state("lr-sweep", m, plan.outputs(stage)[0][2]) == "foreign":
+                if not force:
+                    raise Refused(f"{m}: made under {plan.why('lr-sweep', m)}; refusing to overwrite it "
+                                  "(use --force, or --out another folder)")
+                aside.move(d, "made under other settings (--force)")
+
+
+def registered_stages(cfg: config.Config) -> list[str]:
+    """PLAN.md's order of stages, less those this config has none of (its own base; the token level)."""
+    return [s for s in STAGES if not (s == "base" and not study.builds_base(cfg)) and not (s == "tokens" and not cfg.tokens.enabled)]
+
+
+class Refused(Exception):
+    """An output in the run folder was made under another config (or the folder is locked)."""
+
+
+# ============================================================================= the run folder's lock and move-aside
+
+
+class Lock:
+    """RUN/.pipeline.lock: one pipeline per run folder. A lock whose process is gone (killed) is
+    reported and taken over, not obeyed forever."""
+
+    def __init__(self, run: Path):
+        self.path = run / ".pipeline.lock"
+        self.held = False
+
+    def acquire(self) -> None:
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": now()}
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                other = provenance.read_json(self.path) or {}
+                if other.get("host") == me["host"] and _alive(other.get("pid")):
+                    raise Refused(f"{self.path.parent} is in use by another pipeline.py (pid {other.get('pid')}, started "
+                                  f"{other.get('started')}); wait for it to finish or stop it")
+                if other.get("host") not in (None, me["host"]):
+                    raise Refused(f"{self.path} is held by host {other['host']} (pid {other.get('pid')}); "
+                                  "if that run is dead, delete the file")
+                log(f"stale lock from pid {other.get('pid')} (no longer running, started {other.get('started')}): taken over")
+                self.path.unlink(missing_ok=True)
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+            self.held = True
+            return
+        raise Refused(f"{self.path}: could not take the lock")
+
+    def release(self) -> None:
+        if self.held:
+            self.path.unlink(missing_ok=True)
+            self.held = False
+
+
+def _alive(pid) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Aside:
+    """Moves outputs a rerun replaces to RUN/superseded/<time>/ (never deletes a result); one
+    <time> folder per pipeline run."""
+
+    def __init__(self, run: Path):
+        self.run = run
+        self.when = provenance.stamp()
+
+    def move(self, path: Path, why: str) -> None:
+        dest = provenance.move_aside(self.run, path, self.when)
+        if dest is not None:
+            log(f"moved aside {path.relative_to(self.run)} -> {dest.relative_to(self.run)} ({why})")

@@ -1,0 +1,296 @@
+"""The study's bookkeeping, with no torch: seeds from explicit parts, the names of a run folder's
+files and their parsers, and what each stage reads (a condition's problems and learning rate, the
+inputs its stage hash records).
+
+Every file name of a run is made and parsed here, and nowhere else:
+
+  train_<condition>_s<seed>/step_<step>/        an adapter (single-seed runs before train.seeds: train_<condition>/)
+  eval_base.json, eval_<condition>_s<seed>_<step>.json   the test set (older runs: eval_<condition>_<step>.json, seed 0)
+  evalsets/<set>/eval_*.json                     every other registered evaluation set, the same names
+  tokens_<condition>_s<seed>_<step>.json         the token-level comparison of a checkpoint with the base
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import countdown
+from orchestration import config, provenance
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE_SAVE_EVERY = 100  # steps between the CPU world's base build's resume points (bases/tiny_base.py; said by pipeline.py)
+
+
+def seed_for(*parts) -> int:
+    """A 63-bit seed from explicit parts (task or training seed, stage, step, problem id, ...)."""
+    return int.from_bytes(hashlib.sha256(":".join(map(str, parts)).encode()).digest()[:8], "big") >> 1
+
+
+# ============================================================================= the run folder's names
+# One rule: `<thing>_name(...) -> str` is a name inside the run folder; `<thing>_dir(run, ...) -> Path`
+# is a path under it; `adapter_<thing>_name(adapter)` reads the key from an adapter's folder.
+
+ADAPTER_DIR = re.compile(r"^train_(?P<cond>.+)_s(?P<seed>\d+)/step_(?P<step>\d+)$")
+TRAIN_DIR = re.compile(r"^train_(?P<cond>.+?)(?:_s(?P<seed>\d+))?$")  # the seed is absent in single-seed runs
+EVAL_FILE = re.compile(r"^eval_(?P<cond>.+)_s(?P<seed>\d+)_(?P<step>\d+)\.json$")
+EVAL_FILE_V1 = re.compile(r"^eval_(?P<cond>.+)_(?P<step>\d+)\.json$")  # single-seed runs before train.seeds
+TOKENS_FILE = re.compile(r"^tokens_(?P<cond>.+)_s(?P<seed>\d+)_(?P<step>\d+)\.json$")
+
+
+def default_run(config_path: str | None) -> Path:
+    return ROOT / "results" / (Path(config_path).stem if config_path else "qwen05b")
+
+
+def train_name(cond: str, seed: int, legacy: bool = False) -> str:
+    """train_<condition>_s<seed> (legacy single-seed runs: train_<condition>)."""
+    return f"train_{cond}" if legacy else f"train_{cond}_s{seed}"
+
+
+def train_dir(run: Path, cond: str, seed: int) -> Path:
+    return Path(run) / train_name(cond, seed)
+
+
+def adapter_dir(run: Path, cond: str, seed: int, step: int) -> Path:
+    return train_dir(run, cond, seed) / f"step_{step:03d}"
+
+
+def eval_name(cond: str, seed: int, step: int, legacy: bool = False) -> str:
+    """eval_<condition>_s<seed>_<step>.json (legacy single-seed runs: eval_<condition>_<step>.json)."""
+    return f"eval_{cond}_{step:03d}.json" if legacy else f"eval_{cond}_s{seed}_{step:03d}.json"
+
+
+def tokens_name(cond: str, seed: int, step: int) -> str:
+    return f"tokens_{cond}_s{seed}_{step:03d}.json"
+
+
+def eval_dir(run: Path, eval_set: str) -> Path:
+    """Where an evaluation set's files go: the run folder for `test`, RUN/evalsets/<set>/ for the others."""
+    return Path(run) if eval_set == "test" else Path(run) / "evalsets" / eval_set
+
+
+def adapter_identity(adapter: str | Path) -> dict:
+    """condition, train_seed and step of RUN/train_<condition>_s<seed>/step_<step> (None where
+    the folder is not named that way, e.g. an adapter from elsewhere)."""
+    a = Path(adapter)
+    m = ADAPTER_DIR.match(f"{a.parent.name}/{a.name}")
+    if not m:
+        return {"condition": None, "train_seed": None, "step": None}
+    return {"condition": m["cond"], "train_seed": int(m["seed"]), "step": int(m["step"])}
+
+
+def _adapter_key(adapter: str | Path) -> tuple[str, int, int]:
+    identity = adapter_identity(adapter)
+    if identity["condition"] is None:
+        raise config.ConfigError(f"--adapter {adapter}: not a RUN/train_<condition>_s<seed>/step_<step> folder; pass --out FILE")
+    return identity["condition"], identity["train_seed"], identity["step"]
+
+
+def adapter_eval_name(adapter: str | Path | None) -> str:
+    """eval_base.json, or eval_<condition>_s<seed>_<step>.json for RUN/train_<condition>_s<seed>/step_<step>."""
+    return "eval_base.json" if adapter is None else eval_name(*_adapter_key(adapter))
+
+
+def adapter_tokens_name(adapter: str | Path) -> str:
+    """tokens_<condition>_s<seed>_<step>.json for RUN/train_<condition>_s<seed>/step_<step>."""
+    return tokens_name(*_adapter_key(adapter))
+
+
+# ============================================================================= what the stages read
+
+
+def builds_base(cfg: config.Config) -> bool:
+    """True when the `base` stage makes the base model (the CPU world, the rehearsal)."""
+    return any(getattr(cfg.model, k) is not None for k in config.BUILDS)
+
+
+def model_path(cfg: config.Config, run: str | Path | None) -> str:
+    """The base model: the run's own `base_model/` when the config builds one, else model.path."""
+    if builds_base(cfg):
+        key = "model." + next(k for k in config.BUILDS if getattr(cfg.model, k) is not None)
+        if run is None:
+            raise config.ConfigError(f"{key}: this config builds its own base model; pass --run RUN (the folder holding base_model/)")
+        path = Path(run) / "base_model"
+        if not (path / "config.json").exists():
+            raise config.ConfigError(f"{key}: no base model at {path}; run `pipeline.py --stage base` first")
+        return str(path)
+    return cfg.model.path
+
+
+def check_model_reachable(cfg: config.Config, timeout: float = 0.5) -> None:
+    """Fail early, in one line (a ConfigError), when the base model cannot be had: a local folder
+    that is damaged, or a hub id that is neither in the local cache nor downloadable (no network,
+    a misspelt id, a missing revision). Offline this answers in well under a second: it asks the
+    cache, then whether the hub answers at all, before any download is tried."""
+    if builds_base(cfg):
+        return
+    path = os.path.expanduser(cfg.model.path)
+    if os.path.isdir(path):
+        bad = provenance.model_folder_problem(path)
+        if bad:
+            raise config.ConfigError(f"model.path: {bad}; replace the folder with an intact copy of the model")
+        return
+    from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
+
+    repo, rev = cfg.model.path, cfg.model.revision
+    if isinstance(try_to_load_from_cache(repo, "config.json", revision=rev), str):
+        return
+    where = f"model.path {repo!r} (model.revision {rev[:12]})"
+    fetch = f"download it where there is a network (`hf download {repo} --revision {rev}`), or set model.path to a local model folder"
+    if constants.HF_HUB_OFFLINE or not hub_answers(constants.ENDPOINT, timeout):
+        why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else f"{constants.ENDPOINT} does not answer"
+        raise config.ConfigError(f"{where} is not in the local Hugging Face cache and {why}: {fetch}")
+    try:
+        hf_hub_download(repo, "config.json", revision=rev)
+    except (OSError, ValueError) as e:  # the hub's errors (unknown repo or revision, HTTP) are OSErrors
+        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise config.ConfigError(f"{where} cannot be loaded ({first}): {fetch}")
+
+
+def hub_answers(endpoint: str, timeout: float) -> bool:
+    """Does a TCP connection to the hub's host open within `timeout` seconds? (Name lookup
+    included: it runs in a thread that is abandoned if it takes longer.)"""
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    url = urlparse(endpoint)
+    ok = []
+
+    def connect():
+        try:
+            socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=timeout).close()
+            ok.append(True)
+        except OSError:
+            pass
+
+    worker = threading.Thread(target=connect, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return bool(ok)
+
+
+def pretrain_count(cfg: config.Config) -> int:
+    """Problems in the pretrain split (drawn before dev, so dev stays disjoint from it)."""
+    return cfg.model.build.n_pretrain if cfg.model.build is not None else 0
+
+
+def selection_sizes(cfg: config.Config) -> list[int]:
+    """The set sizes the select stage picks: N of every registered `problems: select-N`."""
+    return sorted({n for c in cfg.conditions.values() if (n := config.selection_size(c)) is not None}, reverse=True)
+
+
+def condition_pool(cfg: config.Config, cond: config.ConditionCfg, run: Path) -> tuple[list, dict]:
+    """The training problems of a condition and what they came from (for the stage hash)."""
+    train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
+    if cond.problems.startswith("stratum:"):  # the train problems of one stratum (the taught calibration arm)
+        pool = [p for p in train_set if countdown.stratum(p) == cond.problems[len("stratum:"):]]
+        if not pool:
+            raise ValueError(f"no train problem of {cond.problems} (task {cfg.task.name})")
+        return pool, {"problems": cond.problems}
+    size = config.selection_size(cond)
+    if size is None:
+        return train_set, {"problems": "all"}
+    sel_path = run / "selection.json"
+    if not sel_path.exists():
+        raise FileNotFoundError(f"{sel_path} is missing: run the select stage before training on {cond.problems}")
+    sel = json.loads(sel_path.read_text())
+    ids = sel["sets"].get(str(size))
+    if not ids:
+        raise ValueError(f"{sel_path}: no problems for {cond.problems} (the base solved none of the first "
+                         f"{cfg.select.n_problems} train problems sometimes-but-not-always)")
+    by_id = {p.id: p for p in train_set}
+    return [by_id[i] for i in ids], {"problems": cond.problems, "ids": ids}
+
+
+def read_lr(cfg: config.Config, run: Path, name: str | None = None) -> float:
+    """A condition's learning rate: its own `lr` if it registers one, else train.lr, else the
+    lr-sweep's choice (its own sweep's, with lr_sweep.per_condition)."""
+    cond = cfg.conditions.get(name) if name is not None else None
+    if cond is not None and cond.lr is not None:
+        return cond.lr
+    if cfg.train.lr is not None:
+        return cfg.train.lr
+    path = run / "lr_choice.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run the lr-sweep stage, or set train.lr")
+    d = json.loads(path.read_text())
+    if cfg.lr_sweep.per_condition and name is not None:
+        if name not in d.get("per_condition", {}):
+            raise FileNotFoundError(f"{path} has no rate for condition {name}: run the lr-sweep stage again (lr_sweep.per_condition)")
+        return float(d["per_condition"][name])
+    return float(d["chosen"])
+
+
+def train_inputs(cfg: config.Config, name: str, seed: int, run: Path) -> tuple[list, float, dict]:
+    """The problem pool, learning rate and stage-hash inputs of one (condition, seed) training run."""
+    cond = cfg.conditions[name]
+    pool, inputs = condition_pool(cfg, cond, run)
+    lr = read_lr(cfg, run, name)
+    return pool, lr, {"condition": name, "settings": config.to_dict(cond), "seed": seed, **inputs, "lr": lr}
+
+
+SWEEP_CONDITION = config.ConditionCfg(problems="all")  # the report's rule: the many condition's recipe
+
+
+def eval_inputs(cfg: config.Config, adapter_sha: str | None, eval_set: str) -> dict:
+    """What an evaluation's stage hash depends on besides the config's eval keys."""
+    if eval_set == "test":
+        return {"adapter_sha256": adapter_sha}
+    return {"adapter_sha256": adapter_sha, "eval_set": eval_set, "settings": config.to_dict(cfg.eval_sets[eval_set])}
+
+
+# ============================================================================= out of memory
+
+EXIT_OUT_OF_MEMORY = 3  # grpo.py's exit status when a job ran out of accelerator (or host) memory
+
+
+def memory_advice(cfg: config.Config, stage: str, eval_set: str = "test") -> str:
+    """The settings that lower a stage's peak memory, with values to try: the answer an
+    out-of-memory error gets in one line. Training (train, lr-sweep) holds the activations of
+    micro_batch sequences at once (micro_batch 0: the largest whose estimate fits memory_gb);
+    sampling (eval, tokens, probe, select, the dev checks) holds problems_per_batch problems' n
+    samples at once. Each of these settings enters its stage's hash (micro-batches sum a gradient
+    in another order), so outputs made at the old value are then refused as other settings."""
+    def halves(n: int) -> str:
+        vals = sorted({max(1, n // 2), max(1, n // 4), 1}, reverse=True)
+        return ", then ".join(str(v) for v in vals)
+
+    tries, floor = [], []
+    if stage in ("train", "lr-sweep"):
+        if cfg.micro_batch > 1:
+            tries.append(f"--set micro_batch={halves(cfg.micro_batch)} (now {cfg.micro_batch})")
+        elif cfg.micro_batch == 1:
+            floor.append("micro_batch is already 1")
+        else:
+            budget = cfg.memory_gb
+            lower = f"{float(budget) * 0.75:g}, then {float(budget) * 0.5:g}" if budget != "auto" else "3/4 of the GPU's memory in GiB"
+            tries.append(f"--set memory_gb={lower} (now {budget}; micro_batch 0 sizes the micro-batch from it), or --set micro_batch=1")
+        if (cfg.train.dev_every > 0 and stage == "train") or (stage == "lr-sweep" and cfg.lr_sweep.rule == "dev"):
+            per = cfg.eval.problems_per_batch
+            if per > 1:
+                tries.append(f"for the dev checks --set eval.problems_per_batch={halves(per)} (now {per})")
+    else:
+        key, per = ("eval.problems_per_batch", cfg.eval.problems_per_batch) if eval_set == "test" or stage != "eval" else \
+            (f"eval_sets.{eval_set}.problems_per_batch", cfg.eval_sets[eval_set].problems_per_batch)
+        n = cfg.eval.n if key.startswith("eval.") else cfg.eval_sets[eval_set].n
+        if per > 1:
+            tries.append(f"--set {key}={halves(per)} (now {per})")
+        else:
+            floor.append(f"{key} is already 1 (one problem's {n} samples are decoded together)")
+    if not tries:
+        return f"nothing left to lower: {'; '.join(floor)}; this needs a device with more memory"
+    return ("lower it: " + "; ".join(tries) + ", on this command and the pipeline's (what was made at the old value is then "
+            "refused as made under other settings: add --force, or --out a new folder)")
+
+
+def job_label(cmd: str, condition: str | None = None, seed: int | None = None, adapter: str | None = None,
+              eval_set: str | None = None) -> str:
+    """A grpo.py command as the pipeline names its job: train many s0, eval base (test), ..."""
+    if cmd == "train":
+        return f"train {condition} s{seed}"
+    if cmd in ("eval", "tokens"):
+        return f"{cmd} {adapter or 'base'}" + (f" ({eval_set})" if cmd == "eval" else "")
+    return cmd
