@@ -224,15 +224,24 @@ def tokens_section(res: dict) -> list[str]:
                      "base entropy changed / unchanged", "ratio"], rows) + ([""] if tk["rows"] else ["", "No token files yet.", ""]))
 
 
+def lr_measures(d: dict) -> str:
+    """The measure the rule chose by (dev loose pass@1 under rule dev), then the training reward."""
+    def per(m: dict) -> str:
+        return ", ".join(f"{kk}: {v:.3f}" for kk, v in m.items())
+
+    reward = f"mean training reward over the last steps per rate: {per(d['mean_reward_last'])}"
+    if d.get("rule_name") == "dev":
+        return f"Dev loose pass@1 per rate (the rule's measure): {per(d['dev_loose_pass1'])}; {reward} (not the rule's)"
+    return reward[0].upper() + reward[1:] + " (the rule's measure)"
+
+
 def inputs_section(run: Path, res: dict) -> list[str]:
     """The learning rate, the selection, the base-rate probes and the first test problem side by side."""
     L = []
     sel, lrc = run / "selection.json", run / "lr_choice.json"
     if lrc.exists():
         d = read_json(lrc)
-        L += ["## Learning rate", "", f"Rule: {d['rule']}. Measure per rate: "
-              + ", ".join(f"{kk}: {v:.3f}" for kk, v in d["mean_reward_last"].items())
-              + f". Chosen: **{d['chosen']:g}**.", ""]
+        L += ["## Learning rate", "", f"Rule: {d['rule']}. " + lr_measures(d) + f". Chosen: **{d['chosen']:g}**.", ""]
     if sel.exists():
         d = read_json(sel)
         L += ["## Problem selection", "", f"Rule: {d['rule']}. {len(d['informative'])} of {len(d['pass_rates'])} problems informative. "

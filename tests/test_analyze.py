@@ -1170,3 +1170,20 @@ def test_a_first_analysis_moves_nothing_aside_and_a_second_moves_the_first(tmp_p
     analyze_b.run_analysis(run, make_figures=False)
     moved = sorted(p.name for p in next((run / "superseded").iterdir()).iterdir())
     assert moved == ["figures", "report.md", "verdicts.json"]
+
+
+def test_the_learning_rate_section_shows_the_measure_the_rule_chose_by():
+    """Under rule dev the report shows the dev pass@1 the choice was made by (the chosen rate has the
+    largest), with the training reward named as not the rule's; under rule reward, the reward."""
+    from analysis import report_secondary
+
+    dev = {"rule": "highest dev pass@1", "rule_name": "dev", "chosen": 0.001,
+           "mean_reward_last": {"0.0003": 0.074, "0.001": 0.327, "0.003": 0.406},
+           "dev_loose_pass1": {"0.0003": 0.371, "0.001": 0.529, "0.003": 0.492}}
+    line = report_secondary.lr_measures(dev)
+    assert "Dev loose pass@1 per rate (the rule's measure): 0.0003: 0.371, 0.001: 0.529, 0.003: 0.492" in line
+    assert line.endswith("0.003: 0.406 (not the rule's)")
+    reward = {**dev, "rule_name": "reward", "chosen": 0.003}
+    del reward["dev_loose_pass1"]
+    line = report_secondary.lr_measures(reward)
+    assert "Mean training reward over the last steps per rate: 0.0003: 0.074" in line and "dev" not in line.lower()
