@@ -21,10 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis import (
-    synthetic as sy,  # noqa: E402
-    verdict,  # noqa: E402
-)
+from analysis import synthetic as sy, verdict  # noqa: E402
 from analysis.reweight import selection_null  # noqa: E402
 
 

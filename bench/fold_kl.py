@@ -14,8 +14,9 @@ import argparse
 
 import torch
 
-import countdown
 from common import ROOT, model_dir
+
+import countdown
 from method import sampler
 from method.model import (
     adapter_config,

@@ -65,10 +65,11 @@ from pathlib import Path
 
 import torch
 
+from common import ROOT  # noqa: F401  (puts the repo on sys.path)
+
 import countdown
 import grpo
 from bases import qwen_shape
-from common import ROOT  # noqa: F401  (puts the repo on sys.path)
 from method import sampler, static_decode
 from method.model import apply_lora, completion_logprobs, free_memory_gib, lora_folded, pack, render_prompts, set_determinism, setup_torch
 from orchestration import config, memory, provenance

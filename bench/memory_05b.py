@@ -16,8 +16,9 @@ import time
 
 import torch
 
-import grpo
 from common import ROOT  # noqa: F401  (puts the repo on sys.path)
+
+import grpo
 from method import sampler
 from method.model import apply_lora
 from orchestration import config, memory

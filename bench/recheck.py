@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 from common import ROOT
+
 from orchestration import config, provenance, study
 from orchestration.stages import JOB_STAGES, Plan
 

@@ -17,8 +17,9 @@ from contextlib import nullcontext
 
 import torch
 
-import countdown
 from common import ROOT, Timer, median, model_dir  # noqa: F401  (ROOT puts the repo on sys.path)
+
+import countdown
 from orchestration import config
 
 sys.path.insert(0, str(ROOT / "tests"))

@@ -10,9 +10,10 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from common import ROOT, median
+
 import countdown
 import grpo
-from common import ROOT, median
 from method.model import pick_device
 from orchestration import config, study
 

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import torch
 
+from common import median, model_dir
+
 import countdown
 import grpo
-from common import median, model_dir
 from method.model import load_tokenizer
 from orchestration import config
 

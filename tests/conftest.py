@@ -4,21 +4,23 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import torch  # noqa: E402
+import torch  # noqa: E402  (after the environment above)
+from transformers.utils import logging as hf_logging  # noqa: E402
 
 from bases import tiny_base  # noqa: E402
-from orchestration import (
-    config,  # noqa: E402
-    provenance,
-)
+from orchestration import config, provenance  # noqa: E402
 
 torch.set_num_threads(1)
+# as method.model.setup_torch does for every stage: no "Loading weights" bars in the tests' stderr,
+# whichever fixture happened to load a model first
+hf_logging.disable_progress_bar()
 
 
 @pytest.fixture(scope="session")
@@ -38,11 +40,24 @@ def random_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def fitted_dir(tmp_path_factory, smoke_cfg):
+def fitted_dir(tmp_path_factory, smoke_cfg, worker_id):
     """The smoke configuration's base, fitted for ~20 s on 1-digit traces: it sometimes answers
-    right, so strict rewards vary inside groups and GRPO has signal."""
+    right, so strict rewards vary inside groups and GRPO has signal. Built once per test session and
+    shared, read-only, by the xdist workers (the first to take the lock builds it; the build is
+    atomic, so a folder that exists is complete)."""
 
-    d = tmp_path_factory.mktemp("fitted") / "base_model"
-    # recorded with the base stage's hash, so the pipeline accepts a copy of it as its own base
-    tiny_base.train_base(smoke_cfg, d, progress=False, stage_hash=provenance.stage_hash(smoke_cfg, "base"))
-    return d
+    def build(d: Path) -> Path:
+        # recorded with the base stage's hash, so the pipeline accepts a copy of it as its own base
+        tiny_base.train_base(smoke_cfg, d, progress=False, stage_hash=provenance.stage_hash(smoke_cfg, "base"))
+        return d
+
+    if worker_id == "master":  # no xdist
+        return build(tmp_path_factory.mktemp("fitted") / "base_model")
+    shared = tmp_path_factory.getbasetemp().parent  # the same folder for every worker of this session
+    d = shared / "fitted" / "base_model"
+    with FileLock(str(shared / "fitted.lock")):
+        return d if d.exists() else build(d)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a test file that runs whole pipelines or real weights (left out by -m 'not slow')")

@@ -18,6 +18,8 @@ from test_stats import TOKEN_PROBLEMS, ref_pass1
 import analyze_b
 from analysis import figures, report, run_files, secondary, stats
 
+pytestmark = pytest.mark.slow  # whole pipelines or real weights: left out of the fast loop
+
 ROOT = Path(__file__).resolve().parents[1]
 FAST = 200  # bootstrap resamples where the number does not matter (figures, malformed inputs)
 B = 2000  # the registered number, where p-values are checked by hand: the smallest p is 1 / 2001

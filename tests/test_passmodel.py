@@ -143,6 +143,7 @@ def test_parametric_replicates_spread_matches_fresh_data_sets():
     assert np.array_equal(reps, passmodel.parametric_replicates(fit, n, N, [256], 60, seed=3)[:, 0])  # seeded
 
 
+@pytest.mark.slow  # simulations: left out of the fast loop
 def test_contrast_check_covers_the_measured_contrast_in_beta_binomial_worlds():
     """20 worlds: base and RL rates drawn per problem (RL a scaled copy of the base, or another Beta),
     the base sampled 256 times and RL 32 on the same 64 problems, and 256 more of each (the large set).

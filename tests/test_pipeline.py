@@ -12,6 +12,8 @@ import pytest
 
 from orchestration import study
 
+pytestmark = pytest.mark.slow  # whole pipelines or real weights: left out of the fast loop
+
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "smoke.yaml"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}

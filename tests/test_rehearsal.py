@@ -19,6 +19,8 @@ from method import sampler
 from method.model import load_model, load_tokenizer, render_prompts, stop_ids
 from orchestration import config
 
+pytestmark = pytest.mark.slow  # whole pipelines or real weights: left out of the fast loop
+
 ROOT = Path(__file__).resolve().parents[1]
 REHEARSAL = ROOT / "configs" / "rehearsal.yaml"
 QWEN_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."

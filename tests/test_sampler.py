@@ -12,6 +12,8 @@ from method import sampler, static_decode
 from method.model import apply_lora, last_positions, load_model, pack, pad_id, render_prompts, stop_ids
 from orchestration import config
 
+pytestmark = pytest.mark.slow  # whole pipelines or real weights: left out of the fast loop
+
 CPU = torch.device("cpu")
 
 

@@ -85,6 +85,7 @@ def test_gold_solutions_are_right_and_match_the_tiny_traces():
                                           "</think>\n<answer>16051</answer>")
 
 
+@pytest.mark.slow  # a base build stopped and resumed: left out of the fast loop
 def test_a_stopped_base_build_resumes_to_the_same_weights_bit_for_bit(smoke_cfg, tmp_path, monkeypatch):
     cfg = config._build(config.Config, {**config.to_dict(smoke_cfg), "model": {**config.to_dict(smoke_cfg)["model"],
                                         "build": {**config.to_dict(smoke_cfg.model.build), "steps": 30, "n_traces": 400}}})
