@@ -218,7 +218,8 @@ def build_base(cfg: config.Config, out: Path, progress: bool = True, stage_hash:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="Build the rehearsal's Qwen2.5-0.5B-shaped base model folder.")
+    p = argparse.ArgumentParser(prog="python -m bases.qwen_shape",
+                                description="Build the rehearsal's Qwen2.5-0.5B-shaped base model folder.")
     p.add_argument("--config", required=True)
     p.add_argument("--set", action="append", default=[])
     p.add_argument("--out", required=True)

@@ -279,7 +279,7 @@ def save(model, tok, out: Path, info: dict) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="Train the CPU world's tiny base model.")
+    p = argparse.ArgumentParser(prog="python -m bases.tiny_base", description="Train the CPU world's tiny base model.")
     p.add_argument("--config", required=True)
     p.add_argument("--set", action="append", default=[])
     p.add_argument("--out", required=True)
