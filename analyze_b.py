@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as st
 
-from analysis import calibration, figures, report, secondary, stats, verdict
+from analysis import calibration, figures, report, secondary, stats, support, verdict
 from analysis.power import (
     count_coverage,
     design_se,
@@ -352,10 +352,49 @@ def calibrate(design, base: dict, rl: dict, sets: dict, entries: list[dict], inf
             "calibrated": all(a["passed"] is not False for a in arms)}
 
 
+# ============================================================================= support (PLAN.md change 42)
+
+
+def support_tests(design, base: dict, rl: dict, sets: dict, entries: list[dict], inf: Inference, post_hoc_w: float | None = None) -> dict:
+    """The support test and the two-axis answer (analysis/support.py) of every condition at the last
+    checkpoint on the primary scoring, at each registered sampler (analyze.support.pools: a base-only
+    evaluation set of fresh draws). post_hoc_w: for a run registered before change 42, the test at that
+    w* on its calibration pool, labelled post hoc. Skipped, with the reason, without either."""
+    spec, registered = design.analyze.get("support"), True
+    if post_hoc_w is not None:
+        pool = (design.analyze.get("calibration") or {}).get("pool_set", "pool")
+        spec, registered = {"pools": {"eval": pool}, **(spec or {}), "w_star": post_hoc_w}, False
+    if not spec:
+        return {"skipped": "no support test registered (analyze.support)"}
+    sc, last = design.primary_scoring, design.checkpoints[-1]
+    pools = {}
+    for sampler, name in spec["pools"].items():
+        doc = (sets.get(name) or (None,))[0]
+        if doc is None:
+            return {"skipped": f"evalsets/{name}/eval_base.json is missing"}
+        if [p["id"] for p in doc["problems"]] != [p["id"] for p in base["problems"]]:
+            raise InputError(f"evalsets/{name}/eval_base.json: its problems must be the test set's, all of them")
+        own = design.eval_sets.get(name, {}).get("seeds", "own") == "own"
+        pools[sampler] = (name if own else "test", counts(doc, sc), doc["sampling"]["n"], doc.get("sampling"))
+    out = {"skipped": None, "registered": registered, "w_star": float(spec["w_star"]), "scoring": sc, "step": last,
+           "samplers": {k: {"set": spec["pools"][k], "sampling": v[3]} for k, v in pools.items()}, "conditions": {}}
+    cb = counts(base, sc)
+    for e in entries:
+        if e["scoring"] != sc or e["step"] != last:
+            continue
+        cr = np.stack([counts(rl[(e["condition"], s, last)], sc) for s in e["seeds"]])
+        tests = {k: support.support_test(cb, pc, n_pool, cr, inf.n, spec["w_star"], inf.a1, inf.B, inf.seed, "test", measured)
+                 for k, (measured, pc, n_pool, _) in pools.items()}
+        out["conditions"][e["condition"]] = {"primary": e["primary"], "tests": tests, "changes": support.support_changes(cb, cr),
+                                             "axes": support.two_axes(e, tests, inf.a1)}
+    return out
+
+
 # ============================================================================= the whole analysis
 
 
-def analyze(run: Path, resamples: int | None = None, seed: int | None = None, partial: bool = False) -> dict:
+def analyze(run: Path, resamples: int | None = None, seed: int | None = None, partial: bool = False,
+            support_w: float | None = None) -> dict:
     """Every statistic of the run, nothing written. Raises InputError for a malformed input, an
     evaluation outside the design, or (unless partial) an expected evaluation that is missing."""
     base, rl, missing, design = find_evals(run)
@@ -397,6 +436,7 @@ def analyze(run: Path, resamples: int | None = None, seed: int | None = None, pa
     return {"design": design, "inference": inf, "missing": missing, "base": base, "rl": rl, "sets": sets, "curves": curves,
             "entries": entries, "families": families, "earlier": earlier, "primary": prim,
             "calibration": calibrate(design, base, rl, sets, entries, inf),
+            "support": support_tests(design, base, rl, sets, entries, inf, support_w),
             "h3": narrowing(design, curves, inf), "power": power, "sensitivity": sensitivity,
             "strata": secondary.analyze_strata(design, base, rl, studied, inf.n_base, inf.n, inf.k, inf.draws, inf.levels.ci, last),
             "controls": secondary.analyze_controls(design, base, rl, entries, inf.B, inf.seed, inf.levels.ci, last, inf.k,
@@ -440,6 +480,7 @@ def verdicts_json(res: dict) -> dict:
                     "answer_base_null": prim["base_null"]["selection"] if prim else None,
                     "calibrated": res["calibration"].get("calibrated")},
         "calibration": res["calibration"],
+        "support": res["support"],
         "levels": {"ci": inf.levels.ci, "one_sided": inf.a1, "tost": inf.at, "margin": inf.levels.margin,
                    "selection_margin": inf.levels.selection_margin, "headroom_fraction": inf.levels.headroom_fraction},
         "bootstrap": {"resamples": inf.B, "seed": inf.seed, "interval": "percentile", "tie": TIE,
@@ -467,10 +508,10 @@ def verdicts_json(res: dict) -> dict:
 
 
 def run_analysis(run: Path, resamples: int | None = None, seed: int | None = None, make_figures: bool = True,
-                 partial: bool = False) -> dict:
+                 partial: bool = False, support_w: float | None = None) -> dict:
     """Everything is computed before anything is written: an input error leaves no partial output."""
     run = Path(run)
-    res = analyze(run, resamples=resamples, seed=seed, partial=partial)
+    res = analyze(run, resamples=resamples, seed=seed, partial=partial, support_w=support_w)
     check_extras(run)  # read every other input now: a bad one must stop us before anything is written
     doc = verdicts_json(res)
     inputs = sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")) + sorted(run.glob("tokens_*.json"))
@@ -565,10 +606,16 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=None, help="bootstrap seed (default: the run's config, analyze.seed)")
     p.add_argument("--partial", action="store_true", help="analyse a run with expected evaluations missing (the report says so)")
     p.add_argument("--no-figures", action="store_true")
+    p.add_argument("--support-post-hoc", type=float, default=None, metavar="W_STAR",
+                   help="for a run registered before PLAN.md change 42: the support test at this w* on its calibration pool, "
+                        "labelled post hoc in verdicts.json and report.md (use with --out)")
     a = p.parse_args(argv)
     run = Path(a.run)
     if not run.is_dir():
         print(f"analyze_b.py: --run {run}: no such folder", file=sys.stderr)
+        return 2
+    if a.support_post_hoc is not None and not a.support_post_hoc >= 1:
+        print(f"analyze_b.py: --support-post-hoc {a.support_post_hoc}: w* must be >= 1 (a tilt towards correct answers)", file=sys.stderr)
         return 2
     target, made = run, False
     if a.out:
@@ -583,7 +630,7 @@ def main(argv=None) -> int:
     try:
         if a.out:
             copy_inputs(run, target)
-        out = run_analysis(target, a.resamples, a.seed, not a.no_figures, partial=a.partial)
+        out = run_analysis(target, a.resamples, a.seed, not a.no_figures, partial=a.partial, support_w=a.support_post_hoc)
     except (InputError, OSError) as e:
         if a.out:  # the copy is ours and holds no result: the folder goes back to how it was given
             shutil.rmtree(target, ignore_errors=True)

@@ -159,6 +159,40 @@ def primary_section(res: dict) -> list[str]:
     return L
 
 
+def support_section(res: dict) -> list[str]:
+    """PLAN.md change 42: the two axes and the support test of every condition at each sampler."""
+    sp = res.get("support") or {"skipped": "no support test"}
+    L = ["## Two axes: sharpening and support" + ("" if sp.get("skipped") or sp["registered"] else " (post hoc)"), ""]
+    if sp.get("skipped"):
+        return L + [f"No support test: {sp['skipped']}.", ""]
+    rows = []
+    for cond, c in sp["conditions"].items():
+        for sampler, t in c["tests"].items():
+            if t.get("skipped"):
+                rows.append([cond, c["axes"]["sharpening"], sampler, t["skipped"], "", "", ""])
+                continue
+            ch = c["changes"]
+            rows.append([cond + (" (primary)" if c["primary"] else ""), c["axes"]["sharpening"], sampler,
+                         f"{t['base_successes']} / {t['base_draws']} (≤ {t['base_upper']:.5f})",
+                         f"{t['rl_rate']:.3f} {ci3(t['rl_ci'])} vs ≤ {t['bound']:.4f}: p above {p4(t['above']['p'])}",
+                         f"**{t['answer']}**", f"{ch['retained']:.1f} / {ch['lost']:.1f} / {ch['gained']:.1f}"])
+    n_z = next(iter(next(iter(sp["conditions"].values()))["tests"].values()))["n_z"] if sp["conditions"] else 0
+    L += table(["condition", "sharpening", "sampler", f"base on Z ({n_z} problems): fresh draws", "trained rate on Z vs f_w*(bound)",
+                "support", "retained / lost / gained"], rows)
+    samplers = "; ".join(f"{k}: evalsets/{v['set']} at T {v['sampling']['temperature']:g}, top-p {v['sampling']['top_p']:g}"
+                         for k, v in sp["samplers"].items() if v.get("sampling"))
+    L += ["", ("" if sp["registered"] else "*Post hoc*: this run was registered before PLAN.md change 42, so these rows describe it and "
+          "confirm nothing. ") + f"Z: the test problems the base never solves in its {res['n_base']} test samples; the base's rate on Z "
+          f"from fresh draws ({samplers}), its exact one-sided upper bound at {res['alpha_one'] / 2:g}; a selection of tilt ≤ w* = "
+          f"{sp['w_star']:.3g} reaches at most f_w*(bound) there. *expanded*: the trained rate on Z above it; *kept*: below it; "
+          f"*not shown*: neither (each at {res['alpha_one'] / 2:g}, the larger of bootstrap and t p). Sharpening: *sharpened* where pass@1 "
+          f"rises and pass@{res['k_max']} is narrower than uniform reweighting (below the selection null). A ceiling narrower than "
+          f"reweighting is not read as 'no new solutions': that is the support column's question. Retained / lost / gained: of the "
+          f"problems the base solves in {res['n_base']} samples, those the model still solves or never does in {res['n']}, and of Z "
+          f"those it solves (mean over seeds; they depend on the two sample sizes).", ""]
+    return L
+
+
 def entries_section(res: dict, scoring: str, title: str, formats: bool) -> list[str]:
     """PLAN.md section 7: every condition x checkpoint of one scoring, its tests and label (formats:
     with the format rate, for the scoring that counts it)."""
@@ -343,7 +377,7 @@ def report(run: Path, res: dict, figs: list[Path]) -> str:
     """report.md: the calibration first, then the primary answer, then every section in PLAN.md's order."""
     ps = res["design"].primary_scoring
     other = next(s for s in SCORINGS if s != ps)
-    L = header(run, res) + calibration_section(res) + primary_section(res) + warnings_section(run, res)
+    L = header(run, res) + calibration_section(res) + primary_section(res) + support_section(res) + warnings_section(run, res)
     L += entries_section(res, ps, f"H1 and H2 by condition ({ps} scoring)", other == "loose") + h3_section(res, ps)
     L += entries_section(res, other, f"The {other} scoring (it also counts the output format)", other == "strict") + h3_section(res, other)
     L += seeds_section(res) + power_section(res) + strata_section(res) + controls_section(res) + earlier_section(res)

@@ -284,6 +284,14 @@ class CalibrationCfg:
 
 
 @dataclass
+class SupportCfg:
+    """The support test (PLAN.md change 42): the base's rate on the test problems it never solves,
+    measured on fresh draws of base-only evaluation sets, one per sampler, against the trained model's."""
+    w_star: float = 94.0  # the largest tilt a selection may apply (change 42: tiny_v4's 95th percentile outside Z)
+    pools: dict[str, str] = field(default_factory=lambda: {"eval": "pool"})  # sampler name -> eval set (models: base, seeds: own)
+
+
+@dataclass
 class AnalyzeCfg:
     resamples: int = 2000
     ci: float = 0.95
@@ -305,6 +313,7 @@ class AnalyzeCfg:
     note: str | None = None  # printed first in report.md, e.g. that a run is a pipeline check and answers nothing
     coverage_sims: int = 2000  # count-level simulations of the crossed interval's coverage (the sensitivity analysis)
     calibration: CalibrationCfg | None = None  # None: no calibration arms
+    support: SupportCfg | None = None  # None: no support test (runs before change 42)
 
 
 @dataclass
@@ -604,6 +613,14 @@ def validate(cfg: Config) -> None:
     need(cfg.analyze.ceiling_null in ("selection", "base"), "analyze.ceiling_null", "must be selection or base")
     need(0 < cfg.analyze.selection_margin < 1, "analyze.selection_margin", "must be in (0, 1)")
     need(cfg.analyze.coverage_sims >= 100, "analyze.coverage_sims", "must be >= 100")
+    sup = cfg.analyze.support
+    if sup is not None:
+        need(sup.w_star >= 1, "analyze.support.w_star", "must be >= 1 (a tilt towards correct answers)")
+        for sampler, name in sup.pools.items():
+            es = cfg.eval_sets.get(name)
+            need(es is not None and es.models == "base" and es.seeds == "own" and es.task in (None, cfg.task.name)
+                 and es.n_problems == cfg.task.n_test, f"analyze.support.pools.{sampler}",
+                 "must name an eval set of the trained task with models: base, seeds: own and n_problems = task.n_test")
     cal = cfg.analyze.calibration
     if cal is not None:
         need(cal.pool_set in cfg.eval_sets and cfg.eval_sets[cal.pool_set].models == "base"
