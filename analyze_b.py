@@ -475,8 +475,10 @@ def verdicts_json(res: dict) -> dict:
     d, inf, prim = res["design"], res["inference"], res["primary"]
     return {
         "primary": {"condition": d.primary_condition, "scoring": d.primary_scoring, "step": d.checkpoints[-1],
-                    "label": prim["label"] if prim else None, "reason": prim["reason"] if prim else None,
-                    "ceiling_null": d.analyze.get("ceiling_null", "selection"),
+                    "label": verdict.registered_label(prim, d.analyze["ceiling_null"]) if prim else None,
+                    "label_selection_null": prim["label"] if prim else None,
+                    "label_base_null": verdict.base_null_label(prim) if prim else None,
+                    "reason": prim["reason"] if prim else None, "ceiling_null": d.analyze["ceiling_null"],
                     "answer_base_null": prim["base_null"]["selection"] if prim else None,
                     "calibrated": res["calibration"].get("calibrated")},
         "calibration": res["calibration"],

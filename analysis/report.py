@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from analysis import verdict
 from analysis.report_format import ci3, crossover_words, f3, p4, rate, table, yn
 from analysis.report_secondary import (
     beyond_section,
@@ -52,12 +53,12 @@ def primary_sentence(e: dict | None, res: dict) -> str:
     if e is None:
         return f"{q} Not answered: its evaluations are missing (partial report)."
     k, nl, vs = e["k"], e["null"], e["vs_null"]
-    label = e["label"] if d.analyze.get("ceiling_null", "selection") == "selection" else _base_null_label(e)
+    label = verdict.registered_label(e, d.analyze["ceiling_null"])
     out = (f"{q} **{label[0].upper() + label[1:]}**: {reason_words(e, res['selection_margin'])}. "
            f"pass@1 {e['pass1_base']:.3f} → {e['pass1_rl']:.3f} (Δ {e['pass1_diff']:+.3f} {ci3(e['pass1_ci'])}); pass@{k} "
            f"{e['passk_base']:.3f} → {e['passk_rl']:.3f}, against {nl['passk']:.3f} for the base reweighted to the same pass@1 "
            f"(w = {nl['w']:.3g}, 95% {nl['w_ci'][0]:.3g}–{nl['w_ci'][1]:.3g}): difference {vs['diff']:+.3f} {ci3(vs['ci'])}.")
-    if d.analyze.get("ceiling_null", "selection") != "selection":
+    if d.analyze["ceiling_null"] != "selection":
         out += f" (Registered here: the base-null reading; the selection-null label is *{e['label']}*.)"
     cal = res["calibration"]
     if cal.get("arms") and not cal["calibrated"]:
@@ -68,11 +69,6 @@ def primary_sentence(e: dict | None, res: dict) -> str:
     if e.get("near_level"):
         out += f" Within 2 Monte-Carlo SEs of its level: {', '.join(e['near_level'])}."
     return out
-
-
-def _base_null_label(e: dict) -> str:
-    s = e["base_null"]["selection"]
-    return "selection (base null)" if s else "undecided (base null)" if s is None else "no selection (base null)"
 
 
 def header(run: Path, res: dict) -> list[str]:

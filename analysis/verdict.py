@@ -178,3 +178,15 @@ def label_from(e: dict, a1: float, at: float, p: dict | None = None) -> tuple[st
     if p["equivalence"] is None:
         return "undecided", {"code": "equivalence-not-asked", "p": None}
     return "undecided", {"code": "ceiling-inconclusive", "p": p["equivalence"]}
+
+
+def base_null_label(e: dict) -> str:
+    """The label of the base-null reading (PLAN.md change 29, the seed report's criterion)."""
+    s = e["base_null"]["selection"]
+    return "selection (base null)" if s else "undecided (base null)" if s is None else "no selection (base null)"
+
+
+def registered_label(e: dict, ceiling_null: str) -> str:
+    """The one label the run registered (analyze.ceiling_null: selection or base): verdicts.json's
+    primary.label, the report's first sentence and the terminal headline all print this."""
+    return e["label"] if ceiling_null == "selection" else base_null_label(e)

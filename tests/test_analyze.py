@@ -308,6 +308,10 @@ def test_the_base_null_cannot_be_decided_when_its_ceiling_test_cannot_fail(tmp_p
     assert b["pass1_rises"] and not b["ceiling_falls"] and b["testable"] is False and b["p_equiv_adj"] is None
     assert b["selection"] is None and b["selection_v2"] is True and out["primary"]["answer_base_null"] is None
     assert "**Undecided (base null)**" in (run / "report.md").read_text()
+    doc = json.loads((run / "verdicts.json").read_text())  # one label: the JSON and the headline say what the report says
+    assert doc["primary"]["label"] == "undecided (base null)" == doc["primary"]["label_base_null"]
+    assert doc["primary"]["label_selection_null"] == entry(out, "many", 10)["label"]
+    assert "): undecided (base null)" in report.headline(doc).splitlines()[0]
     out = analyze_b.run_analysis(write_run(tmp_path / "run2", [4] * 40, {("many", 10): [6] * 40}, n=8, k_max=4,
                                            equivalence_margin=0.004), make_figures=False)
     b = entry(out, "many", 10)["base_null"]

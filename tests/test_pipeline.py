@@ -890,7 +890,7 @@ def test_a_gpu_config_plans_without_its_weights_and_gives_hours_labelled_an_esti
     assert r.returncode == 0, r.stderr
     assert "`hf download Qwen/Qwen2.5-0.5B-Instruct --revision 7ae557604adf67be50417f59c2c2f167def9a775`" in r.stdout
     jobs_line = next(x for x in r.stdout.splitlines() if "jobs left" in x)
-    assert "155 train/eval jobs left" in jobs_line and " h (an estimate: " in jobs_line and "at the bound" in jobs_line
+    assert "156 train/eval jobs left" in jobs_line and " h (an estimate: " in jobs_line and "at the bound" in jobs_line
     assert "the registered shape of Qwen/Qwen2.5-0.5B-Instruct" in jobs_line and "~0 s" not in r.stdout
     r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(q), "--out", str(tmp_path / "q"), "--print-jobs"],
                        cwd=ROOT, env={**ENV, **env}, capture_output=True, text=True, timeout=120)
