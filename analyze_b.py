@@ -374,8 +374,10 @@ def support_tests(design, base: dict, rl: dict, sets: dict, entries: list[dict],
             return {"skipped": f"evalsets/{name}/eval_base.json is missing"}
         if [p["id"] for p in doc["problems"]] != [p["id"] for p in base["problems"]]:
             raise InputError(f"evalsets/{name}/eval_base.json: its problems must be the test set's, all of them")
-        own = design.eval_sets.get(name, {}).get("seeds", "own") == "own"
-        pools[sampler] = (name if own else "test", counts(doc, sc), doc["sampling"]["n"], doc.get("sampling"))
+        if design.eval_sets.get(name, {}).get("seeds", "own") != "own":
+            raise InputError(f"evalsets/{name}: sampled with the test set's seeds, so its draws are the ones Z is chosen on; the "
+                             "support test needs a base-only set with seeds: own")
+        pools[sampler] = (name, counts(doc, sc), doc["sampling"]["n"], doc.get("sampling"))
     out = {"skipped": None, "registered": registered, "w_star": float(spec["w_star"]), "scoring": sc, "step": last,
            "samplers": {k: {"set": spec["pools"][k], "sampling": v[3]} for k, v in pools.items()}, "conditions": {}}
     cb = counts(base, sc)

@@ -170,7 +170,8 @@ def support_section(res: dict) -> list[str]:
             ch = c["changes"]
             rows.append([cond + (" (primary)" if c["primary"] else ""), c["axes"]["sharpening"], sampler,
                          f"{t['base_successes']} / {t['base_draws']} (≤ {t['base_upper']:.5f})",
-                         f"{t['rl_rate']:.3f} {ci3(t['rl_ci'])} vs ≤ {t['bound']:.4f}: p above {p4(t['above']['p'])}",
+                         f"{t['rl_rate']:.3f} ({t['rl_ci_level']:.1%} {ci3(t['rl_ci'])}) vs ≤ {t['bound']:.4f}: "
+                         f"p above {p4(t['above']['p'])}",
                          f"**{t['answer']}**", f"{ch['retained']:.1f} / {ch['lost']:.1f} / {ch['gained']:.1f}"])
     n_z = next(iter(next(iter(sp["conditions"].values()))["tests"].values()))["n_z"] if sp["conditions"] else 0
     L += table(["condition", "sharpening", "sampler", f"base on Z ({n_z} problems): fresh draws", "trained rate on Z vs f_w*(bound)",

@@ -29,8 +29,6 @@ from scipy.special import logit
 from analysis import stats, verdict
 from analysis.reweight import reweighted
 
-AXES = {"sharpening": ("sharpened", "pass@1 up", "pass@1 down", "not shown"), "support": ("expanded", "kept", "not shown")}
-
 
 def upper_bound(x: int, m: int, alpha: float) -> float:
     """The exact one-sided (1 - alpha) upper confidence bound of a binomial rate from x of m."""
@@ -63,7 +61,7 @@ def support_test(base_counts, pool_counts, n_pool: int, rl_counts, n: int, w_sta
     own = verdict.one_sided(reps - u, r - u, "above")  # the model-free reading: above the base's own bound (w = 1)
     answer = "expanded" if above["p"] < alpha / 2 else "kept" if below["p"] < alpha / 2 else "not shown"
     return {**out, "skipped": None, "base_successes": x, "base_draws": m, "base_rate": x / m, "base_upper": u, "bound": bound,
-            "rl_rate": float(r.mean()), "rl_ci": list(stats.percentile_interval(reps, 1 - alpha)),
+            "rl_rate": float(r.mean()), "rl_ci": list(stats.percentile_interval(reps, 1 - alpha)), "rl_ci_level": 1 - alpha,
             "rl_rate_per_seed": r.mean(axis=1).tolist(), "above": above, "below": below, "above_base_upper": own, "answer": answer}
 
 

@@ -149,3 +149,37 @@ def test_the_config_refuses_a_support_pool_that_is_not_fresh_base_draws():
     for bad in ("analyze.support.pools={eval: wide}", "eval_sets.pool.seeds=test", "analyze.support.w_star=0.5"):
         with pytest.raises(config.ConfigError, match="analyze.support"):
             config.load("configs/qwen05b.yaml", [bad])
+
+
+def _design(seeds="own"):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(analyze={"calibration": {"pool_set": "pool"}}, primary_scoring="loose", checkpoints=[10],
+                           eval_sets={"pool": {"seeds": seeds}})
+
+
+def test_the_analysis_runs_the_post_hoc_test_on_the_pool_and_refuses_test_seeds():
+    """analyze_b.support_tests: --support-post-hoc on a run without analyze.support uses its calibration
+    pool at the evaluation sampler, says post hoc, and gives the numbers support_test gives; a pool sampled
+    with the test set's seeds is one InputError."""
+    from types import SimpleNamespace
+
+    import analyze_b
+    from analysis.run_files import InputError
+
+    rng = np.random.default_rng(0)
+    base_c, pool_c, rl_c = np.array([0, 0, 3, 8] * 10), rng.binomial(64, 0.01, 40), rng.binomial(8, 0.4, (2, 40))
+    doc = lambda c, n: {"problems": [{"id": i, "correct_loose": int(x)} for i, x in enumerate(c)], "sampling": {"n": n, "temperature": 0.6}}
+    base, pool = doc(base_c, 16), doc(pool_c, 64)
+    rl = {("many", s, 10): doc(rl_c[s], 8) for s in (0, 1)}
+    entry = {"condition": "many", "scoring": "loose", "step": 10, "seeds": [0, 1], "primary": True,
+             "adjusted": {"rises": 0.001, "falls": 0.9, "below": 0.5}}
+    inf = SimpleNamespace(n=8, a1=0.025, B=500, seed=3)
+    got = analyze_b.support_tests(_design(), base, rl, {"pool": (pool, {}, "evalsets/pool/")}, [entry], inf, post_hoc_w=5.0)
+    want = support.support_test(base_c, pool_c, 64, rl_c, 8, 5.0, 0.025, 500, 3, "test", "pool")
+    assert got["registered"] is False and got["w_star"] == 5.0
+    assert got["conditions"]["many"]["tests"]["eval"] == want
+    assert got["conditions"]["many"]["axes"] == {"sharpening": "pass@1 up", "support": {"eval": want["answer"]}}
+    assert analyze_b.support_tests(_design(), base, rl, {"pool": (pool, {}, "")}, [entry], inf)["skipped"]  # not registered
+    with pytest.raises(InputError, match="seeds: own"):
+        analyze_b.support_tests(_design("test"), base, rl, {"pool": (pool, {}, "")}, [entry], inf, post_hoc_w=5.0)
