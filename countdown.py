@@ -11,7 +11,8 @@ Tasks (each a generator seeded by an explicit argument, identical on every machi
   add-2x2     a + b, 2-digit each                          (likewise)
 
 Splits (draw_splits): test, train, pretrain (the CPU world's base), dev (checks during training),
-drawn in that order from one generator seeded by (task, task seed), never sharing a question.
+confirm (a confirmatory run's fresh test set, task.test_split), drawn in that order from one
+generator seeded by (task, task seed), never sharing a question.
   countdown   three numbers and a target reachable with + - * / using each number once
 
 Scoring decisions (every one is tested in tests/test_countdown.py):
@@ -144,13 +145,14 @@ def generate(task: str, n: int, seed: int, split: str = "train", n_test: int = 1
     return make_splits(task, n, n_test, seed)[0]
 
 
-SPLITS = ("test", "train", "pretrain", "dev")  # the order they are drawn in
+SPLITS = ("test", "train", "pretrain", "dev", "confirm")  # the order they are drawn in
 
 
 def draw_splits(task: str, seed: int, counts: dict[str, int]) -> dict[str, list[Problem]]:
     """Problems of every split from one generator seeded by (task, seed), drawn in the order of
     SPLITS: test, train, pretrain (the CPU world's base is pre-trained on it), dev (held-out
-    checks during training). No question is repeated within or across splits. Each split depends
+    checks during training), confirm (a fresh test set for a confirmatory run, PLAN.md change 44).
+    No question is repeated within or across splits. Each split depends
     only on the splits drawn before it, so adding a later split (or changing its size) leaves
     the earlier ones unchanged: the test and train problems are the same whatever pretrain and
     dev hold, and the first train problems do not depend on n_train."""
@@ -466,6 +468,31 @@ def classify_strategy(problem: Problem, response: str) -> dict:
     shown = any(not re.search(r"\*\s*$", text[: m.start()]) for m in
                 re.finditer(rf"(?<![0-9])[0-9]+\s*-\s*{c}(?![0-9])\s*=\s*-?\s*[0-9]", text))
     return {"product": product, "subtraction": shown}
+
+
+COMPUTATIONS = ("clean", "compensating", "slipped", "unshown")  # how the working reaches its result; PLAN.md section 7d
+
+
+def classify_computation(problem: Problem, response: str) -> str:
+    """Whether a response's working to `a * b - c` is right, read from its last subtraction `P - c = V`
+    (P a number not itself the factor of a product, as classify_strategy's "subtraction"):
+    "clean": P = a * b and V = P - c; "compensating": V = a * b - c although P is not a * b, a wrong
+    product cancelled by a wrong subtraction (a product 10 too small and a forgotten borrow, 10 too
+    large, give the right number); "slipped": V is not a * b - c; "unshown": no such subtraction written.
+    Deterministic, on text only."""
+    if problem.task not in ARITH_DIGITS:
+        raise ValueError(f"classify_computation: only a * b - c tasks have a computation, not {problem.task}")
+    a, b, c = problem.numbers
+    text = _normalized(response)
+    subs = [m for m in re.finditer(rf"(?<![0-9])([0-9]+)\s*-\s*{c}(?![0-9])\s*=\s*(-?)\s*([0-9]+)(?![0-9])", text)
+            if not re.search(r"\*\s*$", text[: m.start()])]
+    if not subs:
+        return "unshown"
+    m = subs[-1]
+    written, value = int(m.group(1)), int(m.group(3)) * (-1 if m.group(2) else 1)
+    if value != a * b - c:
+        return "slipped"
+    return "clean" if written == a * b else "compensating"
 
 
 # --- Countdown: parse the expression with ast and exact fractions; never eval.

@@ -518,6 +518,11 @@ def build_base(cfg: config.Config, run: Path, progress: bool) -> str:
 
         info = qwen_shape.build_base(cfg, out, progress, stage_hash=h)
         return f"{out}: Qwen2.5-0.5B shape, {cfg.model.qwen_shape.layers} layers, {info['params']:,} parameters (random, bf16)"
+    if cfg.model.base_from is not None:
+        from bases import reuse
+
+        info = reuse.copy_base(cfg, out, h)
+        return f"{out}: copied from {info['reused_from']} (stage hash {h}, sha256 {info['sha256'][:16]}… checked), not trained again"
     from bases import tiny_base
 
     info = tiny_base.train_base(cfg, out, progress, stage_hash=h)
@@ -582,7 +587,8 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
         out = Path(a.out) if a.out else run / study.adapter_tokens_name(a.adapter)
     study.check_model_reachable(cfg)
     base = None if a.cmd == "base" else study.model_path(cfg, run)
-    if base is not None and study.builds_base(cfg) and (bad := provenance.model_folder_problem(base)):
+    if base is not None and study.builds_base(cfg) and (
+            bad := provenance.model_folder_problem(base) or provenance.weights_problem(base, cfg.model.base_sha256)):
         raise config.ConfigError(f"{bad}; build the base again (python pipeline.py --config {a.config} --out {run} --stage base --force)")
     return cfg, run, base, out, seed
 

@@ -196,6 +196,15 @@ def strategies_section(res: dict) -> list[str]:
                 "selection at the strategy level"],
                [[r["condition"], r["step"], ", ".join(r["new"]) or "—", r["best_base_strategy"] or "—", yn(r["best_gains"]),
                  yn(r["selection_at_strategy_level"])] for r in sg["reading"]])
+    if sg.get("computations"):  # runs analysed before change 44 have none
+        C = sg["computation_rows"]
+        L += ["", "**How the correct answers were computed** (`countdown.classify_computation`, from the last subtraction "
+              "`P - c = V`): *clean*, the right product and the right subtraction; *compensating*, a wrong product cancelled by a "
+              "wrong subtraction (a product 10 too small and a forgotten borrow); *other correct*, no subtraction written or a slip "
+              "after it. Response counts, trained models pooled over seeds at the last checkpoint. Descriptive.", ""]
+        L += table(["model", "stratum"] + list(C) + ["compensating / correct"],
+                   [[r["model"], r["stratum"]] + [f"{r[k]:,}" for k in C] + [opt(r["compensating_share_of_correct"])]
+                    for r in sg["computations"]])
     return L + [""]
 
 

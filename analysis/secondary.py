@@ -27,7 +27,7 @@ from analysis.stats import (
     ratio_estimate,
     resample_indices,
 )
-from countdown import ARITH_DIGITS, SCORINGS, STRATEGIES, Problem, classify_strategy, operands, score_loose, stratum
+from countdown import ARITH_DIGITS, SCORINGS, STRATEGIES, Problem, classify_computation, classify_strategy, operands, score_loose, stratum
 
 CONTROL_SCORING = {"H4": "loose", "H5": "strict", "H6": "loose"}  # PLAN.md section 7b
 
@@ -359,19 +359,51 @@ STRATEGY_FLOOR, STRATEGY_NONNEGLIGIBLE = 0.01, 0.05  # registered: a base share 
 def strategy_counts(doc: dict) -> dict[str, np.ndarray] | None:
     """Per problem of an eval file, from its responses (countdown.classify_strategy): how many
     responses use each strategy (STRATEGIES) and how many of those are loosely correct, and how many
-    show the subtraction; (N,) arrays keyed "<strategy>", "<strategy>_correct", "subtraction". None
-    when the file keeps no responses or its task has no strategies."""
+    show the subtraction; (N,) arrays keyed "<strategy>", "<strategy>_correct", "subtraction", and the
+    correct answers by how their working reached them (COMPUTATION_ROWS, countdown.classify_computation).
+    None when the file keeps no responses or its task has no strategies."""
     probs = doc["problems"]
     if doc.get("task") not in ARITH_DIGITS or not all("responses" in p and operands(p["question"]) for p in probs):
         return None
-    out = {k: np.zeros(len(probs)) for k in (*STRATEGIES, *(f"{s}_correct" for s in STRATEGIES), "subtraction")}
+    out = {k: np.zeros(len(probs)) for k in (*STRATEGIES, *(f"{s}_correct" for s in STRATEGIES), "subtraction", *COMPUTATION_ROWS)}
     for i, p in enumerate(probs):
         problem = Problem(p["id"], doc["task"], p["question"], p["answer"], operands(p["question"]))
         for r in p["responses"]:
             label = classify_strategy(problem, r)
+            correct = score_loose(r, p["answer"])
             out[label["product"]][i] += 1
-            out[f"{label['product']}_correct"][i] += score_loose(r, p["answer"])
+            out[f"{label['product']}_correct"][i] += correct
             out["subtraction"][i] += label["subtraction"]
+            out[computation_row(label["product"], classify_computation(problem, r), correct)][i] += 1
+    return out
+
+
+# Every response falls in one row: a correct answer from a clean computation by its product strategy, a
+# correct answer whose wrong product a wrong subtraction cancelled, a correct answer otherwise (no
+# subtraction written, or a slip after it), or a wrong answer (PLAN.md section 7d, change 44).
+COMPUTATION_ROWS = ("clean split", "clean one-step", "compensating", "other correct", "wrong")
+
+
+def computation_row(product: str, computation: str, correct: bool) -> str:
+    if not correct:
+        return "wrong"
+    if computation == "compensating":
+        return "compensating"
+    if computation == "clean" and product in ("split", "one-step"):
+        return f"clean {product}"
+    return "other correct"
+
+
+def computation_table(name: str, counts: dict[str, np.ndarray], strata: np.ndarray) -> list[dict]:
+    """One row per stratum (and `all`): how many of a model's responses fall in each COMPUTATION_ROWS
+    row, and the share of its correct answers that are compensating."""
+    out = []
+    for st_name in ["all", *sorted({s for s in strata if s is not None})]:
+        sel = np.ones(len(strata), bool) if st_name == "all" else strata == st_name
+        row = {"model": name, "stratum": st_name, **{k: int(counts[k][sel].sum()) for k in COMPUTATION_ROWS}}
+        correct = sum(row[k] for k in COMPUTATION_ROWS if k != "wrong")
+        row["compensating_share_of_correct"] = row["compensating"] / correct if correct else None
+        out.append(row)
     return out
 
 
@@ -417,8 +449,15 @@ def analyze_strategies(design: Design, base: dict, rl: dict, idx: np.ndarray, dr
             conds.append(row)
             if st == design.checkpoints[-1]:
                 reading.append(strategy_reading(c, st, base_m, row))
+    strata = problem_strata(base)
+    comps = computation_table("base", bc, strata)
+    for c in design.conditions:
+        keys = [k for k in _ordered(design, rl, design.checkpoints[-1]) if k[0] == c]
+        if keys:
+            comps += computation_table(c, {f: sum(counts[k][f] for k in keys) for f in COMPUTATION_ROWS}, strata)
     return {"skipped": None, "strategies": list(STRATEGIES), "floor": STRATEGY_FLOOR, "nonnegligible": STRATEGY_NONNEGLIGIBLE,
-            "models": models, "conditions": conds, "reading": reading}
+            "models": models, "conditions": conds, "reading": reading, "computation_rows": list(COMPUTATION_ROWS),
+            "computations": comps}
 
 
 def strategy_reading(cond: str, step: int, base: dict, row: dict) -> dict:

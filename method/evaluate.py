@@ -104,16 +104,22 @@ def summarize(rows: list[dict], n: int, k_max: int) -> dict:
     }
 
 
+def seed_tag(cfg: config.Config, eval_set: str) -> str:
+    """The tag an evaluation set's sampling seeds are made from (with task.seed and each batch's first
+    problem id): `eval` for the test set and for a set with seeds: test, `eval-<set>` for one with its own."""
+    own = eval_set != "test" and cfg.eval_sets[eval_set].seeds == "own"
+    return f"eval-{eval_set}" if own else "eval"
+
+
 def eval_set_settings(cfg: config.Config, eval_set: str) -> tuple[list, int, int, config.SamplingCfg, int]:
     """problems, n, k_max, sampling and problems per batch of a registered evaluation set
     (`test` is the eval section; the others are eval_sets entries)."""
     if eval_set == "test":
         e = cfg.eval
-        _, test = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
-        return test, e.n, e.k_max, e.sampling, e.problems_per_batch
+        return study.test_problems(cfg), e.n, e.k_max, e.sampling, e.problems_per_batch
     es = cfg.eval_sets[eval_set]
     if es.task in (None, cfg.task.name):
-        _, test = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
+        test = study.test_problems(cfg)
     else:  # another task's own test problems (out of distribution), drawn by the same task seed
         test = countdown.draw_splits(es.task, cfg.task.seed, {"test": es.n_problems})["test"]
     return test[: es.n_problems], es.n, es.k_max, es.sampling or cfg.eval.sampling, es.problems_per_batch
@@ -137,8 +143,7 @@ def evaluate(cfg: config.Config, base: str, adapter: str | None, out_file: Path,
     # to the training seed: the paired comparison then differs only by the model, and the base is
     # evaluated once. Each set other than `test` has its own seeds (new draws, so the `wide` set
     # checks the extrapolation out of sample) unless it asks for the test set's.
-    own = eval_set != "test" and cfg.eval_sets[eval_set].seeds == "own"
-    tag = f"eval-{eval_set}" if own else "eval"
+    tag = seed_tag(cfg, eval_set)
     texts, ent = sample_problems(model, tok, problems, n, sampling, cfg.task.seed, tag, cfg.task.prompt_style, per_batch, progress,
                                  fold=cfg.lora.fold_for_sampling, system=cfg.task.system_prompt)
     rows = score_problems(problems, texts, cfg.eval.keep_responses, ent)
@@ -210,8 +215,7 @@ def token_compare(cfg: config.Config, base: str, adapter: str, out_file: Path, p
     device = pick_device(cfg)
     model, tok = load_policy(cfg, base, adapter, device)
     stops, pad = stop_ids(model, tok), pad_id(tok)
-    _, test = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
-    problems = test[: cfg.tokens.n_problems]
+    problems = study.test_problems(cfg)[: cfg.tokens.n_problems]
     prompts = render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
     greedy = config.SamplingCfg(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=cfg.eval.sampling.max_new_tokens)
     rows = []

@@ -84,6 +84,11 @@ class ModelCfg:
     build: TinyBaseCfg | None = None  # set: the `base` stage trains this model into RUN/base_model
     qwen_shape: QwenShapeCfg | None = None  # set: the `base` stage builds the rehearsal model into RUN/base_model
     gguf: GgufCfg | None = None  # set: the `base` stage converts this GGUF model into RUN/base_model
+    # With model.build: a folder holding a base already built by this recipe (its build.json records the
+    # same base stage hash). The `base` stage copies it into RUN/base_model instead of training, once the
+    # weights' sha256 equals base_sha256; every later stage checks that sha256 before it loads them.
+    base_from: str | None = None
+    base_sha256: str | None = None
 
 
 @dataclass
@@ -96,6 +101,9 @@ class TaskCfg:
     # The instruct prompt's system message: Qwen2.5-Instruct's own default, sent explicitly (PLAN.md
     # change 16); null sends none, so the model's chat template supplies its own default, if any.
     system_prompt: str | None = countdown.SYSTEM_PROMPT
+    # Which split is the test set: test, or confirm, a fresh split drawn after test, train, pretrain and dev
+    # by the same task seed, so a confirmatory run measures new problems on the same base (PLAN.md change 44).
+    test_split: str = "test"
 
 
 @dataclass
@@ -534,6 +542,14 @@ def validate(cfg: Config) -> None:
     need(cfg.task.n_test >= 1, "task.n_test", "must be >= 1")
     need(cfg.task.prompt_style in PROMPT_STYLES, "task.prompt_style", f"must be one of {', '.join(PROMPT_STYLES)}")
     need(cfg.task.seed >= 0, "task.seed", "must be >= 0")
+    need(cfg.task.test_split in ("test", "confirm"), "task.test_split",
+         "must be test (the test split) or confirm (the fresh split drawn after all the others)")
+    need(cfg.model.base_from is None or cfg.model.build is not None, "model.base_from",
+         "reuses a base built by model.build: set model.build to the recipe it was built with")
+    need((cfg.model.base_from is None) == (cfg.model.base_sha256 is None), "model.base_sha256",
+         "model.base_from and model.base_sha256 go together (the folder, and its model.safetensors' sha256)")
+    need(cfg.model.base_sha256 is None or re.fullmatch(r"[0-9a-f]{64}", str(cfg.model.base_sha256)) is not None,
+         "model.base_sha256", "must be 64 lowercase hex digits (sha256sum of model.safetensors)")
     need(cfg.lora.r >= 1, "lora.r", "must be >= 1")
     need(not cfg.lora.tf32 or cfg.model.dtype == "bfloat16", "lora.tf32",
          "only with model.dtype bfloat16: in a float32 model TF32 would round every matrix product, not only LoRA's")

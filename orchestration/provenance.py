@@ -261,6 +261,19 @@ def model_folder_problem(folder: str | Path) -> str | None:
     return None
 
 
+def weights_problem(folder: str | Path, sha256: str | None) -> str | None:
+    """None when `folder`'s model.safetensors has this sha256 (or none is required), else what is wrong."""
+    if sha256 is None:
+        return None
+    got = file_sha256(Path(folder) / "model.safetensors")
+    if got is None:
+        return f"{Path(folder) / 'model.safetensors'}: missing"
+    if got != sha256:
+        return (f"{Path(folder) / 'model.safetensors'}: sha256 {got[:16]}…, model.base_sha256 says {sha256[:16]}… "
+                "(other weights than the registered base)")
+    return None
+
+
 def content_sha256(path: str | Path) -> str | None:
     """sha256 of what a JSON output computed: the file without its timings ("seconds"), without
     the path it was made from ("model": the adapter's sha256 and identity stay) and without its
@@ -321,7 +334,8 @@ _ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "m
               "model.build.p_borrow_slip": [], "model.build.n_drill": 0,
               "model.build.wrong_offsets": [1, 2, 5, 10, 20, 100], "eval.n_base": None,
               "analyze.ceiling_null": "base", "analyze.selection_margin": 0.05, "analyze.coverage_sims": 2000,
-              "analyze.calibration": None, "analyze.planned.seed_df": 2}
+              "analyze.calibration": None, "analyze.planned.seed_df": 2,
+              "task.test_split": "test", "model.base_from": None, "model.base_sha256": None}
 _NOT_IN_HASH = {  # logp_gap_limit only stops a run: a run that finishes under it is the run without it
     "lr-sweep": ("seeds", "seeds_by_condition", "lr", "checkpoints", "steps", "log_kl_every", "dev_every", "logp_gap_limit"),
     "train": ("seeds", "seeds_by_condition", "logp_gap_limit"),

@@ -322,7 +322,7 @@ def check_inputs(plan: Plan, stage: str, condition: str | None = None, group: tu
                 raise MissingInput(str(e))
         return
     if study.builds_base(cfg) and stage != "analyze":  # the analysis reads JSON and CSV files only
-        bad = provenance.model_folder_problem(run / "base_model")
+        bad = provenance.model_folder_problem(run / "base_model") or provenance.weights_problem(run / "base_model", cfg.model.base_sha256)
         if bad:
             raise MissingInput(f"{bad}; build the base: {plan.command('base')}")
     if stage == "train":

@@ -177,6 +177,16 @@ def pretrain_count(cfg: config.Config) -> int:
     return cfg.model.build.n_pretrain if cfg.model.build is not None else 0
 
 
+def test_problems(cfg: config.Config) -> list:
+    """The test set: the `test` split, or under task.test_split confirm the `confirm` split, drawn by the
+    same task seed after test, train, pretrain and dev at this config's sizes (disjoint from all four)."""
+    t = cfg.task
+    if t.test_split == "test":
+        return countdown.make_splits(t.name, t.n_train, t.n_test, t.seed)[1]
+    return countdown.draw_splits(t.name, t.seed, {"test": t.n_test, "train": t.n_train, "pretrain": pretrain_count(cfg),
+                                                  "dev": cfg.train.dev_problems, "confirm": t.n_test})["confirm"]
+
+
 def selection_sizes(cfg: config.Config) -> list[int]:
     """The set sizes the select stage picks: N of every registered `problems: select-N`."""
     return sorted({n for c in cfg.conditions.values() if (n := config.selection_size(c)) is not None}, reverse=True)

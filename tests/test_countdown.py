@@ -891,3 +891,22 @@ def test_borrow_columns_against_the_digits_by_hand_and_the_strata():
     assert cd.stratum(cd.Problem("t/1", "add-1x1", "1 + 2", 3, (1, 2))) is None
     with pytest.raises(ValueError):
         cd.borrow_columns(-5, 3)
+
+
+@pytest.mark.parametrize("response, expected", [
+    ("<think>15 * 7 = 10 * 7 + 5 * 7 = 70 + 35 = 105. 105 - 38 = 67</think><answer>67</answer>", "clean"),
+    ("<think>15 * 7 = 105. 105 - 38 = 67</think>So it is 67", "clean"),
+    ("<think>15 * 7 = 95. 95 - 38 = 67</think>So it is 67", "compensating"),  # product 10 too small, a borrow forgotten
+    ("<think>15 * 7 = 105. 105 - 38 = 77</think>The answer is 77.", "slipped"),  # the borrow forgotten alone
+    ("<think>15 * 7 = 105. 105 - 38 = 77. 105 - 38 = 67</think>", "clean"),  # the last subtraction is read
+    ("15 * 7 - 38 = 67", "unshown"),  # the restated question is no subtraction of a written product
+    ("The answer is 67", "unshown"),
+])
+def test_classify_computation(response, expected):
+    p = cd.Problem("t", "arith-2x1", "15 * 7 - 38", 67, (15, 7, 38), "")
+    assert cd.classify_computation(p, response) == expected
+
+
+def test_classify_computation_refuses_other_tasks():
+    with pytest.raises(ValueError, match="only a \\* b - c tasks"):
+        cd.classify_computation(cd.Problem("t", "add-1x1", "1 + 2", 3, (1, 2), ""), "3")
