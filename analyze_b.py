@@ -22,7 +22,6 @@ only in JSON and CSV files.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -61,7 +60,7 @@ from analysis.stats import (
     verdict_v1,
 )
 from countdown import SCORINGS
-from orchestration import provenance
+from orchestration import cli, provenance
 from orchestration.provenance import atomic_write_text, content_sha256, file_sha256, move_aside
 
 ROOT = Path(__file__).resolve().parent
@@ -392,6 +391,24 @@ def support_tests(design, base: dict, rl: dict, sets: dict, entries: list[dict],
     return out
 
 
+def stratum_nulls(design, base: dict, rl: dict, entries: list[dict], inf: Inference, nulls: dict) -> dict:
+    """verdict.stratum_null for every condition at the last checkpoint on the primary scoring: the selection
+    null with one tilt per difficulty stratum (PLAN.md change 46), descriptive. Skipped for tasks without strata."""
+    strata = secondary.problem_strata(base)
+    if not any(x is not None for x in strata):
+        return {"skipped": "the task has no difficulty strata"}
+    sc, last = design.primary_scoring, design.checkpoints[-1]
+    cb = counts(base, sc)
+    out = {"skipped": None, "scoring": sc, "step": last, "conditions": {}}
+    for e in entries:
+        if e["scoring"] == sc and e["step"] == last:
+            cr = np.stack([counts(rl[(e["condition"], s, last)], sc) for s in e["seeds"]])
+            out["conditions"][e["condition"]] = {"primary": e["primary"], "uniform_diff": e["vs_null"]["diff"],
+                                                 **verdict.stratum_null(cb, inf.n_base, cr, inf.n, inf.k, nulls[sc], strata,
+                                                                        inf.draws, inf.levels)}
+    return out
+
+
 # ============================================================================= the whole analysis
 
 
@@ -439,6 +456,7 @@ def analyze(run: Path, resamples: int | None = None, seed: int | None = None, pa
             "entries": entries, "families": families, "earlier": earlier, "primary": prim,
             "calibration": calibrate(design, base, rl, sets, entries, inf),
             "support": support_tests(design, base, rl, sets, entries, inf, support_w),
+            "stratum_null": stratum_nulls(design, base, rl, entries, inf, nulls),
             "h3": narrowing(design, curves, inf), "power": power, "sensitivity": sensitivity,
             "strata": secondary.analyze_strata(design, base, rl, studied, inf.n_base, inf.n, inf.k, inf.draws, inf.levels.ci, last),
             "controls": secondary.analyze_controls(design, base, rl, entries, inf.B, inf.seed, inf.levels.ci, last, inf.k,
@@ -484,7 +502,7 @@ def verdicts_json(res: dict) -> dict:
                     "answer_base_null": prim["base_null"]["selection"] if prim else None,
                     "calibrated": res["calibration"].get("calibrated")},
         "calibration": res["calibration"],
-        "support": res["support"],
+        "support": res["support"], "stratum_null": res["stratum_null"],
         "levels": {"ci": inf.levels.ci, "one_sided": inf.a1, "tost": inf.at, "margin": inf.levels.margin,
                    "selection_margin": inf.levels.selection_margin, "headroom_fraction": inf.levels.headroom_fraction},
         "bootstrap": {"resamples": inf.B, "seed": inf.seed, "interval": "percentile", "tie": TIE,
@@ -601,7 +619,7 @@ def read_json_or_none(path: Path) -> dict | None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="The registered verdicts, calibration, secondary analyses, figures and report of one run.")
+    p = cli.Parser(description="The registered verdicts, calibration, secondary analyses, figures and report of one run.")
     p.add_argument("--run", required=True, help="the run folder holding eval_*.json")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="a new folder for verdicts.json, report.md and figures/: the run's inputs are copied there (weights left "

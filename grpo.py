@@ -72,8 +72,8 @@ from method.model import (
     stop_ids,
 )
 from method.sampler import Samples, decode_mode, sample
-from orchestration import config, provenance, study
-from orchestration.memory import auto_micro_batch, decoders_held, estimate_memory
+from orchestration import cli, config, provenance, study
+from orchestration.memory import decoders_held, estimate_memory, micro_batch_choice
 from orchestration.provenance import atomic_write_json, read_csv_rows, record, stage_hash, write_csv_rows
 
 # ============================================================================= the loss
@@ -281,8 +281,9 @@ def gold_completions(tok, problems: list, style: str) -> list[list[int]]:
 
 def log_row(step: int, lr: float, method: Method, rewards: torch.Tensor, scored: list[dict], samples: Samples,
             completions: list[list[int]], grad: dict, gnorm: float, gnorm_after: float, seconds: tuple[float, float],
-            peak_mb: tuple[float, float]) -> dict:
-    """One row of train_log.csv (LOG_FIELDS). rewards: (P, G)."""
+            peak_mb: tuple[float, float], updated: bool = True) -> dict:
+    """One row of train_log.csv (LOG_FIELDS). rewards: (P, G). no_signal: the gradient was exactly zero;
+    updated: the optimizer stepped (train.no_signal_update)."""
     lens = [len(x) for x in completions]
     return {
         "step": step, "reward_mean": rewards.mean().item(),
@@ -294,6 +295,7 @@ def log_row(step: int, lr: float, method: Method, rewards: torch.Tensor, scored:
         "loss": grad["loss"], "grad_norm": gnorm, "grad_norm_clipped": gnorm_after, "lr": lr,
         "sec_sampling": round(seconds[0], 4), "sec_fwd_bwd": round(seconds[1], 4),
         "tokens": sum(lens), "peak_mem_mb": round(peak_mb[0], 1), "peak_reserved_mb": round(peak_mb[1], 1),
+        "no_signal": int(gnorm == 0.0), "updated": int(updated),
     }
 
 
@@ -304,13 +306,13 @@ def no_signal_warning(rows: list[dict], what: str) -> str | None:
     """One warning line when most groups carried no signal at the start of a run, else None. The
     rule: over the first NO_SIGNAL_STEPS steps (all of them if the run is shorter), the mean of
     train_log.csv's zero_signal_frac (the share of groups whose G samples all scored alike, so
-    every advantage is 0 and the group adds nothing to the gradient) is above 0.5. A run that
-    learns from so few groups moves slowly and mostly by noise (tiny_v3 showed 92-99%)."""
+    every advantage is 0 and the group adds nothing to the gradient) is above study.NO_SIGNAL_WARN.
+    A run that learns from so few groups moves slowly and mostly by noise (tiny_v3 showed 92-99%)."""
     first = [r["zero_signal_frac"] for r in rows if r["step"] <= NO_SIGNAL_STEPS]
     if not first or not all(math.isfinite(x) for x in first):  # sft: no rollouts, no groups
         return None
     share = sum(first) / len(first)
-    if share <= 0.5:
+    if share <= study.NO_SIGNAL_WARN:
         return None
     return (f"warning: {what}: {share:.0%} of groups carried no reward signal over steps 1-{len(first)} (all samples of a "
             f"problem scored alike: zero advantage, no gradient); most of each step's samples teach nothing")
@@ -345,7 +347,9 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
             "provenance": record(cfg, run.stage, run.inputs, str(device))}
     start, rows, dev_rows = resume(out, model, opt, meta)
     stops, pad = stop_ids(model, tok), pad_id(tok)
-    micro_batch, mem = memory_plan(cfg, model, tok, run, device)
+    micro_batch, mem, why = memory_plan(cfg, model, tok, run, device)
+    if progress:
+        print(f"{run.stage} {run.name} s{run.seed}: {why}", flush=True)
     normalizer = P * G * s.max_new_tokens  # [D2] a constant, not the response lengths
     params = [p for p in model.parameters() if p.requires_grad]
     dev = evaluate.dev_problems(cfg) if run.dev_every > 0 else []
@@ -372,10 +376,10 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
                                kl=run.cond.kl, entropy=run.cond.entropy,
                                measure_kl=tc.log_kl_every > 0 and step % tc.log_kl_every == 0, sort_by_length=tc.sort_by_length,
                                sampled_logp=samples.logprobs if method.rollouts else None, importance_cap=tc.importance_cap)
-        gnorm, gnorm_after = update(opt, params, grad, step, tc, out)
+        gnorm, gnorm_after, updated = update(opt, params, grad, step, tc, out)
         t2 = time.perf_counter()
         rows.append(log_row(step, run.lr, method, rewards, scored, samples, completions, grad, gnorm, gnorm_after,
-                            (t1 - t0, t2 - t1), peak_memory_mb(device)))
+                            (t1 - t0, t2 - t1), peak_memory_mb(device), updated))
         bar.set_postfix(reward=f"{rows[-1]['reward_mean']:.2f}", fmt=f"{rows[-1]['format_rate']:.2f}", len=f"{rows[-1]['len_mean']:.0f}")
         if step == min(NO_SIGNAL_STEPS, run.steps) and (warning := no_signal_warning(rows, f"{run.stage} {run.name} s{run.seed}")):
             bar.write(warning, file=sys.stdout)  # above the progress bar; stdout: stderr carries the one-line errors
@@ -389,35 +393,39 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
             save_last(model, opt, step, rows, out, cfg, base, meta)
     bar.close()
     atomic_write_json(out / "done.json", {
-        "steps": run.steps, **meta, "micro_batch": micro_batch, "micro_batch_auto": cfg.micro_batch == 0,
+        "steps": run.steps, **meta, "micro_batch": micro_batch, "micro_batch_auto": cfg.micro_batch == 0, "micro_batch_why": why,
         "memory_estimate_gib": round(mem["train_step"] / 2**30, 3), "stop_ids": stops, "dtype": cfg.model.dtype})
     return out
 
 
-def memory_plan(cfg: config.Config, model, tok, run: TrainingRun, device: torch.device) -> tuple[int, dict]:
+def memory_plan(cfg: config.Config, model, tok, run: TrainingRun, device: torch.device) -> tuple[int, dict, str]:
     """The micro-batch (config's, or the largest the memory budget holds beside what the static
-    decoders keep) and the memory estimate of a step, from the longest prompt of the run's pool."""
+    decoders keep), the memory estimate of a step, from the longest prompt of the run's pool, and why
+    that micro-batch (memory.micro_batch_choice)."""
     s = cfg.train.sampling
     prompt_len = max(len(p) for p in render_prompts(tok, run.pool[:256], cfg.task.prompt_style, cfg.task.system_prompt))
     held = decoders_held(cfg, model.config, prompt_len, decode_mode(s, device) == "graph",
                          run.dev_every > 0 and decode_mode(cfg.eval.sampling, device) == "graph")
-    micro_batch = auto_micro_batch(cfg, model.config, prompt_len, free_memory_gib(device) if cfg.memory_gb == "auto" else None, held)
+    micro_batch, why = micro_batch_choice(cfg, model.config, prompt_len,
+                                          free_memory_gib(device) if cfg.memory_gb == "auto" else None, held)
     mem = estimate_memory(model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, s.max_new_tokens, micro_batch,
                           cfg.train.problems_per_step * cfg.train.group_size, 2 if cfg.model.dtype != "float32" else 4,
                           fold=cfg.lora.fold_for_sampling)
-    return micro_batch, mem
+    return micro_batch, mem, why
 
 
-def update(opt, params: list, grad: dict, step: int, tc: config.TrainCfg, out: Path) -> tuple[float, float]:
-    """The step's one update ([D4]): the gradients' global norm before and after clipping. Stops the
+def update(opt, params: list, grad: dict, step: int, tc: config.TrainCfg, out: Path) -> tuple[float, float, bool]:
+    """The step's one update ([D4]): the gradients' global norm before and after clipping, and whether
+    the optimizer stepped (not on an exactly zero gradient under train.no_signal_update skip). Stops the
     run (Diverged) before the update when the loss or the norm is not finite, or when the logged
-    policy gap exceeds train.logp_gap_limit."""
-    if tc.logp_gap_limit is not None and grad["logp_gap_mean"] > tc.logp_gap_limit:  # NaN (nothing trained) passes
-        raise Diverged(f"step {step}: the policy gap (mean |log pi trainer - log pi sampler| over the trained tokens) "
-                       f"{grad['logp_gap_mean']:.4g} exceeds train.logp_gap_limit {tc.logp_gap_limit:g}; stopped before "
-                       f"this step's update, {out}/last holds the last good state")
+    policy gap exceeds train.logp_gap_limit (its mean) or train.logp_gap_max_limit (its largest token)."""
+    for key, limit, what in (("logp_gap_mean", tc.logp_gap_limit, "mean"), ("logp_gap_max", tc.logp_gap_max_limit, "largest")):
+        if limit is not None and grad[key] > limit:  # NaN (nothing trained) passes
+            raise Diverged(f"step {step}: the policy gap ({what} |log pi trainer - log pi sampler| over the trained tokens) "
+                           f"{grad[key]:.4g} exceeds train.{'logp_gap_limit' if what == 'mean' else 'logp_gap_max_limit'} "
+                           f"{limit:g}; stopped before this step's update, {out}/last holds the last good state")
     for p in params:
-        if p.grad is None:  # every advantage was 0: a zero gradient, and AdamW still steps (momentum), as usual
+        if p.grad is None:  # every advantage was 0: a zero gradient; AdamW still steps (momentum) unless no_signal_update skip
             p.grad = torch.zeros_like(p)
     gnorm = global_norm(params)
     if not (math.isfinite(grad["loss"]) and math.isfinite(gnorm)):
@@ -426,9 +434,11 @@ def update(opt, params: list, grad: dict, step: int, tc: config.TrainCfg, out: P
     if tc.grad_clip is not None:
         torch.nn.utils.clip_grad_norm_(params, tc.grad_clip)
         gnorm_after = global_norm(params)  # measured from the gradients the optimizer will use
-    opt.step()  # [D4] one update per sampling
+    updated = not (gnorm == 0.0 and tc.no_signal_update == "skip")
+    if updated:
+        opt.step()  # [D4] one update per sampling
     opt.zero_grad(set_to_none=True)
-    return gnorm, gnorm_after
+    return gnorm, gnorm_after, updated
 
 
 def training_run(cfg: config.Config, name: str, seed: int, run_folder: Path) -> TrainingRun:
@@ -530,7 +540,7 @@ def build_base(cfg: config.Config, run: Path, progress: bool) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description="The model stages of the study, one command each (pipeline.py runs them in "
+    p = cli.Parser(description="The model stages of the study, one command each (pipeline.py runs them in "
                                             "PLAN.md's order).")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     for name, what in COMMANDS.items():
@@ -600,15 +610,20 @@ def main(argv: list[str] | None = None) -> int:
     except config.ConfigError as e:
         print(f"grpo.py: {e}", file=sys.stderr)
         return 2
-    run.mkdir(parents=True, exist_ok=True)
     replaced = {"eval": [out_eval], "tokens": [out_eval], "select": [run / "selection.json"], "lr-sweep": [run / "lr_choice.json"],
                 "probe": [run / f"probe_{t}.json" for t in cfg.probe.tasks]}.get(a.cmd, [])
     when = provenance.stamp()
     moved = []  # (old place, where it went): put back if this command fails before writing it again
-    for old in replaced:  # a rerun by hand replaces nothing in place: RUN/superseded/<time>/
-        if old.resolve().is_relative_to(run.resolve()) and (dest := provenance.move_aside(run.resolve(), old.resolve(), when)):
-            moved.append((old.resolve(), dest))
-            print(f"moved aside {old} -> {dest} (this command writes it again)", flush=True)
+    try:
+        run.mkdir(parents=True, exist_ok=True)
+        for old in replaced:  # a rerun by hand replaces nothing in place: RUN/superseded/<time>/
+            if old.resolve().is_relative_to(run.resolve()) and (dest := provenance.move_aside(run.resolve(), old.resolve(), when)):
+                moved.append((old.resolve(), dest))
+                print(f"moved aside {old} -> {dest} (this command writes it again)", flush=True)
+    except OSError as e:  # a read-only or full run folder: one line, as every other fault
+        print(f"grpo.py {a.cmd}: {e.strerror or e} ({e.filename or run}); the run folder must be writable", file=sys.stderr)
+        provenance.put_back(moved, run.resolve() / "superseded" / when)
+        return 1
     rc = 1
     try:
         rc = run_command(a, cfg, run, base, out_eval, not a.quiet, seed)

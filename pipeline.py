@@ -39,7 +39,6 @@ wall time.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import signal
@@ -48,7 +47,7 @@ import time
 import traceback
 from pathlib import Path
 
-from orchestration import config, provenance, study
+from orchestration import cli, config, provenance, study
 from orchestration.jobs import Job, Runner, assign_gpus, estimate_seconds, fmt_minutes, in_worker, log, now, run_grpo, visible_gpus
 from orchestration.stages import (
     JOB_STAGES,
@@ -172,7 +171,7 @@ def print_jobs(plan: Plan, todo: list[str], config_path: str, out: Path, sets: l
 
 
 def parse_args(argv: list[str] | None):
-    p = argparse.ArgumentParser(description="Run the study's stages in PLAN.md's order.")
+    p = cli.Parser(description="Run the study's stages in PLAN.md's order.")
     p.add_argument("--config", required=True, help="YAML config, e.g. configs/smoke.yaml")
     p.add_argument("--out", default=None, help="run folder (default: results/<config name>)")
     p.add_argument("--stage", choices=STAGES, default=None, help="run only this stage (its inputs must exist)")
@@ -534,7 +533,7 @@ def finish_jobs(plan: Plan, group: list[str], jobs: list[Job], status: dict, a, 
               + (f"; {len(not_run)} not started because they wait for them" if not_run else "")
               + (advice or f"; each job's own line above says why; rerun one by hand: {by_name[failed[0]].command()}" if failed else ""),
               file=sys.stderr)
-        return 1
+        return study.EXIT_OUT_OF_MEMORY if oom else 1  # the README's exit 3: out of memory, for the pipeline as for the job
     log(f"{', '.join(group)}: {len(jobs)} jobs done in {sec:.1f} s")
     return 0
 

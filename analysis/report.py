@@ -187,7 +187,23 @@ def support_section(res: dict) -> list[str]:
           f"reweighting is not read as 'no new solutions': that is the support column's question. Retained / lost / gained: of the "
           f"problems the base solves in {res['n_base']} samples, those the model still solves or never does in {res['n']}, and of Z "
           f"those it solves (mean over seeds; they depend on the two sample sizes).", ""]
-    return L
+    return L + stratum_null_lines(res)
+
+
+def stratum_null_lines(res: dict) -> list[str]:
+    """PLAN.md change 46: the selection null with one tilt per stratum beside the uniform one (descriptive)."""
+    sn = res.get("stratum_null") or {"skipped": "not computed"}
+    if sn.get("skipped") or not sn["conditions"]:
+        return []
+    k = res["k_max"]
+    rows = [[cond + (" (primary)" if c["primary"] else ""), f"{c['uniform_diff']:+.3f}", f"{c['diff']:+.3f} {ci3(c['ci'])}",
+             f"{p4(c['above']['p'])} / {p4(c['below']['p'])}", ", ".join(f"{s} {v['w']:.3g}" for s, v in c["strata"].items())]
+            for cond, c in sn["conditions"].items()]
+    return ["**The stratum-level null** (descriptive; no label reads it): the base reweighted with one tilt per difficulty stratum "
+            f"to the trained pass@1 there, its pass@{k} against the trained one. A model that tilts the hard stratum more than a "
+            "single w can is inside this null, outside the uniform one.", "",
+            *table(["condition", f"pass@{k} − uniform null", f"pass@{k} − stratum null [95% CI]", "p above / below (raw)",
+                    "w per stratum"], rows), ""]
 
 
 def entries_section(res: dict, scoring: str, title: str, formats: bool) -> list[str]:

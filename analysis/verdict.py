@@ -155,6 +155,41 @@ def compare(base_counts, n_base: int, rl_counts, n: int, k: int, null: Selection
     return out
 
 
+def stratum_null(base_counts, n_base: int, rl_counts, n: int, k: int, null: SelectionNull, strata, draws: Draws,
+                 levels: Levels) -> dict:
+    """The selection null with one tilt per stratum (issue 37): the base reweighted within each stratum to
+    the trained model's pass@1 there, its pass@k averaged over every problem, and the trained pass@k
+    against it (D_strata), with the same crossed bootstrap as compare (each replicate refits every
+    stratum's w on its drawn problems) and the one-sided tests of D_strata above and below 0. A wider null
+    than the uniform one: a model that tilts the hard stratum more than the easy ones is inside it.
+    Descriptive beside the registered label (PLAN.md change 46); it changes no label."""
+    base = np.asarray(base_counts, int)
+    rl = np.atleast_2d(np.asarray(rl_counts, int))
+    strata = np.asarray(strata, dtype=object)
+    names = sorted({x for x in strata if x is not None})
+    r1, rk = pass_curves(rl, n, k)  # (S, N)
+    onehot = np.eye(n_base + 1)[base]  # (N, n_base + 1)
+    uniform = np.full((1, len(base)), 1.0 / len(base))
+    point_null, rep_null, dsel, per = 0.0, np.zeros(draws.resamples), np.zeros_like(rk, dtype=float), {}
+    for name in names:
+        mask = (strata == name).astype(float)  # (N,)
+        share, rep_share = mask.mean(), draws.means(mask)  # the stratum's share of the (drawn) problems
+        hist = (uniform * mask) @ onehot / share  # (1, n_base + 1)
+        point = null.fit(hist, [float((r1 * mask).mean() / share)])
+        rep_hist = (draws.m * mask) @ onehot / np.maximum(rep_share, 1e-12)[:, None]
+        fit = null.fit(rep_hist, draws.means(r1 * mask) / np.maximum(rep_share, 1e-12))
+        w = float(point["w"][0])
+        point_null += share * float(point["passk"][0])
+        rep_null += rep_share * fit["passk"]
+        dsel += mask * (rk - null.per_problem(base, w)[1])
+        per[name] = {"w": w, "n_problems": int(mask.sum()), "null_passk": float(point["passk"][0]),
+                     "out_of_range": bool(point["out_of_range"][0])}
+    rep_d = draws.means(rk) - rep_null
+    return {"strata": per, "null_passk": point_null, "diff": float(rk.mean() - point_null),
+            "ci": list(stats.percentile_interval(rep_d, levels.ci)),
+            "above": one_sided(rep_d, dsel, "above"), "below": one_sided(rep_d, dsel, "below")}
+
+
 REASONS = ("above-null", "pass1-falls", "below-null", "within-null", "equivalence-not-asked", "ceiling-inconclusive", "pass1-unchanged")
 
 

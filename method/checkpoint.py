@@ -18,7 +18,8 @@ from orchestration.provenance import atomic_replace_dir, read_csv_rows, write_cs
 
 LOG_FIELDS = ["step", "reward_mean", "zero_signal_frac", "format_rate", "len_mean", "len_max", "truncated_frac",
               "entropy_mean", "kl_mean", "logp_gap_mean", "logp_gap_max", "loss", "grad_norm", "grad_norm_clipped", "lr",
-              "sec_sampling", "sec_fwd_bwd", "tokens", "peak_mem_mb", "peak_reserved_mb"]
+              "sec_sampling", "sec_fwd_bwd", "tokens", "peak_mem_mb", "peak_reserved_mb", "no_signal", "updated"]
+INT_FIELDS = ("step", "len_max", "tokens", "no_signal", "updated")
 DEV_FIELDS = ["step", "n_problems", "n", "strict_pass1", "loose_pass1", "strict_passn", "loose_passn", "format_rate"]
 
 
@@ -27,8 +28,9 @@ def write_log(path: Path, rows: list[dict]) -> None:
 
 
 def read_log(path: Path) -> list[dict]:
+    """train_log.csv's rows; an empty cell (a column added after the run's first steps were logged) is left out."""
     with open(path) as f:
-        return [{k: (int(v) if k in ("step", "len_max", "tokens") else float(v)) for k, v in r.items()} for r in csv.DictReader(f)]
+        return [{k: (int(v) if k in INT_FIELDS else float(v)) for k, v in r.items() if v != ""} for r in csv.DictReader(f)]
 
 
 def save_last(model, opt, step: int, rows: list[dict], out: Path, cfg: config.Config, base: str, meta: dict) -> None:

@@ -187,10 +187,18 @@ class TrainCfg:
     # trainer's). importance_cap C: weigh each trained token by min(pi_trainer / pi_sampler, C), detached
     # (truncated importance sampling, as TRL's vLLM correction); None: off, the plain surrogate.
     importance_cap: float | None = None
+    # A step whose gradient is exactly zero (every group without reward signal, no KL or entropy term):
+    # step, AdamW steps anyway, its momentum and second moment moving the weights (TRL's and the
+    # Dr. GRPO code's behaviour, and every run made before the key existed); skip, no optimizer step
+    # (PLAN.md change 45). train_log.csv's no_signal and updated columns say which steps were which.
+    no_signal_update: str = "step"
     # Stop the run (one line, exit 1) at the first step whose mean |log pi_trainer - log pi_sampler| over
     # the trained tokens (train_log.csv's logp_gap_mean) exceeds this; None: no limit. Stops only, so it
     # is no part of a run's identity (left out of the stage hash).
     logp_gap_limit: float | None = None
+    # The same for the step's largest per-token gap (train_log.csv's logp_gap_max): one token far off the
+    # sampler's policy that a mean over thousands hides. None: no limit. Stops only, as logp_gap_limit.
+    logp_gap_max_limit: float | None = None
 
 
 @dataclass
@@ -582,7 +590,10 @@ def validate(cfg: Config) -> None:
     need(t.log_kl_every >= 0, "train.log_kl_every", "must be >= 0 (0 = never)")
     need(t.grad_clip is None or t.grad_clip > 0, "train.grad_clip", "must be > 0, or null for no clipping")
     need(t.importance_cap is None or t.importance_cap > 0, "train.importance_cap", "must be > 0 (e.g. 2.0), or null for no correction")
+    need(t.no_signal_update in ("step", "skip"), "train.no_signal_update",
+         "must be step (AdamW steps on a zero gradient, as TRL does) or skip (no optimizer step on it)")
     need(t.logp_gap_limit is None or t.logp_gap_limit > 0, "train.logp_gap_limit", "must be > 0 (nats), or null for no limit")
+    need(t.logp_gap_max_limit is None or t.logp_gap_max_limit > 0, "train.logp_gap_max_limit", "must be > 0 (nats), or null for no limit")
     need(bool(cfg.conditions), "conditions", "must register at least one condition, e.g. {many: {problems: all}}")
     for name, c in cfg.conditions.items():
         need(bool(CONDITION_NAME.fullmatch(name)), f"conditions.{name}",

@@ -96,15 +96,23 @@ MEASURED_OVER_ESTIMATE = 1.15
 
 
 def auto_micro_batch(cfg: config.Config, mc, prompt_len: int, free_gib: float | None = None, held_bytes: float = 0.0) -> int:
-    """cfg.micro_batch, or (when it is 0) the largest micro-batch whose training peak (the
-    estimate, its per-micro-batch part raised by MEASURED_OVER_ESTIMATE) plus `held_bytes` (what
-    else the process keeps between steps: the static decode's decoders, decoder_bytes) fits 85% of
-    the budget (at least 1): cfg.memory_gb, or with memory_gb auto `free_gib`, what the caller
-    measured the process could allocate; the rest is left for the CUDA context and the allocator's
-    fragmentation, which the estimate does not count."""
+    """The micro-batch of micro_batch_choice."""
+    return micro_batch_choice(cfg, mc, prompt_len, free_gib, held_bytes)[0]
+
+
+def micro_batch_choice(cfg: config.Config, mc, prompt_len: int, free_gib: float | None = None,
+                       held_bytes: float = 0.0) -> tuple[int, str]:
+    """(micro-batch, why, in words): cfg.micro_batch when it is set (memory_gb is then not read), else
+    the largest micro-batch whose training peak (the estimate, its per-micro-batch part raised by
+    MEASURED_OVER_ESTIMATE) plus `held_bytes` (what else the process keeps between steps: the static
+    decode's decoders, decoder_bytes) fits 85% of the budget (at least 1): cfg.memory_gb, or with
+    memory_gb auto `free_gib`, what the caller measured the process could still allocate once the model
+    and its LoRA were loaded, so those weights are not counted again (before: they were, twice). The
+    rest is left for the CUDA context and the allocator's fragmentation, which the estimate does not count."""
     if cfg.micro_batch > 0:
-        return cfg.micro_batch
-    budget = free_gib if cfg.memory_gb == "auto" else cfg.memory_gb
+        return cfg.micro_batch, f"micro_batch {cfg.micro_batch}, set in the config (it wins: memory_gb {cfg.memory_gb} is not read)"
+    auto = cfg.memory_gb == "auto"
+    budget = free_gib if auto else cfg.memory_gb
     if budget is None:
         raise ValueError("memory_gb: auto needs the device's free memory (free_gib)")
     wb = 2 if cfg.model.dtype != "float32" else 4
@@ -112,7 +120,9 @@ def auto_micro_batch(cfg: config.Config, mc, prompt_len: int, free_gib: float | 
     for b in range(1, cfg.train.problems_per_step * cfg.train.group_size + 1):
         est = estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), prompt_len, cfg.train.sampling.max_new_tokens, b,
                               cfg.train.problems_per_step * cfg.train.group_size, wb)
-        if est["static"] + held_bytes + MEASURED_OVER_ESTIMATE * (est["activations"] + est["logits"]) > 0.85 * budget * 2**30:
+        resident = est["params"] * wb + est["lora_params"] * 4 if auto else 0.0  # already outside a measured free memory
+        if est["static"] - resident + held_bytes + MEASURED_OVER_ESTIMATE * (est["activations"] + est["logits"]) > 0.85 * budget * 2**30:
             break
         fits = b
-    return fits
+    where = (f"memory_gb auto: {budget:.1f} GiB free with the model loaded" if auto else f"memory_gb {budget:g} GiB")
+    return fits, f"micro_batch {fits}, the largest whose estimated step fits 85% of {where}"

@@ -330,15 +330,17 @@ _ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "m
               "task.system_prompt": countdown.SYSTEM_PROMPT,
               "train.sampling.decode": "eager", "eval.sampling.decode": "eager", "lora.tf32": False,
               "lr_sweep.rule": "reward", "select.scoring": "strict", "determinism": "full",
-              "train.importance_cap": None, "train.logp_gap_limit": None,
+              "train.importance_cap": None, "train.logp_gap_limit": None, "train.logp_gap_max_limit": None,
+              "train.no_signal_update": "step",
               "model.build.p_borrow_slip": [], "model.build.n_drill": 0,
               "model.build.wrong_offsets": [1, 2, 5, 10, 20, 100], "eval.n_base": None,
               "analyze.ceiling_null": "base", "analyze.selection_margin": 0.05, "analyze.coverage_sims": 2000,
               "analyze.calibration": None, "analyze.planned.seed_df": 2,
               "task.test_split": "test", "model.base_from": None, "model.base_sha256": None}
 _NOT_IN_HASH = {  # logp_gap_limit only stops a run: a run that finishes under it is the run without it
-    "lr-sweep": ("seeds", "seeds_by_condition", "lr", "checkpoints", "steps", "log_kl_every", "dev_every", "logp_gap_limit"),
-    "train": ("seeds", "seeds_by_condition", "logp_gap_limit"),
+    "lr-sweep": ("seeds", "seeds_by_condition", "lr", "checkpoints", "steps", "log_kl_every", "dev_every", "logp_gap_limit",
+                 "logp_gap_max_limit"),
+    "train": ("seeds", "seeds_by_condition", "logp_gap_limit", "logp_gap_max_limit"),
 }
 
 

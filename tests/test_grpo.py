@@ -418,14 +418,16 @@ def test_importance_weights_correct_a_bf16_sampler_against_the_fp32_trainer(fitt
     assert (w[cmask.bool()] == cap).sum() >= 2 and (w[cmask.bool()] < cap).any()  # some capped, some not
 
 
-def test_a_policy_gap_above_the_limit_stops_the_run_in_one_line(fitted_dir, smoke_cfg, tmp_path, capsys):
-    """train.logp_gap_limit: grpo.py train exits 1 with one line at the first step whose mean gap is
-    above it, before that step's update, and the log keeps the steps before it. An fp32 gap is
-    rounding (~1e-6), so a limit of 1e-9 trips at the first step that trains any token."""
+@pytest.mark.parametrize("key, what", [("logp_gap_limit", "mean"), ("logp_gap_max_limit", "largest")])
+def test_a_policy_gap_above_the_limit_stops_the_run_in_one_line(fitted_dir, smoke_cfg, tmp_path, capsys, key, what):
+    """train.logp_gap_limit (the step's mean gap) and train.logp_gap_max_limit (its largest token's):
+    grpo.py train exits 1 with one line at the first step whose gap is above it, before that step's
+    update, and the log keeps the steps before it. An fp32 gap is rounding (~1e-6), so a limit of 1e-9
+    trips at the first step that trains any token."""
     import yaml
 
     d = config.to_dict(cfg_for(smoke_cfg, **{"train.lr": 0.01, "train.dev_every": 0, "train.save_last_every": 1,
-                                             "train.logp_gap_limit": 1e-9}))
+                                             f"train.{key}": 1e-9}))
     d["model"]["path"] = str(fitted_dir)
     d["conditions"] = {"many": d["conditions"]["many"]}
     d["analyze"]["calibration"] = None  # its taught arm names a condition left out here
@@ -435,21 +437,23 @@ def test_a_policy_gap_above_the_limit_stops_the_run_in_one_line(fitted_dir, smok
     rc = grpo.main(["train", "--config", str(cfg_file), "--run", str(run), "--condition", "many", "--seed", "0", "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1, err
-    assert "exceeds train.logp_gap_limit 1e-09" in err[0] and "stopped before this step's update" in err[0]
+    assert f"exceeds train.{key} 1e-09" in err[0] and f"({what} |log pi" in err[0] and "stopped before this step's update" in err[0]
     step = int(err[0].split("step ")[1].split(":")[0])
     rows = grpo.read_log(run / "train_many_s0" / "train_log.csv") if step > 1 else []
     assert [r["step"] for r in rows] == list(range(1, step)) and all(math.isnan(r["logp_gap_mean"]) for r in rows)
     assert not (run / "train_many_s0" / "done.json").exists()
     limit = config.load(str(cfg_file))
     assert (provenance.stage_hash(limit, "train")
-            == provenance.stage_hash(config.load(str(cfg_file), ["train.logp_gap_limit=null"]), "train"))
+            == provenance.stage_hash(config.load(str(cfg_file), [f"train.{key}=null"]), "train"))
 
 
 def test_no_signal_warning_reads_the_first_steps():
-    rows = [{"step": s, "zero_signal_frac": z} for s, z in enumerate([1.0, 1.0, 0.75, 0.25, 0.75, 0.0, 0.0], start=1)]
+    rows = [{"step": s, "zero_signal_frac": z} for s, z in enumerate([1.0, 1.0, 0.875, 0.875, 0.875, 0.0, 0.0], start=1)]
     w = grpo.no_signal_warning(rows, "train many s0")
-    assert w.startswith("warning: train many s0: 75% of groups") and "steps 1-5" in w and "\n" not in w
-    assert grpo.no_signal_warning([{**r, "zero_signal_frac": 0.5} for r in rows], "x") is None  # most means more than half
+    assert w.startswith("warning: train many s0: 92% of groups") and "steps 1-5" in w and "\n" not in w
+    # 0.9, not 0.5 (issue 39): tiny_v4's seeds that learned started at 0.70-0.85, tiny_v3's that did not at 0.95-1.00
+    assert grpo.no_signal_warning([{**r, "zero_signal_frac": 0.85} for r in rows], "x") is None
+    assert grpo.no_signal_warning([{**r, "zero_signal_frac": 0.9} for r in rows], "x") is None  # above it, not at it
     assert "steps 1-2" in grpo.no_signal_warning(rows[:2], "x")  # a shorter run: all its steps
     assert grpo.no_signal_warning([{"step": 1, "zero_signal_frac": float("nan")}], "x") is None  # sft: no groups
 
@@ -462,7 +466,7 @@ def test_training_prints_the_no_signal_warning_by_its_rule(fitted_dir, smoke_cfg
     share = (rows[0]["zero_signal_frac"] + rows[1]["zero_signal_frac"]) / 2
     err = [x for x in capsys.readouterr().out.splitlines() if x.startswith("warning:")]
     assert err == ([f"warning: train many s0: {share:.0%} of groups carried no reward signal over steps 1-2 (all samples of a problem "
-                    "scored alike: zero advantage, no gradient); most of each step's samples teach nothing"] if share > 0.5 else [])
+                    "scored alike: zero advantage, no gradient); most of each step's samples teach nothing"] if share > 0.9 else [])
 
 
 def test_the_training_figure_draws_the_no_signal_share_with_the_warnings_threshold(fitted_dir, smoke_cfg, tmp_path, monkeypatch):
@@ -478,4 +482,47 @@ def test_the_training_figure_draws_the_no_signal_share_with_the_warnings_thresho
     ax = next(a for a in drawn[0].axes if a.get_ylabel() == "groups with no signal (share)")
     rows = grpo.read_log(run / "train_many_s0" / "train_log.csv")
     assert list(ax.lines[0].get_ydata()) == [r["zero_signal_frac"] for r in rows]
-    assert any(list(line.get_ydata()) == [0.5, 0.5] for line in ax.lines)  # the threshold of no_signal_warning
+    assert any(list(line.get_ydata()) == [0.9, 0.9] for line in ax.lines)  # the threshold of no_signal_warning
+
+
+@pytest.mark.parametrize("rule", ["step", "skip"])
+def test_a_zero_gradient_steps_or_not_by_the_registered_rule(rule):
+    """train.no_signal_update (PLAN.md change 45): after a step with signal, a step whose gradient is
+    exactly zero (every group scored alike) still moves the weights under `step` (AdamW's momentum), and
+    leaves weights and optimizer state as they were under `skip`; the log says which."""
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(4))
+    opt = torch.optim.AdamW([w], lr=0.1)
+    tc = config.TrainCfg(no_signal_update=rule)
+    grad = {"loss": 0.0, "logp_gap_mean": float("nan"), "logp_gap_max": float("nan")}
+    w.grad = torch.ones(4)
+    assert grpo.update(opt, [w], grad, 1, tc, Path("."))[2] is True
+    before, state = w.detach().clone(), opt.state_dict()["state"][0]["step"].item()
+    gnorm, _, updated = grpo.update(opt, [w], grad, 2, tc, Path("."))  # no .grad: every advantage was 0
+    assert gnorm == 0.0 and updated is (rule == "step")
+    assert torch.equal(w.detach(), before) is (rule == "skip")
+    assert opt.state_dict()["state"][0]["step"].item() == state + (rule == "step")
+    samples = grpo.Samples([[1, 2]], [False], [0.5])
+    row = grpo.log_row(2, 0.1, grpo.METHODS["grpo"], torch.zeros(1, 1), [{"format": 1.0}], samples, [[1, 2]],
+                       {**grad, "kl_mean": 0.0}, gnorm, gnorm, (0.0, 0.0), (0.0, 0.0), updated)
+    assert (row["no_signal"], row["updated"]) == (1, int(rule == "step"))
+
+
+def test_a_read_only_run_folder_ends_in_one_line(fitted_dir, smoke_cfg, tmp_path, capsys, monkeypatch):
+    """grpo.py eval into a run folder it cannot write (moving the old file aside fails): one line naming
+    the file, exit 1, no traceback (issue 40: it was a 21-line traceback)."""
+    import yaml
+
+    d = config.to_dict(cfg_for(smoke_cfg))
+    d["model"]["path"], d["model"]["build"] = str(fitted_dir), None
+    cfg_file = tmp_path / "ro.yaml"
+    cfg_file.write_text(yaml.safe_dump(d))
+
+    def refuse(run, path, when=None):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(provenance, "move_aside", refuse)
+    rc = grpo.main(["eval", "--config", str(cfg_file), "--run", str(tmp_path / "run"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1, err
+    assert err[0].startswith("grpo.py eval: Permission denied (") and "eval_base.json" in err[0] and "must be writable" in err[0]

@@ -33,6 +33,36 @@ def test_memory_estimate_and_automatic_micro_batch(smoke_cfg):
     assert memory.auto_micro_batch(cfg, mc, 80) == 1  # never below one
 
 
+def test_memory_gb_auto_does_not_count_the_loaded_weights_twice():
+    """memory_gb auto measures what is still free once the model and its LoRA are loaded: those weights are
+    outside that number already. On an 8 GB laptop GPU (about 7.6 GiB usable, less ~0.4 GiB of CUDA context
+    and the 0.99 GiB of weights: ~6.3 GiB free) the micro-batch is the 3 that memory_gb 8 gives; counting
+    the weights again gave 2 (issue 39)."""
+    from transformers import Qwen2Config
+
+    mc = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                     num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True)
+    cfg = config.load(None, ["memory_gb=auto"])
+    e = [memory.estimate_memory(mc, 32, 7, 80, 384, b, 128) for b in range(1, 6)]
+    resident = e[0]["params"] * 2 + e[0]["lora_params"] * 4  # bf16 weights, fp32 LoRA weights
+
+    def fits(b, free):  # the rule, with the resident weights taken out of the static part
+        x = e[b - 1]
+        return x["static"] - resident + memory.MEASURED_OVER_ESTIMATE * (x["activations"] + x["logits"]) <= 0.85 * free * 2**30
+
+    free = 6.3
+    b, why = memory.micro_batch_choice(cfg, mc, 80, free)
+    assert fits(b, free) and not fits(b + 1, free) and b == 3
+    old_count = e[2]["static"] + memory.MEASURED_OVER_ESTIMATE * (e[2]["activations"] + e[2]["logits"])
+    assert old_count > 0.85 * free * 2**30  # counting the weights again, 3 did not fit: 2
+    assert "memory_gb auto" in why and "free with the model loaded" in why
+
+
+def test_a_set_micro_batch_says_it_wins_over_memory_gb():
+    cfg = config.load(None, ["micro_batch=5", "memory_gb=2"])
+    assert memory.micro_batch_choice(cfg, None, 80) == (5, "micro_batch 5, set in the config (it wins: memory_gb 2.0 is not read)")
+
+
 def test_what_the_static_decoders_hold_is_taken_from_the_budget(smoke_cfg):
     from transformers import Qwen2Config
 

@@ -119,3 +119,19 @@ def test_new_switches_left_off_keep_old_hashes_and_turned_on_change_them(smoke_c
     srt = config._build(config.Config, {**d, "train": {**d["train"], "sort_by_length": True}})
     assert provenance.stage_hash(srt, "train") != provenance.stage_hash(smoke_cfg, "train")
     assert provenance.stage_hash(srt, "eval") == provenance.stage_hash(smoke_cfg, "eval")
+
+
+@pytest.mark.parametrize("entry, argv, names", [
+    ("pipeline", ["--config", "configs/smoke.yaml", "--stage", "nope"], "argument --stage: invalid choice: 'nope'"),
+    ("grpo", ["frob"], "invalid choice: 'frob'"),
+    ("analyze_b", [], "the following arguments are required: --run"),
+])
+def test_a_wrong_argument_ends_in_one_line(entry, argv, names, capsys):
+    """orchestration/cli.Parser: argparse's usage block is not printed; one line names the argument and the
+    right values, exit 2 (issue 40)."""
+    import importlib
+
+    with pytest.raises(SystemExit) as e:
+        importlib.import_module(entry).main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and names in err[0] and err[0].endswith("--help)"), err

@@ -13,7 +13,23 @@ LEVELS = verdict.Levels()
 CPU = {"N": 384, "S": 6, "n_base": 256, "n_pool": 192, "world": (0.27, 0.874), "target": (0.657, 0.863)}
 
 
+# The calibration arms of the support answer (issue 37): truths that select (no rate on Z can pass what a
+# tilt of at most w* gives, so *expanded* is forbidden) and truths that teach (*kept* is forbidden).
+SELECTING = ("sharpened", "tilt-at-w*", "stratum-tilts", "hard-tilt", "gamma-2", "uniform-to-target", "pool-support")
+TEACHING = ("sharpen+teach-hard", "gold")
+STRATUM_W = (6.05, 7.52, 42.4)  # tiny_v4's per-stratum tilts, borrows-0/1/2 (issue 37), given here to the rate tertiles
+
+
 def _rates(kind: str, p: np.ndarray, S: int, target: tuple, rng, w_star: float) -> np.ndarray:
+    if kind == "stratum-tilts":  # one tilt per stratum, the hardest third tilted most (all below w*)
+        w = np.select([p <= np.quantile(p, 1 / 3), p <= np.quantile(p, 2 / 3)], [STRATUM_W[2], STRATUM_W[1]], STRATUM_W[0])
+        return np.tile(p * w / (p * w + 1 - p), (S, 1))
+    if kind == "hard-tilt":  # the whole bounded tilt spent on the hard problems (rate < 0.05), none elsewhere
+        return np.tile(np.where(p < 0.05, reweight.reweighted(p, w_star), p), (S, 1))
+    if kind == "gamma-2":  # sharpening p -> p^2 normalised over right and wrong: the hard problems fall
+        return np.tile(p**2 / (p**2 + (1 - p) ** 2), (S, 1))
+    if kind == "uniform-to-target":  # one uniform tilt to the trained pass@1, on the true (not plug-in) rates
+        return np.tile(reweight.reweighted(p, min(sy.w_for(p, target[0]), w_star)), (S, 1))
     if kind == "sharpened":
         return np.tile(sy.sharpened(p, *sy.sharpening_for(p, target[0], target[1], 32)), (S, 1))
     if kind == "sharpen+teach-hard":  # every problem sharpened, those the base almost never solves taught to 0.45
@@ -26,18 +42,27 @@ def _rates(kind: str, p: np.ndarray, S: int, target: tuple, rng, w_star: float) 
     return np.tile(p, (S, 1))  # the base against itself
 
 
-def _answers(kind: str, sims: int, design: dict, seed: int, axes: bool = False, w_star: float = W_STAR) -> Counter:
+def _answers(kind: str, sims: int, design: dict, seed: int, axes: bool = False, w_star: float = W_STAR,
+             old_rule: bool = False) -> Counter:
+    """How often each support answer (with axes: sharpening / support) is given over `sims` data sets;
+    old_rule: also the old one-label rule's labels (verdict.compare's), keyed "old rule: <label>"."""
     a, b = sy.beta_for(*design["world"], 32)
     out = Counter()
     for i in range(sims):
         rng = np.random.default_rng([seed, i])
         p = sy.rates(rng, design["N"], a, b)
         rates = _rates(kind, p, design["S"], design["target"], rng, w_star)
-        base, pool, rl = sy.counts(rng, p, design["n_base"]), sy.counts(rng, p, design["n_pool"]), sy.counts(rng, rates, 32)
+        base, pool = sy.counts(rng, p, design["n_base"]), sy.counts(rng, p, design["n_pool"])
+        if kind == "pool-support":  # the support arm: never leaves the pool's support (0 where the pool never succeeds)
+            rates = np.tile(np.where(pool > 0, reweight.reweighted(p, w_star), 0.0), (design["S"], 1))
+        rl = sy.counts(rng, rates, 32)
         s = support.support_test(base, pool, design["n_pool"], rl, 32, w_star, LEVELS.one_sided, 1000, i, "test", "pool")
-        if axes:
+        if axes or old_rule:
             e = verdict.compare(base, design["n_base"], rl, 32, 32, reweight.selection_null(base, design["n_base"], 32),
                                 verdict.Draws(design["N"], 1000, i), LEVELS)
+            if old_rule:
+                out[f"old rule: {e['label']}"] += 1
+        if axes:
             out[support.two_axes(e, {"eval": s}, LEVELS.one_sided)["sharpening"] + " / " + s["answer"]] += 1
         else:
             out[s["answer"]] += 1
@@ -77,6 +102,27 @@ def test_sharpening_alone_never_reads_support_expanded_and_teaching_the_hard_pro
     assert low["expanded"] >= 32 and 4 <= high["expanded"] <= 20, (low, high)
     gold = _answers("gold", 40, CPU, seed=3)
     assert gold["expanded"] >= 26, gold
+
+
+@pytest.mark.parametrize("kind", SELECTING[2:])
+def test_no_selecting_arm_reads_support_expanded(kind):
+    """The arms that broke the old rule or could break this one (stratum tilts 6 / 7.5 / 42, the tilt spent on
+    the hard problems, gamma-2 sharpening, a uniform tilt to the trained pass@1 on the true rates, a model that
+    never leaves the pool's support), at the CPU world's design: *expanded* at most at the test's level
+    (one-sided 0.0125 per half: at most 3 of 40)."""
+    got = _answers(kind, 40, CPU, seed=11)
+    assert got["expanded"] <= 3, (kind, got)
+
+
+def test_a_gold_mixture_never_reads_support_kept_and_teach_hard_rarely():
+    """Truths that teach. A gold mixture (every problem given a share of correct answers) never reads *kept*.
+    Sharpen + teach-hard can: the test reads Z's mean, and Z also holds problems of base rate 0.005-0.02 that
+    the truth sharpens towards 0, so the taught ones' 0.45 can average below f_94(bound). Measured: 3 of 40
+    at w* 94 (seed 12), 0 at w* 14; a *kept* on the mean does not exclude that some problems were taught
+    (PLAN.md change 46)."""
+    assert _answers("gold", 40, CPU, seed=12)["kept"] == 0
+    high, low = _answers("sharpen+teach-hard", 40, CPU, seed=12), _answers("sharpen+teach-hard", 40, CPU, seed=12, w_star=14.0)
+    assert high["kept"] <= 6 and low["kept"] == 0, (high, low)
 
 
 def test_the_qwen_design_can_return_every_answer():

@@ -218,3 +218,33 @@ def test_the_seed_split_arm_holds_its_level_and_the_taught_arm_sees_a_taught_str
     same = calibration.taught_arm("sft-x", "borrows-2", unsolved, base, 256, sy.counts(rng, np.tile(p, (3, 1)), 32), 32, 32,
                                   LEVELS, verdict.Draws(len(p), 1000, 0))
     assert not same["passed"]  # no teaching there: the ceiling is not shown to rise
+
+
+def test_the_stratum_null_holds_a_per_stratum_tilt_that_the_uniform_null_reads_as_beyond():
+    """Truth: the base tilted by 6 / 7.5 / 42 on its easy / middle / hard thirds (tiny_v4's per-stratum
+    tilts, issue 37: such a selection was called *beyond selection* 54% of the time). Against the uniform
+    null its pass@32 lies above (a single w spends too little tilt on the hard problems); against the
+    stratum null, which refits one w per stratum, D_strata is 0 up to noise and neither one-sided test
+    rejects; the fitted w put the largest tilt on the hard third."""
+    from analysis import reweight, synthetic as sy
+
+    rng = np.random.default_rng(5)
+    a, b = sy.beta_for(0.27, 0.874, 32)
+    p = sy.rates(rng, 384, a, b)
+    strata = np.select([p <= np.quantile(p, 1 / 3), p <= np.quantile(p, 2 / 3)], ["hard", "middle"], "easy").astype(object)
+    w = np.select([strata == "hard", strata == "middle"], [42.4, 7.52], 6.05)
+    truth = p * w / (p * w + 1 - p)
+    base, rl = sy.counts(rng, p, 256), sy.counts(rng, np.tile(truth, (6, 1)), 32)
+    null = reweight.selection_null(base, 256, 32)
+    draws = verdict.Draws(384, 1000, 0)
+    levels = verdict.Levels()
+    uni = verdict.compare(base, 256, rl, 32, 32, null, draws, levels)
+    got = verdict.stratum_null(base, 256, rl, 32, 32, null, strata, draws, levels)
+    assert uni["vs_null"]["diff"] > 0.005 and got["diff"] < uni["vs_null"]["diff"]  # the wider null sits higher
+    assert got["ci"][0] < 0 < got["ci"][1] and got["above"]["p"] > 0.025 and got["below"]["p"] > 0.025, got
+    ws = {k: v["w"] for k, v in got["strata"].items()}
+    assert ws["hard"] > ws["middle"] and ws["hard"] > ws["easy"] and 15 < ws["hard"] < 120, ws
+    assert sum(v["n_problems"] for v in got["strata"].values()) == 384
+    # one stratum holding every problem is the uniform null itself
+    one = verdict.stratum_null(base, 256, rl, 32, 32, null, np.array(["all"] * 384, dtype=object), draws, levels)
+    assert one["diff"] == pytest.approx(uni["vs_null"]["diff"], abs=1e-9) and one["ci"] == pytest.approx(uni["vs_null"]["ci"], abs=1e-9)
