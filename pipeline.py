@@ -113,11 +113,15 @@ def run_single(stage: str, plan: Plan, quiet: bool, gpu: str | None = None) -> N
 
 def dry_run(plan: Plan, todo: list[str], n: int) -> None:
     print(f"run folder: {plan.run}")
+    refuses = []  # stages whose outputs were made under other settings: the run stops there without --force
     for s in todo:
         if s in JOB_STAGES:
             states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
             counts = {k: states.count(k) for k in ("done", "missing", "damaged", "stale", "foreign") if states.count(k)}
-            state = "done" if counts.get("done") == len(states) else ", ".join(f"{v} {k}" for k, v in counts.items())
+            words = {"foreign": "made under other settings (would refuse; --force)"}
+            state = "done" if counts.get("done") == len(states) else ", ".join(f"{v} {words.get(k, k)}" for k, v in counts.items())
+            if counts.get("foreign"):
+                refuses.append(s)
         elif s == "analyze":
             state = "done" if plan.analyze_done() else ("out of date" if (plan.run / "verdicts.json").exists() else "to do")
         else:
@@ -125,9 +129,14 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
             state = ("done" if all(x == "done" for x in states) else "made under other settings (would refuse; --force)"
                      if "foreign" in states else "damaged (would be redone)" if "damaged" in states
                      else "out of date (made from other inputs)" if "stale" in states else "to do")
+            if "foreign" in states:
+                refuses.append(s)
             if s == "lr-sweep" and state != "done" and (bad := plan.sweep_damage()):
                 state += f"; {len(bad)} damaged candidate run(s) (would be moved aside and redone: {bad[0][1]})"
         print(f"  {s:<9} {state}")
+    if refuses:
+        print(f"  the run would stop at stage {refuses[0]}, refusing to overwrite what other settings made (--force "
+              f"moves it aside and redoes it, or --out another folder); the jobs below are what --force would run")
     left = plan.jobs(todo)
     cost = plan.cost_model()
     eta = estimate_seconds(plan.run, left, n, cost)

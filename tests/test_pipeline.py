@@ -940,3 +940,18 @@ def test_memory_advice_names_each_stages_settings_and_says_when_none_is_left():
                                                       "problem's 256 samples are decoded together); this needs a device with more memory")
     one = config.load(str(ROOT / "configs" / "qwen05b.yaml"), ["micro_batch=1", "eval.problems_per_batch=1"])
     assert study.memory_advice(one, "train").startswith("nothing left to lower: micro_batch is already 1")
+
+
+def test_dry_run_says_the_run_would_refuse_what_other_settings_made(tmp_path):
+    """--dry-run on a committed run with a setting changed (issue 40): the stages made under the old setting
+    say the run would refuse them, and one line says where the run would stop, before the ETA that only
+    --force would spend. Nothing is written (the run folder is the committed results/tiny_v5)."""
+    run = ROOT / "results" / "tiny_v5"
+    before = sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*") if p.is_file())
+    d = pipeline("--config", "configs/tiny_v5.yaml", "--out", str(run), "--dry-run", "--set", "eval.sampling.top_p=0.9", timeout=120)
+    assert d.returncode == 0, d.stderr
+    rows = dict(line.split(None, 1) for line in d.stdout.splitlines()[1:] if line.startswith("  ") and line[2] != " ")
+    assert rows["train"] == "done" and rows["eval"] == "23 made under other settings (would refuse; --force)", d.stdout
+    assert rows["probe"].startswith("made under other settings (would refuse; --force)")
+    assert "the run would stop at stage probe" in d.stdout and "what --force would run" in d.stdout
+    assert sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*") if p.is_file()) == before
