@@ -336,9 +336,9 @@ def calibrate(design, base: dict, rl: dict, sets: dict, entries: list[dict], inf
     arms += [split] if split else []
     taught = cal.get("taught")
     if taught:
-        from countdown import Problem, operands, stratum
+        from countdown import Problem, stratum
 
-        strata = np.array([stratum(Problem(p["id"], base.get("task"), p["question"], p["answer"], operands(p["question"])))
+        strata = np.array([stratum(Problem.from_row(p, base.get("task")))
                            for p in base["problems"]])
         want = design.settings[taught]["problems"].split(":", 1)[1]
         seeds = [s for s in design.seeds_of(taught) if (taught, s, prim["step"]) in rl]

@@ -85,6 +85,12 @@ class Problem:
     numbers: tuple[int, ...] = field(default_factory=tuple)  # operands (Countdown: the three numbers)
     solution: str = ""  # one known expression (Countdown only)
 
+    @classmethod
+    def from_row(cls, row: dict, task: str | None) -> "Problem":
+        """The problem of one row of an evaluation file (its id, question and answer; the operands read
+        back from an `a * b - c` question, else none): what the analysis needs of it, without the splits."""
+        return cls(row["id"], task, row["question"], row["answer"], operands(row["question"]) or ())
+
 
 def _rng(*parts) -> random.Random:
     """A generator seeded from explicit parts. sha256 of the text, so it is the same on every

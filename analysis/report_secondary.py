@@ -11,7 +11,7 @@ import numpy as np
 from analysis.report_format import ci3, crossover_words, f3, ids, opt, p4, table, yn
 from analysis.run_files import read_json
 from analysis.secondary import MODEL_BASED
-from countdown import ARITH_DIGITS, SCORINGS, Problem, classify_strategy, operands
+from countdown import ARITH_DIGITS, SCORINGS, Problem, classify_strategy
 from orchestration.provenance import file_sha256
 
 
@@ -277,8 +277,8 @@ def inputs_section(run: Path, res: dict) -> list[str]:
                 st = keys[-1][0]
                 shown.append((f"{c} seed {min(s for stt, s in keys if stt == st)} step {st}",
                               rl[(c, min(s for stt, s in keys if stt == st), st)]))
-        problem = Problem(first["id"], base.get("task"), first["question"], first["answer"], operands(first["question"]))
-        labelled = base.get("task") in ARITH_DIGITS and problem.numbers is not None
+        problem = Problem.from_row(first, base.get("task"))
+        labelled = base.get("task") in ARITH_DIGITS and bool(problem.numbers)
         if labelled:
             L += ["Each response is prefixed with its strategy (`countdown.classify_strategy`).", ""]
         for label, d in shown:

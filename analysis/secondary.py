@@ -367,7 +367,7 @@ def strategy_counts(doc: dict) -> dict[str, np.ndarray] | None:
         return None
     out = {k: np.zeros(len(probs)) for k in (*STRATEGIES, *(f"{s}_correct" for s in STRATEGIES), "subtraction", *COMPUTATION_ROWS)}
     for i, p in enumerate(probs):
-        problem = Problem(p["id"], doc["task"], p["question"], p["answer"], operands(p["question"]))
+        problem = Problem.from_row(p, doc["task"])
         for r in p["responses"]:
             label = classify_strategy(problem, r)
             correct = score_loose(r, p["answer"])
@@ -479,7 +479,7 @@ def strategy_reading(cond: str, step: int, base: dict, row: dict) -> dict:
 
 def problem_strata(doc: dict) -> np.ndarray:
     """(N,) each test problem's stratum (countdown.stratum: borrows-0, borrows-1, ...; None for tasks without one)."""
-    return np.array([stratum(Problem(p["id"], doc.get("task"), p["question"], p["answer"], operands(p["question"]) or ()))
+    return np.array([stratum(Problem.from_row(p, doc.get("task")))
                      if operands(p["question"]) else None for p in doc["problems"]], dtype=object)
 
 

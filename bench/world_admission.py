@@ -35,9 +35,7 @@ def admission(base: dict, selection: dict) -> dict:
     g = selection["sampling"].get("n", 16)
     signal = float(np.mean(1 - strict**8 - (1 - strict) ** 8))
     w2 = float(reweighted(p, 2.0).mean() - p.mean())
-    strata = Counter(countdown.stratum(countdown.Problem(q["id"], base["task"], q["question"], q["answer"],
-                                                         countdown.operands(q["question"])))
-                    for q in probs)
+    strata = Counter(countdown.stratum(countdown.Problem.from_row(q, base["task"])) for q in probs)
     values = {
         "R1 loose pass@1 in [0.12, 0.35]": (float(p.mean()), 0.12 <= p.mean() <= 0.35),
         # R2 as change 39 replaced it (the first version, [0.55, 0.80], is printed beside: no trial base met it)
