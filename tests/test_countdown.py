@@ -910,3 +910,14 @@ def test_classify_computation(response, expected):
 def test_classify_computation_refuses_other_tasks():
     with pytest.raises(ValueError, match="only a \\* b - c tasks"):
         cd.classify_computation(cd.Problem("t", "add-1x1", "1 + 2", 3, (1, 2), ""), "3")
+
+
+def test_a_problem_read_back_from_an_evaluation_row():
+    """Problem.from_row: the operands come back from an `a * b - c` question (so strata and strategies can be
+    read from a file alone); another task's row has none."""
+    p = cd.generate("arith-2x1", 3, seed=0, split="test")[2]
+    row = {"id": p.id, "question": p.question, "answer": p.answer, "responses": []}
+    back = cd.Problem.from_row(row, "arith-2x1")
+    assert (back.id, back.question, back.answer, back.numbers) == (p.id, p.question, p.answer, p.numbers)
+    assert cd.stratum(back) == cd.stratum(p)
+    assert cd.Problem.from_row({"id": "x", "question": "3 + 4", "answer": 7}, "add-1x1").numbers == ()
