@@ -471,17 +471,20 @@ def classify_strategy(problem: Problem, response: str) -> dict:
         product = "one-step"
     else:
         product = "no-product"
-    shown = any(not re.search(r"\*\s*$", text[: m.start()]) for m in
-                re.finditer(rf"(?<![0-9])[0-9]+\s*-\s*{c}(?![0-9])\s*=\s*-?\s*[0-9]", text))
-    return {"product": product, "subtraction": shown}
+    return {"product": product, "subtraction": bool(_subtractions(text, c))}
 
 
-COMPUTATIONS = ("clean", "compensating", "slipped", "unshown")  # how the working reaches its result; PLAN.md section 7d
+def _subtractions(text: str, c: int) -> list[re.Match]:
+    """Every `P - c = V` in a normalized response whose P is not itself the factor of a product (not
+    `a * b - c = V`, the question restated); groups: P, the sign of V, V's digits."""
+    return [m for m in re.finditer(rf"(?<![0-9])([0-9]+)\s*-\s*{c}(?![0-9])\s*=\s*(-?)\s*([0-9]+)(?![0-9])", text)
+            if not re.search(r"\*\s*$", text[: m.start()])]
 
 
 def classify_computation(problem: Problem, response: str) -> str:
-    """Whether a response's working to `a * b - c` is right, read from its last subtraction `P - c = V`
-    (P a number not itself the factor of a product, as classify_strategy's "subtraction"):
+    """One of clean, compensating, slipped, unshown (PLAN.md section 7d): whether a response's working to
+    `a * b - c` is right, read from its last subtraction `P - c = V` (_subtractions, the ones
+    classify_strategy's "subtraction" counts):
     "clean": P = a * b and V = P - c; "compensating": V = a * b - c although P is not a * b, a wrong
     product cancelled by a wrong subtraction (a product 10 too small and a forgotten borrow, 10 too
     large, give the right number); "slipped": V is not a * b - c; "unshown": no such subtraction written.
@@ -489,9 +492,7 @@ def classify_computation(problem: Problem, response: str) -> str:
     if problem.task not in ARITH_DIGITS:
         raise ValueError(f"classify_computation: only a * b - c tasks have a computation, not {problem.task}")
     a, b, c = problem.numbers
-    text = _normalized(response)
-    subs = [m for m in re.finditer(rf"(?<![0-9])([0-9]+)\s*-\s*{c}(?![0-9])\s*=\s*(-?)\s*([0-9]+)(?![0-9])", text)
-            if not re.search(r"\*\s*$", text[: m.start()])]
+    subs = _subtractions(_normalized(response), c)
     if not subs:
         return "unshown"
     m = subs[-1]

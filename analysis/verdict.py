@@ -157,7 +157,7 @@ def compare(base_counts, n_base: int, rl_counts, n: int, k: int, null: Selection
 
 def stratum_null(base_counts, n_base: int, rl_counts, n: int, k: int, null: SelectionNull, strata, draws: Draws,
                  levels: Levels) -> dict:
-    """The selection null with one tilt per stratum (issue 37): the base reweighted within each stratum to
+    """The selection null with one tilt per stratum: the base reweighted within each stratum to
     the trained model's pass@1 there, its pass@k averaged over every problem, and the trained pass@k
     against it (D_strata), with the same crossed bootstrap as compare (each replicate refits every
     stratum's w on its drawn problems) and the one-sided tests of D_strata above and below 0. A wider null
@@ -168,16 +168,19 @@ def stratum_null(base_counts, n_base: int, rl_counts, n: int, k: int, null: Sele
     strata = np.asarray(strata, dtype=object)
     names = sorted({x for x in strata if x is not None})
     r1, rk = pass_curves(rl, n, k)  # (S, N)
-    onehot = np.eye(n_base + 1)[base]  # (N, n_base + 1)
-    uniform = np.full((1, len(base)), 1.0 / len(base))
     point_null, rep_null, dsel, per = 0.0, np.zeros(draws.resamples), np.zeros_like(rk, dtype=float), {}
+    drawn = base[draws.idx] + (n_base + 1) * np.arange(draws.resamples)[:, None]  # (B, N) each replicate's counts, offset per row
     for name in names:
-        mask = (strata == name).astype(float)  # (N,)
-        share, rep_share = mask.mean(), draws.means(mask)  # the stratum's share of the (drawn) problems
-        hist = (uniform * mask) @ onehot / share  # (1, n_base + 1)
-        point = null.fit(hist, [float((r1 * mask).mean() / share)])
-        rep_hist = (draws.m * mask) @ onehot / np.maximum(rep_share, 1e-12)[:, None]
-        fit = null.fit(rep_hist, draws.means(r1 * mask) / np.maximum(rep_share, 1e-12))
+        inside = strata == name  # (N,)
+        mask, share = inside.astype(float), inside.mean()
+        # histograms of the stratum's counts by exact integer counting (a matrix product's rounding varied between runs)
+        hist = (np.bincount(base[inside], minlength=n_base + 1) / inside.sum())[None]  # (1, n_base + 1)
+        point = null.fit(hist, [float(rl[:, inside].sum() / (n * rl.shape[0] * inside.sum()))])
+        kept = inside[draws.idx]  # (B, N) which drawn problems are in the stratum
+        rep_n = kept.sum(axis=1)  # (B,)
+        rep_hist = np.bincount(drawn[kept], minlength=draws.resamples * (n_base + 1)).reshape(draws.resamples, n_base + 1)
+        rep_share = rep_n / len(base)
+        fit = null.fit(rep_hist / np.maximum(rep_n, 1)[:, None], draws.means(r1 * mask) / np.maximum(rep_share, 1e-12))
         w = float(point["w"][0])
         point_null += share * float(point["passk"][0])
         rep_null += rep_share * fit["passk"]

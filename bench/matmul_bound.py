@@ -1,4 +1,4 @@
-"""The CPU's own limit for a model's work (issue 41): the time of the model's matrix products alone, at
+"""The CPU's own limit for a model's work: the time of the model's matrix products alone, at
 the shapes a decode step and a training step run, one thread, fp32 and (where the CPU has native bf16
 matmuls) bf16. Against it, the measured sampler and training step say how much is overhead.
 

@@ -451,7 +451,7 @@ def test_no_signal_warning_reads_the_first_steps():
     rows = [{"step": s, "zero_signal_frac": z} for s, z in enumerate([1.0, 1.0, 0.875, 0.875, 0.875, 0.0, 0.0], start=1)]
     w = grpo.no_signal_warning(rows, "train many s0")
     assert w.startswith("warning: train many s0: 92% of groups") and "steps 1-5" in w and "\n" not in w
-    # 0.9, not 0.5 (issue 39): tiny_v4's seeds that learned started at 0.70-0.85, tiny_v3's that did not at 0.95-1.00
+    # 0.9 (PLAN.md change 45): tiny_v4's seeds that learned started at 0.70-0.85, tiny_v3's that did not at 0.95-1.00
     assert grpo.no_signal_warning([{**r, "zero_signal_frac": 0.85} for r in rows], "x") is None
     assert grpo.no_signal_warning([{**r, "zero_signal_frac": 0.9} for r in rows], "x") is None  # above it, not at it
     assert "steps 1-2" in grpo.no_signal_warning(rows[:2], "x")  # a shorter run: all its steps
@@ -510,7 +510,7 @@ def test_a_zero_gradient_steps_or_not_by_the_registered_rule(rule):
 
 def test_a_read_only_run_folder_ends_in_one_line(fitted_dir, smoke_cfg, tmp_path, capsys, monkeypatch):
     """grpo.py eval into a run folder it cannot write (moving the old file aside fails): one line naming
-    the file, exit 1, no traceback (issue 40: it was a 21-line traceback)."""
+    the file, exit 1, no traceback."""
     import yaml
 
     d = config.to_dict(cfg_for(smoke_cfg))

@@ -943,7 +943,7 @@ def test_memory_advice_names_each_stages_settings_and_says_when_none_is_left():
 
 
 def test_dry_run_says_the_run_would_refuse_what_other_settings_made(tmp_path):
-    """--dry-run on a committed run with a setting changed (issue 40): the stages made under the old setting
+    """--dry-run on a committed run with a setting changed: the stages made under the old setting
     say the run would refuse them, and one line says where the run would stop, before the ETA that only
     --force would spend. Nothing is written (the run folder is the committed results/tiny_v5)."""
     run = ROOT / "results" / "tiny_v5"

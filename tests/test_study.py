@@ -128,7 +128,7 @@ def test_new_switches_left_off_keep_old_hashes_and_turned_on_change_them(smoke_c
 ])
 def test_a_wrong_argument_ends_in_one_line(entry, argv, names, capsys):
     """orchestration/cli.Parser: argparse's usage block is not printed; one line names the argument and the
-    right values, exit 2 (issue 40)."""
+    right values, exit 2."""
     import importlib
 
     with pytest.raises(SystemExit) as e:

@@ -13,11 +13,11 @@ LEVELS = verdict.Levels()
 CPU = {"N": 384, "S": 6, "n_base": 256, "n_pool": 192, "world": (0.27, 0.874), "target": (0.657, 0.863)}
 
 
-# The calibration arms of the support answer (issue 37): truths that select (no rate on Z can pass what a
+# The calibration arms of the support answer (PLAN.md change 46): truths that select (no rate on Z can pass what a
 # tilt of at most w* gives, so *expanded* is forbidden) and truths that teach (*kept* is forbidden).
 SELECTING = ("sharpened", "tilt-at-w*", "stratum-tilts", "hard-tilt", "gamma-2", "uniform-to-target", "pool-support")
 TEACHING = ("sharpen+teach-hard", "gold")
-STRATUM_W = (6.05, 7.52, 42.4)  # tiny_v4's per-stratum tilts, borrows-0/1/2 (issue 37), given here to the rate tertiles
+STRATUM_W = (6.05, 7.52, 42.4)  # tiny_v4's per-stratum tilts, borrows-0/1/2, given here to the rate tertiles
 
 
 def _rates(kind: str, p: np.ndarray, S: int, target: tuple, rng, w_star: float) -> np.ndarray:

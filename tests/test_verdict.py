@@ -222,7 +222,7 @@ def test_the_seed_split_arm_holds_its_level_and_the_taught_arm_sees_a_taught_str
 
 def test_the_stratum_null_holds_a_per_stratum_tilt_that_the_uniform_null_reads_as_beyond():
     """Truth: the base tilted by 6 / 7.5 / 42 on its easy / middle / hard thirds (tiny_v4's per-stratum
-    tilts, issue 37: such a selection was called *beyond selection* 54% of the time). Against the uniform
+    tilts: such a selection was called *beyond selection* 54% of the time). Against the uniform
     null its pass@32 lies above (a single w spends too little tilt on the hard problems); against the
     stratum null, which refits one w per stratum, D_strata is 0 up to noise and neither one-sided test
     rejects; the fitted w put the largest tilt on the hard third."""
