@@ -56,6 +56,7 @@ from method import evaluate
 from method.checkpoint import DEV_FIELDS, read_log, resume, save_checkpoint, save_last
 from method.model import (
     apply_lora,
+    bf16_problem,
     completion_logprobs,
     free_memory_gib,
     load_model,
@@ -570,6 +571,8 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
     cfg = config.load(a.config, a.set)
     run = Path(a.run) if a.run else study.default_run(a.config)
     seed = None
+    if a.cmd != "base" and (bad := bf16_problem(cfg, pick_device(cfg))):
+        raise config.ConfigError(bad)
     if a.cmd == "base" and not study.builds_base(cfg):
         raise config.ConfigError("model.build / model.qwen_shape: this config builds no base model (it loads model.path)")
     if a.cmd == "train":

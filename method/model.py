@@ -91,10 +91,11 @@ def load_model(cfg: config.Config, path: str, device: torch.device):
     from transformers import AutoModelForCausalLM
 
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[cfg.model.dtype]
-    if dtype == torch.bfloat16 and device.type == "cpu" and native_bf16() is False:
-        print("note: model.dtype bfloat16 on a CPU without native bf16 (no avx512_bf16 or amx_bf16 in /proc/cpuinfo): bf16 "
-              "matrix products run about 90x slower than float32 on such a CPU (0.7 vs 64 GFLOP/s measured); expect a slow run, "
-              "or set model.dtype=float32", file=sys.stderr, flush=True)
+    if bad := bf16_problem(cfg, device):
+        raise config.ConfigError(bad)
+    if dtype == torch.bfloat16 and device.type == "cpu" and native_bf16() is False:  # model.slow_bf16: meant
+        print("note: model.dtype bfloat16 on a CPU without native bf16, as model.slow_bf16 allows: its matrix products "
+              "run about 90x slower than float32 here", file=sys.stderr, flush=True)
     revision = None if os.path.isdir(path) else cfg.model.revision
     # sdpa (transformers' default, named so the sampler's boolean decode mask always fits it)
     model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=dtype, attn_implementation="sdpa").to(device)
@@ -103,6 +104,16 @@ def load_model(cfg: config.Config, path: str, device: torch.device):
         p.requires_grad_(False)
     tok = load_tokenizer(path, revision)
     return model, tok
+
+
+def bf16_problem(cfg: config.Config, device: torch.device) -> str | None:
+    """Why this config's model should not be loaded in bfloat16 on this device, or None: a CPU
+    without native bf16 matrix products, unless model.slow_bf16 says the slow run is meant."""
+    if cfg.model.dtype != "bfloat16" or device.type != "cpu" or cfg.model.slow_bf16 or native_bf16() is not False:
+        return None
+    return ("model.dtype bfloat16 on a CPU without native bf16 (no avx512_bf16 or amx_bf16 in /proc/cpuinfo): its matrix "
+            "products run about 90x slower than float32 here (0.7 vs 64 GFLOP/s measured); set model.dtype=float32 "
+            "(byte-reproducible across CPUs), or model.slow_bf16=true to run it anyway")
 
 
 def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:

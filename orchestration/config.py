@@ -89,6 +89,10 @@ class ModelCfg:
     # weights' sha256 equals base_sha256; every later stage checks that sha256 before it loads them.
     base_from: str | None = None
     base_sha256: str | None = None
+    # bfloat16 on a CPU without native bf16 matrix products (avx512_bf16 or amx_bf16) runs them about 90x
+    # slower than float32 (FACTS.md): refused unless this says the slow run is meant (the rehearsal's bf16
+    # code path). It changes nothing computed and is in no stage hash.
+    slow_bf16: bool = False
 
 
 @dataclass

@@ -354,6 +354,8 @@ def _pick(d: dict, key: str):
 def hashed_settings(cfg_dict: dict, stage: str) -> dict:
     """The settings a stage's results depend on, by dotted key."""
     picked = {key: _pick(cfg_dict, key) for key in STAGE_KEYS[stage] if _present(cfg_dict, key)}
+    if isinstance(picked.get("model"), dict) and "slow_bf16" in picked["model"]:  # permission, not a setting
+        picked["model"] = {k: v for k, v in picked["model"].items() if k != "slow_bf16"}
     if stage in _NOT_IN_HASH:
         picked["train"] = {k: v for k, v in picked["train"].items() if k not in _NOT_IN_HASH[stage]}
     for key, off in _ADDED_OFF.items():

@@ -37,6 +37,7 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 def model_with_lora(fitted_dir, smoke_cfg, dtype="float32", scale=0.05):
     d = config.to_dict(smoke_cfg)
     d["model"]["build"], d["model"]["path"], d["model"]["dtype"] = None, str(fitted_dir), dtype
+    d["model"]["slow_bf16"] = True  # bf16 on a CPU that may lack native bf16: meant, small models
     cfg = config._build(config.Config, d)
     model, tok = load_model(cfg, str(fitted_dir), CPU)
     apply_lora(model, 4, 8, TARGETS, 0)

@@ -15,7 +15,7 @@ import grpo
 from bases import gguf_base
 from method import sampler
 from method.model import apply_lora, completion_logprobs, load_model, pack, pad_id, render_prompts, save_adapter, stop_ids
-from orchestration import config
+from orchestration import config, provenance
 
 pytestmark = pytest.mark.slow  # whole pipelines or real weights: left out of the fast loop
 
@@ -133,7 +133,9 @@ def test_our_adapter_loads_in_peft_on_the_real_base(smol_dir, smol, tmp_path):
     assert (ours - theirs).abs().max().item() < 1e-4
 
 
-def test_bf16_on_a_cpu_without_native_bf16_says_so_in_one_line(smol_dir, tmp_path, monkeypatch, capsys):
+def test_bf16_on_a_cpu_without_native_bf16_is_refused(smol_dir, tmp_path, monkeypatch, capsys):
+    """The flag is read from /proc/cpuinfo; without it bf16 is refused in one line unless
+    model.slow_bf16 says the slow run is meant (then one note), and float32 loads silently."""
     from method import model as model_module
 
     info = tmp_path / "cpuinfo"
@@ -144,9 +146,26 @@ def test_bf16_on_a_cpu_without_native_bf16_says_so_in_one_line(smol_dir, tmp_pat
     assert model_module.native_bf16(str(tmp_path / "none")) is None
     monkeypatch.setattr(model_module, "native_bf16", lambda: False)
     cfg = config.load(None, [f"model.path={smol_dir}", "model.dtype=bfloat16"])
-    load_model(cfg, str(smol_dir), CPU)
+    with pytest.raises(config.ConfigError, match="without native bf16.*model.dtype=float32.*model.slow_bf16=true"):
+        load_model(cfg, str(smol_dir), CPU)
+    slow = config.load(None, [f"model.path={smol_dir}", "model.dtype=bfloat16", "model.slow_bf16=true"])
+    assert next(load_model(slow, str(smol_dir), CPU)[0].parameters()).dtype == torch.bfloat16
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "without native bf16" in err[0] and "90x" in err[0]
+    monkeypatch.setattr(model_module, "native_bf16", lambda: True)
+    assert model_module.bf16_problem(cfg, CPU) is None
+    assert provenance.stage_hash(slow, "eval") == provenance.stage_hash(cfg, "eval")
+
+
+def test_grpo_refuses_bf16_on_a_cpu_without_it_before_writing(tmp_path):
+    """The refusal comes from grpo.py's argument check: one line, exit 2, no run folder made."""
+    code = ("import sys; from method import model; model.native_bf16 = lambda cpuinfo=None: False; import grpo; "
+            "sys.exit(grpo.main(sys.argv[1:]))")
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-c", code, "eval", "--config", str(ROOT / "configs" / "smollm2.yaml"), "--run", str(run),
+                        "--set", "model.dtype=bfloat16", "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "without native bf16" in r.stderr and not run.exists()
 
 
 def test_grpo_base_converts_the_gguf_named_in_the_config(tmp_path):

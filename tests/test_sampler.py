@@ -83,6 +83,7 @@ def reference_sample(model, prompts: list[list[int]], n: int, s: config.Sampling
 def load(fitted_dir, smoke_cfg, dtype="float32"):
     d = config.to_dict(smoke_cfg)
     d["model"]["build"], d["model"]["path"], d["model"]["dtype"] = None, str(fitted_dir), dtype
+    d["model"]["slow_bf16"] = True  # bf16 on a CPU that may lack native bf16: meant, small models
     cfg = config._build(config.Config, d)
     model, tok = load_model(cfg, str(fitted_dir), CPU)
     return cfg, model, tok
