@@ -20,7 +20,8 @@ TEACHING = ("sharpen+teach-hard", "gold")
 STRATUM_W = (6.05, 7.52, 42.4)  # tiny_v4's per-stratum tilts, borrows-0/1/2, given here to the rate tertiles
 
 
-def _rates(kind: str, p: np.ndarray, S: int, target: tuple, rng, w_star: float) -> np.ndarray:
+def _rates(kind: str, p: np.ndarray, S: int, target: tuple, rng, w_star: float, k: int = 32) -> np.ndarray:
+    """The trained rates (S, N) of a truth; target: its (pass@1, pass@k) where a truth needs one."""
     if kind == "stratum-tilts":  # one tilt per stratum, the hardest third tilted most (all below w*)
         w = np.select([p <= np.quantile(p, 1 / 3), p <= np.quantile(p, 2 / 3)], [STRATUM_W[2], STRATUM_W[1]], STRATUM_W[0])
         return np.tile(p * w / (p * w + 1 - p), (S, 1))
@@ -31,9 +32,9 @@ def _rates(kind: str, p: np.ndarray, S: int, target: tuple, rng, w_star: float) 
     if kind == "uniform-to-target":  # one uniform tilt to the trained pass@1, on the true (not plug-in) rates
         return np.tile(reweight.reweighted(p, min(sy.w_for(p, target[0]), w_star)), (S, 1))
     if kind == "sharpened":
-        return np.tile(sy.sharpened(p, *sy.sharpening_for(p, target[0], target[1], 32)), (S, 1))
+        return np.tile(sy.sharpened(p, *sy.sharpening_for(p, target[0], target[1], k)), (S, 1))
     if kind == "sharpen+teach-hard":  # every problem sharpened, those the base almost never solves taught to 0.45
-        q = sy.sharpened(p, *sy.sharpening_for(p, target[0], target[1], 32))
+        q = sy.sharpened(p, *sy.sharpening_for(p, target[0], target[1], k))
         return np.tile(np.where(p < 0.005, 0.45, q), (S, 1))
     if kind == "tilt-at-w*":  # a selection exactly at the bound's tilt on every problem: the test's size
         return np.tile(reweight.reweighted(p, w_star), (S, 1))
@@ -45,20 +46,23 @@ def _rates(kind: str, p: np.ndarray, S: int, target: tuple, rng, w_star: float) 
 def _answers(kind: str, sims: int, design: dict, seed: int, axes: bool = False, w_star: float = W_STAR,
              old_rule: bool = False) -> Counter:
     """How often each support answer (with axes: sharpening / support) is given over `sims` data sets;
-    old_rule: also the old one-label rule's labels (verdict.compare's), keyed "old rule: <label>"."""
+    old_rule: also the old one-label rule's labels (verdict.compare's), keyed "old rule: <label>".
+    design: N problems, S seeds, n_base, n_pool, the base's world (pass@1, pass@32) and the trained
+    target (pass@1, pass@k_target); n samples per seed (32 unless given), pass@k read at k = n."""
     a, b = sy.beta_for(*design["world"], 32)
+    n = design.get("n", 32)
     out = Counter()
     for i in range(sims):
         rng = np.random.default_rng([seed, i])
         p = sy.rates(rng, design["N"], a, b)
-        rates = _rates(kind, p, design["S"], design["target"], rng, w_star)
+        rates = _rates(kind, p, design["S"], design["target"], rng, w_star, design.get("k_target", 32))
         base, pool = sy.counts(rng, p, design["n_base"]), sy.counts(rng, p, design["n_pool"])
         if kind == "pool-support":  # the support arm: never leaves the pool's support (0 where the pool never succeeds)
             rates = np.tile(np.where(pool > 0, reweight.reweighted(p, w_star), 0.0), (design["S"], 1))
-        rl = sy.counts(rng, rates, 32)
-        s = support.support_test(base, pool, design["n_pool"], rl, 32, w_star, LEVELS.one_sided, 1000, i, "test", "pool")
+        rl = sy.counts(rng, rates, n)
+        s = support.support_test(base, pool, design["n_pool"], rl, n, w_star, LEVELS.one_sided, 1000, i, "test", "pool")
         if axes or old_rule:
-            e = verdict.compare(base, design["n_base"], rl, 32, 32, reweight.selection_null(base, design["n_base"], 32),
+            e = verdict.compare(base, design["n_base"], rl, n, n, reweight.selection_null(base, design["n_base"], n),
                                 verdict.Draws(design["N"], 1000, i), LEVELS)
             if old_rule:
                 out[f"old rule: {e['label']}"] += 1
