@@ -35,7 +35,7 @@ the folder. Every output is written atomically and training resumes from its las
 so a run killed at any point and started again ends with the same adapters, counts and verdicts
 as one that never stopped (time stamps and timings aside). RUN/manifest.json records the config,
 PLAN.md's sha256, the code revision, package versions, and each stage's and job's status and
-wall time.
+wall time; a later run under another header keeps the earlier one in `earlier`.
 """
 from __future__ import annotations
 
@@ -66,12 +66,29 @@ from orchestration.stages import (
 ROOT = Path(__file__).resolve().parent
 
 
+MANIFEST_HEADER = ("config", "config_hash", "plan_sha256", "revision", "versions")  # what made the files
+
+
 def write_manifest(run: Path, cfg: config.Config, stages: dict, jobs: dict) -> None:
+    """RUN/manifest.json: this pipeline run's config, PLAN.md's sha256, the code revision and the
+    versions, with every stage's and job's state. The record of what made the files already there is
+    never rewritten: when the manifest on disk was written under another header (another config
+    record, revision, PLAN.md or versions: a stage run into an existing run by later code), that
+    header is appended to `earlier`, with the stages and jobs that were done under it."""
+    here = {"config": config.to_dict(cfg), "config_hash": config.digest(config.to_dict(cfg)),
+            "plan_sha256": provenance.file_sha256(ROOT / "PLAN.md"), "revision": provenance.code_revision(),
+            "versions": provenance.versions()}
+    old = provenance.read_json(run / "manifest.json") or {}
+    earlier = list(old.get("earlier", []))
+    if "config" in old and any(old.get(k) != here[k] for k in MANIFEST_HEADER):
+        earlier.append({**{k: old[k] for k in MANIFEST_HEADER if k in old}, "stages_done": _done(old.get("stages")),
+                        "jobs_done": _done(old.get("jobs"))})
     provenance.atomic_write_json(run / "manifest.json", {
-        "config": config.to_dict(cfg), "config_hash": config.digest(config.to_dict(cfg)),
-        "plan_sha256": provenance.file_sha256(ROOT / "PLAN.md"), "revision": provenance.code_revision(), "versions": provenance.versions(),
-        "stage_order": registered_stages(cfg), "stages": stages, "jobs": jobs,
-    })
+        **here, **({"earlier": earlier} if earlier else {}), "stage_order": registered_stages(cfg), "stages": stages, "jobs": jobs})
+
+
+def _done(states: dict | None) -> list[str]:
+    return sorted(k for k, r in (states or {}).items() if isinstance(r, dict) and r.get("status") == "done")
 
 
 # ============================================================================= single stages

@@ -955,3 +955,29 @@ def test_dry_run_says_the_run_would_refuse_what_other_settings_made(tmp_path):
     assert rows["probe"].startswith("made under other settings (would refuse; --force)")
     assert "the run would stop at stage probe" in d.stdout and "what --force would run" in d.stdout
     assert sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*") if p.is_file()) == before
+
+
+def test_a_later_run_appends_its_header_and_keeps_the_one_that_made_the_files(tmp_path, monkeypatch):
+    """A stage run into an existing run by other code or another config record: the manifest's
+    header is the current run's, and the header the files on disk were made under is kept in
+    `earlier` with the stages and jobs done under it; a rewrite under the same header adds nothing."""
+    import pipeline
+    from orchestration import config
+
+    run = tmp_path / "run"
+    run.mkdir()
+    first = config.load(str(SMOKE))
+    monkeypatch.setattr(pipeline.provenance, "code_revision", lambda: "aaaa")
+    pipeline.write_manifest(run, first, {"base": {"status": "done"}, "probe": {"status": "failed"}}, {"train many s0": {"status": "done"}})
+    pipeline.write_manifest(run, first, {"base": {"status": "done"}}, {})
+    assert "earlier" not in json.loads((run / "manifest.json").read_text())
+    monkeypatch.setattr(pipeline.provenance, "code_revision", lambda: "bbbb")
+    later = config.load(str(SMOKE), ["analyze.resamples=300"])
+    pipeline.write_manifest(run, later, {"base": {"status": "done"}, "analyze": {"status": "done"}}, {})
+    pipeline.write_manifest(run, later, {"base": {"status": "done"}, "analyze": {"status": "done"}}, {})
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["revision"] == "bbbb" and man["config"]["analyze"]["resamples"] == 300
+    assert len(man["earlier"]) == 1
+    e = man["earlier"][0]
+    assert e["revision"] == "aaaa" and e["config"] == config.to_dict(first) and e["config_hash"] == config.digest(config.to_dict(first))
+    assert e["stages_done"] == ["base"] and e["jobs_done"] == []
