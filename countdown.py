@@ -218,7 +218,7 @@ def operands(question: str) -> tuple[int, ...] | None:
 
 
 def stratum(problem: Problem) -> str | None:
-    """The difficulty stratum of an `a * b - c` problem (PLAN.md section 6): how many borrows the
+    """The difficulty stratum of an `a * b - c` problem (PLAN.md section 7c): how many borrows the
     final subtraction a * b - c needs, "borrows-0", "borrows-1", ... (None for other tasks)."""
     if problem.task not in ARITH_DIGITS:
         return None
@@ -403,7 +403,6 @@ def gold_solution(problem: Problem, style: str = "instruct") -> str:
 
 STRATEGIES = ("split", "one-step", "no-product")  # how the product is computed; PLAN.md section 7d
 _TIMES = re.compile(r"(?<=[0-9)])\s*(?:[x×·∙]|times)\s*(?=[0-9(])")
-_PRODUCT = r"([0-9]+)\s*\*\s*([0-9]+)"
 _SUM_TERM = r"[0-9]+(?:\s*\*\s*[0-9]+)?"
 _CHAIN = re.compile(_SUM_TERM + r"(?:\s*\+\s*" + _SUM_TERM + r")+")  # a + b + ... whose terms are products or numbers
 _TERM = re.compile(r"([0-9]+)(?:\s*\*\s*([0-9]+))?")

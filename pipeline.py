@@ -114,7 +114,7 @@ def run_single(stage: str, plan: Plan, quiet: bool, gpu: str | None = None) -> N
             raise StageFailed(f"{e}; make it again: {remake_note(plan, str(e))}")
         print(report.headline(out), flush=True)
         return
-    if stage == "lr-sweep" and cfg.train.lr is not None:
+    if stage == "lr-sweep" and not study.sweep_runs(cfg):
         log(f"lr-sweep: not needed, train.lr = {cfg.train.lr:g} is set in the config")
         return
     argv = plan.base_argv(stage) + (["--quiet"] if quiet else [])

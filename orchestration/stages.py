@@ -112,7 +112,7 @@ class Plan:
         if stage == "select":
             return [(run / "selection.json",) * 2 + (provenance.stage_hash(cfg, "select", {"sizes": study.selection_sizes(cfg)}),)]
         if stage == "lr-sweep":
-            if cfg.train.lr is not None:
+            if not study.sweep_runs(cfg):
                 return []
             inputs = {"problems": "all", "seed": cfg.train.seeds[0]}
             return [(run / "lr_choice.json",) * 2 + (provenance.stage_hash(cfg, "lr-sweep", inputs),)]
@@ -314,10 +314,8 @@ def check_inputs(plan: Plan, stage: str, condition: str | None = None, group: tu
     cfg, run = plan.cfg, plan.run
     if stage == "base":
         if cfg.model.gguf is not None:
-            from bases import gguf_base  # imports torch only to convert
-
             try:
-                gguf_base.gguf_path(cfg.model.gguf)
+                study.gguf_path(cfg.model.gguf)
             except FileNotFoundError as e:
                 raise MissingInput(str(e))
         return
@@ -386,11 +384,12 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
         for f in sorted(run.glob("tokens_*.json")):
             if f not in expected:
                 aside.move(f, "not a token-level comparison this config expects")
-    if stage == "lr-sweep" and plan.cfg.train.lr is None and plan.state(stage, run / "lr_choice.json", plan.outputs(stage)[0][2]) != "done":
+    sweep_to_do = stage == "lr-sweep" and study.sweep_runs(plan.cfg) and plan.state(
+        stage, run / "lr_choice.json", plan.outputs(stage)[0][2]) != "done"
+    if sweep_to_do:
         for d, why in plan.sweep_damage():  # as a training run's: moved aside, that candidate trained again
             aside.move(d, f"damaged, so it is redone: {why}")
-    if stage == "lr-sweep" and plan.cfg.train.lr is None and (run / "lr_sweep").exists() and plan.state(
-            stage, run / "lr_choice.json", plan.outputs(stage)[0][2]) != "done":
+    if sweep_to_do and (run / "lr_sweep").exists():
         for d in sorted((run / "lr_sweep").glob("lr_*")):
             m = d / "done.json" if (d / "done.json").exists() else d / "last" / "state.json"
             if m.exists() and plan.state("lr-sweep", m, plan.outputs(stage)[0][2]) == "foreign":

