@@ -15,8 +15,8 @@ import weakref
 
 import torch
 
+from method.decoding import NAN_MESSAGE, NONE, Samples, collect, filter_logits, kv_cache, left_pad
 from method.model import last_positions
-from method.sampler import NAN_MESSAGE, NONE, Samples, collect, filter_logits, kv_cache, left_pad
 from orchestration import config, memory
 
 CHECK_EVERY = 8  # graph decode: tokens between the host's reads of how many rows have finished

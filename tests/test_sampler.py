@@ -8,7 +8,7 @@ import torch
 
 import countdown
 from helpers import cfg_for, prompts_for
-from method import sampler, static_decode
+from method import decoding, sampler, static_decode
 from method.model import apply_lora, last_positions, load_model, pack, pad_id, render_prompts, stop_ids
 from orchestration import config
 
@@ -128,7 +128,7 @@ def same_as_plain(model, prompts, n, s, stops, pad) -> int:
     """Assert that the fast and the plain sampler agree exactly for two seeds; returns how many
     compactions the fast one made."""
     calls = []
-    layer = sampler.growing_kv_class()
+    layer = decoding.growing_kv_class()
     real = layer.batch_select_indices
     layer.batch_select_indices = lambda self, idx: calls.append(1) or real(self, idx)
     try:
@@ -172,7 +172,7 @@ def test_bf16_model_samples_equal_the_plain_sampler(fitted_dir, smoke_cfg):
 def test_the_cache_refuses_to_overflow(fitted_dir, smoke_cfg):
     _, model, tok = load(fitted_dir, smoke_cfg)
     ids, mask = sampler.left_pad(ragged_prompts(tok), pad_id(tok))
-    cache = sampler.kv_cache(model, ids.shape[1] - 1)
+    cache = decoding.kv_cache(model, ids.shape[1] - 1)
     with pytest.raises(RuntimeError, match="capacity"):
         model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True)
 
