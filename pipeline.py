@@ -199,7 +199,8 @@ def print_jobs(plan: Plan, todo: list[str], config_path: str, out: Path, sets: l
 def parse_args(argv: list[str] | None):
     p = cli.Parser(description="Run the study's stages in PLAN.md's order.")
     p.add_argument("--config", required=True, help="YAML config, e.g. configs/smoke.yaml")
-    p.add_argument("--out", default=None, help="run folder (default: results/<config name>)")
+    p.add_argument("--run", "--out", dest="run", default=None,
+                   help="run folder (default: results/<config name>); --out is the same option, as earlier commands wrote it")
     p.add_argument("--stage", choices=STAGES, default=None, help="run only this stage (its inputs must exist)")
     p.add_argument("--condition", default=None, help="with --stage train: only this condition (every seed)")
     p.add_argument("--force", action="store_true",
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"pipeline.py: {e}", file=sys.stderr)
             return 2
         unreachable = str(e)  # a plan needs the config only: say what the jobs will need
-    run = Path(a.out) if a.out else ROOT / "results" / Path(a.config).stem
+    run = Path(a.run) if a.run else ROOT / "results" / Path(a.config).stem
     plan = Plan(cfg, run, a.config, a.set)
     todo = [a.stage] if a.stage else registered_stages(cfg)
     if a.dry_run or a.print_jobs:

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run(cfg: Path, out: Path, *extra: str) -> float:
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(cfg), "--out", str(out), "--quiet", *extra],
+    r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(cfg), "--run", str(out), "--quiet", *extra],
                        cwd=ROOT, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"pipeline failed ({' '.join(extra) or '--jobs 1'}): {r.stderr.strip()[-2000:]}")

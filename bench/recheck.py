@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"recheck.py: rerunning {', '.join(f'{c} s{s}' for c, s in pairs)} "
           f"({len(left)} jobs{'' if a.keep_base_eval else ', the base evaluation among them'}) and the analysis in {out}", flush=True)
-    cmd = [sys.executable, str(ROOT / "pipeline.py"), "--config", a.config, "--out", str(out), "--jobs", str(a.jobs), "--quiet"]
+    cmd = [sys.executable, str(ROOT / "pipeline.py"), "--config", a.config, "--run", str(out), "--jobs", str(a.jobs), "--quiet"]
     cmd += sum((["--set", s] for s in a.set), [])
     rc = subprocess.run(cmd, cwd=ROOT).returncode
     if rc != 0:
