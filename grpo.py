@@ -586,7 +586,7 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
     if a.cmd in ("eval", "tokens") and a.adapter and (bad := provenance.adapter_problem(a.adapter)):
         identity = study.adapter_identity(a.adapter)
         sets = "".join(f" --set {shlex.quote(x)}" for x in a.set)
-        redo = (f"run the pipeline on its folder (python pipeline.py --config {a.config} --out {Path(a.adapter).parent.parent}{sets}): "
+        redo = (f"run the pipeline on its folder (python pipeline.py --config {a.config} --run {Path(a.adapter).parent.parent}{sets}): "
                 f"it moves that training run aside and retrains it, and redoes what reads it"
                 if identity["condition"] else "give an intact adapter folder")
         raise config.ConfigError(f"--adapter {a.adapter}: {bad}; {redo}")
@@ -602,7 +602,7 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
     base = None if a.cmd == "base" else study.model_path(cfg, run)
     if base is not None and study.builds_base(cfg) and (
             bad := provenance.model_folder_problem(base) or provenance.weights_problem(base, cfg.model.base_sha256)):
-        raise config.ConfigError(f"{bad}; build the base again (python pipeline.py --config {a.config} --out {run} --stage base --force)")
+        raise config.ConfigError(f"{bad}; build the base again (python pipeline.py --config {a.config} --run {run} --stage base --force)")
     return cfg, run, base, out, seed
 
 

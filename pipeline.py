@@ -101,15 +101,15 @@ class StageFailed(Exception):
 def run_single(stage: str, plan: Plan, quiet: bool, gpu: str | None = None) -> None:
     """A stage before the jobs (base, probe, select, lr-sweep) is its `grpo.py` command, run in
     this process, or with a GPU in a worker that sees only that one (jobs.in_worker); analyze is
-    analyze_b.py's."""
+    analysis.assemble's (what analyze_b.py runs)."""
     cfg, run = plan.cfg, plan.run
     if stage == "analyze":
-        import analyze_b
         from analysis import report
+        from analysis.assemble import run_analysis
         from analysis.run_files import InputError
 
         try:
-            out = analyze_b.run_analysis(run)
+            out = run_analysis(run)
         except InputError as e:
             raise StageFailed(f"{e}; make it again: {remake_note(plan, str(e))}")
         print(report.headline(out), flush=True)
@@ -364,7 +364,7 @@ class Session:
             print(f"pipeline.py: {e}", file=sys.stderr)
             return 2
         if isinstance(e, OSError) and not self.opened:  # the run folder itself: not there to make, not writable, read-only
-            print(f"pipeline.py: cannot write in {run}: {_os_words(e, run)}; give a folder you can write: --out DIR", file=sys.stderr)
+            print(f"pipeline.py: cannot write in {run}: {_os_words(e, run)}; give a folder you can write: --run DIR", file=sys.stderr)
             return 1
         stage = under_way(self.stages, self.todo, self.current)
         for types, code, status, words in ENDINGS:

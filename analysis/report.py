@@ -1,5 +1,5 @@
 """report.md and the terminal headline: every sentence of the analysis is made here or in
-analysis/report_secondary.py, from the numbers analyze_b.analyze computes. One function per section, in
+analysis/report_secondary.py, from the numbers analysis.assemble.analyze computes. One function per section, in
 PLAN.md's order (this file: the calibration, the primary question and section 7's verdicts);
 report_format.table makes every markdown table.
 """

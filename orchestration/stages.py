@@ -199,7 +199,7 @@ class Plan:
             return False
         run = self.run
         files = sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")) + sorted(run.glob("tokens_*.json"))
-        now = {f.relative_to(run).as_posix(): provenance.content_sha256(f) for f in files}  # what analyze_b records
+        now = {f.relative_to(run).as_posix(): provenance.content_sha256(f) for f in files}  # what analysis.assemble records
         made = v.get("provenance", {})
         return bool(now) and made.get("inputs") == now and made.get("analyze") == config.to_dict(self.cfg.analyze)
 
@@ -217,7 +217,7 @@ class Plan:
 
     def command(self, stage: str | None = None, force: bool = False) -> str:
         """The pipeline command on this run folder and config: the whole study, or one stage."""
-        argv = ["python", "pipeline.py", "--config", self.config_path, "--out", str(self.run), *sum((["--set", s] for s in self.sets), [])]
+        argv = ["python", "pipeline.py", "--config", self.config_path, "--run", str(self.run), *sum((["--set", s] for s in self.sets), [])]
         return shlex.join(argv + (["--stage", stage] if stage else []) + (["--force"] if force else []))
 
     def remake(self, path: Path) -> str:
@@ -363,7 +363,7 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
             continue
         if st == "foreign" and not force:
             raise Refused(f"{marker}: made under {plan.why(stage, marker)}; refusing to overwrite it "
-                          f"(use --force to replace it and what depends on it, or --out another folder)")
+                          f"(use --force to replace it and what depends on it, or --run another folder)")
         if st in ("foreign", "stale") and stage != "base":
             aside.move(path, "made under other settings (--force)" if st == "foreign" else "made from other inputs")
         elif st == "foreign" and stage == "base":
@@ -395,7 +395,7 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
             if m.exists() and plan.state("lr-sweep", m, plan.outputs(stage)[0][2]) == "foreign":
                 if not force:
                     raise Refused(f"{m}: made under {plan.why('lr-sweep', m)}; refusing to overwrite it "
-                                  "(use --force, or --out another folder)")
+                                  "(use --force, or --run another folder)")
                 aside.move(d, "made under other settings (--force)")
 
 

@@ -323,7 +323,7 @@ def memory_advice(cfg: config.Config, stage: str, eval_set: str = "test") -> str
     if not tries:
         return f"nothing left to lower: {'; '.join(floor)}; this needs a device with more memory"
     return ("lower it: " + "; ".join(tries) + ", on this command and the pipeline's (what was made at the old value is then "
-            "refused as made under other settings: add --force, or --out a new folder)")
+            "refused as made under other settings: add --force, or --run a new folder)")
 
 
 def job_label(cmd: str, condition: str | None = None, seed: int | None = None, adapter: str | None = None,

@@ -15,8 +15,7 @@ import pytest
 import scipy.stats
 from test_stats import TOKEN_PROBLEMS, ref_pass1
 
-import analyze_b
-from analysis import figures, report, run_files, secondary, stats
+from analysis import assemble, figures, report, run_files, secondary, stats
 
 pytestmark = pytest.mark.slow  # whole pipelines or real weights: left out of the fast loop
 
@@ -117,13 +116,13 @@ DESIGN = {
 @pytest.fixture(scope="module")
 def main_run(tmp_path_factory):
     run = write_run(tmp_path_factory.mktemp("main") / "run", BASE_MAIN, DESIGN)
-    return run, analyze_b.run_analysis(run, make_figures=False)
+    return run, assemble.run_analysis(run, make_figures=False)
 
 
 def test_crossed_with_one_seed_end_to_end_equals_the_paired_bootstrap(tmp_path):
     rng = np.random.default_rng(4)
     base, rl = rng.binomial(8, 0.3, 50), rng.binomial(8, 0.45, 50)
-    out = analyze_b.run_analysis(write_run(tmp_path / "run", base, {("many", 10): rl}), make_figures=False)
+    out = assemble.run_analysis(write_run(tmp_path / "run", base, {("many", 10): rl}), make_figures=False)
     e = entry(out, "many", 10)
     idx = np.random.default_rng(0).integers(0, 50, size=(B, 50))  # the registered seed 0
     b, r = stats.per_problem(base, 8, 1), stats.per_problem(rl, 8, 1)  # the estimator itself is checked against fractions above
@@ -157,19 +156,19 @@ def test_end_to_end_layout_order_and_families(main_run):
         assert e["passk_ci"][0] <= e["passk_ci90"][0] <= e["passk_ci90"][1] <= e["passk_ci"][1]
         assert e["vs_null"]["ci"][0] <= e["vs_null"]["diff"] <= e["vs_null"]["ci"][1]
         for t, x in e["adjusted"].items():  # adjusted p-values are never below the raw ones
-            raw = analyze_b.raw_p(e)[t]
+            raw = assemble.raw_p(e)[t]
             assert (x is None) == (raw is None) and (x is None or x >= raw - 1e-15)
     [prim] = [e for e in out["entries"] if e["primary"]]
     assert (prim["condition"], prim["step"], prim["scoring"], prim["family"]) == ("many", 150, "loose", "primary")
-    assert prim["adjusted"] == analyze_b.raw_p(prim)
+    assert prim["adjusted"] == assemble.raw_p(prim)
     fam = out["families"]
     assert set(fam) == {"secondary-loose", "secondary-strict"}
     for sc, f in fam.items():  # every asked test of every secondary entry of the scoring, no more
         es = [e for e in out["entries"] if e["family"] == sc]
-        assert f["size"] == sum(x is not None for e in es for x in analyze_b.raw_p(e).values())
-        p = [analyze_b.raw_p(e)[t] for e in es for t in analyze_b.TESTS if analyze_b.raw_p(e)[t] is not None]
-        lv = [f["levels"][t] for e in es for t in analyze_b.TESTS if analyze_b.raw_p(e)[t] is not None]
-        adj = [e["adjusted"][t] for e in es for t in analyze_b.TESTS if analyze_b.raw_p(e)[t] is not None]
+        assert f["size"] == sum(x is not None for e in es for x in assemble.raw_p(e).values())
+        p = [assemble.raw_p(e)[t] for e in es for t in assemble.TESTS if assemble.raw_p(e)[t] is not None]
+        lv = [f["levels"][t] for e in es for t in assemble.TESTS if assemble.raw_p(e)[t] is not None]
+        adj = [e["adjusted"][t] for e in es for t in assemble.TESTS if assemble.raw_p(e)[t] is not None]
         assert adj == pytest.approx(list(stats.holm(p, lv)), abs=1e-15)
     assert "many/150" not in fam["secondary-loose"]["entries"] and "many/150" in fam["secondary-strict"]["entries"]
     assert out["levels"] == {"ci": 0.95, "one_sided": 0.025, "tost": 0.05, "margin": 0.10, "selection_margin": 0.05,
@@ -276,7 +275,7 @@ def test_primary_answer_leads_the_report(main_run):
 
 def test_primary_answer_beyond_selection_when_the_ceiling_rises_past_the_null(tmp_path):
     base = [0] * 20 + [4] * 20
-    out = analyze_b.run_analysis(write_run(tmp_path / "run", base, {("many", 10): [2] * 20 + [4] * 20}, n=8, k_max=4), make_figures=False)
+    out = assemble.run_analysis(write_run(tmp_path / "run", base, {("many", 10): [2] * 20 + [4] * 20}, n=8, k_max=4), make_figures=False)
     e = entry(out, "many", 10)
     assert e["label"] == "beyond selection" and e["vs_null"]["diff"] > 0 and e["ceiling_rises"]
     assert e["base_null"]["selection"] is False  # the base-null reading: neither equivalent nor lower
@@ -286,7 +285,7 @@ def test_primary_answer_beyond_selection_when_the_ceiling_rises_past_the_null(tm
 
 def test_primary_answer_undecided_when_pass1_does_not_rise(tmp_path):
     base = [2, 4] * 20
-    out = analyze_b.run_analysis(write_run(tmp_path / "run", base, {("many", 10): [4, 2] * 20}), make_figures=False)
+    out = assemble.run_analysis(write_run(tmp_path / "run", base, {("many", 10): [4, 2] * 20}), make_figures=False)
     e = entry(out, "many", 10)
     assert (e["label"], e["reason"]["code"]) == ("undecided", "pass1-unchanged")
     rep = (tmp_path / "run" / "report.md").read_text()
@@ -303,7 +302,7 @@ def test_the_base_null_cannot_be_decided_when_its_ceiling_test_cannot_fail(tmp_p
     fails: RL gained the whole headroom, 1/70 > 0.004. Under analyze.ceiling_null: base (the report's
     reading) the report's first sentence gives that answer."""
     run = write_run(tmp_path / "run", [4] * 40, {("many", 10): [6] * 40}, n=8, k_max=4, ceiling_null="base")
-    out = analyze_b.run_analysis(run, make_figures=False)
+    out = assemble.run_analysis(run, make_figures=False)
     b = entry(out, "many", 10)["base_null"]
     assert b["pass1_rises"] and not b["ceiling_falls"] and b["testable"] is False and b["p_equiv_adj"] is None
     assert b["selection"] is None and b["selection_v2"] is True and out["primary"]["answer_base_null"] is None
@@ -312,7 +311,7 @@ def test_the_base_null_cannot_be_decided_when_its_ceiling_test_cannot_fail(tmp_p
     assert doc["primary"]["label"] == "undecided (base null)" == doc["primary"]["label_base_null"]
     assert doc["primary"]["label_selection_null"] == entry(out, "many", 10)["label"]
     assert "): undecided (base null)" in report.headline(doc).splitlines()[0]
-    out = analyze_b.run_analysis(write_run(tmp_path / "run2", [4] * 40, {("many", 10): [6] * 40}, n=8, k_max=4,
+    out = assemble.run_analysis(write_run(tmp_path / "run2", [4] * 40, {("many", 10): [6] * 40}, n=8, k_max=4,
                                            equivalence_margin=0.004), make_figures=False)
     b = entry(out, "many", 10)["base_null"]
     assert b["testable"] is True and b["ceiling_equivalent"] is False and b["selection"] is False
@@ -323,7 +322,7 @@ def test_v1_one_third_branch_and_the_inferential_clause(tmp_path):
     (c = 4 -> 8: pass@4 1 - 1/70 -> 1). v1's ceiling is 'unchanged' by its one-third branch; the
     inferential clause agrees (T = |dk| - d1/3 is clearly negative); the ceiling also 'rises'."""
     base_s = [4, 5] * 20
-    out = analyze_b.run_analysis(write_run(tmp_path / "run", (base_s, base_s), {("many", 10): ([8] * 40, base_s)}, n=8, k_max=4),
+    out = assemble.run_analysis(write_run(tmp_path / "run", (base_s, base_s), {("many", 10): ([8] * 40, base_s)}, n=8, k_max=4),
                                  make_figures=False)
     e = entry(out, "many", 10, "strict")
     assert e["pass1_diff"] == pytest.approx(0.5 * 4 / 8 + 0.5 * 3 / 8) and e["passk_diff"] == pytest.approx(0.5 / 70)
@@ -340,7 +339,7 @@ def test_multi_seed_against_a_reference_loop(tmp_path):
     base = np.array([2] * 10 + [0] * 10 + [5] * 10)
     seeds = {0: [4] * 10 + [0] * 10 + [5] * 10, 1: [6] * 10 + [1] * 10 + [5] * 10, 2: [2] * 10 + [0] * 10 + [3] * 10}
     run = write_run(tmp_path / "run", base, {("many", s, 20): c for s, c in seeds.items()}, resamples=500)
-    out = analyze_b.run_analysis(run, make_figures=False)
+    out = assemble.run_analysis(run, make_figures=False)
     e = entry(out, "many", 20)
     own = {s: (np.array(c) - base).mean() / 8 for s, c in seeds.items()}
     assert [p["seed"] for p in e["per_seed"]] == [0, 1, 2] and e["seeds"] == [0, 1, 2]
@@ -372,7 +371,7 @@ def _three_seeds(tmp_path, drop=(), **kw):
 
 
 def test_complete_run_with_dashes_and_digits_in_names(tmp_path):
-    out = analyze_b.run_analysis(_three_seeds(tmp_path), make_figures=False)
+    out = assemble.run_analysis(_three_seeds(tmp_path), make_figures=False)
     assert [(e["condition"], e["step"]) for e in out["entries"]][::2] == [("many", 5), ("many", 10), ("16-kl", 5), ("16-kl", 10)]
     assert all(e["seeds"] == [0, 1] for e in out["entries"])
 
@@ -380,7 +379,7 @@ def test_complete_run_with_dashes_and_digits_in_names(tmp_path):
 def test_missing_evaluation_is_refused_and_named(tmp_path):
     run = _three_seeds(tmp_path, drop=[("16-kl", 1, 10)])
     with pytest.raises(run_files.InputError) as ei:
-        analyze_b.run_analysis(run, make_figures=False)
+        assemble.run_analysis(run, make_figures=False)
     msg = str(ei.value)
     assert "eval_16-kl_s1_010.json" in msg and "1 of 8" in msg and "--partial" in msg and "\n" not in msg
     assert not (run / "verdicts.json").exists() and not (run / "report.md").exists()
@@ -388,7 +387,7 @@ def test_missing_evaluation_is_refused_and_named(tmp_path):
 
 def test_partial_run_says_so_in_its_first_line(tmp_path):
     run = _three_seeds(tmp_path, drop=[("16-kl", 1, 10), ("many", 0, 5)])
-    out = analyze_b.run_analysis(run, make_figures=False, partial=True)
+    out = assemble.run_analysis(run, make_figures=False, partial=True)
     first = (run / "report.md").read_text().splitlines()[0]
     assert first.startswith("**PARTIAL REPORT: 2 of 8 expected evaluations are missing")
     assert "eval_many_s0_005.json" in first and "eval_16-kl_s1_010.json" in first
@@ -411,7 +410,7 @@ def test_evaluation_outside_the_design_is_an_error(tmp_path, name, what):
     run = _three_seeds(tmp_path)
     (run / name).write_text((run / "eval_many_s0_005.json").read_text())
     with pytest.raises(run_files.InputError) as ei:
-        analyze_b.run_analysis(run, make_figures=False, partial=True)
+        assemble.run_analysis(run, make_figures=False, partial=True)
     assert name in str(ei.value) and what in str(ei.value)
 
 
@@ -419,7 +418,7 @@ def test_fields_must_agree_with_the_file_name(tmp_path):
     run = _three_seeds(tmp_path)
     _set(run / "eval_many_s1_010.json", "train_seed", 0)
     with pytest.raises(run_files.InputError, match=r"eval_many_s1_010.json: its train_seed field is 0 but its name says 1"):
-        analyze_b.run_analysis(run, make_figures=False)
+        assemble.run_analysis(run, make_figures=False)
 
 
 def test_design_comes_from_the_manifest_first(tmp_path):
@@ -428,11 +427,11 @@ def test_design_comes_from_the_manifest_first(tmp_path):
     cfg["train"]["seeds"] = [0, 1, 2]
     (run / "manifest.json").write_text(json.dumps({"config": cfg}))
     with pytest.raises(run_files.InputError, match="4 of 12 expected evaluations are missing"):
-        analyze_b.run_analysis(run, make_figures=False)
+        assemble.run_analysis(run, make_figures=False)
     cfg["conditions"] = {"16-kl": {}, "many": {}}  # the manifest's order is the report's
     cfg["train"]["seeds"] = [0, 1]
     (run / "manifest.json").write_text(json.dumps({"config": cfg}))
-    out = analyze_b.run_analysis(run, make_figures=False)
+    out = assemble.run_analysis(run, make_figures=False)
     assert out["entries"][0]["condition"] == "16-kl" and out["design"]["source"] == "manifest.json"
 
 
@@ -440,21 +439,21 @@ def test_single_seed_layout_of_older_runs(tmp_path):
     """results/tiny: eval_<cond>_<step>.json and train.conditions as a list; read as seed 0."""
     run = write_run(tmp_path / "run", BASE_MAIN, {("many", 50): DESIGN[("many", 75)], ("16", 50): DESIGN[("16", 75)]}, legacy=True)
     write_train_log(run / "train_many" / "train_log.csv")
-    out = analyze_b.run_analysis(run, make_figures=False)
+    out = assemble.run_analysis(run, make_figures=False)
     assert [e["condition"] for e in out["entries"]] == ["many", "many", "16", "16"]
     assert all(e["seeds"] == [0] for e in out["entries"]) and out["design"]["legacy"] is True
     rep = (run / "report.md").read_text()
     assert "train_16/train_log.csv is missing" in rep and "train_many/train_log.csv is missing" not in rep
     (run / "eval_16_050.json").unlink()
     with pytest.raises(run_files.InputError, match="eval_16_050.json"):
-        analyze_b.run_analysis(run, make_figures=False)
+        assemble.run_analysis(run, make_figures=False)
 
 
 def test_config_errors_name_the_key(tmp_path):
     run = _three_seeds(tmp_path)
     _set(run / "eval_base.json", "provenance", "config", "analyze", "primary_condition", "nope")
     with pytest.raises(run_files.InputError, match=r"eval_base.json: config analyze.primary_condition must be one of"):
-        analyze_b.run_analysis(run, make_figures=False)
+        assemble.run_analysis(run, make_figures=False)
 
 
 def test_outputs_are_readable_by_others(main_run):
@@ -490,7 +489,7 @@ def test_figures_and_report(tmp_path, monkeypatch):
         seen[path.name] = [ax for ax in fig.axes if ax.axison]
         return save(fig, path)
     monkeypatch.setattr(figures, "_save", spy)
-    analyze_b.run_analysis(run)
+    assemble.run_analysis(run)
     names = ["passk_many.png", "passk_16-kl.png", "passk_beyond_n.png", "training.png", "lr_sweep.png"]
     assert sorted(seen) == sorted(names)
     for name in names:
@@ -552,7 +551,7 @@ def test_training_figure_tolerates_new_and_missing_columns(tmp_path):
 
 def test_no_training_logs_means_no_training_figures(tmp_path):
     run = write_run(tmp_path / "run", BASE_MAIN, {("many", 75): DESIGN[("many", 75)]}, resamples=FAST)
-    analyze_b.run_analysis(run)
+    assemble.run_analysis(run)
     assert sorted(p.name for p in (run / "figures").iterdir()) == ["passk_beyond_n.png", "passk_many.png"]
 
 
@@ -560,11 +559,11 @@ def test_report_warns_on_mismatched_provenance(tmp_path):
     run = write_run(tmp_path / "run", BASE_MAIN, {("many", 75): DESIGN[("many", 75)]}, resamples=FAST)
     f = run / "eval_many_s0_075.json"
     _set(f, "provenance", "stage_hash", "other")  # expected: the adapter differs
-    analyze_b.run_analysis(run, make_figures=False)
+    assemble.run_analysis(run, make_figures=False)
     assert "other evaluation settings" not in (run / "report.md").read_text()
     _set(f, "provenance", "plan_sha256", "other")
     _set(f, "provenance", "config", "eval", {"k_max": 8, "sampling": {"temperature": 1.0}})
-    analyze_b.run_analysis(run, make_figures=False)
+    assemble.run_analysis(run, make_figures=False)
     rep = (run / "report.md").read_text()
     assert "eval_many_s0_075.json was made under a different PLAN.md" in rep
     assert "eval_many_s0_075.json records other evaluation settings" in rep
@@ -572,12 +571,12 @@ def test_report_warns_on_mismatched_provenance(tmp_path):
 
 def test_report_says_which_inputs_are_missing_or_from_another_config(tmp_path):
     run = write_run(tmp_path / "run", BASE_MAIN, {("many", 75): DESIGN[("many", 75)]}, resamples=FAST)
-    analyze_b.run_analysis(run, make_figures=False)
+    assemble.run_analysis(run, make_figures=False)
     rep = (run / "report.md").read_text()
     assert "selection.json is missing" in rep and "train_many_s0/train_log.csv is missing" in rep
     (run / "selection.json").write_text(json.dumps({"rule": "r", "informative": [], "sets": {}, "short": {}, "pass_rates": {},
                                                      "provenance": {"config_hash": "not-the-same"}}))
-    analyze_b.run_analysis(run, make_figures=False)
+    assemble.run_analysis(run, make_figures=False)
     rep = (run / "report.md").read_text()
     assert "selection.json is missing" not in rep and "selection.json was made with another config (hash not-the-same)" in rep
 
@@ -629,12 +628,12 @@ BREAKAGES = {
 @pytest.mark.parametrize("name", list(BREAKAGES))
 def test_broken_inputs_raise_input_error_and_write_nothing(tmp_path, name):
     run = _good_run(tmp_path)
-    analyze_b.run_analysis(run, make_figures=False)  # a previous, good analysis
+    assemble.run_analysis(run, make_figures=False)  # a previous, good analysis
     before = {f: (run / f).read_bytes() for f in ("verdicts.json", "report.md")}
     breaker, fname = BREAKAGES[name]
     breaker(run)
     with pytest.raises(run_files.InputError) as ei:
-        analyze_b.run_analysis(run, partial=True)
+        assemble.run_analysis(run, partial=True)
     msg = str(ei.value)
     assert fname in msg and "\n" not in msg
     assert {f: (run / f).read_bytes() for f in before} == before
@@ -649,7 +648,7 @@ def _cli(*args):
 @pytest.mark.parametrize("name", ["missing_base", "count_above_n"])
 def test_cli_broken_inputs_exit_1_with_one_line(tmp_path, name):
     run = _good_run(tmp_path)
-    analyze_b.run_analysis(run, make_figures=False)
+    assemble.run_analysis(run, make_figures=False)
     before = (run / "verdicts.json").read_bytes()
     breaker, fname = BREAKAGES[name]
     breaker(run)
@@ -679,23 +678,23 @@ def test_cli_success_prints_the_headline(tmp_path):
                                  "7,0.5,0,0,0,0,0,0,0,0,0,0,0,0,99\n"])
 def test_malformed_training_log_is_an_input_error_and_writes_nothing(tmp_path, row):
     run = write_run(tmp_path / "run", [1, 0, 3, 8], {("many", 75): [2, 0, 4, 8]}, resamples=100)
-    analyze_b.run_analysis(run, make_figures=False)
+    assemble.run_analysis(run, make_figures=False)
     before = (run / "verdicts.json").read_bytes()
     write_train_log(run / "train_many_s0" / "train_log.csv")
     with open(run / "train_many_s0" / "train_log.csv", "a") as f:
         f.write(row)
     with pytest.raises(run_files.InputError, match="train_log.csv"):
-        analyze_b.run_analysis(run)
+        assemble.run_analysis(run)
     assert (run / "verdicts.json").read_bytes() == before
     assert not (run / "figures").exists()
 
 
 def test_deterministic(tmp_path):
     run = write_run(tmp_path / "run", BASE_MAIN, DESIGN, resamples=FAST)
-    a = analyze_b.run_analysis(run, make_figures=False)
-    b = analyze_b.run_analysis(run, make_figures=False)
+    a = assemble.run_analysis(run, make_figures=False)
+    b = assemble.run_analysis(run, make_figures=False)
     assert a["entries"] == b["entries"] == json.loads((run / "verdicts.json").read_text())["entries"]
-    c = analyze_b.run_analysis(run, make_figures=False, seed=1)  # the seed is what fixes the intervals
+    c = assemble.run_analysis(run, make_figures=False, seed=1)  # the seed is what fixes the intervals
     assert [e["pass1_ci"] for e in c["entries"]] != [e["pass1_ci"] for e in a["entries"]]
     assert [e["pass1_diff"] for e in c["entries"]] == [e["pass1_diff"] for e in a["entries"]]
 
@@ -805,7 +804,7 @@ def study(tmp_path_factory):
             write_train_log(run / f"train_{c}_s{s}" / "train_log.csv", steps=10,
                             cols=["step", "reward_mean", "entropy_mean", "kl_mean", "grad_norm", "grad_norm_clipped"])
             write_dev_log(run / f"train_{c}_s{s}" / "train_eval.csv", seed=s)
-    return run, analyze_b.run_analysis(run, make_figures=False)  # the figures: test_study_figures
+    return run, assemble.run_analysis(run, make_figures=False)  # the figures: test_study_figures
 
 
 def write_dev_log(path: Path, seed=0, steps=(2, 4, 6, 8, 10)):
@@ -933,7 +932,7 @@ def test_study_figures(study, tmp_path, monkeypatch):
     test_figures_and_report's): each has a y label on every panel; the extrapolated part is dashed
     and labelled model-based in the legend."""
     run, _ = study
-    res = analyze_b.analyze(run, resamples=FAST)
+    res = assemble.analyze(run, resamples=FAST)
     seen = {}
     save = figures._save
 
@@ -991,7 +990,7 @@ def test_smoke_design_skips_the_controls_and_uses_the_test_set(tmp_path):
     """many, 4, 1 (configs/smoke.yaml): no pair for H4-H6; no sets: the test set is the largest n."""
     run = write_run(tmp_path / "run", BASE_MAIN, {("many", 6): DESIGN[("many", 75)], ("4", 6): DESIGN[("16", 75)], ("1", 6): BASE_MAIN},
                     resamples=FAST)
-    out = analyze_b.run_analysis(run, make_figures=False)
+    out = assemble.run_analysis(run, make_figures=False)
     assert out["controls"]["h4"] == out["controls"]["h5"] == out["controls"]["h6"] == []
     assert [s["hypothesis"] for s in out["controls"]["skipped"]] == ["H4", "H5", "H6"]
     assert (out["beyond_n"]["set"] == "test" and out["beyond_n"]["check"] == []
@@ -1012,14 +1011,14 @@ def test_study_missing_set_and_token_files_are_named_and_refused(tmp_path, gone,
     run = _study_copy(tmp_path, tokens={"enabled": tokens}, analyze={"resamples": 100})
     (run / gone).unlink()
     if not tokens:  # token files are then reported as found, never required
-        out = analyze_b.run_analysis(run, make_figures=False)
+        out = assemble.run_analysis(run, make_figures=False)
         assert out["missing"] == [] and len(out["tokens"]["rows"]) == 27
         assert "tokens.enabled is off" in (run / "report.md").read_text()
         return
     total = 28 + (1 + 7) + (1 + 14) + 28
     with pytest.raises(run_files.InputError, match=rf"1 of {total} expected evaluations are missing \({gone}\)"):
-        analyze_b.run_analysis(run, make_figures=False)
-    out = analyze_b.run_analysis(run, make_figures=False, partial=True)
+        assemble.run_analysis(run, make_figures=False)
+    out = assemble.run_analysis(run, make_figures=False, partial=True)
     assert out["missing"] == [gone] and (run / "report.md").read_text().startswith(f"**PARTIAL REPORT: 1 of {total}")
 
 
@@ -1037,7 +1036,7 @@ def test_study_malformed_set_and_token_files(tmp_path, where, edit, what):
     run = _study_copy(tmp_path, analyze={"resamples": 100})
     _edit(run / where, edit)
     with pytest.raises(run_files.InputError) as ei:
-        analyze_b.run_analysis(run, make_figures=False, partial=True)
+        assemble.run_analysis(run, make_figures=False, partial=True)
     assert where.split("/")[-1] in str(ei.value) and what in str(ei.value)
 
 
@@ -1045,11 +1044,11 @@ def test_study_stale_set_file_and_token_summary_mismatch(tmp_path):
     run = _study_copy(tmp_path, analyze={"resamples": 100})
     (run / "evalsets/wide/eval_many_s1_010.json").write_text((run / "evalsets/wide/eval_many_s0_010.json").read_text())
     with pytest.raises(run_files.InputError, match="eval_many_s1_010.json: many seed 1 step 10 is not among the models of eval_sets.wide"):
-        analyze_b.run_analysis(run, make_figures=False)
+        assemble.run_analysis(run, make_figures=False)
     (run / "evalsets/wide/eval_many_s1_010.json").unlink()
     _set(run / "tokens_many_s0_005.json", "summary", "share_reranked", 0.5)
     (run / "evalsets" / "old").mkdir()
-    analyze_b.run_analysis(run, make_figures=False)
+    assemble.run_analysis(run, make_figures=False)
     rep = (run / "report.md").read_text()
     assert "tokens_many_s0_005.json: its summary differs from its per-problem detail in share_reranked" in rep
     assert "evalsets/old/ is not a registered evaluation set" in rep
@@ -1106,7 +1105,7 @@ def test_strategies_are_counted_per_model_and_read_as_registered(tmp_path):
                 d.update(condition=cond, train_seed=seed, step=step)
                 d["provenance"]["config"] = cfg
                 (run / f"eval_{cond}_s{seed}_{step:03d}.json").write_text(json.dumps(d))
-    out = analyze_b.run_analysis(run, make_figures=True)
+    out = assemble.run_analysis(run, make_figures=True)
     sg = out["strategies"]
     assert sg["models"][0]["share"] == {"split": 0.5, "one-step": 0.5, "no-product": 0.0}
     assert sg["models"][0]["accuracy"] == {"split": 0.5, "one-step": 0.5, "no-product": None}
@@ -1136,11 +1135,11 @@ def test_a_key_added_since_at_its_old_value_is_not_another_config(tmp_path):
     d = json.loads(f.read_text())
     d["provenance"]["config"]["select"]["scoring"] = "strict"
     f.write_text(json.dumps(d))
-    analyze_b.run_analysis(run, make_figures=False)
+    assemble.run_analysis(run, make_figures=False)
     assert "made with another config" not in (run / "report.md").read_text()
     d["provenance"]["config"]["select"]["scoring"] = "loose"
     f.write_text(json.dumps(d))
-    analyze_b.run_analysis(run, make_figures=False)
+    assemble.run_analysis(run, make_figures=False)
     assert f"{f.name} was made with another config" in (run / "report.md").read_text()
 
 
@@ -1155,7 +1154,7 @@ def test_out_analyses_a_copy_and_leaves_the_run_as_it_was(tmp_path):
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before  # nothing written into the run
     assert not list(new.rglob("*.safetensors")) and f"wrote {new / 'verdicts.json'}" in r.stdout
     copied = json.loads((new / "verdicts.json").read_text())
-    in_place = analyze_b.run_analysis(run, make_figures=False)
+    in_place = assemble.run_analysis(run, make_figures=False)
     assert copied["entries"] == in_place["entries"] and copied["provenance"]["inputs"] == in_place["provenance"]["inputs"]
     for bad in (new, run / "inside"):  # not empty; inside the run
         r = _cli("--run", str(run), "--out", str(bad), "--no-figures")
@@ -1171,9 +1170,9 @@ def test_a_first_analysis_moves_nothing_aside_and_a_second_moves_the_first(tmp_p
     run = _good_run(tmp_path)
     (run / "figures").mkdir()
     (run / "figures" / "training.png").write_bytes(b"drawn while training ran")
-    analyze_b.run_analysis(run, make_figures=False)
+    assemble.run_analysis(run, make_figures=False)
     assert not (run / "superseded").exists()
-    analyze_b.run_analysis(run, make_figures=False)
+    assemble.run_analysis(run, make_figures=False)
     moved = sorted(p.name for p in next((run / "superseded").iterdir()).iterdir())
     assert moved == ["figures", "report.md", "verdicts.json"]
 

@@ -396,7 +396,7 @@ def test_a_damaged_adapter_is_one_line_for_grpo_and_redone_by_the_pipeline(small
     r = grpo_cmd("eval", "--config", str(small_cfg), "--run", str(run), "--adapter", str(adapter), timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert ("adapter_model.safetensors" in r.stderr and "cut short" in r.stderr
-            and f"--out {run}): it moves that training run aside and retrains it, and redoes what reads it" in r.stderr)
+            and f"--run {run}): it moves that training run aside and retrains it, and redoes what reads it" in r.stderr)
     assert snapshot(run) == before  # nothing moved or written
     r = pipeline("--config", str(small_cfg), "--out", str(run), "--quiet", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -431,7 +431,7 @@ INTERRUPTS = {  # where a Ctrl-C lands: (what raises it, the stage it interrupts
     "in a single stage": ("pipeline.run_grpo", "probe"),
     "mid-job": ("orchestration.jobs.run_grpo", "eval"),
     "between jobs": ("orchestration.jobs.log", "eval"),
-    "in the analysis": ("analyze_b.run_analysis", "analyze"),
+    "in the analysis": ("analysis.assemble.run_analysis", "analyze"),
 }
 
 
@@ -712,7 +712,7 @@ def test_a_run_committed_without_its_base_weights_moves_nothing_and_its_base_sta
         r = pipeline("--config", str(small_cfg), "--out", str(run), "--stage", stage, "--quiet", timeout=120)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert f"stage {stage} cannot run: {run / 'base_model' / 'model.safetensors'}: missing" in r.stderr
-        assert f"--out {run} --stage base" in r.stderr
+        assert f"--run {run} --stage base" in r.stderr
     assert snapshot(run) == before  # nothing moved aside, not even the manifest rewritten
     d = pipeline("--config", str(small_cfg), "--out", str(run), "--dry-run", timeout=120)
     assert "  base      damaged (would be redone)" in d.stdout and "  train     done" in d.stdout, d.stdout
@@ -735,7 +735,7 @@ def test_a_stage_whose_inputs_are_missing_writes_nothing(small_cfg, small_jobs2,
     before = snapshot(run)
     r = pipeline("--config", str(small_cfg), "--out", str(run), "--stage", "train", "--quiet", timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "selection.json is missing" in r.stderr and f"--out {run} --stage select" in r.stderr
+    assert "selection.json is missing" in r.stderr and f"--run {run} --stage select" in r.stderr
     assert snapshot(run) == before  # the training runs that read it were not moved aside as out of date
     shutil.rmtree(run / "train_many_s0" / "step_006")
     (run / "selection.json").write_text((small_jobs2 / "selection.json").read_text())
@@ -782,6 +782,7 @@ def test_a_read_only_folder_is_one_line_naming_it(smoke_run, tmp_path, monkeypat
 
     import analyze_b
     import pipeline as pl
+    from analysis import assemble
     from orchestration import stages
 
     run = copy_run(smoke_run, tmp_path / "run")
@@ -795,13 +796,13 @@ def test_a_read_only_folder_is_one_line_naming_it(smoke_run, tmp_path, monkeypat
     assert pl.main(["--config", str(SMOKE), "--out", str(run), "--quiet"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0] == (f"pipeline.py: cannot write in {run}: Read-only file system ({run / '.pipeline.lock'}); "
-                                        "give a folder you can write: --out DIR"), err
+                                        "give a folder you can write: --run DIR"), err
     assert "None" not in err[0] and snapshot(run) == before
 
     def refuse(folder, path, *a, **kw):  # provenance.move_aside: its superseded/<time>/ folder cannot be made
         raise OSError(errno.EROFS, "Read-only file system", str(folder / "superseded"))
 
-    monkeypatch.setattr(analyze_b, "move_aside", refuse)
+    monkeypatch.setattr(assemble, "move_aside", refuse)
     assert analyze_b.main(["--run", str(run), "--no-figures"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"cannot write {run / 'superseded'}: Read-only file system" in err[0]

@@ -209,12 +209,12 @@ def _design(seeds="own"):
 
 
 def test_the_analysis_runs_the_post_hoc_test_on_the_pool_and_refuses_test_seeds():
-    """analyze_b.support_tests: --support-post-hoc on a run without analyze.support uses its calibration
+    """assemble.support_tests: --support-post-hoc on a run without analyze.support uses its calibration
     pool at the evaluation sampler, says post hoc, and gives the numbers support_test gives; a pool sampled
     with the test set's seeds is one InputError."""
     from types import SimpleNamespace
 
-    import analyze_b
+    from analysis import assemble
     from analysis.run_files import InputError
 
     rng = np.random.default_rng(0)
@@ -225,11 +225,11 @@ def test_the_analysis_runs_the_post_hoc_test_on_the_pool_and_refuses_test_seeds(
     entry = {"condition": "many", "scoring": "loose", "step": 10, "seeds": [0, 1], "primary": True,
              "adjusted": {"rises": 0.001, "falls": 0.9, "below": 0.5}}
     inf = SimpleNamespace(n=8, a1=0.025, B=500, seed=3)
-    got = analyze_b.support_tests(_design(), base, rl, {"pool": (pool, {}, "evalsets/pool/")}, [entry], inf, post_hoc_w=5.0)
+    got = assemble.support_tests(_design(), base, rl, {"pool": (pool, {}, "evalsets/pool/")}, [entry], inf, post_hoc_w=5.0)
     want = support.support_test(base_c, pool_c, 64, rl_c, 8, 5.0, 0.025, 500, 3, "test", "pool")
     assert got["registered"] is False and got["w_star"] == 5.0
     assert got["conditions"]["many"]["tests"]["eval"] == want
     assert got["conditions"]["many"]["axes"] == {"sharpening": "pass@1 up", "support": {"eval": want["answer"]}}
-    assert analyze_b.support_tests(_design(), base, rl, {"pool": (pool, {}, "")}, [entry], inf)["skipped"]  # not registered
+    assert assemble.support_tests(_design(), base, rl, {"pool": (pool, {}, "")}, [entry], inf)["skipped"]  # not registered
     with pytest.raises(InputError, match="seeds: own"):
-        analyze_b.support_tests(_design("test"), base, rl, {"pool": (pool, {}, "")}, [entry], inf, post_hoc_w=5.0)
+        assemble.support_tests(_design("test"), base, rl, {"pool": (pool, {}, "")}, [entry], inf, post_hoc_w=5.0)
