@@ -572,3 +572,33 @@ def test_a_changed_model_gets_new_decoders(fitted_dir, smoke_cfg, monkeypatch):
     with lora_folded(model):
         decode_calls(model, tok, graph(SETTINGS[0]), calls)
         assert static_decode._DECODERS["by_rows"][10] is not before
+
+
+def test_unsort_runs_outside_determinism_off_the_cpu_and_restores_it(monkeypatch):
+    """decoding.unsort: the permutation scatter equals the inverse permutation; off the CPU (here the
+    meta device, shapes only) it runs with deterministic algorithms off and restores the setting,
+    warn_only included; on the CPU it leaves the setting alone."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 50, generator=g)
+    _, order = torch.sort(logits, dim=-1, descending=True)
+    vals = torch.arange(150.0).view(3, 50)
+    want = torch.empty_like(vals)
+    for b in range(3):
+        want[b, order[b]] = vals[b]
+    seen = []
+    real = torch.Tensor.scatter
+
+    def spy(self, *a, **k):
+        seen.append(torch.are_deterministic_algorithms_enabled())
+        return real(self, *a, **k)
+
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    monkeypatch.setattr(torch.Tensor, "scatter", spy)
+    try:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        assert torch.equal(decoding.unsort(vals, order), want) and seen == [True]
+        out = decoding.unsort(vals.to("meta"), order.to("meta"))
+        assert out.shape == vals.shape and seen == [True, False]
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
