@@ -34,9 +34,11 @@ none starts once --budget-s has passed):
                       graphs, and with graphs: tokens/s, the first call's extra time (the captures);
                       kernel launches and host reads per token over 16 tokens (torch.profiler); the
                       graph and eager decode again under each determinism setting (full, kernels, off).
-  05 eval_batch       one evaluation batch (eval.problems_per_batch x eval.n, T 0.6, top-p 0.95, full
-                      length) with graphs (what sampling.decode auto takes) and eager: tokens/s, peak
-                      memory against the estimate.
+  05 eval_batch       the base's largest evaluation call at the registered settings (eval.n_base x
+                      problems_per_batch within eval.max_rows: 256 rows for qwen05b, keyed draws,
+                      T 0.6, top-p 0.95, full length) with graphs (what sampling.decode auto takes) and
+                      eager: tokens/s, peak memory against the estimate and against an 8 GB laptop
+                      GPU (LAPTOP_GIB; weights included).
   06 policy_gap       |log pi(sampler) - log pi(trainer)| per token, the trainer's log-probs from
                       model.TokenLogProbs on the packed sequences: the graph decode, the eager one, and
                       the graph decode with the LoRA folded; the importance ratios' share above 2
@@ -47,7 +49,7 @@ none starts once --budget-s has passed):
 
 Sizes on a GPU (--dry): rows 16 x 8 = 128 (2 x 4 = 8, compacting down to 2 rows); new tokens 64
 in phase 01 and the capture-failure child (24), 384 in phases 03-05 (8, 16, 16), 128 in phase 06
-and the determinism runs (8); kernels profiled over 16 tokens (8); evaluation 4 x 32 rows (2 x 2).
+and the determinism runs (8); kernels profiled over 16 tokens (8); evaluation: the base's largest call, 256 rows (4).
 Expected on one H100/H200-class GPU: about 3-4 minutes (an estimate: no GPU has run this version
 yet); the child phase builds a 2-layer model.
 """
@@ -72,14 +74,15 @@ import grpo
 from bases import qwen_shape
 from method import sampler, static_decode
 from method.model import apply_lora, completion_logprobs, free_memory_gib, lora_folded, pack, render_prompts, set_determinism, setup_torch
-from orchestration import config, memory, provenance
+from orchestration import config, memory, provenance, study
 
 GIB = 2**30
 # --dry: the same code path at sizes a 2-core CPU runs in about a minute. The vocabulary, heads (14, 2
 # for K and V) and tokenizer stay Qwen's; the width shrinks (head size 8). Decode graph stands for
 # the GPU's auto, so the static decode runs (with EagerGraphs) where a GPU would use it.
 DRY = ["train.problems_per_step=2", "train.group_size=4", "train.sampling.max_new_tokens=8", "eval.problems_per_batch=2",
-       "eval.n=2", "eval.k_max=2", "eval.sampling.max_new_tokens=16", "train.sampling.decode=graph", "eval.sampling.decode=graph",
+       "eval.n=2", "eval.k_max=2", "eval.n_base=4", "eval.max_rows=4",
+       "eval.sampling.max_new_tokens=16", "train.sampling.decode=graph", "eval.sampling.decode=graph",
        "train.dev_samples=2"]
 DRY_SHAPE = dict(hidden_size=112, intermediate_size=256)
 DRY_MIN_BUCKET = 2  # with --dry: 8 rows compact to buckets 8, 4, 2 (static_decode.MIN_BUCKET is 8: a GPU's 128 rows give 5 buckets)
@@ -425,34 +428,56 @@ def decode(ctx: Ctx) -> dict:
     return out
 
 
+LAPTOP_GIB = 7.63 - 0.4  # an 8 GB laptop GPU's capacity as CUDA reports it, less ~0.4 GiB of CUDA context
+
+
 def eval_batch(ctx: Ctx) -> dict:
+    """The base's largest evaluation call at the registered settings: eval.n_base samples (else n),
+    problems_per_batch, eval.max_rows, the draw eval.draw names (keyed streams under sample)."""
     cfg, device = ctx.cfg, ctx.device
     e = cfg.eval
-    prompts = [ctx.prompts[i % len(ctx.prompts)] for i in range(e.problems_per_batch)]
+    n_all = e.n_base or e.n
+    ps, js = max(memory.sampling_calls(e.problems_per_batch, n_all, e.problems_per_batch, e.max_rows if e.draw == "sample" else None),
+                 key=lambda c: len(c[0]) * len(c[1]))
+    prompts = [ctx.prompts[i % len(ctx.prompts)] for i in ps]
+    rows, n = len(ps) * len(js), len(js)
     prompt_len = max(map(len, prompts))
     s = e.sampling
     top = s.top_p < 1.0 or s.top_k > 0
+    keyed = e.draw == "sample"
     fresh_graphs()
     wb = 2 if cfg.model.dtype != "float32" else 4
     est = memory.estimate_memory(ctx.model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, s.max_new_tokens, 1,
-                                 e.problems_per_batch * e.n, wb, top_p=top)
-    out = {"rows": e.problems_per_batch * e.n, "max_new_tokens": s.max_new_tokens, "temperature": s.temperature, "top_p": s.top_p,
+                                 rows, wb, top_p=top, keyed=keyed)
+    out = {"rows": rows, "problems": len(ps), "samples_each": n, "draw": e.draw, "max_rows": e.max_rows,
+           "max_new_tokens": s.max_new_tokens, "temperature": s.temperature, "top_p": s.top_p,
            "decode_auto_takes": sampler.decode_mode(replace(s, decode="auto"), device),
            "estimate_sampling_gib": round(est["sampling"] / GIB, 3),
-           "estimate_decoder_gib": round(memory.decoder_bytes(ctx.model.config, e.problems_per_batch * e.n, prompt_len + s.max_new_tokens,
-                                                              top, wb) / GIB, 3)}
+           "estimate_decoder_gib": round(memory.decoder_bytes(ctx.model.config, rows, prompt_len + s.max_new_tokens, top, wb, keyed)
+                                         / GIB, 3)}
+
+    def seeds(call: int):
+        return [check_seed(call, i, j) for i in ps for j in js] if keyed else call
+
     for name, sm in (("graph", replace(s, decode="graph")), ("eager", replace(s, decode="eager"))):
         first = None
         if name == "graph":
-            first, _ = timed(ctx, lambda: sampler.sample(ctx.model, prompts, e.n, sm, 3, no_stop(ctx), ctx.pad))  # the captures
+            first, _ = timed(ctx, lambda: sampler.sample(ctx.model, prompts, n, sm, seeds(3), no_stop(ctx), ctx.pad))  # the captures
         with Peak(device) as pk:
-            smp = sampler.sample(ctx.model, prompts, e.n, sm, 4, no_stop(ctx), ctx.pad)
+            smp = sampler.sample(ctx.model, prompts, n, sm, seeds(4), no_stop(ctx), ctx.pad)
         out[name] = {"tokens_per_s": round(sum(map(len, smp.tokens)) / pk.seconds, 1), "seconds": round(pk.seconds, 2),
                      "peak_allocated_gib": round(pk.allocated, 3), "peak_reserved_gib": round(pk.reserved, 3),
                      "first_call_seconds": round(first, 2) if first is not None else None}
+        out[name]["fits_8gb_laptop"] = device.type != "cuda" or pk.reserved <= LAPTOP_GIB  # weights included (on the GPU)
     out["graphs_off"] = static_decode.StaticStep.graphs_off
     out["graph_over_eager"] = round(out["graph"]["tokens_per_s"] / out["eager"]["tokens_per_s"], 2)
+    out["ok"] = out["graph"]["fits_8gb_laptop"] and out["eager"]["fits_8gb_laptop"]
     return out
+
+
+def check_seed(call: int, problem: int, sample: int) -> int:
+    """A keyed stream's seed for the check's sampling (the check's own, not an evaluation's)."""
+    return study.seed_for("gpu_check", call, problem, sample)
 
 
 def gap_stats(ctx: Ctx, smp: sampler.Samples, G: int, micro_batch: int = 8) -> dict:

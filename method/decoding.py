@@ -1,6 +1,6 @@
 """What the two decodes share (method/sampler.py's eager one and method/static_decode.py's static
-one): the top-k / top-p filter, the one-draw multinomial, the growing KV cache, left padding, and
-the Samples they return. Nothing here decodes.
+one): the top-k / top-p filter, the two draws (the one-generator multinomial, and the keyed draw
+from each sample's own stream), the growing KV cache, left padding, and the Samples they return. Nothing here decodes.
 """
 from __future__ import annotations
 
@@ -129,6 +129,28 @@ def multinomial(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     from a softmax here; NaN logits are caught in sample() instead, once, at the end."""
     q = torch.empty_like(probs).exponential_(1, generator=gen)
     return (probs / q).argmax(-1)
+
+
+def stream_uniforms(seeds: list[int], T: int, device: torch.device) -> torch.Tensor:
+    """(B, T) float64 uniforms in [0, 1): row i is the first T draws of a CPU generator seeded by
+    seeds[i], so a sample's stream is the same on every device and in every batch (PLAN.md change 52)."""
+    out = torch.empty((len(seeds), max(T, 1)), dtype=torch.float64)
+    g = torch.Generator()
+    for i, seed in enumerate(seeds):
+        torch.rand(out.shape[1], generator=g.manual_seed(seed), dtype=torch.float64, out=out[i])
+    return out.to(device)
+
+
+def keyed_draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One draw per row of probs (b, V) by its inverse CDF at u (b,): the first token whose cumulative
+    probability (float64, vocabulary order) exceeds u times the row's total. Each token comes out with
+    its probability (a token of probability 0 never: the sum must grow past it), and a row's draw reads
+    nothing of the other rows, so a sample's tokens do not depend on its batch."""
+    cum = probs.double().cumsum(-1)  # (b, V)
+    total = cum[:, -1:]  # (b, 1)
+    x = torch.minimum(u[:, None] * total, total.nextafter(torch.zeros_like(total)))  # below the total: u * total can round up to it
+    tok = torch.searchsorted(cum, x, right=True).squeeze(-1)  # (b,)
+    return tok.clamp_(max=probs.shape[-1] - 1)  # only a row with no mass at all (NaN: the sampler raises) reaches V
 
 
 def kv_cache(model, capacity: int):

@@ -32,7 +32,7 @@ from method.model import (
     stop_ids,
 )
 from method.sampler import sample
-from orchestration import config, study
+from orchestration import config, memory, study
 from orchestration.provenance import atomic_write_json, file_sha256, record
 
 # ============================================================================= sampling and scoring
@@ -43,29 +43,35 @@ def pass_at_k_curve(counts: list[int], n: int, k_max: int) -> dict[str, float]:
     return {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in range(1, k_max + 1)}
 
 
-def sample_problems(model, tok, problems, n: int, s: config.SamplingCfg, seed: int, tag: str, style: str,
-                    per_batch: int, progress: bool = True, fold: bool = False,
-                    system: str | None = countdown.SYSTEM_PROMPT) -> tuple[list[list[str]], list[float]]:
+def sample_problems(model, tok, cfg: config.Config, problems, n: int, s: config.SamplingCfg, tag: str, per_batch: int,
+                    progress: bool = True) -> tuple[list[list[str]], list[float]]:
     """n response texts per problem, and per problem the mean full-vocabulary entropy of the
-    untempered policy over all its response tokens. Batches of `per_batch` problems; each
-    batch's generator is seeded from (seed, tag, first problem id) so results do not depend on
-    what ran before. fold: sample with the LoRA folded into the weights (lora.fold_for_sampling)."""
+    untempered policy over all its response tokens; the prompts, seed, LoRA folding
+    (lora.fold_for_sampling) and draw as cfg says. Under eval.draw: sample each sample draws from its
+    own stream, seeded by (task.seed, tag, problem id, sample index), and the calls (sampling_calls:
+    per_batch problems, at most eval.max_rows rows) change no sample (PLAN.md change 52). Under
+    eval.draw: batch (the runs before it), each call's generator is seeded by (task.seed, tag, its
+    first problem id), so the samples depend on per_batch; neither depends on what ran before."""
     from tqdm import tqdm
 
     stops, pad = stop_ids(model, tok), pad_id(tok)
-    prompts = render_prompts(tok, problems, style, system)
-    texts: list[list[str]] = []
-    entropies: list[float] = []
+    prompts = render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
+    keyed, seed = cfg.eval.draw == "sample", cfg.task.seed
+    calls = memory.sampling_calls(len(problems), n, per_batch, cfg.eval.max_rows if keyed else None)
+    tokens: list[list[list[int]]] = [[] for _ in problems]  # per problem, its samples' token ids in sample order
+    sample_ent: list[list[float]] = [[] for _ in problems]
     with tqdm(total=len(problems) * n, desc=tag, unit="sample", disable=not progress, leave=False) as bar, \
-            (lora_folded(model) if fold else nullcontext()):
-        for b in range(0, len(problems), per_batch):
-            samples = sample(model, prompts[b : b + per_batch], n, s, study.seed_for(seed, tag, problems[b].id), stops, pad, entropy=True)
-            decoded = tok.batch_decode(samples.tokens, skip_special_tokens=True)
-            texts += [decoded[i : i + n] for i in range(0, len(decoded), n)]
-            for i in range(0, len(decoded), n):
-                lens = [len(t) for t in samples.tokens[i : i + n]]
-                entropies.append(sum(e * k for e, k in zip(samples.entropy[i : i + n], lens)) / max(sum(lens), 1))
-            bar.update(len(decoded))
+            (lora_folded(model) if cfg.lora.fold_for_sampling else nullcontext()):
+        for ps, js in calls:
+            seeds = ([study.seed_for(seed, tag, problems[i].id, j) for i in ps for j in js] if keyed
+                     else study.seed_for(seed, tag, problems[ps[0]].id))
+            samples = sample(model, [prompts[i] for i in ps], len(js), s, seeds, stops, pad, entropy=True)
+            for r, i in enumerate(ps):
+                tokens[i] += samples.tokens[r * len(js) : (r + 1) * len(js)]
+                sample_ent[i] += samples.entropy[r * len(js) : (r + 1) * len(js)]
+            bar.update(len(samples.tokens))
+    texts = [tok.batch_decode(ts, skip_special_tokens=True) for ts in tokens]
+    entropies = [sum(e * len(x) for e, x in zip(es, ts)) / max(sum(len(x) for x in ts), 1) for es, ts in zip(sample_ent, tokens)]
     return texts, entropies
 
 
@@ -111,6 +117,13 @@ def seed_tag(cfg: config.Config, eval_set: str) -> str:
     return f"eval-{eval_set}" if own else "eval"
 
 
+def draw_record(cfg: config.Config, per_batch: int) -> dict:
+    """How an evaluation file's samples were drawn: under eval.draw: batch the problems per call, which
+    decide them (as every file before PLAN.md change 52 records); under sample only the draw, since
+    the batching settings change no sample (they stay in the provenance's config)."""
+    return {"draw": "sample"} if cfg.eval.draw == "sample" else {"problems_per_batch": per_batch}
+
+
 def eval_set_settings(cfg: config.Config, eval_set: str) -> tuple[list, int, int, config.SamplingCfg, int]:
     """problems, n, k_max, sampling and problems per batch of a registered evaluation set
     (`test` is the eval section; the others are eval_sets entries)."""
@@ -144,8 +157,7 @@ def evaluate(cfg: config.Config, base: str, adapter: str | None, out_file: Path,
     # evaluated once. Each set other than `test` has its own seeds (new draws, so the `wide` set
     # checks the extrapolation out of sample) unless it asks for the test set's.
     tag = seed_tag(cfg, eval_set)
-    texts, ent = sample_problems(model, tok, problems, n, sampling, cfg.task.seed, tag, cfg.task.prompt_style, per_batch, progress,
-                                 fold=cfg.lora.fold_for_sampling, system=cfg.task.system_prompt)
+    texts, ent = sample_problems(model, tok, cfg, problems, n, sampling, tag, per_batch, progress)
     rows = score_problems(problems, texts, cfg.eval.keep_responses, ent)
     result = {
         "model": "base" if adapter is None else str(adapter),
@@ -155,7 +167,7 @@ def evaluate(cfg: config.Config, base: str, adapter: str | None, out_file: Path,
         **summarize(rows, n, k_max),
         "sampling": {"n": n, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
                      "repetition_penalty": 1.0, "max_new_tokens": sampling.max_new_tokens, "seed": cfg.task.seed,
-                     "seed_tag": tag, "problems_per_batch": per_batch, "stop_ids": stop_ids(model, tok)},
+                     "seed_tag": tag, **draw_record(cfg, per_batch), "stop_ids": stop_ids(model, tok)},
         "seconds": round(time.perf_counter() - t0, 2),
         "problems": rows,
         "provenance": record(cfg, "eval", study.eval_inputs(cfg, adapter_sha, eval_set), str(device)),
@@ -178,9 +190,7 @@ def dev_check(model, tok, cfg: config.Config, dev: list, step: int) -> dict:
     """pass@1 and pass@n on the held-out dev problems, sampled like the evaluation with seeds
     tied to the problems (so every step and model is sampled alike); draws nothing from training."""
     n = cfg.train.dev_samples
-    texts, _ = sample_problems(model, tok, dev, n, cfg.eval.sampling, cfg.task.seed, "dev", cfg.task.prompt_style,
-                                        cfg.eval.problems_per_batch, progress=False, fold=cfg.lora.fold_for_sampling,
-                                        system=cfg.task.system_prompt)
+    texts, _ = sample_problems(model, tok, cfg, dev, n, cfg.eval.sampling, "dev", cfg.eval.problems_per_batch, progress=False)
     s = summarize(score_problems(dev, texts, keep_responses=False), n, n)
     return {"step": step, "n_problems": len(dev), "n": n, "strict_pass1": s["pass_at_k"]["strict"]["1"],
             "loose_pass1": s["pass_at_k"]["loose"]["1"], "strict_passn": s["pass_at_k"]["strict"][str(n)],
@@ -256,8 +266,7 @@ def probe(cfg: config.Config, base: str, run: Path, progress: bool = True) -> li
         n_prob, n = ((cfg.probe.n_problems, cfg.probe.samples) if task == "countdown"
                      else (cfg.probe.arith_problems, cfg.probe.arith_samples))
         _, problems = countdown.make_splits(task, 0, n_prob, cfg.task.seed)
-        texts, _ = sample_problems(model, tok, problems, n, cfg.eval.sampling, cfg.task.seed, f"probe-{task}", cfg.task.prompt_style,
-                                   cfg.eval.problems_per_batch, progress, system=cfg.task.system_prompt)
+        texts, _ = sample_problems(model, tok, cfg, problems, n, cfg.eval.sampling, f"probe-{task}", cfg.eval.problems_per_batch, progress)
         rows = score_problems(problems, texts, keep_responses=False)
         res = {"task": task, "n": n, **summarize(rows, n, n), "examples": [t[0] for t in texts[:3]], "problems": rows,
                "provenance": record(cfg, "probe", None, str(device))}
@@ -282,8 +291,7 @@ def select(cfg: config.Config, base: str, run: Path, progress: bool = True) -> d
     train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
     problems = train_set[: cfg.select.n_problems]
     s = config.SamplingCfg(temperature=cfg.select.temperature, top_p=1.0, top_k=0, max_new_tokens=cfg.train.sampling.max_new_tokens)
-    texts, _ = sample_problems(model, tok, problems, cfg.select.samples, s, cfg.task.seed, "select", cfg.task.prompt_style,
-                               cfg.eval.problems_per_batch, progress, system=cfg.task.system_prompt)
+    texts, _ = sample_problems(model, tok, cfg, problems, cfg.select.samples, s, "select", cfg.eval.problems_per_batch, progress)
     rows = score_problems(problems, texts, keep_responses=False)
     rates = [r[f"correct_{cfg.select.scoring}"] / r["n"] for r in rows]
     sets = choose_sets(rates, study.selection_sizes(cfg))

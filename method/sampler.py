@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from method.decoding import NAN_MESSAGE, NONE, Samples, collect, filter_logits, kv_cache, left_pad, multinomial
+from method.decoding import NAN_MESSAGE, NONE, Samples, collect, filter_logits, keyed_draw, kv_cache, left_pad, multinomial, stream_uniforms
 from method.model import last_positions
 from method.static_decode import graph_backend, sample_static
 from orchestration import config
@@ -23,19 +23,27 @@ def decode_mode(s: config.SamplingCfg, device: torch.device) -> str:
     return ("graph" if device.type == "cuda" else "eager") if s.decode == "auto" else s.decode
 
 
-def sample(model, prompts: list[list[int]], n: int, s: config.SamplingCfg, seed: int, stops: list[int], pad: int,
+def sample(model, prompts: list[list[int]], n: int, s: config.SamplingCfg, seed: int | list[int], stops: list[int], pad: int,
            entropy: bool = False) -> Samples:
     """n completions for each prompt (prompt-major order: prompt 0's n samples first), with the decode
     `s.decode` names: eager (sample_eager, the CPU runs' sampler) or graph (sample_static: static
-    shapes, every setting, CUDA graphs on a GPU). auto: graph on CUDA, eager elsewhere."""
+    shapes, every setting, CUDA graphs on a GPU). auto: graph on CUDA, eager elsewhere.
+
+    seed: an int seeds one generator that draws every row's tokens (which tokens a row gets then
+    depends on the whole batch: training's rollouts, and evaluations under eval.draw: batch); a list
+    of P*n seeds, one per sample in prompt-major order, gives each sample its own stream of uniforms,
+    drawn by decoding.keyed_draw: a sample's tokens then depend on its prompt and seed alone, not on
+    what shares its call (evaluations under eval.draw: sample; PLAN.md change 52)."""
     device = next(model.parameters()).device
+    if isinstance(seed, list) and len(seed) != len(prompts) * n:
+        raise ValueError(f"sample: {len(seed)} seeds for {len(prompts)} prompts x {n} samples (one per sample, prompt-major)")
     if decode_mode(s, device) == "graph":
         return sample_static(model, prompts, n, s, seed, stops, pad, entropy, graphs=graph_backend(device))
     return sample_eager(model, prompts, n, s, seed, stops, pad, entropy)
 
 
 @torch.inference_mode()  # lighter than no_grad: no version counters or autograd metadata per op
-def sample_eager(model, prompts: list[list[int]], n: int, s: config.SamplingCfg, seed: int, stops: list[int], pad: int,
+def sample_eager(model, prompts: list[list[int]], n: int, s: config.SamplingCfg, seed: int | list[int], stops: list[int], pad: int,
                  entropy: bool = False) -> Samples:
     """n completions for each prompt (prompt-major order: prompt 0's n samples first).
 
@@ -53,15 +61,18 @@ def sample_eager(model, prompts: list[list[int]], n: int, s: config.SamplingCfg,
     compaction whenever an eighth of the rows have finished (each compaction copies the cache).
     A finished row still in the batch draws tokens that are thrown away, so which tokens a row
     gets depends on this schedule, deterministically: same inputs and seed, same samples. One
-    generator seeded by `seed` draws all tokens. (tests/test_sampler.py holds the plain
-    per-token version this one equals bit for bit.)
+    generator seeded by `seed` draws all tokens; with one seed per sample (a list), each row reads
+    its own uniforms instead and the schedule changes none of its tokens. (tests/test_sampler.py
+    holds the plain per-token version this one equals bit for bit.)
 
     entropy: also return each sample's mean full-vocabulary entropy of the untempered
     distribution (before temperature and filtering), so models sampled at different
     temperatures compare; it draws nothing, so the samples are the same either way."""
     device = next(model.parameters()).device
-    gen = torch.Generator(device=device).manual_seed(seed)
     T = s.max_new_tokens
+    keyed = isinstance(seed, list)
+    gen = None if keyed else torch.Generator(device=device).manual_seed(seed)
+    U = stream_uniforms(seed, T, device) if keyed and s.temperature > 0 else None  # (B, T) each sample's uniforms
     logits, cache, full_mask, padded, padded_rows, next_pos, Lp = prefill(model, prompts, n, pad, T)
     B = logits.shape[0]
     out = torch.full((B, max(T, 1)), NONE, dtype=torch.long, device=device)  # (B, T) every sample's tokens
@@ -82,7 +93,7 @@ def sample_eager(model, prompts: list[list[int]], n: int, s: config.SamplingCfg,
             logits = filter_logits(logits / s.temperature, s.top_k, s.top_p)
             probs = logits.softmax(-1)  # (b, V)
             nan_seen |= probs.isnan().any()  # read once, at the end
-            tok = multinomial(probs, gen)  # (b,)
+            tok = keyed_draw(probs, U[alive, t]) if keyed else multinomial(probs, gen)  # (b,)
         out[alive, t] = tok.masked_fill(done, NONE)  # a row that finished earlier records nothing
         if entropy:
             logp_out[alive, t] = lp.gather(-1, tok[:, None]).squeeze(-1)

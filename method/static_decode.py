@@ -15,7 +15,7 @@ import weakref
 
 import torch
 
-from method.decoding import NAN_MESSAGE, NONE, Samples, collect, filter_logits, kv_cache, left_pad
+from method.decoding import NAN_MESSAGE, NONE, Samples, collect, filter_logits, keyed_draw, kv_cache, left_pad, stream_uniforms
 from method.model import last_positions
 from orchestration import config, memory
 
@@ -71,7 +71,8 @@ def static_kv_class():
 
 
 def fused_draw(logits: torch.Tensor, temperature: float, gen: torch.Generator | None, entropy: bool,
-               chunk: int | None = None, top_k: int = 0, top_p: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+               chunk: int | None = None, top_k: int = 0, top_p: float = 1.0,
+               u: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The sampling tail in one pass over the vocabulary, a chunk at a time. logits: (b, V) in the
     model's dtype. Returns the draw (b,), its log-probability under the untempered, unfiltered policy
     (b,), and (entropy=True) that policy's entropy (b,), as sample_eager reports them.
@@ -84,19 +85,26 @@ def fused_draw(logits: torch.Tensor, temperature: float, gen: torch.Generator | 
     distribution. With top-k or top-p the race runs over filter_logits(x / T, top_k, top_p), the
     very tensor sample_eager softmaxes (the sort and cumulative sum need the whole row; their
     shapes are static). Greedy (T = 0, gen None): argmax_v x_v, unfiltered, as sample_eager.
+    u (b,): each row's uniform for this token (one stream per sample): the draw is then
+    decoding.keyed_draw over the whole row's probabilities, the very draw sample_eager makes, and
+    `gen` is not read.
     The log-probability and entropy come from an online log-sum-exp: m = max x, s = sum exp(x - m),
-    u = sum exp(x - m) x; log Z = m + log s, H = log Z - u / s."""
+    ent_u = sum exp(x - m) x; log Z = m + log s, H = log Z - ent_u / s."""
     chunk = chunk or TAIL_CHUNK
     b, V = logits.shape
     dev = logits.device
     filtered = None
     if temperature > 0 and (top_k > 0 or top_p < 1.0):
         filtered = filter_logits(logits.float() / temperature, top_k, top_p)  # (b, V) fp32, -inf outside the kept set
+    keyed = temperature > 0 and u is not None
+    if keyed:
+        tok = keyed_draw((filtered if filtered is not None else logits.float() / temperature).softmax(-1), u)  # (b,)
     m = torch.full((b,), float("-inf"), device=dev)
     s = torch.zeros(b, device=dev)
-    u = torch.zeros(b, device=dev)
-    best, tok = torch.full((b,), float("-inf"), device=dev), torch.zeros(b, dtype=torch.long, device=dev)
-    picked = torch.zeros(b, device=dev)  # the drawn token's logit
+    ent_u = torch.zeros(b, device=dev)
+    if not keyed:
+        best, tok = torch.full((b,), float("-inf"), device=dev), torch.zeros(b, dtype=torch.long, device=dev)
+        picked = torch.zeros(b, device=dev)  # the drawn token's logit
     for c in range(0, V, chunk):
         x = logits[:, c : c + chunk].float()  # (b, chunk)
         m_new = torch.maximum(m, x.max(-1).values)
@@ -104,8 +112,10 @@ def fused_draw(logits: torch.Tensor, temperature: float, gen: torch.Generator | 
         e = torch.exp(x - m_new[:, None])
         s = s * scale + e.sum(-1)
         if entropy:
-            u = u * scale + (e * x).sum(-1)
+            ent_u = ent_u * scale + (e * x).sum(-1)
         m = m_new
+        if keyed:
+            continue
         if temperature > 0:
             q = torch.empty_like(x).exponential_(1, generator=gen)  # (b, chunk) this chunk's draws
             tempered = filtered[:, c : c + chunk] if filtered is not None else (x if temperature == 1.0 else x / temperature)
@@ -116,8 +126,10 @@ def fused_draw(logits: torch.Tensor, temperature: float, gen: torch.Generator | 
         better = cbest > best  # the first maximum wins, as argmax's does
         best, tok = torch.where(better, cbest, best), torch.where(better, carg + c, tok)
         picked = torch.where(better, x.gather(-1, carg[:, None]).squeeze(-1), picked)
+    if keyed:
+        picked = logits.gather(-1, tok[:, None]).squeeze(-1).float()
     lse = m + s.log()
-    return tok, picked - lse, (lse - u / s) if entropy else None
+    return tok, picked - lse, (lse - ent_u / s) if entropy else None
 
 
 def buckets(B: int) -> list[int]:
@@ -209,14 +221,17 @@ class Decoder:
                    "alive": torch.zeros(rows, dtype=torch.long, device=device), "done": torch.zeros(rows, dtype=torch.bool, device=device),
                    "t": torch.zeros(1, dtype=torch.long, device=device),
                    "out": torch.full((rows, capacity), NONE, dtype=torch.long, device=device),
+                   "u": torch.zeros((rows, capacity), dtype=torch.float64, device=device),  # each sample's uniforms (keyed draws)
                    "logp": torch.zeros((rows, capacity), device=device),
                    "ent": torch.zeros(rows, device=device), "nan": torch.zeros((), dtype=torch.bool, device=device)}
         self.stops: dict[tuple, torch.Tensor] = {}  # one device tensor per stop set: a graph reads its address
         self.steps: dict[tuple, StaticStep] = {}
 
-    def start(self, grown_cache, n: int, mask: torch.Tensor, pos: torch.Tensor, seed: int, stops: list[int]) -> None:
+    def start(self, grown_cache, n: int, mask: torch.Tensor, pos: torch.Tensor, seed: int | list[int], stops: list[int],
+              T: int) -> None:
         """Reset every buffer for a call: the prompts' cache (P prompts x n samples), their padding
-        mask (P, Lp) and positions (P, Lp), the generator seeded by `seed`, the stop set."""
+        mask (P, Lp) and positions (P, Lp), the generator seeded by `seed` (an int) or each sample's
+        T uniforms (a list of seeds, one per sample), the stop set."""
         st, Lp = self.st, mask.shape[1]
         for layer, grown in zip(st["cache"].layers, grown_cache.layers):
             layer.load(grown, n)
@@ -228,16 +243,19 @@ class Decoder:
         for k in ("tok", "done", "t", "logp", "ent", "nan"):
             st[k].zero_()
         st["out"].fill_(NONE)
-        st["gen"].manual_seed(seed)
+        if isinstance(seed, list):
+            st["u"][: len(seed), :T] = stream_uniforms(seed, T, self.device)
+        else:
+            st["gen"].manual_seed(seed)
         key = tuple(stops)
         if key not in self.stops:
             self.stops[key] = torch.tensor(stops, device=self.device)
         st["stops"] = self.stops[key]
 
-    def step(self, rows: int, s: config.SamplingCfg, entropy: bool, graphs) -> "StaticStep":
-        key = (rows, s.temperature, s.top_k, s.top_p, entropy, id(self.st["stops"]), id(graphs))
+    def step(self, rows: int, s: config.SamplingCfg, entropy: bool, graphs, keyed: bool = False) -> "StaticStep":
+        key = (rows, s.temperature, s.top_k, s.top_p, entropy, id(self.st["stops"]), id(graphs), keyed)
         if key not in self.steps:
-            self.steps[key] = StaticStep(self, rows, s, entropy, graphs)
+            self.steps[key] = StaticStep(self, rows, s, entropy, graphs, keyed)
         return self.steps[key]
 
 
@@ -291,17 +309,22 @@ class StaticStep:
 
     graphs_off: str | None = None  # why graphs were given up in this process (printed once)
 
-    def __init__(self, dec: Decoder, rows: int, s: config.SamplingCfg, entropy: bool, graphs):
+    def __init__(self, dec: Decoder, rows: int, s: config.SamplingCfg, entropy: bool, graphs, keyed: bool = False):
         self.dec, self.rows, self.s, self.entropy, self.graphs = dec, rows, s, entropy, graphs
+        self.keyed = keyed and s.temperature > 0  # draw from each sample's uniforms (st["u"]), not the generator
         self.replay, self.checked = None, False
+
+    def generator(self) -> torch.Generator | None:
+        """The generator this step draws from (and a capture registers): none when greedy or keyed."""
+        return self.dec.st["gen"] if self.s.temperature > 0 and not self.keyed else None
 
     def eager(self, model) -> None:
         st, r, s = self.dec.st, self.rows, self.s
         st["mask"][:r].index_fill_(-1, st["slot"], True)  # the slot this token is written to
         logits = model(input_ids=st["tok"][:r, None], attention_mask=st["mask"][:r], position_ids=st["pos"][:r],
                                 cache=st["cache"], use_cache=True).logits[:, -1]  # (r, V)
-        record(st, r, *fused_draw(logits, s.temperature, st["gen"] if s.temperature > 0 else None, self.entropy,
-                                  top_k=s.top_k, top_p=s.top_p))
+        u = st["u"][st["alive"][:r], st["t"].expand(r)] if self.keyed else None  # (r,) this token's uniform per row
+        record(st, r, *fused_draw(logits, s.temperature, self.generator(), self.entropy, top_k=s.top_k, top_p=s.top_p, u=u))
         st["pos"][:r] += 1
         st["slot"] += 1
 
@@ -312,7 +335,7 @@ class StaticStep:
             self.eager(model)  # this token, and the capture's warm-up
             before = self.snapshot()
             try:
-                self.replay = self.graphs.capture(lambda: self.eager(model), self.dec.st["gen"] if self.s.temperature > 0 else None)
+                self.replay = self.graphs.capture(lambda: self.eager(model), self.generator())
             except Exception as e:
                 self.restore(before, fresh_generator=True)
                 self.give_up(f"capture failed ({(str(e).strip().splitlines() or [type(e).__name__])[0][:120]})")
@@ -369,11 +392,13 @@ def record(st: dict, r: int, tok: torch.Tensor, logp: torch.Tensor, ent: torch.T
 
 
 @torch.inference_mode()
-def sample_static(model, prompts: list[list[int]], n: int, s: config.SamplingCfg, seed: int, stops: list[int], pad: int,
+def sample_static(model, prompts: list[list[int]], n: int, s: config.SamplingCfg, seed: int | list[int], stops: list[int], pad: int,
                   entropy: bool = False, graphs=None) -> Samples:
     """sample() with static shapes (sampling.decode: graph): the same distribution as sample_eager,
-    other draws. The KV cache and attention mask have a fixed capacity and are written in place at
-    a device-side slot; positions, tokens and flags are device buffers; all of them belong to a
+    other draws from one generator (seed an int); with one seed per sample (a list), the same keyed
+    draws as sample_eager, so the same tokens wherever the two decodes' logits agree. The KV cache
+    and attention mask have a fixed capacity and are written in place at a device-side slot;
+    positions, tokens and flags are device buffers; all of them belong to a
     Decoder kept for the process, so later calls reuse its buffers and captured steps. The batch
     keeps a fixed size, finished rows staying in it (their draws thrown away) until a check every
     CHECK_EVERY tokens compacts it to the smallest of a few fixed sizes (buckets) that holds every
@@ -390,11 +415,12 @@ def sample_static(model, prompts: list[list[int]], n: int, s: config.SamplingCfg
     logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=grown, use_cache=True,
                    logits_to_keep=last_positions(Lp, 1, device)).logits[:, -1]  # (P, V)
     dec = decoder_for(model, grown, B, Lp + T, device)
-    dec.start(grown, n, mask, pos, seed, stops)
+    dec.start(grown, n, mask, pos, seed, stops, T)
     del grown
     st = dec.st
-    record(st, B, *fused_draw(logits.repeat_interleave(n, 0), s.temperature, st["gen"] if s.temperature > 0 else None, entropy,
-                              top_k=s.top_k, top_p=s.top_p))
+    keyed = isinstance(seed, list) and s.temperature > 0
+    record(st, B, *fused_draw(logits.repeat_interleave(n, 0), s.temperature, st["gen"] if s.temperature > 0 and not keyed else None,
+                              entropy, top_k=s.top_k, top_p=s.top_p, u=st["u"][:B, 0] if keyed else None))
     rows = B
     for t in range(1, T):
         if t % CHECK_EVERY == 0:
@@ -405,7 +431,7 @@ def sample_static(model, prompts: list[list[int]], n: int, s: config.SamplingCfg
             if fit < rows:
                 compact(st, rows, fit)
                 rows = fit
-        dec.step(rows, s, entropy, graphs)(model)
+        dec.step(rows, s, entropy, graphs, keyed)(model)
     if st["nan"].item():
         raise RuntimeError(NAN_MESSAGE)
     return collect(st["out"][:, :T], st["ent"] if entropy else None, st["logp"][:, :T] if entropy else None, stops)

@@ -214,6 +214,14 @@ class EvalCfg:
     n_base: int | None = None
     sampling: SamplingCfg = field(default_factory=lambda: SamplingCfg(temperature=0.6, top_p=0.95))
     problems_per_batch: int = 4  # problems decoded together (each with its n samples)
+    # How every evaluation sampling call (this section's, eval_sets', the dev checks', probe's, select's)
+    # draws (PLAN.md change 52): sample, each sample from its own stream keyed by (task.seed, tag,
+    # problem id, sample index), so problems_per_batch and max_rows change no sample; batch, one
+    # generator per call seeded by its first problem (the runs made before change 52).
+    draw: str = "sample"
+    # The most rows (samples) one sampling call decodes: a call then holds fewer problems, or a share
+    # of one problem's samples. None: no cap (problems_per_batch problems' n samples). Needs draw: sample.
+    max_rows: int | None = None
     keep_responses: bool = True
 
 
@@ -685,6 +693,11 @@ def _check_eval(cfg: Config) -> None:
     _need(1 <= cfg.eval.k_max <= cfg.eval.n, "eval.k_max", f"must be in 1..eval.n ({cfg.eval.n}): pass@k needs k <= n")
     _need(cfg.eval.n_base is None or cfg.eval.n_base >= cfg.eval.n, "eval.n_base", f"must be null or >= eval.n ({cfg.eval.n})")
     _need(cfg.eval.problems_per_batch >= 1, "eval.problems_per_batch", "must be >= 1")
+    _need(cfg.eval.draw in ("sample", "batch"), "eval.draw",
+          "must be sample (each sample its own stream: PLAN.md change 52) or batch (one generator per call, as before)")
+    _need(cfg.eval.max_rows is None or cfg.eval.max_rows >= 1, "eval.max_rows", "must be null (no cap) or >= 1")
+    _need(cfg.eval.max_rows is None or cfg.eval.draw == "sample", "eval.max_rows",
+          "needs eval.draw: sample (under draw: batch, splitting a call changes its samples)")
 
 
 def _check_lr_sweep(cfg: Config) -> None:

@@ -16,7 +16,7 @@ CAPACITY_STEP = 64  # the static decode's positions are rounded up to a multiple
 
 def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens: int, micro_batch: int,
                     n_samples: int, weight_bytes: int = 2, top_p: bool = False, ragged: bool = True,
-                    fold: bool = False) -> dict[str, float]:
+                    fold: bool = False, keyed: bool = False) -> dict[str, float]:
     """Peak accelerator bytes of a training step and of sampling, from the training code's path.
     mc: the model's config (hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
     num_key_value_heads, vocab_size). Counts what autograd keeps per token and layer (bf16
@@ -26,7 +26,8 @@ def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens
     ragged: the micro-batch is padded (prompts or completions of different lengths, as in every
     real step), so attention takes its masked path (counted in "attention_mask"); False: the
     unpadded path, as when every row has the same length. fold: sampling holds a folded copy of
-    the wrapped weights (lora.fold_for_sampling)."""
+    the wrapped weights (lora.fold_for_sampling). keyed: the draw is decoding.keyed_draw (evaluations
+    under eval.draw: sample), which holds the row's fp32 probabilities and their fp64 cumulative sum."""
     H, I, L, V = mc.hidden_size, mc.intermediate_size, mc.num_hidden_layers, mc.vocab_size
     kv = H // mc.num_attention_heads * mc.num_key_value_heads
     params = V * H + L * (H * H + H + 2 * (H * kv + kv) + H * H + 3 * H * I + 2 * H) + H  # tied embeddings
@@ -53,7 +54,8 @@ def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens
     logits = b * (Lc + 1) * V * (a + a) + 3 * 4 * min(LOGPROB_CHUNK, b * Lc * V)
     static = params * weight_bytes + lora_params * 4 * 4  # LoRA: weight, grad, two AdamW moments
     kv_cache = n_samples * T * L * 2 * kv * a
-    sample_logits = n_samples * V * (4 + 4 + (4 + 8 + 4 + 4 + 1 + 1 if top_p else 0))  # fp32 logits, probs, top-p sort
+    sample_logits = n_samples * V * (4 + 4 + (4 + 8 + 4 + 4 + 1 + 1 if top_p else 0)  # fp32 logits, probs, top-p sort
+                                     + (KEYED_DRAW_BYTES if keyed else 0))
     folded = L * (2 * H * H + 2 * H * kv + 3 * H * I) * n_targets / 7 * weight_bytes if fold else 0
     return {"params": params, "lora_params": lora_params, "static": static, "activations": activations,
             "attention_mask": attention_mask, "logits": logits,
@@ -61,18 +63,24 @@ def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens
             "sampling": static + kv_cache + sample_logits + folded}
 
 
-def decoder_bytes(mc, rows: int, positions: int, top_p: bool = False, act_bytes: int = 2) -> float:
+KEYED_DRAW_BYTES = 4 + 8  # per row and vocabulary entry: the keyed draw's fp32 probabilities and fp64 cumulative sum
+
+
+def decoder_bytes(mc, rows: int, positions: int, top_p: bool = False, act_bytes: int = 2, keyed: bool = False) -> float:
     """Bytes the static decode keeps on the device between calls (static_decode.Decoder: made once
     per process and batch size, so that its captured graphs replay): the KV cache of `rows` x
     `positions` (rounded up to CAPACITY_STEP), its mask and outputs, and in the graph pool one step's
     largest temporaries: the logits, the fused tail's fp32 chunk (x, exp, q and the score), and with
     top-k/top-p the whole-vocabulary fp32 filter (tempered logits, sorted values, int64 order,
-    probabilities, cumulative sum, two masks). Counted from the code, not measured."""
+    probabilities, cumulative sum, two masks); keyed (each sample's own stream, eval.draw: sample): the
+    draw's whole-row probabilities and cumulative sum (KEYED_DRAW_BYTES). Every decoder also keeps
+    each row's uniforms (fp64 per position). Counted from the code, not measured."""
     L, H, V = mc.num_hidden_layers, mc.hidden_size, mc.vocab_size
     kv = H // mc.num_attention_heads * mc.num_key_value_heads
     cap = -(-positions // CAPACITY_STEP) * CAPACITY_STEP
-    cache = rows * cap * (L * 2 * kv * act_bytes + 1 + 8 + 4)  # keys and values; mask, token ids, log-probs
-    step = rows * V * act_bytes + rows * min(V, TAIL_CHUNK) * 4 * 4 + (rows * V * (4 + 4 + 8 + 4 + 4 + 1 + 1) if top_p else 0)
+    cache = rows * cap * (L * 2 * kv * act_bytes + 1 + 8 + 4 + 8)  # keys and values; mask, token ids, log-probs, uniforms
+    step = (rows * V * act_bytes + rows * min(V, TAIL_CHUNK) * 4 * 4 + (rows * V * (4 + 4 + 8 + 4 + 4 + 1 + 1) if top_p else 0)
+            + (rows * V * KEYED_DRAW_BYTES if keyed else 0))
     return cache + step
 
 
@@ -84,9 +92,28 @@ def decoders_held(cfg: config.Config, mc, prompt_len: int, rollouts: bool, dev: 
     held = (decoder_bytes(mc, tc.problems_per_step * tc.group_size, prompt_len + tc.sampling.max_new_tokens, act_bytes=act)
             if rollouts else 0.0)
     if dev:
-        held += decoder_bytes(mc, cfg.eval.problems_per_batch * tc.dev_samples, prompt_len + e.max_new_tokens,
-                              top_p=e.top_p < 1.0 or e.top_k > 0, act_bytes=act)
+        held += decoder_bytes(mc, largest_call(cfg, tc.dev_samples, cfg.eval.problems_per_batch), prompt_len + e.max_new_tokens,
+                              top_p=e.top_p < 1.0 or e.top_k > 0, act_bytes=act, keyed=cfg.eval.draw == "sample")
     return held
+
+
+def sampling_calls(n_problems: int, n: int, per_batch: int, max_rows: int | None) -> list[tuple[range, range]]:
+    """How n samples of each of n_problems problems are split into sampler calls: (problems, sample
+    indices) per call, in order. A call holds per_batch problems' n samples, fewer problems where
+    that passes max_rows, or one problem's samples max_rows at a time where n alone does."""
+    cap = max_rows or per_batch * n
+    if n > cap:
+        return [(range(i, i + 1), range(j, min(j + cap, n))) for i in range(n_problems) for j in range(0, n, cap)]
+    per = min(per_batch, cap // n)
+    return [(range(b, min(b + per, n_problems)), range(n)) for b in range(0, n_problems, per)]
+
+
+def largest_call(cfg: config.Config, n: int, per_batch: int, n_problems: int | None = None) -> int:
+    """The most rows one evaluation-type sampling call decodes (n samples per problem, per_batch
+    problems per call, eval.max_rows under eval.draw: sample)."""
+    cap = cfg.eval.max_rows if cfg.eval.draw == "sample" else None
+    calls = sampling_calls(n_problems if n_problems is not None else per_batch, n, per_batch, cap)
+    return max(len(ps) * len(js) for ps, js in calls)
 
 
 # Peak RSS growth of one micro-batch over the estimate's activations + logits, measured on the CPU at the

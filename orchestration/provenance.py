@@ -318,9 +318,9 @@ def versions() -> dict:
 STAGE_KEYS = {
     "base": ["task.name", "task.seed", "task.n_train", "task.n_test", "model.build", "model.qwen_shape", "model.gguf"],
     "probe": ["task.seed", "task.prompt_style", "task.system_prompt", "model", "probe", "eval", "determinism"],
-    "select": ["task", "model", "select", "train.sampling", "eval.problems_per_batch", "determinism"],
-    "lr-sweep": ["task", "model", "lora", "train", "lr_sweep", "micro_batch", "memory_gb", "determinism"],
-    "train": ["task", "model", "lora", "train", "micro_batch", "memory_gb", "determinism"],
+    "select": ["task", "model", "select", "train.sampling", "eval.problems_per_batch", "eval.draw", "determinism"],
+    "lr-sweep": ["task", "model", "lora", "train", "lr_sweep", "micro_batch", "memory_gb", "eval.draw", "determinism"],
+    "train": ["task", "model", "lora", "train", "micro_batch", "memory_gb", "eval.draw", "determinism"],
     "eval": ["task", "model", "eval", "lora.fold_for_sampling", "lora.tf32", "determinism"],
     "tokens": ["task", "model", "tokens", "eval.sampling", "eval.problems_per_batch", "determinism"],
 }
@@ -336,7 +336,12 @@ _ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "m
               "model.build.wrong_offsets": [1, 2, 5, 10, 20, 100], "eval.n_base": None,
               "analyze.ceiling_null": "base", "analyze.selection_margin": 0.05, "analyze.coverage_sims": 2000,
               "analyze.calibration": None, "analyze.planned.seed_df": 2,
-              "task.test_split": "test", "model.base_from": None, "model.base_sha256": None}
+              "task.test_split": "test", "model.base_from": None, "model.base_sha256": None,
+              "eval.draw": "batch", "eval.max_rows": None}
+# Under eval.draw: sample (PLAN.md change 52) these only split the sampling into calls: no sample
+# depends on them, so they are left out of the sampling stages' hashes (a run may lower them to fit
+# memory). The token stage's greedy decode and teacher-forced reads keep problems_per_batch in theirs.
+BATCHING_KEYS = ("eval.problems_per_batch", "eval.max_rows")
 _NOT_IN_HASH = {  # logp_gap_limit only stops a run: a run that finishes under it is the run without it
     "lr-sweep": ("seeds", "seeds_by_condition", "lr", "checkpoints", "steps", "log_kl_every", "dev_every", "logp_gap_limit",
                  "logp_gap_max_limit"),
@@ -358,9 +363,19 @@ def hashed_settings(cfg_dict: dict, stage: str) -> dict:
         picked["model"] = {k: v for k, v in picked["model"].items() if k != "slow_bf16"}
     if stage in _NOT_IN_HASH:
         picked["train"] = {k: v for k, v in picked["train"].items() if k not in _NOT_IN_HASH[stage]}
+    if stage != "tokens" and _pick_or(cfg_dict, "eval.draw", "batch") == "sample":  # tokens decodes greedily, batched its own way
+        for key in BATCHING_KEYS:
+            _drop_if(picked, key, _pick_or(cfg_dict, key, None))
     for key, off in _ADDED_OFF.items():
         _drop_if(picked, key, off)
     return picked
+
+
+def _pick_or(d: dict, key: str, default):
+    try:
+        return _pick(d, key)
+    except KeyError:
+        return default
 
 
 def _drop_if(picked: dict, key: str, off) -> None:

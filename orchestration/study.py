@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 import countdown
-from orchestration import config, provenance
+from orchestration import config, memory, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE_SAVE_EVERY = 100  # steps between the CPU world's base build's resume points (bases/tiny_base.py; said by pipeline.py)
@@ -279,7 +279,10 @@ def eval_inputs(cfg: config.Config, adapter_sha: str | None, eval_set: str) -> d
     """What an evaluation's stage hash depends on besides the config's eval keys."""
     if eval_set == "test":
         return {"adapter_sha256": adapter_sha}
-    return {"adapter_sha256": adapter_sha, "eval_set": eval_set, "settings": config.to_dict(cfg.eval_sets[eval_set])}
+    settings = config.to_dict(cfg.eval_sets[eval_set])
+    if cfg.eval.draw == "sample":  # the set's batching changes none of its samples (PLAN.md change 52)
+        del settings["problems_per_batch"]
+    return {"adapter_sha256": adapter_sha, "eval_set": eval_set, "settings": settings}
 
 
 # ============================================================================= out of memory
@@ -291,17 +294,15 @@ def memory_advice(cfg: config.Config, stage: str, eval_set: str = "test") -> str
     """The settings that lower a stage's peak memory, with values to try: the answer an
     out-of-memory error gets in one line. Training (train, lr-sweep) holds the activations of
     micro_batch sequences at once (micro_batch 0: the largest whose estimate fits memory_gb);
-    sampling (eval, tokens, probe, select, the dev checks) holds problems_per_batch problems' n
-    samples at once. Each of these settings enters its stage's hash (micro-batches sum a gradient
-    in another order), so outputs made at the old value are then refused as other settings."""
-    def halves(n: int) -> str:
-        vals = sorted({max(1, n // 2), max(1, n // 4), 1}, reverse=True)
-        return ", then ".join(str(v) for v in vals)
-
-    tries, floor = [], []
+    sampling (eval, tokens, probe, select, the dev checks) holds one call's rows at once. The
+    training settings enter its stage's hash (micro-batches sum a gradient in another order); under
+    eval.draw: sample the sampling's eval.max_rows changes no sample and no hash (PLAN.md change 52),
+    under draw: batch problems_per_batch changes both."""
+    tries, floor, rehashed = [], [], False
     if stage in ("train", "lr-sweep"):
+        rehashed = True
         if cfg.micro_batch > 1:
-            tries.append(f"--set micro_batch={halves(cfg.micro_batch)} (now {cfg.micro_batch})")
+            tries.append(f"--set micro_batch={halves_of(cfg.micro_batch)} (now {cfg.micro_batch})")
         elif cfg.micro_batch == 1:
             floor.append("micro_batch is already 1")
         else:
@@ -309,21 +310,41 @@ def memory_advice(cfg: config.Config, stage: str, eval_set: str = "test") -> str
             lower = f"{float(budget) * 0.75:g}, then {float(budget) * 0.5:g}" if budget != "auto" else "3/4 of the GPU's memory in GiB"
             tries.append(f"--set memory_gb={lower} (now {budget}; micro_batch 0 sizes the micro-batch from it), or --set micro_batch=1")
         if (cfg.train.dev_every > 0 and stage == "train") or (stage == "lr-sweep" and cfg.lr_sweep.rule == "dev"):
-            per = cfg.eval.problems_per_batch
-            if per > 1:
-                tries.append(f"for the dev checks --set eval.problems_per_batch={halves(per)} (now {per})")
+            tries += sampling_advice(cfg, "eval.problems_per_batch", cfg.train.dev_samples, cfg.eval.problems_per_batch, [],
+                                     "for the dev checks ")
     else:
         key, per = ("eval.problems_per_batch", cfg.eval.problems_per_batch) if eval_set == "test" or stage != "eval" else \
             (f"eval_sets.{eval_set}.problems_per_batch", cfg.eval_sets[eval_set].problems_per_batch)
-        n = cfg.eval.n if key.startswith("eval.") else cfg.eval_sets[eval_set].n
-        if per > 1:
-            tries.append(f"--set {key}={halves(per)} (now {per})")
-        else:
-            floor.append(f"{key} is already 1 (one problem's {n} samples are decoded together)")
+        # the test set's largest calls are the base's (n_base samples)
+        n = max(cfg.eval.n, cfg.eval.n_base or 0) if key.startswith("eval.") else cfg.eval_sets[eval_set].n
+        tries += sampling_advice(cfg, key, n, per, floor, "", tokens=stage == "tokens")
+        rehashed = cfg.eval.draw != "sample" or stage == "tokens"
     if not tries:
         return f"nothing left to lower: {'; '.join(floor)}; this needs a device with more memory"
+    if not rehashed:
+        return "lower it: " + "; ".join(tries) + ", on this command and the pipeline's (it changes no sample: PLAN.md change 52)"
     return ("lower it: " + "; ".join(tries) + ", on this command and the pipeline's (what was made at the old value is then "
             "refused as made under other settings: add --force, or --run a new folder)")
+
+
+def sampling_advice(cfg: config.Config, key: str, n: int, per: int, floor: list[str], prefix: str, tokens: bool = False) -> list[str]:
+    """What lowers a sampling call's rows: eval.max_rows under eval.draw: sample (the token stage's
+    greedy decode excepted), else the problems per call; `floor` gets why nothing can be lowered."""
+    if cfg.eval.draw == "sample" and not tokens:
+        rows = memory.largest_call(cfg, n, per)
+        if rows > 1:
+            return [f"{prefix}--set eval.max_rows={halves_of(rows)} (now {cfg.eval.max_rows or 'no cap'}: {rows} rows a call)"]
+        floor.append("one row a call already")
+        return []
+    if per > 1:
+        return [f"{prefix}--set {key}={halves_of(per)} (now {per})"]
+    floor.append(f"{key} is already 1 (one problem's {n} samples are decoded together)")
+    return []
+
+
+def halves_of(n: int) -> str:
+    """n/2, then n/4, then 1: the values an out-of-memory line suggests."""
+    return ", then ".join(str(v) for v in sorted({max(1, n // 2), max(1, n // 4), 1}, reverse=True))
 
 
 def job_label(cmd: str, condition: str | None = None, seed: int | None = None, adapter: str | None = None,

@@ -286,8 +286,10 @@ def test_fold_for_sampling_reaches_training_and_evaluation(fitted_dir, smoke_cfg
     monkeypatch.setattr(evaluate, "sample", spy)  # evaluation and dev checks
     monkeypatch.setattr(grpo, "sample", spy)  # training rollouts
     _, test = countdown.make_splits("arith-1x1", 10, 3, 0)
-    evaluate.sample_problems(model, tok, test, 2, cfg.eval.sampling, 0, "t", "bare", 8, progress=False, fold=True)
-    evaluate.sample_problems(model, tok, test, 2, cfg.eval.sampling, 0, "t", "bare", 8, progress=False)
+    evaluate.sample_problems(model, tok, cfg, test, 2, cfg.eval.sampling, "t", 8, progress=False)
+    cfg.lora.fold_for_sampling = False
+    evaluate.sample_problems(model, tok, cfg, test, 2, cfg.eval.sampling, "t", 8, progress=False)
+    cfg.lora.fold_for_sampling = True
     assert seen == [True, False]
     train_set, _ = countdown.make_splits("arith-1x1", 20, 2, 0)
     cfg.model.path = str(fitted_dir)

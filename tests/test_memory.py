@@ -94,7 +94,7 @@ def test_decoder_bytes_counts_the_decoders_buffers(fitted_dir, smoke_cfg):
     sampler.sample(model, prompts, 3, s, 0, stop_ids(model, tok), pad_id(tok))
     dec = static_decode._DECODERS["by_rows"][6]
     held = sum(t.numel() * t.element_size() for layer in dec.st["cache"].layers for t in (layer.kfull, layer.vfull))
-    held += sum(dec.st[k].numel() * dec.st[k].element_size() for k in ("mask", "out", "logp"))
+    held += sum(dec.st[k].numel() * dec.st[k].element_size() for k in ("mask", "out", "logp", "u"))
     positions = max(len(p) for p in prompts) + 30
     est = memory.decoder_bytes(model.config, 6, positions, act_bytes=4)
     step = 6 * model.config.vocab_size * 4 + 6 * min(model.config.vocab_size, memory.TAIL_CHUNK) * 16

@@ -862,7 +862,8 @@ def test_out_of_memory_is_one_line_naming_the_job_the_memory_and_the_settings(sm
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"grpo.py: eval {run / 'train_4_s1' / 'step_003'} (test) ran out of memory on the CPU (")
     assert ("GiB available now; this process peaked at" in err[0]
-            and "--set eval.problems_per_batch=8, then 4, then 1 (now 16)" in err[0]), err
+            and "--set eval.max_rows=128, then 64, then 1 (now no cap: 256 rows a call)" in err[0]  # the base's 16 x 16
+            and "changes no sample" in err[0]), err
     assert snapshot(run) == before and not (run / "superseded").exists()  # eval_4_s1_003.json put back where it was
     monkeypatch.undo()
     shutil.rmtree(run / "train_many_s0")
@@ -936,10 +937,16 @@ def test_memory_advice_names_each_stages_settings_and_says_when_none_is_left():
 
     q = config.load(str(ROOT / "configs" / "qwen05b.yaml"))
     assert study.memory_advice(q, "train").startswith("lower it: --set memory_gb=6, then 4 (now 8.0; micro_batch 0 sizes")
-    assert "--set eval.problems_per_batch=2, then 1 (now 4)" in study.memory_advice(q, "eval")
-    assert study.memory_advice(q, "eval", "wide") == ("nothing left to lower: eval_sets.wide.problems_per_batch is already 1 (one "
-                                                      "problem's 256 samples are decoded together); this needs a device with more memory")
-    one = config.load(str(ROOT / "configs" / "qwen05b.yaml"), ["micro_batch=1", "eval.problems_per_batch=1"])
+    assert "--set eval.max_rows=128, then 64, then 1 (now 256: 256 rows a call)" in study.memory_advice(q, "eval")
+    assert "--set eval.problems_per_batch=2, then 1 (now 4)" in study.memory_advice(q, "tokens")
+    assert "--set eval.max_rows=128" in study.memory_advice(q, "eval", "wide")  # one problem's 256 samples, split
+    assert study.memory_advice(config.load(str(ROOT / "configs" / "qwen05b.yaml"), ["eval.max_rows=1"]), "eval", "wide") == (
+        "nothing left to lower: one row a call already; this needs a device with more memory")
+    batch = config.load(str(ROOT / "configs" / "qwen05b.yaml"), ["eval.draw=batch", "eval.max_rows=null"])
+    assert study.memory_advice(batch, "eval", "wide") == (
+        "nothing left to lower: eval_sets.wide.problems_per_batch is already 1 (one "
+        "problem's 256 samples are decoded together); this needs a device with more memory")
+    one = config.load(str(ROOT / "configs" / "qwen05b.yaml"), ["micro_batch=1", "eval.max_rows=1"])
     assert study.memory_advice(one, "train").startswith("nothing left to lower: micro_batch is already 1")
 
 
