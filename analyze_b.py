@@ -2,10 +2,13 @@
 secondary analyses, the report and the figures of one run; analysis/assemble.py computes them).
 
     python analyze_b.py --run results/tiny_v4 [--partial] [--out DIR]
+    python analyze_b.py --report-only results/tiny_v4
 
 Reads the run's evaluations, token files, logs and manifest (analysis/assemble.py says which); writes
 RUN/verdicts.json, RUN/report.md and RUN/figures/*.png, or with --out into a new folder holding a copy
-of the run's inputs, the run left as it is. An input error ends in one line with the command that
+of the run's inputs, the run left as it is. report.md is printed from verdicts.json alone
+(analysis/report.py); --report-only prints it again from a run's verdicts.json, computing nothing
+(the report it replaces is moved aside). An input error ends in one line with the command that
 makes the file again.
 """
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 from analysis import report
 from analysis.assemble import run_analysis
 from analysis.run_files import InputError
-from orchestration import cli
+from orchestration import cli, provenance
 
 # What an analysis reads from a run folder is everything but these: weights, resume points, what was moved
 # aside, the lock, and the analysis' own outputs (written anew).
@@ -81,9 +84,34 @@ def read_json_or_none(path: Path) -> dict | None:
         return None
 
 
+def report_only(run: Path) -> int:
+    """report.md printed again from RUN/verdicts.json (the old one moved aside); one line and exit 1
+    when there is no verdicts.json or its layout predates the printer."""
+    src = run / "verdicts.json"
+    try:
+        doc = json.loads(src.read_text())
+        text = report.render(doc)
+    except (OSError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) else str(e)
+        print(f"analyze_b.py: {src}: {why}; analyse the run again: python analyze_b.py --run {run}", file=sys.stderr)
+        return 1
+    try:
+        if (dest := provenance.move_aside(run, run / "report.md", provenance.stamp())) is not None:
+            print(f"moved aside report.md -> {dest.relative_to(run)}")
+        provenance.atomic_write_text(run / "report.md", text)
+    except OSError as e:
+        print(f"analyze_b.py: cannot write {e.filename or run}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    print(report.headline(doc))
+    print(f"wrote {run / 'report.md'} from {src}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = cli.Parser(description="The registered verdicts, calibration, secondary analyses, figures and report of one run.")
-    p.add_argument("--run", required=True, help="the run folder holding eval_*.json")
+    p.add_argument("--run", help="the run folder holding eval_*.json")
+    p.add_argument("--report-only", metavar="RUN", default=None,
+                   help="print RUN/report.md again from RUN/verdicts.json alone (nothing is computed; the old report is moved aside)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="a new folder for verdicts.json, report.md and figures/: the run's inputs are copied there (weights left "
                         "out) and analysed, leaving --run untouched (a committed run, a read-only one)")
@@ -95,6 +123,10 @@ def main(argv=None) -> int:
                    help="for a run registered before PLAN.md change 42: the support test at this w* on its calibration pool, "
                         "labelled post hoc in verdicts.json and report.md (use with --out)")
     a = p.parse_args(argv)
+    if (a.run is None) == (a.report_only is None):
+        p.error("give --run RUN (analyse) or --report-only RUN (print its report again), one of the two")
+    if a.report_only is not None:
+        return report_only(Path(a.report_only))
     run = Path(a.run)
     if not run.is_dir():
         print(f"analyze_b.py: --run {run}: no such folder", file=sys.stderr)

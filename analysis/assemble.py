@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as st
 
-from analysis import calibration, figures, report, secondary, stats, support, verdict
+from analysis import calibration, figures, inputs, report, secondary, stats, support, verdict
 from analysis.power import (
     count_coverage,
     design_se,
@@ -75,22 +75,6 @@ class Inference:
     n_base: int
     k: int
 
-    @property
-    def a1(self) -> float:
-        return self.levels.one_sided
-
-    @property
-    def at(self) -> float:
-        return self.levels.tost
-
-    @property
-    def B(self) -> int:
-        return self.draws.resamples
-
-    @property
-    def seed(self) -> int:
-        return self.draws.seed
-
 
 def inference(design, base: dict, rl: dict, resamples: int | None, seed: int | None) -> Inference:
     an = design.analyze
@@ -135,12 +119,12 @@ def entry(cond: str, step: int, sc: str, seeds: list[int], docs: list[dict], bas
     m = inf.levels.margin
     e.update({
         "condition": cond, "step": step, "scoring": sc, "seeds": seeds, "k_max": inf.k,
-        "passk_ci": list(cik), "passk_ci90": list(percentile_interval(reps[:, -1], 1 - 2 * inf.at)),
+        "passk_ci": list(cik), "passk_ci90": list(percentile_interval(reps[:, -1], 1 - 2 * inf.levels.tost)),
         "headroom": 1.0 - float(base_curves[:, -1].mean()), "ceiling_rises": bool(cik[0] > 0),
         "base_null": {"margin": m, "p_falls": p_below(reps[:, -1]), "p_equiv": p_equivalence(reps[:, -1], m),
-                      "p_rises_v2": float((1 + np.count_nonzero(reps[:, 0] <= 0)) / (inf.B + 1)),
+                      "p_rises_v2": float((1 + np.count_nonzero(reps[:, 0] <= 0)) / (inf.draws.resamples + 1)),
                       "p_falls_v2": p_below(reps[:, -1], tie=0.0), "p_equiv_v2": p_equivalence(reps[:, -1], m, tie=0.0),
-                      "p_rises": float((1 + np.count_nonzero(reps[:, 0] <= TIE)) / (inf.B + 1))},
+                      "p_rises": float((1 + np.count_nonzero(reps[:, 0] <= TIE)) / (inf.draws.resamples + 1))},
         "v1": verdict_v1(float(point[0]), ci1, float(point[-1]), cik),
         "crossover": crossover_summary(point, reps, inf.levels.ci),
         "band": {"level": inf.levels.ci, "crit": crit, "diff": point.tolist(), "lo": band_lo.tolist(), "hi": band_hi.tolist()},
@@ -167,14 +151,15 @@ def judge(entries: list[dict], inf: Inference) -> dict:
     selection null) are Holm-adjusted within its scoring's family (weighted Holm on p / level), with
     each adjusted p's Monte-Carlo SE, and the entry is labelled on the adjusted values. Returns the
     families."""
-    level = {"rises": inf.a1, "falls": inf.a1, "above": inf.a1, "below": inf.a1, "equivalence": inf.at}
+    a1 = inf.levels.one_sided
+    level = {"rises": a1, "falls": a1, "above": a1, "below": a1, "equivalence": inf.levels.tost}
     families = {}
     for sc in SCORINGS:
         fam = [e for e in entries if not e["primary"] and e["scoring"] == sc]
         tests = [(e, t) for e in fam for t in TESTS if raw_p(e)[t] is not None]
         p = [raw_p(e)[t] for e, t in tests]
         lv = [level[t] for _, t in tests]
-        adj, se = (holm(p, lv), holm_mc_se(p, lv, inf.B)) if tests else ([], [])
+        adj, se = (holm(p, lv), holm_mc_se(p, lv, inf.draws.resamples)) if tests else ([], [])
         for e in fam:
             e["adjusted"] = dict.fromkeys(TESTS)
             e["adjusted_mc_se"] = dict.fromkeys(TESTS)
@@ -185,8 +170,8 @@ def judge(entries: list[dict], inf: Inference) -> dict:
     for e in entries:
         if e["primary"]:
             e["adjusted"] = raw_p(e)
-            e["adjusted_mc_se"] = {t: (mc_se(x, inf.B) if x is not None else None) for t, x in e["adjusted"].items()}
-        e["label"], e["reason"] = verdict.label_from(e, inf.a1, inf.at, e["adjusted"])
+            e["adjusted_mc_se"] = {t: (mc_se(x, inf.draws.resamples) if x is not None else None) for t, x in e["adjusted"].items()}
+        e["label"], e["reason"] = verdict.label_from(e, inf.levels.one_sided, inf.levels.tost, e["adjusted"])
         e["near_level"] = [t for t, x in e["adjusted"].items()
                            if x is not None and abs(x - level[t]) < 2 * (e["adjusted_mc_se"][t] or 0.0)]
     return families
@@ -199,7 +184,7 @@ def earlier_verdicts(entries: list[dict], inf: Inference) -> dict:
     where the margin is at most headroom_fraction of the base's headroom, OR it falls), Holm within a
     family of those three tests per scoring. v2: every test asked, no tie tolerance. v1: the first
     version's unadjusted interval rules (entry["v1"]). Returns their families."""
-    a1, at, m, frac = inf.a1, inf.at, inf.levels.margin, inf.levels.headroom_fraction
+    a1, at, m, frac = inf.levels.one_sided, inf.levels.tost, inf.levels.margin, inf.levels.headroom_fraction
     fams = {}
     for e in entries:
         e["base_null"]["testable"] = bool(m <= frac * e["headroom"] + 1e-12)
@@ -229,7 +214,7 @@ def third_clauses(entries: list[dict], boot: dict, inf: Inference) -> None:
     label-level test); the interval of |Delta pass@k| - Delta pass@1 / 3 from the same replicates."""
     for e in entries:
         reps = boot[(e["condition"], e["step"], e["scoring"])]
-        tc = third_clause_interval(reps[:, 0], reps[:, -1], inf.levels.ci) if e["adjusted"]["rises"] < inf.a1 else None
+        tc = third_clause_interval(reps[:, 0], reps[:, -1], inf.levels.ci) if e["adjusted"]["rises"] < inf.levels.one_sided else None
         e["v1"]["third_clause_ci"] = list(tc) if tc else None
         e["v1"]["third_clause"] = bool(tc[1] < 0) if tc else None
 
@@ -258,7 +243,7 @@ def narrowing(design, curves: dict, inf: Inference) -> list[dict]:
             out.append({"condition": cond, "scoring": sc, "first_step": first, "last_step": last, "seeds": common,
                         "passk_diff_first": crossed_estimate(a, base_k)[0], "passk_diff_last": crossed_estimate(b, base_k)[0],
                         "diff": crossed_estimate(b, a)[0], "ci": list(percentile_interval(reps, inf.levels.ci)),
-                        "p_narrows": p, "narrows": p < inf.a1})
+                        "p_narrows": p, "narrows": p < inf.levels.one_sided})
     return out
 
 
@@ -281,7 +266,7 @@ def primary_checks(prim: dict, curves: dict, design, base: dict, inf: Inference)
     d1, dk = pr[:, :, 0] - bc[:, 0], pr[:, :, -1] - bc[:, -1]  # (S, N)
     vc1, vck = variance_components(d1), variance_components(dk)
     S, N = d1.shape
-    a1, at, pw, m = inf.a1, inf.at, design.power, inf.levels.margin
+    a1, at, pw, m = inf.levels.one_sided, inf.levels.tost, design.power, inf.levels.margin
     sims = design.analyze.get("coverage_sims", 2000)
     cover = {}
     if S > 1:
@@ -328,9 +313,9 @@ def calibrate(design, base: dict, rl: dict, sets: dict, entries: list[dict], inf
         raise InputError(f"evalsets/{cal['pool_set']}/eval_base.json: its problems must be the test set's, all of them")
     pool, n_pool = counts(pool_doc, sc), pool_doc["sampling"]["n"]
     S = len(prim["seeds"])
-    arms = calibration.pool_arms(counts(base, sc), inf.n_base, pool, n_pool, S, inf.n, inf.k, inf.levels, cal, inf.seed)
+    arms = calibration.pool_arms(counts(base, sc), inf.n_base, pool, n_pool, S, inf.n, inf.k, inf.levels, cal, inf.draws.seed)
     prim_counts = np.stack([counts(rl[(prim["condition"], s, prim["step"])], sc) for s in prim["seeds"]])
-    split = calibration.seed_split_arm(prim_counts, inf.n, inf.k, inf.levels, cal["resplits"], cal["resamples"], inf.seed)
+    split = calibration.seed_split_arm(prim_counts, inf.n, inf.k, inf.levels, cal["resplits"], cal["resamples"], inf.draws.seed)
     arms += [split] if split else []
     taught = cal.get("taught")
     if taught:
@@ -343,7 +328,7 @@ def calibrate(design, base: dict, rl: dict, sets: dict, entries: list[dict], inf
         if seeds:
             tc = np.stack([counts(rl[(taught, s, prim["step"])], sc) for s in seeds])
             arms.append(calibration.taught_arm(taught, want, (strata == want) & (pool == 0), counts(base, sc), inf.n_base, tc, inf.n,
-                                               inf.k, inf.levels, verdict.Draws(len(pool), cal["resamples"], inf.seed)))
+                                               inf.k, inf.levels, verdict.Draws(len(pool), cal["resamples"], inf.draws.seed)))
     return {"skipped": None, "scoring": sc, "pool_set": cal["pool_set"], "n_pool": n_pool, "n_base": inf.n_base, "seeds": S,
             "n": inf.n, "resplits": cal["resplits"], "resamples": cal["resamples"], "arms": arms,
             "calibrated": all(a["passed"] is not False for a in arms)}
@@ -382,10 +367,11 @@ def support_tests(design, base: dict, rl: dict, sets: dict, entries: list[dict],
         if e["scoring"] != sc or e["step"] != last:
             continue
         cr = np.stack([counts(rl[(e["condition"], s, last)], sc) for s in e["seeds"]])
-        tests = {k: support.support_test(cb, pc, n_pool, cr, inf.n, spec["w_star"], inf.a1, inf.B, inf.seed, "test", measured)
+        tests = {k: support.support_test(cb, pc, n_pool, cr, inf.n, spec["w_star"], inf.levels.one_sided, inf.draws.resamples,
+                                         inf.draws.seed, "test", measured)
                  for k, (measured, pc, n_pool, _) in pools.items()}
         out["conditions"][e["condition"]] = {"primary": e["primary"], "tests": tests, "changes": support.support_changes(cb, cr),
-                                             "axes": support.two_axes(e, tests, inf.a1)}
+                                             "axes": support.two_axes(e, tests, inf.levels.one_sided)}
     return out
 
 
@@ -449,7 +435,7 @@ def analyze(run: Path, resamples: int | None = None, seed: int | None = None, pa
     third_clauses(entries, boot, inf)
     prim = next((e for e in entries if e["primary"]), None)
     sensitivity, power = primary_checks(prim, curves, design, base, inf) if prim else (None, None)
-    idx, draws = inf.draws.idx, lambda S: stats.seed_resample_indices(S, inf.B, inf.seed)
+    idx, draws = inf.draws.idx, lambda S: stats.seed_resample_indices(S, inf.draws.resamples, inf.draws.seed)
     return {"design": design, "inference": inf, "missing": missing, "base": base, "rl": rl, "sets": sets, "curves": curves,
             "entries": entries, "families": families, "earlier": earlier, "primary": prim,
             "calibration": calibrate(design, base, rl, sets, entries, inf),
@@ -457,16 +443,19 @@ def analyze(run: Path, resamples: int | None = None, seed: int | None = None, pa
             "stratum_null": stratum_nulls(design, base, rl, entries, inf, nulls),
             "h3": narrowing(design, curves, inf), "power": power, "sensitivity": sensitivity,
             "strata": secondary.analyze_strata(design, base, rl, studied, inf.n_base, inf.n, inf.k, inf.draws, inf.levels.ci, last),
-            "controls": secondary.analyze_controls(design, base, rl, entries, inf.B, inf.seed, inf.levels.ci, last, inf.k,
+            "controls": secondary.analyze_controls(design, base, rl, entries, inf.draws.resamples, inf.draws.seed, inf.levels.ci, last,
+                                                   inf.k,
                                                    inf.n_base, inf.n),
             "beyond": secondary.analyze_beyond(design, base, rl, sets, last, inf.n_base, inf.n, inf.levels.ci),
             "diversity": secondary.analyze_diversity(design, base, rl, sets),
-            "ood": secondary.analyze_ood(design, sets, entries, curves, inf.B, inf.seed, inf.levels.ci, draws, last, inf.k),
+            "ood": secondary.analyze_ood(design, sets, entries, curves, inf.draws.resamples, inf.draws.seed, inf.levels.ci, draws, last,
+                                         inf.k),
             "strategies": secondary.analyze_strategies(design, base, rl, idx, draws, inf.levels.ci),
             "tokens": secondary.analyze_tokens(design, tokens, tok_warnings),
             # flat copies the figures and report read
-            "resamples": inf.B, "ci": inf.levels.ci, "seed": inf.seed, "n": inf.n, "n_base": inf.n_base, "k_max": inf.k,
-            "n_problems": len(base["problems"]), "alpha_one": inf.a1, "alpha_tost": inf.at, "margin": inf.levels.margin,
+            "resamples": inf.draws.resamples, "ci": inf.levels.ci, "seed": inf.draws.seed, "n": inf.n, "n_base": inf.n_base, "k_max": inf.k,
+            "n_problems": len(base["problems"]), "alpha_one": inf.levels.one_sided, "alpha_tost": inf.levels.tost,
+            "margin": inf.levels.margin,
             "selection_margin": inf.levels.selection_margin}
 
 
@@ -501,9 +490,9 @@ def verdicts_json(res: dict) -> dict:
                     "calibrated": res["calibration"].get("calibrated")},
         "calibration": res["calibration"],
         "support": res["support"], "stratum_null": res["stratum_null"],
-        "levels": {"ci": inf.levels.ci, "one_sided": inf.a1, "tost": inf.at, "margin": inf.levels.margin,
+        "levels": {"ci": inf.levels.ci, "one_sided": inf.levels.one_sided, "tost": inf.levels.tost, "margin": inf.levels.margin,
                    "selection_margin": inf.levels.selection_margin, "headroom_fraction": inf.levels.headroom_fraction},
-        "bootstrap": {"resamples": inf.B, "seed": inf.seed, "interval": "percentile", "tie": TIE,
+        "bootstrap": {"resamples": inf.draws.resamples, "seed": inf.draws.seed, "interval": "percentile", "tie": TIE,
                       "scheme": "crossed: seeds and problems drawn independently with replacement"},
         "sizes": {"n": inf.n, "n_base": inf.n_base, "k_max": inf.k, "n_problems": res["n_problems"]},
         "families": res["families"], "earlier_families": res["earlier"]["families"],
@@ -534,14 +523,14 @@ def run_analysis(run: Path, resamples: int | None = None, seed: int | None = Non
     res = analyze(run, resamples=resamples, seed=seed, partial=partial, support_w=support_w)
     check_extras(run)  # read every other input now: a bad one must stop us before anything is written
     doc = verdicts_json(res)
-    inputs = sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")) + sorted(run.glob("tokens_*.json"))
+    doc["warnings"], doc["inputs"] = inputs.warnings(run, res), inputs.collect(run, res)  # what the report shows of the inputs
+    computed = sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")) + sorted(run.glob("tokens_*.json"))
     # what each input computed (provenance.content_sha256: no timings, no time stamps), so that a rerun
     # that computes the same counts leaves the analysis done
-    doc["provenance"] = {"inputs": {f.relative_to(run).as_posix(): content_sha256(f) for f in inputs},
+    doc["provenance"] = {"inputs": {f.relative_to(run).as_posix(): content_sha256(f) for f in computed},
                          "analyze": res["design"].config.get("analyze"), "plan_sha256": file_sha256(ROOT / "PLAN.md"),
                          "config_hash": res["base"].get("provenance", {}).get("config_hash"),
-                         "time": provenance.now()}
-    text = json.dumps(doc, indent=1, default=float) + "\n"
+                         "time": provenance.now(), "run": run.name, "files": inputs.files(run)}
     when = provenance.stamp()
     # A rerun replaces nothing in place. Before a first analysis figures/ holds only what the pipeline drew
     # while training ran (training.png), which is drawn again here: nothing to keep.
@@ -549,7 +538,9 @@ def run_analysis(run: Path, resamples: int | None = None, seed: int | None = Non
     for old in (run / "verdicts.json", run / "report.md") + ((run / "figures",) if analysed else ()):
         if (dest := move_aside(run, old, when)) is not None:
             print(f"moved aside {old.relative_to(run)} -> {dest.relative_to(run)} (the analysis is redone)", flush=True)
-    figs = figures.figures(run, res) if make_figures else []
-    atomic_write_text(run / "report.md", report.report(run, res, figs))
+    doc["figures"] = [f.name for f in figures.figures(run, res)] if make_figures else []
+    text = json.dumps(doc, indent=1, default=float) + "\n"
+    doc = json.loads(text)  # the report prints the document as verdicts.json holds it, nothing else
+    atomic_write_text(run / "report.md", report.render(doc))
     atomic_write_text(run / "verdicts.json", text)  # last: the pipeline's "done" marker
     return doc

@@ -1,14 +1,15 @@
-"""report.md and the terminal headline: every sentence of the analysis is made here or in
-analysis/report_secondary.py, from the numbers analysis.assemble.analyze computes. One function per section, in
-PLAN.md's order (this file: the calibration, the primary question and section 7's verdicts);
-report_format.table makes every markdown table.
+"""report.md and the terminal headline, printed from verdicts.json alone: render(doc) and
+headline(doc) read the document and nothing else (no file, no config), so the label the report
+prints is the one verdicts.json holds, and `analyze_b.py --report-only RUN` prints a run's report
+again from its verdicts.json. Every sentence of the analysis is made here or in
+analysis/report_secondary.py. One function per section, in PLAN.md's order (this file: the
+calibration, the primary question and section 7's verdicts); report_format.table makes every
+markdown table.
 """
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
-from analysis import verdict
 from analysis.report_format import ci3, crossover_words, f3, p4, rate, table, yn
 from analysis.report_secondary import (
     beyond_section,
@@ -22,11 +23,20 @@ from analysis.report_secondary import (
     strategies_section,
     tokens_section,
 )
-from analysis.run_files import read_json
 from countdown import SCORINGS
-from orchestration.provenance import file_sha256, same_config
 
-ROOT = Path(__file__).resolve().parents[1]
+# verdicts.json written before the analysis named its sizes and levels (results/tiny, tiny_first_run,
+# tiny_seeds, tiny_v3, smollm2) has another layout: the printer refuses it and names the remedy.
+NEEDED = ("primary", "entries", "sizes", "levels", "bootstrap", "design", "calibration")
+
+
+class OldDocument(ValueError):
+    """A verdicts.json the printer cannot read: its layout predates the keys in NEEDED."""
+
+
+def primary_entry(doc: dict) -> dict | None:
+    """The primary question's entry (condition, scoring and last checkpoint), None in a partial run without it."""
+    return next((e for e in doc["entries"] if e["primary"]), None)
 
 
 def reason_words(e: dict, margin: float) -> str:
@@ -44,23 +54,24 @@ def reason_words(e: dict, margin: float) -> str:
             "pass1-unchanged": f"pass@1 is shown neither to rise{p} nor to fall (p = {p4(e['adjusted']['falls'])})"}[r["code"]]
 
 
-def primary_sentence(e: dict | None, res: dict) -> str:
-    """The primary question and its label in one sentence, with the numbers behind it; then, where the
-    calibration failed, that the instrument is not calibrated in this world."""
-    d = res["design"]
-    q = (f"Does RL on `{d.primary_condition}` select ({d.primary_scoring} scoring, step {d.checkpoints[-1]}"
+def primary_sentence(e: dict | None, doc: dict) -> str:
+    """The primary question and its label (verdicts.json's primary.label) in one sentence, with the
+    numbers behind it; then, where the calibration failed, that the instrument is not calibrated in
+    this world."""
+    pr = doc["primary"]
+    q = (f"Does RL on `{pr['condition']}` select ({pr['scoring']} scoring, step {pr['step']}"
          + (f", {len(e['seeds'])} seed{'s' * (len(e['seeds']) > 1)}, {e['n_problems']} problems" if e else "") + ")?")
     if e is None:
         return f"{q} Not answered: its evaluations are missing (partial report)."
     k, nl, vs = e["k"], e["null"], e["vs_null"]
-    label = verdict.registered_label(e, d.analyze["ceiling_null"])
-    out = (f"{q} **{label[0].upper() + label[1:]}**: {reason_words(e, res['selection_margin'])}. "
+    label = pr["label"]
+    out = (f"{q} **{label[0].upper() + label[1:]}**: {reason_words(e, doc['levels']['selection_margin'])}. "
            f"pass@1 {e['pass1_base']:.3f} → {e['pass1_rl']:.3f} (Δ {e['pass1_diff']:+.3f} {ci3(e['pass1_ci'])}); pass@{k} "
            f"{e['passk_base']:.3f} → {e['passk_rl']:.3f}, against {nl['passk']:.3f} for the base reweighted to the same pass@1 "
            f"(w = {nl['w']:.3g}, 95% {nl['w_ci'][0]:.3g}–{nl['w_ci'][1]:.3g}): difference {vs['diff']:+.3f} {ci3(vs['ci'])}.")
-    if d.analyze["ceiling_null"] != "selection":
+    if pr["ceiling_null"] != "selection":
         out += f" (Registered here: the base-null reading; the selection-null label is *{e['label']}*.)"
-    cal = res["calibration"]
+    cal = doc["calibration"]
     if cal.get("arms") and not cal["calibrated"]:
         bad = [a["arm"] for a in cal["arms"] if a["passed"] is False]
         out += f" **The instrument is not calibrated in this world**: the arm{'s' * (len(bad) > 1)} {', '.join(bad)} failed (below)."
@@ -71,23 +82,27 @@ def primary_sentence(e: dict | None, res: dict) -> str:
     return out
 
 
-def header(run: Path, res: dict) -> list[str]:
-    d = res["design"]
-    L = [f"**{d.config['analyze']['note']}**", ""] if (d.config.get("analyze") or {}).get("note") else []
-    if res["missing"]:
-        L += [f"**PARTIAL REPORT: {len(res['missing'])} of {d.n_expected()} expected evaluations are missing: "
-              f"{', '.join(res['missing'])}.**", ""]
-    seeds = ", ".join(map(str, d.seeds)) + "".join(f" ({c}: {len(v)} seeds)" for c, v in (d.seeds_by_condition or {}).items())
-    return L + [f"# Report: {run.name}", "",
-                f"Written by `analyze_b.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. {res['n_problems']} test "
-                f"problems; the base sampled {res['n_base']} times each, every trained model {res['n']} times; conditions "
-                f"{', '.join(d.conditions)}; seeds {seeds}; checkpoints {', '.join(map(str, d.checkpoints))}. Crossed bootstrap over "
-                f"seeds and problems, {res['resamples']} replicates (seed {res['seed']}), percentile intervals.", ""]
+def header(doc: dict) -> list[str]:
+    d, sz, inp = doc["design"], doc["sizes"], doc.get("inputs") or {}
+    note = (doc.get("provenance", {}).get("analyze") or {}).get("note")
+    L = [f"**{note}**", ""] if note else []
+    if doc["missing"]:
+        of = f" of {inp['n_expected']}" if "n_expected" in inp else ""
+        L += [f"**PARTIAL REPORT: {len(doc['missing'])}{of} expected evaluations are missing: {', '.join(doc['missing'])}.**", ""]
+    seeds = ", ".join(map(str, d["seeds"])) + "".join(f" ({c}: {len(v)} seeds)" for c, v in (d["seeds_by_condition"] or {}).items())
+    made = doc.get("provenance", {}).get("time")
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.strptime(made, "%Y-%m-%dT%H:%M:%SZ")) if made else "an unrecorded time"
+    return L + [f"# Report: {doc.get('provenance', {}).get('run', 'a run analysed before verdicts.json named its folder')}", "",
+                f"Written by `analyze_b.py` on {when}. {sz['n_problems']} test "
+                f"problems; the base sampled {sz['n_base']} times each, every trained model {sz['n']} times; conditions "
+                f"{', '.join(d['conditions'])}; seeds {seeds}; checkpoints {', '.join(map(str, d['checkpoints']))}. Crossed bootstrap "
+                f"over seeds and problems, {doc['bootstrap']['resamples']} replicates (seed {doc['bootstrap']['seed']}), percentile "
+                f"intervals.", ""]
 
 
-def calibration_section(res: dict) -> list[str]:
+def calibration_section(doc: dict) -> list[str]:
     """PLAN.md section 7, Calibration: every arm, its truth, the labels it got over the re-splits."""
-    cal = res["calibration"]
+    cal = doc["calibration"]
     L = ["## Calibration: arms whose truth is known", ""]
     if cal.get("skipped"):
         return L + [f"No calibration arms: {cal['skipped']}.", ""]
@@ -105,7 +120,7 @@ def calibration_section(res: dict) -> list[str]:
         else:
             rows.append([a["arm"], f"{a['truth']} on {a['stratum']}", "", "", "", "",
                          f"ceiling rises on {a['n_problems']} problems the pool never solved"
-                         + (f": Δpass@{res['k_max']} {a['passk_diff']:+.3f} {ci3(a['passk_ci'])}, "
+                         + (f": Δpass@{doc['sizes']['k_max']} {a['passk_diff']:+.3f} {ci3(a['passk_ci'])}, "
                             f"p = {p4(a['rises']['p'])} (label: {a['label']})"
                             if a.get("passk_diff") is not None else f" ({a.get('why')})"),
                          {True: "pass", False: "**fail** (not shown)", None: "not asked"}[a["passed"]]])
@@ -119,10 +134,10 @@ def calibration_section(res: dict) -> list[str]:
     return L
 
 
-def primary_section(res: dict) -> list[str]:
+def primary_section(doc: dict) -> list[str]:
     """PLAN.md section 7: the primary entry's tests."""
-    e = res["primary"]
-    L = ["## The primary question", "", primary_sentence(e, res), ""]
+    e, lv = primary_entry(doc), doc["levels"]
+    L = ["## The primary question", "", primary_sentence(e, doc), ""]
     if e is None:
         return L
     k, vs, nl = e["k"], e["vs_null"], e["null"]
@@ -133,7 +148,7 @@ def primary_section(res: dict) -> list[str]:
             [f"pass@{k} above the selection null's", f"{vs['diff']:+.3f} {ci3(vs['ci'])}", p4(vs["above"]["p_boot"]),
              p4(vs["above"]["p_t"]), p4(vs["above"]["p"])],
             [f"pass@{k} below the selection null's", "", p4(vs["below"]["p_boot"]), p4(vs["below"]["p_t"]), p4(vs["below"]["p"])],
-            [f"pass@{k} within ±{res['selection_margin']:g} of the null's (TOST)", f"90% {ci3(vs['ci90'])}",
+            [f"pass@{k} within ±{lv['selection_margin']:g} of the null's (TOST)", f"90% {ci3(vs['ci90'])}",
              p4(eq["p_boot"]) if eq else "not asked", p4(eq["p_t"]) if eq else "", p4(eq["p"]) if eq else ""]]
     L += table(["test", "estimate [95% CI]", "bootstrap p", "t p", "p (the larger)"], rows)
     L += ["", f"The selection null: the base's rates reweighted towards its correct answers by w = {nl['w']:.3g} (95% "
@@ -141,8 +156,8 @@ def primary_section(res: dict) -> list[str]:
           f"its pass@{k} is {nl['passk']:.3f}, leaving a headroom of {nl['headroom']:.3f}. Each problem's rate is its empirical-Bayes "
           f"posterior (Beta prior a = {nl['prior'][0]:.3g}, b = {nl['prior'][1]:.3g}, fitted to the base's counts)."
           + (" The trained pass@1 lies outside what reweighting the base reaches on the grid of w." if nl["out_of_range"] else "")
-          + f" One-sided tests at {res['alpha_one']:g}, TOST at {res['alpha_tost']:g} (asked only where the margin is at most "
-          f"{res['design'].analyze['margin_headroom_fraction']:.3g} of the null's headroom); each p is the larger of the crossed "
+          + f" One-sided tests at {lv['one_sided']:g}, TOST at {lv['tost']:g} (asked only where the margin is at most "
+          f"{lv['headroom_fraction']:.3g} of the null's headroom); each p is the larger of the crossed "
           f"bootstrap's and the random-effects t test's. Labels: *degradation* (pass@1 falls), else *beyond selection* (the ceiling "
           f"above the null's), else *selection* (pass@1 rises and the ceiling below or within the margin of the null's), else *undecided*. "
           f"A uniform reweighting is one model of selection; the model-free evidence is the boundary (below: problems the trained model "
@@ -155,9 +170,10 @@ def primary_section(res: dict) -> list[str]:
     return L
 
 
-def support_section(res: dict) -> list[str]:
+def support_section(doc: dict) -> list[str]:
     """PLAN.md change 42: the two axes and the support test of every condition at each sampler."""
-    sp = res.get("support") or {"skipped": "no support test"}
+    sz, a1 = doc["sizes"], doc["levels"]["one_sided"]
+    sp = doc.get("support") or {"skipped": "no support test"}
     L = ["## Two axes: sharpening and support" + ("" if sp.get("skipped") or sp["registered"] else " (post hoc)"), ""]
     if sp.get("skipped"):
         return L + [f"No support test: {sp['skipped']}.", ""]
@@ -179,23 +195,23 @@ def support_section(res: dict) -> list[str]:
     samplers = "; ".join(f"{k}: evalsets/{v['set']} at T {v['sampling']['temperature']:g}, top-p {v['sampling']['top_p']:g}"
                          for k, v in sp["samplers"].items() if v.get("sampling"))
     L += ["", ("" if sp["registered"] else "*Post hoc*: this run was registered before PLAN.md change 42, so these rows describe it and "
-          "confirm nothing. ") + f"Z: the test problems the base never solves in its {res['n_base']} test samples; the base's rate on Z "
-          f"from fresh draws ({samplers}), its exact one-sided upper bound at {res['alpha_one'] / 2:g}; a selection of tilt ≤ w* = "
+          "confirm nothing. ") + f"Z: the test problems the base never solves in its {sz['n_base']} test samples; the base's rate on Z "
+          f"from fresh draws ({samplers}), its exact one-sided upper bound at {a1 / 2:g}; a selection of tilt ≤ w* = "
           f"{sp['w_star']:.3g} reaches at most f_w*(bound) there. *expanded*: the trained rate on Z above it; *kept*: below it; "
-          f"*not shown*: neither (each at {res['alpha_one'] / 2:g}, the larger of bootstrap and t p). Sharpening: *sharpened* where pass@1 "
-          f"rises and pass@{res['k_max']} is narrower than uniform reweighting (below the selection null). A ceiling narrower than "
+          f"*not shown*: neither (each at {a1 / 2:g}, the larger of bootstrap and t p). Sharpening: *sharpened* where pass@1 "
+          f"rises and pass@{sz['k_max']} is narrower than uniform reweighting (below the selection null). A ceiling narrower than "
           f"reweighting is not read as 'no new solutions': that is the support column's question. Retained / lost / gained: of the "
-          f"problems the base solves in {res['n_base']} samples, those the model still solves or never does in {res['n']}, and of Z "
+          f"problems the base solves in {sz['n_base']} samples, those the model still solves or never does in {sz['n']}, and of Z "
           f"those it solves (mean over seeds; they depend on the two sample sizes).", ""]
-    return L + stratum_null_lines(res)
+    return L + stratum_null_lines(doc)
 
 
-def stratum_null_lines(res: dict) -> list[str]:
+def stratum_null_lines(doc: dict) -> list[str]:
     """PLAN.md change 46: the selection null with one tilt per stratum beside the uniform one (descriptive)."""
-    sn = res.get("stratum_null") or {"skipped": "not computed"}
+    sn = doc.get("stratum_null") or {"skipped": "not computed"}
     if sn.get("skipped") or not sn["conditions"]:
         return []
-    k = res["k_max"]
+    k = doc["sizes"]["k_max"]
     rows = [[cond + (" (primary)" if c["primary"] else ""), f"{c['uniform_diff']:+.3f}", f"{c['diff']:+.3f} {ci3(c['ci'])}",
              f"{p4(c['above']['p'])} / {p4(c['below']['p'])}", ", ".join(f"{s} {v['w']:.3g}" for s, v in c["strata"].items())]
             for cond, c in sn["conditions"].items()]
@@ -206,12 +222,12 @@ def stratum_null_lines(res: dict) -> list[str]:
                     "w per stratum"], rows), ""]
 
 
-def entries_section(res: dict, scoring: str, title: str, formats: bool) -> list[str]:
+def entries_section(doc: dict, scoring: str, title: str, formats: bool) -> list[str]:
     """PLAN.md section 7: every condition x checkpoint of one scoring, its tests and label (formats:
     with the format rate, for the scoring that counts it)."""
-    k = res["k_max"]
+    k = doc["sizes"]["k_max"]
     rows = []
-    for e in [x for x in res["entries"] if x["scoring"] == scoring]:
+    for e in [x for x in doc["entries"] if x["scoring"] == scoring]:
         a = e["adjusted"]
         rows.append([e["condition"] + (" **(primary)**" if e["primary"] else ""), e["step"], ", ".join(map(str, e["seeds"])),
                      f"{e['pass1_base']:.3f} → {e['pass1_rl']:.3f}", f"{e['pass1_diff']:+.3f} {ci3(e['pass1_ci'])}",
@@ -230,30 +246,30 @@ def entries_section(res: dict, scoring: str, title: str, formats: bool) -> list[
                 f"cross, stay above at every k ≤ {k}, or are never above.", ""]
 
 
-def h3_section(res: dict, scoring: str) -> list[str]:
+def h3_section(doc: dict, scoring: str) -> list[str]:
     rows = [[h["condition"], ", ".join(map(str, h["seeds"])), f"{h['passk_diff_first']:+.3f}", f"{h['passk_diff_last']:+.3f}",
-             f"{h['diff']:+.3f} {ci3(h['ci'])}", p4(h["p_narrows"]), yn(h["narrows"])] for h in res["h3"] if h["scoring"] == scoring]
+             f"{h['diff']:+.3f} {ci3(h['ci'])}", p4(h["p_narrows"]), yn(h["narrows"])] for h in doc["h3"] if h["scoring"] == scoring]
     if not rows:
         return []
-    d, k = res["design"], res["k_max"]
+    steps, k = doc["design"]["checkpoints"], doc["sizes"]["k_max"]
     return ([f"## H3: does the ceiling narrow with longer training? ({scoring} scoring)", ""]
-            + table(["condition", "seeds", f"Δpass@{k} at step {d.checkpoints[0]}", f"at step {d.checkpoints[-1]}", "difference [95% CI]",
+            + table(["condition", "seeds", f"Δpass@{k} at step {steps[0]}", f"at step {steps[-1]}", "difference [95% CI]",
                      "one-sided p", "narrows"], rows)
             + ["", f"The paired difference (last − first checkpoint) of Δpass@{k}, the same seeds and problems in each replicate; "
-               f"*narrows*: one-sided p < {res['alpha_one']:g}; secondary, not adjusted.", ""])
+               f"*narrows*: one-sided p < {doc['levels']['one_sided']:g}; secondary, not adjusted.", ""])
 
 
-def seeds_section(res: dict) -> list[str]:
-    k = res["k_max"]
+def seeds_section(doc: dict) -> list[str]:
+    k = doc["sizes"]["k_max"]
     rows = [[e["condition"], e["step"], e["scoring"], s["seed"], f"{s['pass1_diff']:+.3f}", f"{s['passk_diff']:+.3f}", s["coverage_rl"],
-             f3(s["format_rl"])] for e in res["entries"] for s in e["per_seed"]]
+             f3(s["format_rl"])] for e in doc["entries"] for s in e["per_seed"]]
     return ["## Per-seed spread", ""] + table(["condition", "step", "scoring", "seed", "Δpass@1", f"Δpass@{k}", "coverage RL", "format RL"],
                                              rows) + [""]
 
 
-def power_section(res: dict) -> list[str]:
+def power_section(doc: dict) -> list[str]:
     """PLAN.md section 7, Power and sensitivity."""
-    pw, sn, k = res["power"], res["sensitivity"], res["k_max"]
+    pw, sn, k = doc["power"], doc["sensitivity"], doc["sizes"]["k_max"]
     if not pw:
         return ["## Power", "", "No power statement: the primary entry's evaluations are missing.", ""]
     eq = ("TOST's power is not defined here (no finite SE)" if pw["tost_power_at_zero"] is None else
@@ -287,12 +303,12 @@ def power_section(res: dict) -> list[str]:
     return L + [""]
 
 
-def strata_section(res: dict) -> list[str]:
+def strata_section(doc: dict) -> list[str]:
     """PLAN.md section 6: difficulty strata (secondary, descriptive)."""
-    st = res["strata"]
+    st = doc["strata"]
     if st.get("skipped"):
         return []
-    k, sc = st["k"], res["design"].primary_scoring
+    k, sc = st["k"], doc["primary"]["scoring"]
     rows = []
     for s in st["strata"]:
         r = s["scorings"][sc]
@@ -307,10 +323,10 @@ def strata_section(res: dict) -> list[str]:
             + ["", "Secondary and descriptive: crossed bootstrap within each stratum's own problems, not adjusted.", ""])
 
 
-def earlier_section(res: dict) -> list[str]:
+def earlier_section(doc: dict) -> list[str]:
     """PLAN.md section 7, earlier versions: the base-null reading (v3, change 29), v2 and v1."""
     rows = []
-    for e in res["entries"]:
+    for e in doc["entries"]:
         b, v = e["base_null"], e["v1"]
         rows.append([e["condition"], e["step"], e["scoring"], yn(b["pass1_rises"]),
                      "not asked" if not b["testable"] else yn(b["ceiling_equivalent"]), yn(b["ceiling_falls"]), yn(b["selection"]),
@@ -318,7 +334,8 @@ def earlier_section(res: dict) -> list[str]:
                      ci3(v["third_clause_ci"]) if v["third_clause_ci"] else "not asked", yn(v["third_clause"]), e["label"]])
     return (["## Earlier versions of the verdicts (for comparison)", "",
              f"*v3* (PLAN.md change 29, the seed report's criterion made a test): selection ⇔ pass@1 rises and the ceiling is equivalent "
-             f"to the base's within ±{res['margin']:g} (asked only where the margin is at most a third of the base's headroom) or lower, "
+             f"to the base's within ±{doc['levels']['margin']:g} (asked only where the margin is at most a third of the base's "
+             f"headroom) or lower, "
              f"Holm within a family of those three tests per scoring. *v2*: every test asked, no tie tolerance. *v1*: the first "
              f"version's unadjusted rules on the 95% intervals, and the one-third clause (|Δpass@k| − Δpass@1 / 3, asked where pass@1 "
              f"rises). The registered label is the last column.", ""]
@@ -326,76 +343,38 @@ def earlier_section(res: dict) -> list[str]:
                      "rises (v1)", "unchanged (v1)", "falls (v1)", "one-third clause CI", "holds", "label"], rows) + [""])
 
 
-def coverage_section(res: dict) -> list[str]:
+def coverage_section(doc: dict) -> list[str]:
     rows = [[e["condition"], e["step"], e["scoring"], e["coverage_base"], f"{e['coverage_rl']:g}", f"{e['only_rl']:g}",
              f"{e['only_base']:g}"]
-            for e in res["entries"]]
+            for e in doc["entries"]]
     return (["## Coverage (problems with at least one correct answer; RL: mean over seeds)", ""]
             + table(["condition", "step", "scoring", "base", "RL", "only RL", "only base"], rows) + [""])
 
 
-def warnings_section(run: Path, res: dict) -> list[str]:
+def warnings_section(doc: dict) -> list[str]:
     """Inputs made under another PLAN.md, other evaluation settings or another config, and optional
-    inputs that are missing."""
-    base, rl, design = res["base"], res["rl"], res["design"]
-    prov = base.get("provenance", {})
-    plan_now = file_sha256(ROOT / "PLAN.md")
-    warnings = []
-
-    def settings(d: dict) -> dict:  # what must match between the models compared (the adapter may not)
-        c = d.get("provenance", {}).get("config", {})
-        ev = {k: v for k, v in (c.get("eval") or {}).items() if k != "n_base"}
-        return {"seed": c.get("seed"), "model": c.get("model"), "task": c.get("task"), "eval": ev}
-
-    for d in rl.values():
-        p = d.get("provenance", {})
-        if p.get("plan_sha256") != prov.get("plan_sha256"):
-            warnings.append(f"{d['_file']} was made under a different PLAN.md than eval_base.json")
-        if settings(d) != settings(base):
-            warnings.append(f"{d['_file']} records other evaluation settings (seed, model, task or eval) than eval_base.json")
-        if not same_config(p, prov):
-            warnings.append(f"{d['_file']} was made with another config (hash {p.get('config_hash')}) "
-                            f"than eval_base.json ({prov.get('config_hash')})")
-    if prov.get("plan_sha256") and plan_now and prov["plan_sha256"] != plan_now:
-        warnings.append("PLAN.md has changed since the base was evaluated")
-    cfg = design.config
-    expected = ["selection.json"] + (["lr_choice.json"] if cfg.get("train", {}).get("lr") is None else [])
-    expected += [f"probe_{t}.json" for t in cfg.get("probe", {}).get("tasks", [])]
-    trained = [(c, s) for c in design.conditions for s in design.seeds_of(c) if any(key[:2] == (c, s) for key in rl)]
-    expected += [f"{design.train_name(c, s)}/train_log.csv" for c, s in trained]
-    if (cfg.get("train", {}).get("dev_every") or 0) > 0:
-        expected += [f"{design.train_name(c, s)}/train_eval.csv" for c, s in trained]
-    for name, (b, docs, prefix) in res["sets"].items():
-        for d in ([b] if b is not None else []) + list(docs.values()):
-            if not same_config(d.get("provenance"), prov):
-                warnings.append(f"{prefix}{d['_file']} was made with another config (hash {d.get('provenance', {}).get('config_hash')}) "
-                                f"than eval_base.json ({prov.get('config_hash')})")
-    if (run / "evalsets").is_dir():
-        warnings += [f"evalsets/{f.name}/ is not a registered evaluation set (config eval_sets): left out"
-                     for f in sorted((run / "evalsets").iterdir()) if f.is_dir() and f.name not in design.eval_sets]
-    warnings += res["tokens"]["warnings"]
-    if not design.tokens_enabled and res["tokens"]["rows"]:
-        warnings.append("token files are present but config tokens.enabled is off: "
-                        "they are reported as found, not checked for completeness")
-    for name in expected:
-        if not (run / name).exists():
-            warnings.append(f"{name} is missing: what it would show is left out of this report")
-        elif name.endswith(".json") and not same_config(rec := read_json(run / name).get("provenance", {}), prov):
-            warnings.append(f"{name} was made with another config (hash {rec.get('config_hash')}) "
-                            f"than eval_base.json ({prov.get('config_hash')})")
-    return (["## Warnings", ""] + [f"- {w}" for w in warnings] + [""]) if warnings else []
+    inputs that are missing (collected by the analysis: analysis/inputs.warnings)."""
+    if "warnings" not in doc:
+        return ["## Warnings", "", "- this verdicts.json was written before the analysis kept its warnings in it: "
+                "`analyze_b.py --run RUN` collects them again", ""]
+    return (["## Warnings", ""] + [f"- {w}" for w in doc["warnings"]] + [""]) if doc["warnings"] else []
 
 
-def report(run: Path, res: dict, figs: list[Path]) -> str:
-    """report.md: the calibration first, then the primary answer, then every section in PLAN.md's order."""
-    ps = res["design"].primary_scoring
+def render(doc: dict) -> str:
+    """report.md from verdicts.json alone: the calibration first, then the primary answer, then every
+    section in PLAN.md's order. Raises OldDocument for a verdicts.json of an earlier layout."""
+    missing = [k for k in NEEDED if k not in doc]
+    if missing:
+        raise OldDocument(f"its layout predates the report's printer (no {', '.join(missing)})")
+    ps = doc["primary"]["scoring"]
     other = next(s for s in SCORINGS if s != ps)
-    L = header(run, res) + calibration_section(res) + primary_section(res) + support_section(res) + warnings_section(run, res)
-    L += entries_section(res, ps, f"H1 and H2 by condition ({ps} scoring)", other == "loose") + h3_section(res, ps)
-    L += entries_section(res, other, f"The {other} scoring (it also counts the output format)", other == "strict") + h3_section(res, other)
-    L += seeds_section(res) + power_section(res) + strata_section(res) + controls_section(res) + earlier_section(res)
-    L += coverage_section(res) + sets_section(res) + beyond_section(res) + boundary_section(res) + diversity_section(res)
-    L += ood_section(res) + strategies_section(res) + tokens_section(res) + inputs_section(run, res) + provenance_section(run, res, figs)
+    L = header(doc) + calibration_section(doc) + primary_section(doc) + support_section(doc) + warnings_section(doc)
+    L += entries_section(doc, ps, f"H1 and H2 by condition ({ps} scoring)", other == "loose") + h3_section(doc, ps)
+    L += entries_section(doc, other, f"The {other} scoring (it also counts the output format)", other == "strict")
+    L += h3_section(doc, other)
+    L += seeds_section(doc) + power_section(doc) + strata_section(doc) + controls_section(doc) + earlier_section(doc)
+    L += coverage_section(doc) + sets_section(doc) + beyond_section(doc) + boundary_section(doc) + diversity_section(doc)
+    L += ood_section(doc) + strategies_section(doc) + tokens_section(doc) + inputs_section(doc) + provenance_section(doc)
     return "\n".join(L) + "\n"
 
 

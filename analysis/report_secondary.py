@@ -1,23 +1,22 @@
 """report.md's secondary sections, in PLAN.md's order: the controls (7b), the evaluation sets,
 pass@k beyond n, the boundary, diversity, out of distribution, tokens (7c), the strategies (7d), and
 the run's inputs (learning rate, selection, probes, the first problem side by side) and their
-provenance. Words only: the numbers are analyze_b's and analysis/secondary.py's."""
+provenance. Words only, from verdicts.json alone: the numbers are analysis/secondary.py's, the inputs
+analysis/inputs.py's."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 
 from analysis.report_format import ci3, crossover_words, f3, ids, opt, p4, table, yn
-from analysis.run_files import read_json
 from analysis.secondary import MODEL_BASED
-from countdown import ARITH_DIGITS, SCORINGS, Problem, classify_strategy
-from orchestration.provenance import file_sha256
+from countdown import SCORINGS
+
+OLD = "not in this verdicts.json (written before the analysis kept the run's inputs in it): `analyze_b.py --run RUN` reads them again"
 
 
-def controls_section(res: dict) -> list[str]:
+def controls_section(doc: dict) -> list[str]:
     """PLAN.md section 7b: H4-H6."""
-    c, k, m = res["controls"], res["k_max"], res["margin"]
+    c, k, m = doc["controls"], doc["sizes"]["k_max"], doc["levels"]["margin"]
     L = [f"## Controls and baselines: H4–H6 (step {c['step']})", ""]
     if c["h4"]:
         L += [f"**H4 (anchoring, {c['scorings']['H4']} scoring):** with the KL anchor the ceiling pass@{k} is equivalent to the base's "
@@ -56,20 +55,20 @@ def controls_section(res: dict) -> list[str]:
     return L + ([""] if c["skipped"] else [])
 
 
-def sets_section(res: dict) -> list[str]:
-    d = res["design"]
-    rows = [["test", res["base"].get("task"), f"{res['n_problems']} × {res['n']} (base × {res['n_base']})", res["k_max"], "all",
-             f"{1 + len(res['rl'])} (eval_*.json)"]]
-    for name, spec in d.eval_sets.items():
-        b, docs, prefix = res["sets"][name]
-        rows.append([name, spec["task"] + (" (out of distribution)" if spec["ood"] else ""), f"{spec['n_problems']} × {spec['n']}",
-                     spec["k_max"], spec["models"], f"{(b is not None) + len(docs)} ({prefix})"])
+def sets_section(doc: dict) -> list[str]:
+    t = doc["eval_sets"]["test"]
+    rows = [["test", t["task"], f"{t['n_problems']} × {t['n']} (base × {t['n_base']})", t["k_max"], "all",
+             f"{len(t['files'])} (eval_*.json)"]]
+    for name, spec in doc["eval_sets"].items():
+        if name != "test":
+            rows.append([name, spec["task"] + (" (out of distribution)" if spec["ood"] else ""), f"{spec['n_problems']} × {spec['n']}",
+                         spec["k_max"], spec["models"], f"{len(spec['files'])} (evalsets/{name}/)"])
     return ["## Evaluation sets", ""] + table(["set", "task", "problems × n", "k_max", "models", "files found"], rows) + [""]
 
 
-def beyond_section(res: dict) -> list[str]:
+def beyond_section(doc: dict) -> list[str]:
     """PLAN.md section 7c: pass@k beyond n, labelled as a model, and its checks."""
-    bz = res["beyond"]
+    bz = doc["beyond_n"]
     n, ext = bz["n"], bz["extrapolate_to"]
     src = "the test set" if bz["set"] == "test" else f"set {bz['set']} (evalsets/{bz['set']}/)"
     L = [f"## pass@k beyond n = {n}: {MODEL_BASED}", "",
@@ -119,10 +118,10 @@ def beyond_section(res: dict) -> list[str]:
     return L + [""]
 
 
-def boundary_section(res: dict) -> list[str]:
-    bz = res["beyond"]
+def boundary_section(doc: dict) -> list[str]:
+    bz = doc["boundary"]
     n = bz["n"]
-    nulls = [r for r in bz["boundary"] if r.get("null")]
+    nulls = [r for r in bz["rows"] if r.get("null")]
     L = [f"## Boundary at n = {n}", "",
          f"Problems the base never solved in {n} samples that the trained model solved at least once (*only RL*), and the reverse (*only "
          f"base*), ids without their task/split/ prefix (all of them in verdicts.json)."
@@ -130,7 +129,7 @@ def boundary_section(res: dict) -> list[str]:
             f"set's fresh {nulls[0]['null']['fresh_n']} base samples, empirical Bayes), its 95% range and the p of at least the observed "
             f"count." if nulls else ""), ""]
     rows = []
-    for r in bz["boundary"]:
+    for r in bz["rows"]:
         nl = r.get("null")
         rows.append([r["model"], r["scoring"], f"{r['solved_base']} / {r['solved_rl']}", r["only_rl"],
                      f"{nl['expected']:.1f} [{nl['range'][0]}, {nl['range'][1]}], {nl['only_rl']['p']:.3f}" if nl else "—",
@@ -138,8 +137,8 @@ def boundary_section(res: dict) -> list[str]:
     return L + table(["model", "scoring", "solved: base / RL", "only RL", "chance [95%], p", "ids", "only base", "p", "ids"], rows) + [""]
 
 
-def diversity_section(res: dict) -> list[str]:
-    dv = res["diversity"]
+def diversity_section(doc: dict) -> list[str]:
+    dv = doc["diversity"]
     if not dv["conditions"]:
         return []
     return (["## Diversity", "", "Per problem: distinct final answers, the entropy of their distribution, and the mean full-vocabulary "
@@ -150,9 +149,9 @@ def diversity_section(res: dict) -> list[str]:
                      for r in dv["conditions"]]) + [""])
 
 
-def ood_section(res: dict) -> list[str]:
+def ood_section(doc: dict) -> list[str]:
     L = []
-    for name, o in res["ood"].items():
+    for name, o in doc["ood"].items():
         K, kt = o["k_max"], o["test_k_max"]
         rows = []
         for r in o["rows"]:
@@ -170,9 +169,9 @@ def ood_section(res: dict) -> list[str]:
     return L
 
 
-def strategies_section(res: dict) -> list[str]:
+def strategies_section(doc: dict) -> list[str]:
     """PLAN.md section 7d."""
-    sg = res["strategies"]
+    sg = doc["strategies"]
     if sg["skipped"]:
         return ["## Strategies", "", f"Not counted: {sg['skipped']}.", ""]
     S, base = sg["strategies"], sg["models"][0]
@@ -208,8 +207,8 @@ def strategies_section(res: dict) -> list[str]:
     return L + [""]
 
 
-def tokens_section(res: dict) -> list[str]:
-    tk = res["tokens"]
+def tokens_section(doc: dict) -> list[str]:
+    tk = doc["tokens"]
     if not (tk["rows"] or tk["enabled"]):
         return []
     pp = tk["paper"]
@@ -244,58 +243,40 @@ def lr_measures(d: dict) -> str:
     return reward[0].upper() + reward[1:] + " (the rule's measure)"
 
 
-def inputs_section(run: Path, res: dict) -> list[str]:
-    """The learning rate, the selection, the base-rate probes and the first test problem side by side."""
-    L = []
-    sel, lrc = run / "selection.json", run / "lr_choice.json"
-    if lrc.exists():
-        d = read_json(lrc)
+def inputs_section(doc: dict) -> list[str]:
+    """The learning rate, the selection, the base-rate probes and the first test problem side by side
+    (verdicts.json's `inputs`, analysis/inputs.py)."""
+    if "inputs" not in doc:
+        return ["## The run's inputs", "", OLD[0].upper() + OLD[1:] + ".", ""]
+    inp, L = doc["inputs"], []
+    if (d := inp["learning_rate"]) is not None:
         L += ["## Learning rate", "", f"Rule: {d['rule']}. " + lr_measures(d) + f". Chosen: **{d['chosen']:g}**.", ""]
-    if sel.exists():
-        d = read_json(sel)
-        L += ["## Problem selection", "", f"Rule: {d['rule']}. {len(d['informative'])} of {len(d['pass_rates'])} problems informative. "
+    if (d := inp["selection"]) is not None:
+        L += ["## Problem selection", "", f"Rule: {d['rule']}. {d['informative']} of {d['problems']} problems informative. "
               + "; ".join(f"set {z}: {', '.join(map(str, ids))}" + (" (fewer than asked)" if d["short"][z] else "")
                           for z, ids in d["sets"].items()), ""]
-    probes = sorted(run.glob("probe_*.json"))
-    if probes:
-        rows = []
-        for f in probes:
-            d = read_json(f)
-            kk = str(d["n"])
-            rows.append([d["task"], f"{d['n_problems']} × {d['n']}", f3(d["pass_at_k"]["strict"]["1"]), f3(d["pass_at_k"]["loose"]["1"]),
-                         f3(d["pass_at_k"]["strict"][kk]), f3(d["pass_at_k"]["loose"][kk]), f3(d["format_rate"])])
+    if inp["probes"]:
+        rows = [[d["task"], f"{d['n_problems']} × {d['n']}", f3(d["strict_pass1"]), f3(d["loose_pass1"]), f3(d["strict_passn"]),
+                 f3(d["loose_passn"]), f3(d["format_rate"])] for d in inp["probes"]]
         L += ["## Base-rate probes (the checks behind PLAN.md's change log)", ""]
         L += table(["task", "samples", "strict pass@1", "loose pass@1", "strict pass@n", "loose pass@n", "format"], rows) + [""]
-    base, rl, design = res["base"], res["rl"], res["design"]
-    first = base["problems"][0]
-    if "responses" in first:
-        L += [f"## The first test problem side by side: `{first['question']}` = {first['answer']}", ""]
-        shown = [("base", base)]
-        for c in design.conditions:
-            keys = sorted((st, s) for cc, s, st in rl if cc == c)
-            if keys:
-                st = keys[-1][0]
-                shown.append((f"{c} seed {min(s for stt, s in keys if stt == st)} step {st}",
-                              rl[(c, min(s for stt, s in keys if stt == st), st)]))
-        problem = Problem.from_row(first, base.get("task"))
-        labelled = base.get("task") in ARITH_DIGITS and bool(problem.numbers)
-        if labelled:
+    if (fp := inp["first_problem"]) is not None:
+        L += [f"## The first test problem side by side: `{fp['question']}` = {fp['answer']}", ""]
+        if fp["labelled"]:
             L += ["Each response is prefixed with its strategy (`countdown.classify_strategy`).", ""]
-        for label, d in shown:
-            p = d["problems"][0]
-            L.append(f"**{label}** — strict {p['correct_strict']}/{p['n']}, loose {p['correct_loose']}/{p['n']}")
-            L += ["```"] + [(f"[{classify_strategy(problem, r)['product']}] " if labelled else "") + r.replace("```", "'''")[:300]
-                            for r in p.get("responses", [])[:3]] + ["```", ""]
+        for m in fp["models"]:
+            L.append(f"**{m['label']}** — strict {m['correct_strict']}/{m['n']}, loose {m['correct_loose']}/{m['n']}")
+            L += ["```"] + [(f"[{r['strategy']}] " if fp["labelled"] else "") + r["text"].replace("```", "'''")[:300]
+                            for r in m["responses"]] + ["```", ""]
     return L
 
 
-def provenance_section(run: Path, res: dict, figs: list[Path]) -> list[str]:
-    L = (["## Figures", ""] + [f"![{f.stem}](figures/{f.name})" for f in figs] + [""]) if figs else []
-    files = (sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")) + sorted(run.glob("tokens_*.json"))
-             + sorted(run.glob("probe_*.json")) + [p for p in (run / "selection.json", run / "lr_choice.json") if p.exists()])
-    rows = []
-    for f in files:
-        p = read_json(f).get("provenance", {})
-        rows.append([f.relative_to(run).as_posix(), file_sha256(f)[:12], p.get("stage_hash"), (p.get("plan_sha256") or "")[:12],
-                     p.get("revision"), p.get("time")])
+def provenance_section(doc: dict) -> list[str]:
+    """The figures drawn, and each input file's hash and what made it."""
+    figs = doc.get("figures") or []
+    L = (["## Figures", ""] + [f"![{f.rsplit('.', 1)[0]}](figures/{f})" for f in figs] + [""]) if figs else []
+    if "files" not in doc.get("provenance", {}):
+        return L + ["## Provenance of the inputs", "", OLD[0].upper() + OLD[1:] + "."]
+    rows = [[f["file"], f["sha256"][:12], f["stage_hash"], (f["plan_sha256"] or "")[:12], f["revision"], f["made"]]
+            for f in doc["provenance"]["files"]]
     return L + ["## Provenance of the inputs", ""] + table(["file", "sha256", "stage hash", "PLAN.md sha256", "revision", "made"], rows)

@@ -2,6 +2,7 @@
 
     python bench/memory_05b.py [--micro-batch 3] [--prompt-len 80] [--measure]
     python bench/memory_05b.py --cpu-check 24 --micro-batch 2 [--uniform]   # the estimate against peak RSS
+    python bench/memory_05b.py --cpu-sample-check 2 [--rows 256]            # the sampling estimate against peak RSS
 
 The estimate (memory.estimate_memory) needs no download: the shape of Qwen2.5-0.5B-Instruct is
 written below. With --measure and a CUDA device, a randomly initialised model of exactly that
@@ -9,7 +10,10 @@ shape in bf16 runs one full training step at 16 x 8 completions of max_new_token
 completion forced to full length, every other one a token shorter so that micro-batches are
 padded and attention takes its masked path: the worst case) and one evaluation batch, and reports
 torch.cuda.max_memory_allocated for each phase (bench/gpu_check.py does this and more, in one JSON).
-The CPU check makes its rows ragged the same way (--uniform: all the same length, no mask).
+The CPU check makes its rows ragged the same way (--uniform: all the same length, no mask). The
+sampling check decodes one call of the evaluation's largest size (--rows, default the config's
+largest: eval.max_rows) with the static decode at the evaluation's settings (keyed draws, top-p,
+full capacity), and compares peak resident memory growth with memory.decoder_bytes.
 """
 import argparse
 import time
@@ -42,9 +46,15 @@ def main():
                    help="check the per-micro-batch part of the estimate on the CPU: a model of 0.5B's width and vocabulary "
                         "with this many layers, one micro-batch forward/backward, peak RSS growth against the estimate")
     p.add_argument("--uniform", action="store_true", help="with --cpu-check: every row the same length (no padding, no attention mask)")
+    p.add_argument("--cpu-sample-check", type=int, default=0, metavar="LAYERS",
+                   help="check memory.decoder_bytes on the CPU: one evaluation call of --rows samples of one prompt, static decode, "
+                        "a model of 0.5B's width and vocabulary with this many layers, peak RSS growth against the estimate")
+    p.add_argument("--rows", type=int, default=None, help="with --cpu-sample-check: rows of the call (default: the config's largest)")
     a = p.parse_args()
     if a.cpu_check:
         return cpu_check(a)
+    if a.cpu_sample_check:
+        return cpu_sample_check(a)
     from transformers import Qwen2Config
 
     cfg = config.load(a.config)
@@ -155,6 +165,44 @@ def cpu_check(a) -> None:
           f"  estimate (activations + logits) {gib(est)} (of which masked attention {gib(new['attention_mask'])}, "
           f"logits {gib(new['logits'])}; without the mask {gib(old['activations'] + old['logits'])}); "
           f"measured / estimate {growth / est:.3f}")
+
+def cpu_sample_check(a) -> None:
+    """Peak resident memory growth of one evaluation sampling call (bf16 where the CPU has native bf16,
+    else fp32; one prompt's `rows` samples, the static decode with keyed draws at the config's
+    temperature and top-p, its buffers at full capacity) against memory.decoder_bytes. Every token id
+    is a stop, so every row ends at its first token and the decode stops at its first check
+    (static_decode.CHECK_EVERY tokens at full width): the buffers and one step's temporaries, the
+    estimate's two parts, are all allocated, without decoding max_new_tokens."""
+    import resource
+    from dataclasses import replace
+
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from method.model import native_bf16
+    from orchestration import study
+
+    torch.set_num_threads(1)
+    cfg = config.load(a.config)
+    e = cfg.eval
+    rows = a.rows or memory.largest_call(cfg, e.n_base or e.n, e.problems_per_batch)
+    dtype, act = (torch.bfloat16, 2) if native_bf16() else (torch.float32, 4)
+    mc = Qwen2Config(**{**QWEN05B, "num_hidden_layers": a.cpu_sample_check})
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM._from_config(mc, dtype=dtype).eval()
+    prompt = torch.randint(0, 150000, (a.prompt_len,), generator=torch.Generator().manual_seed(0)).tolist()
+    s = replace(e.sampling, decode="graph")
+    with open("/proc/self/statm") as f:
+        before = int(f.read().split()[1]) * resource.getpagesize()
+    t0 = time.perf_counter()
+    sampler.sample(model, [prompt], rows, s, [study.seed_for("memory_05b", 0, j) for j in range(rows)], list(range(mc.vocab_size)), 0)
+    growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    top = s.top_p < 1.0 or s.top_k > 0
+    est = memory.decoder_bytes(mc, rows, a.prompt_len + s.max_new_tokens, top_p=top, act_bytes=act, keyed=e.draw == "sample")
+    print(f"CPU sampling check, {a.cpu_sample_check} layers of 0.5B's width, {rows} rows, {a.prompt_len} + {s.max_new_tokens} "
+          f"positions, {str(dtype).removeprefix('torch.')}, T {s.temperature:g}, top-p {s.top_p:g}, draw {e.draw} "
+          f"({time.perf_counter() - t0:.0f} s):\n"
+          f"  peak RSS growth {gib(growth)}\n  memory.decoder_bytes {gib(est)}; measured / estimate {growth / est:.3f}")
+
 
 if __name__ == "__main__":
     main()

@@ -1,5 +1,6 @@
 """method/model.py: the hand-written LoRA against PEFT (outputs, adapter files), the shared fp32 cast and
 the folded sampling weights, and the completion log-probabilities against plain autograd."""
+import peft
 import pytest
 import torch
 
@@ -51,7 +52,6 @@ def test_lora_starts_equal_to_base_and_only_lora_trains(fitted_dir, smoke_cfg):
 
 
 def test_adapter_loads_in_peft_with_same_logits(fitted_dir, smoke_cfg, tmp_path):
-    peft = pytest.importorskip("peft")
     from transformers import AutoModelForCausalLM
 
     cfg = cfg_for(smoke_cfg)

@@ -124,7 +124,7 @@ def test_new_switches_left_off_keep_old_hashes_and_turned_on_change_them(smoke_c
 @pytest.mark.parametrize("entry, argv, names", [
     ("pipeline", ["--config", "configs/smoke.yaml", "--stage", "nope"], "argument --stage: invalid choice: 'nope'"),
     ("grpo", ["frob"], "invalid choice: 'frob'"),
-    ("analyze_b", [], "the following arguments are required: --run"),
+    ("analyze_b", [], "give --run RUN (analyse) or --report-only RUN (print its report again), one of the two"),
 ])
 def test_a_wrong_argument_ends_in_one_line(entry, argv, names, capsys):
     """orchestration/cli.Parser: argparse's usage block is not printed; one line names the argument and the

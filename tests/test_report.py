@@ -1,0 +1,114 @@
+"""report.md as a printer of verdicts.json: render(doc) reads the document and nothing else, the
+label it prints is primary.label, and analyze_b.py --report-only prints a run's report again from
+its verdicts.json alone (every committed run's label sentence included)."""
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_analyze import BASE_MAIN, DESIGN, write_run
+
+from analysis import assemble, report
+from orchestration import config
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = sorted(ROOT.glob("results/*/verdicts.json"))
+LABEL = re.compile(r"^Does RL on `[^`]+` select \([^)]*\)\? \*\*([^*]+)\*\*")
+
+
+def label_sentence(text: str) -> str:
+    """The label of the primary question's first sentence, as printed (first letter lowered back)."""
+    lines = text.splitlines()
+    m = LABEL.match(lines[lines.index("## The primary question") + 2])
+    assert m, "no label sentence"
+    return m[1][0].lower() + m[1][1:]
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory):
+    run = write_run(tmp_path_factory.mktemp("printer") / "run", BASE_MAIN, DESIGN)
+    doc = assemble.run_analysis(run, make_figures=False)
+    return run, doc
+
+
+def test_the_report_is_the_document_printed(analysed, tmp_path):
+    """render(verdicts.json) is report.md byte for byte, and still is with the run folder gone: the
+    printer opens no file."""
+    run, _ = analysed
+    doc = json.loads((run / "verdicts.json").read_text())
+    text = (run / "report.md").read_text()
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    shutil.rmtree(copy)  # nothing of the run is left to read but the document in memory
+    assert report.render(doc) == text
+
+
+def test_the_printed_label_is_the_documents(analysed):
+    """The label sentence prints primary.label, whatever the entry's own label or the ceiling null
+    say: the printer does not make a label (it was made in three places before)."""
+    _, doc = analysed
+    doc = json.loads(json.dumps(doc))
+    assert label_sentence(report.render(doc)) == doc["primary"]["label"] == "selection"
+    doc["primary"]["label"] = "undecided (base null)"  # as if the analysis had registered the base null
+    assert label_sentence(report.render(doc)) == "undecided (base null)"
+    assert report.headline(doc).splitlines()[0].endswith(": undecided (base null)")
+
+
+def test_the_inputs_and_warnings_are_in_the_document(analysed):
+    run, doc = analysed
+    assert doc["provenance"]["run"] == "run" and doc["inputs"]["n_expected"] == 6
+    assert [f["file"] for f in doc["provenance"]["files"]] == sorted(p.name for p in run.glob("eval_*.json"))
+    missing = [w for w in doc["warnings"] if w.endswith("is missing: what it would show is left out of this report")]
+    assert missing and all(f"- {w}" in (run / "report.md").read_text() for w in doc["warnings"])
+    assert missing[:2] == ["selection.json is missing: what it would show is left out of this report",
+                           "lr_choice.json is missing: what it would show is left out of this report"]
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=[p.parent.name for p in COMMITTED])
+def test_every_committed_run_prints_its_label_sentence_again(path):
+    """Every committed verdicts.json of the printer's layout prints the label it holds, under the
+    ceiling null of every config in configs/ (the printer reads the document's label, not the
+    config's rule); an older layout is refused with a reason, never printed wrong."""
+    doc = json.loads(path.read_text())
+    if any(k not in doc for k in report.NEEDED):
+        with pytest.raises(report.OldDocument, match="predates"):
+            report.render(doc)
+        return
+    label = doc["primary"]["label"]
+    assert label_sentence(report.render(doc)) == label
+    assert label_sentence((path.parent / "report.md").read_text()) == label  # the committed report says the same
+    for cfg_file in sorted((ROOT / "configs").glob("*.yaml")):
+        doc["primary"]["ceiling_null"] = config.load(str(cfg_file)).analyze.ceiling_null
+        assert label_sentence(report.render(doc)) == label, cfg_file.name
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "analyze_b.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_report_only_prints_the_same_report_again(analysed, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(analysed[0], run)
+    before = (run / "report.md").read_text()
+    (run / "report.md").write_text("an edited report\n")
+    r = _cli("--report-only", str(run))
+    assert r.returncode == 0, r.stderr
+    assert (run / "report.md").read_text() == before  # the analysis' own report, byte for byte
+    moved = list((run / "superseded").rglob("report.md"))
+    assert len(moved) == 1 and moved[0].read_text() == "an edited report\n"  # the replaced one is kept
+    assert r.stdout.splitlines()[1].startswith("primary (many, loose, step 150): selection")
+
+
+def test_report_only_refuses_in_one_line(tmp_path):
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "verdicts.json").write_text(json.dumps({"entries": [], "n": 8}))
+    for folder, why in [(tmp_path / "old", "predates the report's printer"), (tmp_path / "none", "No such file")]:
+        r = _cli("--report-only", str(folder))
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 1 and len(lines) == 1 and why in lines[0] and "--run" in lines[0], r.stderr
+    assert not (tmp_path / "old" / "report.md").exists()
+    r = _cli("--run", str(tmp_path / "old"), "--report-only", str(tmp_path / "old"))
+    assert r.returncode == 2 and "one of the two" in r.stderr
