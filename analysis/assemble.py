@@ -29,6 +29,7 @@ import numpy as np
 from scipy import stats as st
 
 from analysis import calibration, figures, inputs, report, secondary, stats, support, verdict
+from analysis.document import Entry
 from analysis.power import (
     count_coverage,
     design_se,
@@ -100,7 +101,7 @@ def counts(doc: dict, sc: str) -> np.ndarray:
 # ============================================================================= entries (PLAN.md section 7)
 
 
-def entry(cond: str, step: int, sc: str, seeds: list[int], docs: list[dict], base: dict, inf: Inference, null) -> tuple[dict, np.ndarray]:
+def entry(cond: str, step: int, sc: str, seeds: list[int], docs: list[dict], base: dict, inf: Inference, null) -> tuple[Entry, np.ndarray]:
     """One condition x checkpoint x scoring: verdict.compare's tests and label (raw p-values), the
     Delta pass@k curve vs the base with its simultaneous band and crossover, each seed's own Delta,
     coverage and the base-null reading's p-values (earlier_verdicts). Returns it and the replicate

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from analysis.document import PRINTED, Entry
 from analysis.report_format import ci3, crossover_words, f3, p4, rate, table, yn
 from analysis.report_secondary import (
     beyond_section,
@@ -25,21 +26,17 @@ from analysis.report_secondary import (
 )
 from countdown import SCORINGS
 
-# verdicts.json written before the analysis named its sizes and levels (results/tiny, tiny_first_run,
-# tiny_seeds, tiny_v3, smollm2) has another layout: the printer refuses it and names the remedy.
-NEEDED = ("primary", "entries", "sizes", "levels", "bootstrap", "design", "calibration")
-
 
 class OldDocument(ValueError):
-    """A verdicts.json the printer cannot read: its layout predates the keys in NEEDED."""
+    """A verdicts.json the printer cannot read: its layout predates the keys in document.PRINTED."""
 
 
-def primary_entry(doc: dict) -> dict | None:
+def primary_entry(doc: dict) -> Entry | None:
     """The primary question's entry (condition, scoring and last checkpoint), None in a partial run without it."""
     return next((e for e in doc["entries"] if e["primary"]), None)
 
 
-def reason_words(e: dict, margin: float) -> str:
+def reason_words(e: Entry, margin: float) -> str:
     """An entry's label's reason (verdict.REASONS) in words, with the p-value it rests on."""
     r, k = e["reason"], e["k"]
     p = "" if r["p"] is None else f" (p = {p4(r['p'])})"
@@ -54,7 +51,7 @@ def reason_words(e: dict, margin: float) -> str:
             "pass1-unchanged": f"pass@1 is shown neither to rise{p} nor to fall (p = {p4(e['adjusted']['falls'])})"}[r["code"]]
 
 
-def primary_sentence(e: dict | None, doc: dict) -> str:
+def primary_sentence(e: Entry | None, doc: dict) -> str:
     """The primary question and its label (verdicts.json's primary.label) in one sentence, with the
     numbers behind it; then, where the calibration failed, that the instrument is not calibrated in
     this world."""
@@ -363,7 +360,7 @@ def warnings_section(doc: dict) -> list[str]:
 def render(doc: dict) -> str:
     """report.md from verdicts.json alone: the calibration first, then the primary answer, then every
     section in PLAN.md's order. Raises OldDocument for a verdicts.json of an earlier layout."""
-    missing = [k for k in NEEDED if k not in doc]
+    missing = [k for k in PRINTED if k not in doc]
     if missing:
         raise OldDocument(f"its layout predates the report's printer (no {', '.join(missing)})")
     ps = doc["primary"]["scoring"]

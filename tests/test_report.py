@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_analyze import BASE_MAIN, DESIGN, write_run
 
-from analysis import assemble, report
+from analysis import assemble, document, report
 from orchestration import config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +73,7 @@ def test_every_committed_run_prints_its_label_sentence_again(path):
     ceiling null of every config in configs/ (the printer reads the document's label, not the
     config's rule); an older layout is refused with a reason, never printed wrong."""
     doc = json.loads(path.read_text())
-    if any(k not in doc for k in report.NEEDED):
+    if any(k not in doc for k in document.PRINTED):
         with pytest.raises(report.OldDocument, match="predates"):
             report.render(doc)
         return
@@ -112,3 +112,38 @@ def test_report_only_refuses_in_one_line(tmp_path):
     assert not (tmp_path / "old" / "report.md").exists()
     r = _cli("--run", str(tmp_path / "old"), "--report-only", str(tmp_path / "old"))
     assert r.returncode == 2 and "one of the two" in r.stderr
+
+
+class Reading(dict):
+    """A dict that records the keys read from it (in its class's `seen`)."""
+    seen: set
+
+    def __getitem__(self, key):
+        self.seen.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.seen.add(key)
+        return super().get(key, default)
+
+
+def test_entries_hold_exactly_the_named_fields_and_the_printer_reads_no_other(analysed):
+    """document.Entry names an entry's fields once: the analysis makes exactly them, and the
+    printer reads only them from an entry (and only document.Primary's from `primary`)."""
+    _, doc = analysed
+    doc = json.loads(json.dumps(doc))
+    assert all(set(e) == set(document.Entry.__annotations__) for e in doc["entries"])
+    assert set(doc["primary"]) == set(document.Primary.__annotations__)
+
+    class EntryRead(Reading):
+        seen = set()
+
+    class PrimaryRead(Reading):
+        seen = set()
+
+    doc["entries"] = [EntryRead(e) for e in doc["entries"]]
+    doc["primary"] = PrimaryRead(doc["primary"])
+    report.render(doc)
+    report.headline(doc)
+    assert {"label", "pass1_diff", "vs_null", "base_null"} <= EntryRead.seen <= set(document.Entry.__annotations__)
+    assert {"label", "ceiling_null"} <= PrimaryRead.seen <= set(document.Primary.__annotations__)
