@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.run_files import read_json
-from countdown import ARITH_DIGITS, Problem, classify_strategy
+from analysis.strategies import classify_strategy
+from countdown import ARITH_DIGITS, Problem
 from orchestration.provenance import file_sha256, same_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +98,7 @@ def probes(run: Path) -> list[dict]:
 
 def first_problem(res: dict) -> dict | None:
     """The first test problem's first responses from the base and from each condition's last checkpoint
-    (its lowest seed), each with its strategy where the task has one (countdown.classify_strategy)."""
+    (its lowest seed), each with its strategy where the task has one (analysis/strategies.classify_strategy)."""
     base, rl, design = res["base"], res["rl"], res["design"]
     first = base["problems"][0]
     if "responses" not in first:

@@ -183,7 +183,8 @@ def strategies_section(doc: dict) -> list[str]:
              + [f"{r['subtraction_share']:.3f}"]
              for r in sg["conditions"]]
     L = ["## Strategies: how each response computes the product (PLAN.md section 7d)", "",
-         "Every test-set response classified by `countdown.classify_strategy`: *split* (partial products), *one-step* (`a * b = N`), "
+         "Every test-set response classified by `analysis/strategies.classify_strategy`: *split* (partial products), "
+         "*one-step* (`a * b = N`), "
          "*no-product*. Each cell: share of responses (Δ vs the base [95% CI, crossed bootstrap]), loose accuracy within the strategy, "
          "share of all correct answers it carries; trained models pooled over seeds. Secondary and descriptive, not adjusted.", ""]
     L += table(["model", "step"] + list(S) + ["subtraction shown"], rows)
@@ -197,7 +198,7 @@ def strategies_section(doc: dict) -> list[str]:
                  yn(r["selection_at_strategy_level"])] for r in sg["reading"]])
     if sg.get("computations"):  # runs analysed before change 44 have none
         C = sg["computation_rows"]
-        L += ["", "**How the correct answers were computed** (`countdown.classify_computation`, from the last subtraction "
+        L += ["", "**How the correct answers were computed** (`analysis/strategies.classify_computation`, from the last subtraction "
               "`P - c = V`): *clean*, the right product and the right subtraction; *compensating*, a wrong product cancelled by a "
               "wrong subtraction (a product 10 too small and a forgotten borrow); *other correct*, no subtraction written or a slip "
               "after it. Response counts, trained models pooled over seeds at the last checkpoint. Descriptive.", ""]
@@ -263,7 +264,7 @@ def inputs_section(doc: dict) -> list[str]:
     if (fp := inp["first_problem"]) is not None:
         L += [f"## The first test problem side by side: `{fp['question']}` = {fp['answer']}", ""]
         if fp["labelled"]:
-            L += ["Each response is prefixed with its strategy (`countdown.classify_strategy`).", ""]
+            L += ["Each response is prefixed with its strategy (`analysis/strategies.classify_strategy`).", ""]
         for m in fp["models"]:
             L.append(f"**{m['label']}** — strict {m['correct_strict']}/{m['n']}, loose {m['correct_loose']}/{m['n']}")
             L += ["```"] + [(f"[{r['strategy']}] " if fp["labelled"] else "") + r["text"].replace("```", "'''")[:300]

@@ -27,7 +27,8 @@ from analysis.stats import (
     ratio_estimate,
     resample_indices,
 )
-from countdown import ARITH_DIGITS, SCORINGS, STRATEGIES, Problem, classify_computation, classify_strategy, operands, score_loose, stratum
+from analysis.strategies import STRATEGIES, classify_computation, classify_strategy
+from countdown import ARITH_DIGITS, SCORINGS, Problem, operands, score_loose, stratum
 
 CONTROL_SCORING = {"H4": "loose", "H5": "strict", "H6": "loose"}  # PLAN.md section 7b
 
@@ -357,10 +358,10 @@ STRATEGY_FLOOR, STRATEGY_NONNEGLIGIBLE = 0.01, 0.05  # registered: a base share 
 
 
 def strategy_counts(doc: dict) -> dict[str, np.ndarray] | None:
-    """Per problem of an eval file, from its responses (countdown.classify_strategy): how many
+    """Per problem of an eval file, from its responses (analysis/strategies.classify_strategy): how many
     responses use each strategy (STRATEGIES) and how many of those are loosely correct, and how many
     show the subtraction; (N,) arrays keyed "<strategy>", "<strategy>_correct", "subtraction", and the
-    correct answers by how their working reached them (COMPUTATION_ROWS, countdown.classify_computation).
+    correct answers by how their working reached them (COMPUTATION_ROWS, strategies.classify_computation).
     None when the file keeps no responses or its task has no strategies."""
     probs = doc["problems"]
     if doc.get("task") not in ARITH_DIGITS or not all("responses" in p and operands(p["question"]) for p in probs):

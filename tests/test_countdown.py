@@ -1,5 +1,6 @@
 """Tests for countdown.py: problem generation, prompts, the strict/loose/format scores and
-Countdown expression scoring. Every scoring decision in the module docstring has a table row.
+Countdown expression scoring; and analysis/strategies.py's reading of how a response computes
+a * b - c. Every scoring decision in the module docstring has a table row.
 
 The timing tests catch super-linear scans (a quadratic scan of 2 MB takes minutes); their bounds
 are loose on purpose so that a busy machine does not fail them.
@@ -23,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import countdown as cd  # noqa: E402
+from analysis import strategies  # noqa: E402
 from countdown import (  # noqa: E402
     ARITH_DIGITS,
     COUNTDOWN_MAX_CHARS,
@@ -847,13 +849,13 @@ STRATEGY_CASES = [  # (response, product, subtraction shown)
 
 @pytest.mark.parametrize("response, product, shown", STRATEGY_CASES)
 def test_classify_strategy_on_hand_written_responses(response, product, shown):
-    assert cd.classify_strategy(Q, response) == {"product": product, "subtraction": shown}
+    assert strategies.classify_strategy(Q, response) == {"product": product, "subtraction": shown}
 
 
 def test_classify_strategy_only_for_a_times_b_minus_c():
     with pytest.raises(ValueError):
-        cd.classify_strategy(cd.generate("add-1x1", 1, 0)[0], "3 + 4 = 7")
-    assert cd.STRATEGIES == ("split", "one-step", "no-product")
+        strategies.classify_strategy(cd.generate("add-1x1", 1, 0)[0], "3 + 4 = 7")
+    assert strategies.STRATEGIES == ("split", "one-step", "no-product")
 
 
 @pytest.mark.parametrize("p_decomposed", [1.0, 0.0, 0.6, 0.25])
@@ -865,10 +867,10 @@ def test_classify_strategy_recovers_the_tiny_bases_method_mix(p_decomposed):
     from bases import tiny_base
     from orchestration import config
 
-    problems = [p for p in cd.generate("arith-2x1", 400, 0) if len(cd._parts(p.numbers[0])) >= 2]
+    problems = [p for p in cd.generate("arith-2x1", 400, 0) if len(cd.place_parts(p.numbers[0])) >= 2]
     b = config.TinyBaseCfg(p_decomposed=p_decomposed, p_slip=0.05, p_oneshot_wrong=0.6)
     rng = random.Random(7)
-    labels = [cd.classify_strategy(p, tiny_base.trace(p, rng, b)) for p in problems for _ in range(5)]
+    labels = [strategies.classify_strategy(p, tiny_base.trace(p, rng, b)) for p in problems for _ in range(5)]
     split = sum(x["product"] == "split" for x in labels) / len(labels)
     assert abs(split - p_decomposed) < 0.03, split  # 1,800+ traces: the binomial SD is at most 0.012
     assert all(x["product"] in ("split", "one-step") and x["subtraction"] for x in labels)
@@ -904,12 +906,12 @@ def test_borrow_columns_against_the_digits_by_hand_and_the_strata():
 ])
 def test_classify_computation(response, expected):
     p = cd.Problem("t", "arith-2x1", "15 * 7 - 38", 67, (15, 7, 38), "")
-    assert cd.classify_computation(p, response) == expected
+    assert strategies.classify_computation(p, response) == expected
 
 
 def test_classify_computation_refuses_other_tasks():
     with pytest.raises(ValueError, match="only a \\* b - c tasks"):
-        cd.classify_computation(cd.Problem("t", "add-1x1", "1 + 2", 3, (1, 2), ""), "3")
+        strategies.classify_computation(cd.Problem("t", "add-1x1", "1 + 2", 3, (1, 2), ""), "3")
 
 
 def test_a_problem_read_back_from_an_evaluation_row():
