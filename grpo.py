@@ -326,18 +326,16 @@ def global_norm(params) -> float:
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params])).item()
 
 def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: bool = True) -> Path:
-    """Train `run` into `out`, resuming from out/last if it is there. Writes out/train_log.csv,
-    out/step_XXX/ adapters, out/last/ (the resume point), out/done.json, and with run.dev_every
-    out/train_eval.csv. The training seed draws the LoRA initialisation, the data order and every
-    rollout; nothing else."""
+    """Train `run` into `out`, resuming from out/last if it is there: out/train_log.csv, out/step_XXX/ adapters,
+    out/last/ (the resume point), out/done.json, with run.dev_every out/train_eval.csv. The training seed draws
+    the LoRA initialisation, the data order and every rollout; nothing else."""
     from tqdm import tqdm
 
     tc = cfg.train
     P, G, s = tc.problems_per_step, tc.group_size, tc.sampling
     method = METHODS[run.cond.method]
     setup_torch(cfg)
-    device = pick_device(cfg)
-    model, tok = load_model(cfg, base, device)
+    model, tok = load_model(cfg, base, device := pick_device(cfg))
     apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, study.seed_for(run.seed, "lora-init"))
     opt = make_optimizer(model, cfg, run.lr)
     out.mkdir(parents=True, exist_ok=True)
@@ -381,19 +379,26 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
         bar.set_postfix(reward=f"{rows[-1]['reward_mean']:.2f}", fmt=f"{rows[-1]['format_rate']:.2f}", len=f"{rows[-1]['len_mean']:.0f}")
         if step == min(NO_SIGNAL_STEPS, run.steps) and (warning := no_signal_warning(rows, f"{run.stage} {run.name} s{run.seed}")):
             bar.write(warning, file=sys.stdout)  # above the progress bar; stdout: stderr carries the one-line errors
-        if dev and step % run.dev_every == 0:
-            dev_rows.append(evaluate.dev_check(model, tok, cfg, dev, step))
-        if step in run.checkpoints:
-            save_checkpoint(model, out, step, cfg, base)
-        if step % tc.save_last_every == 0 or step == run.steps or step in run.checkpoints:
-            if dev:
-                write_csv_rows(out / "train_eval.csv", dev_rows, DEV_FIELDS)  # before last/, like the log
-            save_last(model, opt, step, rows, out, cfg, base, meta)
+        keep(model, tok, opt, cfg, run, out, base, meta, step, rows, dev, dev_rows)
     bar.close()
     atomic_write_json(out / "done.json", {
         "steps": run.steps, **meta, "micro_batch": micro_batch, "micro_batch_auto": cfg.micro_batch == 0, "micro_batch_why": why,
         "memory_estimate_gib": round(mem["train_step"] / 2**30, 3), "stop_ids": stops, "dtype": cfg.model.dtype})
     return out
+
+
+def keep(model, tok, opt, cfg: config.Config, run: TrainingRun, out: Path, base: str, meta: dict, step: int, rows: list, dev: list,
+         dev_rows: list) -> None:
+    """What a step leaves once its update is made, as due: the dev check, the registered checkpoint,
+    and the resume point with the logs (out/last/)."""
+    if dev and step % run.dev_every == 0:
+        dev_rows.append(evaluate.dev_check(model, tok, cfg, dev, step))
+    if step in run.checkpoints:
+        save_checkpoint(model, out, step, cfg, base)
+    if step % cfg.train.save_last_every == 0 or step == run.steps or step in run.checkpoints:
+        if dev:
+            write_csv_rows(out / "train_eval.csv", dev_rows, DEV_FIELDS)  # before last/, like the log
+        save_last(model, opt, step, rows, out, cfg, base, meta)
 
 
 def memory_plan(cfg: config.Config, model, tok, run: TrainingRun, device: torch.device) -> tuple[int, dict, str]:

@@ -453,11 +453,8 @@ def analyze(run: Path, resamples: int | None = None, seed: int | None = None, pa
                                          inf.k),
             "strategies": secondary.analyze_strategies(design, base, rl, idx, draws, inf.levels.ci),
             "tokens": secondary.analyze_tokens(design, tokens, tok_warnings),
-            # flat copies the figures and report read
-            "resamples": inf.draws.resamples, "ci": inf.levels.ci, "seed": inf.draws.seed, "n": inf.n, "n_base": inf.n_base, "k_max": inf.k,
-            "n_problems": len(base["problems"]), "alpha_one": inf.levels.one_sided, "alpha_tost": inf.levels.tost,
-            "margin": inf.levels.margin,
-            "selection_margin": inf.levels.selection_margin}
+            # flat copies the figures read
+            "ci": inf.levels.ci, "n": inf.n, "k_max": inf.k, "n_problems": len(base["problems"]), "margin": inf.levels.margin}
 
 
 def check_extras(run: Path) -> None:

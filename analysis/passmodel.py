@@ -50,6 +50,26 @@ def betabinom_logpmf(c, n: int, alpha: float, beta: float) -> np.ndarray:
     return gammaln(n + 1) - gammaln(c + 1) - gammaln(n - c + 1) + betaln(c + alpha, n - c + beta) - betaln(alpha, beta)
 
 
+def _starts(counts, n: int, plain: dict | None) -> list[tuple]:
+    """fit_betabinom's starting points in (logit mu, log s[, logit pi]): the method of moments on c / n
+    where it is defined, and the mean with s = 2 (a spread-out Beta); for the zero-inflated fit (plain:
+    the plain fit) the plain optimum with three zero shares, and the mean with half the zero share."""
+    from scipy.special import logit
+
+    p = np.asarray(counts, float) / n
+    m, v = p.mean(), p.var()
+    mu0 = float(logit(np.clip(m, 1e-4, 1 - 1e-4)))
+    starts = [(mu0, np.log(2.0))]  # the mean, s = 2 (alpha + beta = 2: a spread-out Beta)
+    if 0 < m < 1 and v > 0:  # the method of moments on c / n
+        starts.insert(0, (mu0, float(np.clip(np.log(max(m * (1 - m) / v - 1, 1e-3)), -10, 10))))
+    if plain is None:
+        return starts
+    th0 = (logit(np.clip(plain["alpha"] / (plain["alpha"] + plain["beta"]), 1e-6, 1 - 1e-6)), np.log(plain["alpha"] + plain["beta"]))
+    zeros = float(np.mean(p == 0))
+    return ([(*th0, logit(q)) for q in (1e-3, max(zeros / 2, 1e-3), max(zeros * 0.9, 1e-3))]
+            + [(*starts[0], logit(max(zeros / 2, 1e-3)))])
+
+
 def fit_betabinom(counts, n: int, zero_inflated: bool = False, plain: dict | None = None, start: tuple | None = None,
                   tol: float = 1e-7) -> dict:
     """Maximum-likelihood fit of a beta-binomial to per-problem counts c_i of n:
@@ -67,7 +87,7 @@ def fit_betabinom(counts, n: int, zero_inflated: bool = False, plain: dict | Non
     tol: Nelder-Mead's tolerance on theta (and tol^1.5 on the likelihood); refits use 1e-4, which
     moves pass@k by less than 1e-4 (tested) at a fifth of the work."""
     from scipy.optimize import minimize
-    from scipy.special import expit, logit
+    from scipy.special import expit
 
     hist = count_histogram(counts, n)
     cs = np.arange(n + 1)
@@ -85,20 +105,9 @@ def fit_betabinom(counts, n: int, zero_inflated: bool = False, plain: dict | Non
         v = -float(hist[used] @ lp)
         return v if np.isfinite(v) else 1e300
 
-    p = np.asarray(counts, float) / n
-    m, v = p.mean(), p.var()
-    mu0 = float(logit(np.clip(m, 1e-4, 1 - 1e-4)))
-    starts = [(mu0, np.log(2.0))]  # the mean, s = 2 (alpha + beta = 2: a spread-out Beta)
-    if 0 < m < 1 and v > 0:  # the method of moments on c / n
-        starts.insert(0, (mu0, float(np.clip(np.log(max(m * (1 - m) / v - 1, 1e-3)), -10, 10))))
     if zero_inflated:
         plain = plain or fit_betabinom(counts, n)
-        th0 = (logit(np.clip(plain["alpha"] / (plain["alpha"] + plain["beta"]), 1e-6, 1 - 1e-6)), np.log(plain["alpha"] + plain["beta"]))
-        zeros = float(np.mean(p == 0))
-        starts = ([(*th0, logit(q)) for q in (1e-3, max(zeros / 2, 1e-3), max(zeros * 0.9, 1e-3))]
-                  + [(*starts[0], logit(max(zeros / 2, 1e-3)))])
-    if start is not None and not zero_inflated:
-        starts = [start]
+    starts = [start] if start is not None and not zero_inflated else _starts(counts, n, plain if zero_inflated else None)
     starts = [np.clip(np.array(s0, float), [b[0] for b in box], [b[1] for b in box]) for s0 in starts]
     best = min((minimize(nll, s0, method="Nelder-Mead", bounds=box, options={"xatol": tol, "fatol": tol**1.5, "maxiter": 600})
                 for s0 in starts), key=lambda r: r.fun)

@@ -97,6 +97,38 @@ def read_json(path: Path) -> dict:
         raise InputError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})")
 
 
+def condition_settings(cfg: dict, conds: list[str], need) -> dict:
+    """Each condition's recorded settings over DEFAULT_CONDITION (need: read_design's check)."""
+    raw = cfg.get("conditions")
+    settings = {}
+    for c in conds:
+        v = raw.get(c) if isinstance(raw, dict) else None
+        need(v is None or isinstance(v, dict), f"conditions.{c}", "must be a mapping of settings")
+        settings[c] = {**DEFAULT_CONDITION, **{k: x for k, x in (v or {}).items() if k in DEFAULT_CONDITION}}
+        need(isinstance(settings[c]["kl"], (int, float)) and isinstance(settings[c]["entropy"], (int, float)),
+             f"conditions.{c}.kl", "and entropy must be numbers")
+    return settings
+
+
+def eval_set_specs(cfg: dict, need) -> dict:
+    """Each registered evaluation set's task, sizes and models, and whether it is out of
+    distribution (need: read_design's check)."""
+    sets = {}
+    raw_sets = cfg.get("eval_sets") or {}
+    need(isinstance(raw_sets, dict), "eval_sets", "must be a mapping of set name to settings")
+    for name, es in raw_sets.items():
+        need(isinstance(es, dict) and name != "test", f"eval_sets.{name}", "must be a mapping (and 'test' is the eval section)")
+        spec = {"task": es.get("task"), "n": es.get("n", 256), "k_max": es.get("k_max", 256), "n_problems": es.get("n_problems", 64),
+                "models": es.get("models", "final-first-seed")}
+        need(spec["models"] in config.EVAL_MODELS, f"eval_sets.{name}.models", f"must be one of {', '.join(config.EVAL_MODELS)}")
+        need(all(isinstance(spec[k], int) and spec[k] >= 1 for k in ("n", "k_max", "n_problems")) and spec["k_max"] <= spec["n"],
+             f"eval_sets.{name}.k_max", "needs integers n, n_problems >= 1 and 1 <= k_max <= n")
+        spec["task"] = spec["task"] or cfg.get("task", {}).get("name")
+        spec["ood"] = spec["task"] != cfg.get("task", {}).get("name")  # another task than the one trained on
+        sets[name] = spec
+    return sets
+
+
 def read_design(run: Path, base: dict | None = None) -> Design:
     """The design from RUN/manifest.json's config if it exists, else from eval_base.json's
     provenance. config["conditions"] (a mapping, in order) or, in older runs, train.conditions
@@ -141,27 +173,7 @@ def read_design(run: Path, base: dict | None = None) -> Design:
     need(unit(an["power"]), "analyze.power", "must be in (0, 1)")
     ext = an.get("extrapolate_to", 1024)
     need(isinstance(ext, int) and not isinstance(ext, bool) and ext >= 1, "analyze.extrapolate_to", "must be an integer >= 1")
-    raw = cfg.get("conditions")
-    settings = {}
-    for c in conds:
-        v = raw.get(c) if isinstance(raw, dict) else None
-        need(v is None or isinstance(v, dict), f"conditions.{c}", "must be a mapping of settings")
-        settings[c] = {**DEFAULT_CONDITION, **{k: x for k, x in (v or {}).items() if k in DEFAULT_CONDITION}}
-        need(isinstance(settings[c]["kl"], (int, float)) and isinstance(settings[c]["entropy"], (int, float)),
-             f"conditions.{c}.kl", "and entropy must be numbers")
-    sets = {}
-    raw_sets = cfg.get("eval_sets") or {}
-    need(isinstance(raw_sets, dict), "eval_sets", "must be a mapping of set name to settings")
-    for name, es in raw_sets.items():
-        need(isinstance(es, dict) and name != "test", f"eval_sets.{name}", "must be a mapping (and 'test' is the eval section)")
-        spec = {"task": es.get("task"), "n": es.get("n", 256), "k_max": es.get("k_max", 256), "n_problems": es.get("n_problems", 64),
-                "models": es.get("models", "final-first-seed")}
-        need(spec["models"] in config.EVAL_MODELS, f"eval_sets.{name}.models", f"must be one of {', '.join(config.EVAL_MODELS)}")
-        need(all(isinstance(spec[k], int) and spec[k] >= 1 for k in ("n", "k_max", "n_problems")) and spec["k_max"] <= spec["n"],
-             f"eval_sets.{name}.k_max", "needs integers n, n_problems >= 1 and 1 <= k_max <= n")
-        spec["task"] = spec["task"] or cfg.get("task", {}).get("name")
-        spec["ood"] = spec["task"] != cfg.get("task", {}).get("name")  # another task than the one trained on
-        sets[name] = spec
+    settings, sets = condition_settings(cfg, conds, need), eval_set_specs(cfg, need)
     tokens = cfg.get("tokens") or {}
     return Design(conds, list(seeds), sorted(steps), "seeds" not in train, cfg, src.name, an["resamples"], an["ci"],
                   an["seed"], an["equivalence_margin"], an["primary_condition"], an["primary_scoring"], an["power"],

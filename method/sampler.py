@@ -3,6 +3,23 @@ top-k, top-p, max new tokens; no repetition penalty, nothing read from a model's
 generation_config.json but its stop tokens), a KV cache allocated once per decode, and a count of
 the host reads it makes (each one a device sync on a GPU).
 
+Written by hand so that exactly the given settings apply and nothing else: no repetition penalty,
+and no sampling setting read from the model's generation_config.json (Qwen's would add
+repetition_penalty 1.1, top_k 20, top_p 0.8, temperature 0.7; the policy gradient assumes samples
+from the policy itself).
+
+sample_eager's speed: the prompt is run once and its KV cache copied to its n samples; the cache
+and the attention mask are preallocated for the whole decode (kv_cache); tokens, finished flags and
+entropies stay on the device, and the host reads one number per token (how many rows have finished)
+plus the results once at the end. (Reading it every few tokens instead would move the compactions,
+and with them which random draws each row gets: other samples than the registered runs were made
+with.) Finished sequences leave the batch, in one compaction whenever an eighth of the rows have
+finished (each compaction copies the cache). A finished row still in the batch draws tokens that
+are thrown away, so under one generator which tokens a row gets depends on this schedule,
+deterministically: same inputs and seed, same samples; with one seed per sample (each row reading
+its own uniforms) the schedule changes none of its tokens. (tests/test_sampler.py holds the plain
+per-token version sample_eager equals bit for bit.)
+
 sample() runs sample_eager here or, with sampling.decode graph (auto: on CUDA), the static decode
 of method/static_decode.py; the pieces both share are method/decoding.py's. tests/test_sampler.py
 keeps the plain per-token sampler sample_eager must equal bit for bit, and checks greedy output
@@ -45,29 +62,13 @@ def sample(model, prompts: list[list[int]], n: int, s: config.SamplingCfg, seed:
 @torch.inference_mode()  # lighter than no_grad: no version counters or autograd metadata per op
 def sample_eager(model, prompts: list[list[int]], n: int, s: config.SamplingCfg, seed: int | list[int], stops: list[int], pad: int,
                  entropy: bool = False) -> Samples:
-    """n completions for each prompt (prompt-major order: prompt 0's n samples first).
+    """n completions for each prompt (prompt-major order: prompt 0's n samples first), with exactly
+    the settings `s` gives: temperature (0 = greedy), top_k, top_p, max_new_tokens (the module
+    docstring says why only these, and how the batch shrinks as rows finish). One generator seeded
+    by `seed` draws every token; with one seed per sample (a list), each row reads its own uniforms.
 
-    Written by hand so that exactly these settings apply and nothing else: temperature
-    (0 = greedy), top_k, top_p, max_new_tokens. No repetition penalty, and no sampling setting is read
-    from the model's generation_config.json (Qwen's would add repetition_penalty 1.1, top_k 20,
-    top_p 0.8, temperature 0.7; the policy gradient assumes samples from the policy itself).
-
-    Speed: the prompt is run once and its KV cache copied to its n samples; the cache and the
-    attention mask are preallocated for the whole decode (kv_cache); tokens, finished flags and
-    entropies stay on the device, and the host reads one number per token (how many rows have
-    finished) plus the results once at the end. (Reading it every few tokens instead would move
-    the compactions, and with them which random draws each row gets: other samples than the
-    registered runs were made with.) Finished sequences leave the batch, in one
-    compaction whenever an eighth of the rows have finished (each compaction copies the cache).
-    A finished row still in the batch draws tokens that are thrown away, so which tokens a row
-    gets depends on this schedule, deterministically: same inputs and seed, same samples. One
-    generator seeded by `seed` draws all tokens; with one seed per sample (a list), each row reads
-    its own uniforms instead and the schedule changes none of its tokens. (tests/test_sampler.py
-    holds the plain per-token version this one equals bit for bit.)
-
-    entropy: also return each sample's mean full-vocabulary entropy of the untempered
-    distribution (before temperature and filtering), so models sampled at different
-    temperatures compare; it draws nothing, so the samples are the same either way."""
+    entropy: also return each sample's mean full-vocabulary entropy of the untempered distribution (before
+    temperature and filtering), so models sampled at different temperatures compare; it draws nothing."""
     device = next(model.parameters()).device
     T = s.max_new_tokens
     keyed = isinstance(seed, list)
