@@ -119,7 +119,8 @@ def main_run(tmp_path_factory):
     return run, assemble.run_analysis(run, make_figures=False)
 
 
-def test_crossed_with_one_seed_end_to_end_equals_the_paired_bootstrap(tmp_path):
+def test_crossed_with_one_seed_end_to_end_equals_the_paired(tmp_path):
+    """Crossed with one seed end to end equals the paired bootstrap."""
     rng = np.random.default_rng(4)
     base, rl = rng.binomial(8, 0.3, 50), rng.binomial(8, 0.45, 50)
     out = assemble.run_analysis(write_run(tmp_path / "run", base, {("many", 10): rl}), make_figures=False)
@@ -273,7 +274,8 @@ def test_primary_answer_leads_the_report(main_run):
     assert "+0.125 [" in sentence and "selection null" in sentence and "No calibration" in sentence
 
 
-def test_primary_answer_beyond_selection_when_the_ceiling_rises_past_the_null(tmp_path):
+def test_primary_answer_beyond_selection_when_the_ceiling_rises(tmp_path):
+    """Primary answer beyond selection when the ceiling rises past the null."""
     base = [0] * 20 + [4] * 20
     out = assemble.run_analysis(write_run(tmp_path / "run", base, {("many", 10): [2] * 20 + [4] * 20}, n=8, k_max=4), make_figures=False)
     e = entry(out, "many", 10)
@@ -295,8 +297,10 @@ def test_primary_answer_undecided_when_pass1_does_not_rise(tmp_path):
     assert e["base_null"]["ceiling_equivalent"] is None and e["base_null"]["p_equiv_v2_adj"] < 0.05
 
 
-def test_the_base_null_cannot_be_decided_when_its_ceiling_test_cannot_fail(tmp_path):
-    """PLAN.md change 29's base-null reading: the base solves every problem at pass@4 but for 1/70
+def test_the_base_null_cannot_be_decided_when_its_ceiling_test(tmp_path):
+    """The base null cannot be decided when its ceiling test cannot fail.
+
+    PLAN.md change 29's base-null reading: the base solves every problem at pass@4 but for 1/70
     (headroom 0.014 < 3 x the 0.10 margin), pass@1 rises and the ceiling does not fall: undecided
     (the second version said yes). With a margin of 0.004 the equivalence test is asked again and
     fails: RL gained the whole headroom, 1/70 > 0.004. Under analyze.ceiling_null: base (the report's
@@ -569,7 +573,8 @@ def test_report_warns_on_mismatched_provenance(tmp_path):
     assert "eval_many_s0_075.json records other evaluation settings" in rep
 
 
-def test_report_says_which_inputs_are_missing_or_from_another_config(tmp_path):
+def test_report_says_which_inputs_are_missing_or_from_another(tmp_path):
+    """Report says which inputs are missing or from another config."""
     run = write_run(tmp_path / "run", BASE_MAIN, {("many", 75): DESIGN[("many", 75)]}, resamples=FAST)
     assemble.run_analysis(run, make_figures=False)
     rep = (run / "report.md").read_text()
@@ -676,7 +681,8 @@ def test_cli_success_prints_the_headline(tmp_path):
 
 @pytest.mark.parametrize("row", ["7,0.5\n", "7,abc,0,0,0,0,0,0,0,0,0,0,0,0\n", "7,,0,0,0,0,0,0,0,0,0,0,0,0\n",
                                  "7,0.5,0,0,0,0,0,0,0,0,0,0,0,0,99\n"])
-def test_malformed_training_log_is_an_input_error_and_writes_nothing(tmp_path, row):
+def test_malformed_training_log_is_an_input_error_and_writes(tmp_path, row):
+    """Malformed training log is an input error and writes nothing."""
     run = write_run(tmp_path / "run", [1, 0, 3, 8], {("many", 75): [2, 0, 4, 8]}, resamples=100)
     assemble.run_analysis(run, make_figures=False)
     before = (run / "verdicts.json").read_bytes()
@@ -1122,8 +1128,10 @@ def test_strategies_are_counted_per_model_and_read_as_registered(tmp_path):
     assert (run / "figures" / "strategies.png").exists()
 
 
-def test_a_key_added_since_at_its_old_value_is_not_another_config(tmp_path):
-    """An input made by a revision that knows a newer config key, at its 'as before' value, is made
+def test_a_key_added_since_at_its_old_value_is_not_another(tmp_path):
+    """A key added since at its old value is not another config.
+
+    An input made by a revision that knows a newer config key, at its 'as before' value, is made
     under the same config as one made before the key existed (provenance.same_config); any other
     difference is still named."""
     run = _good_run(tmp_path)
@@ -1166,7 +1174,8 @@ def test_out_analyses_a_copy_and_leaves_the_run_as_it_was(tmp_path):
     assert not (tmp_path / "other").exists()  # the copy, holding no result, is gone
 
 
-def test_a_first_analysis_moves_nothing_aside_and_a_second_moves_the_first(tmp_path):
+def test_a_first_analysis_moves_nothing_aside_and_a_second_moves(tmp_path):
+    """A first analysis moves nothing aside and a second moves the first."""
     run = _good_run(tmp_path)
     (run / "figures").mkdir()
     (run / "figures" / "training.png").write_bytes(b"drawn while training ran")
@@ -1177,8 +1186,10 @@ def test_a_first_analysis_moves_nothing_aside_and_a_second_moves_the_first(tmp_p
     assert moved == ["figures", "report.md", "verdicts.json"]
 
 
-def test_the_learning_rate_section_shows_the_measure_the_rule_chose_by():
-    """Under rule dev the report shows the dev pass@1 the choice was made by (the chosen rate has the
+def test_the_learning_rate_section_shows_the_measure_the_rule():
+    """The learning rate section shows the measure the rule chose by.
+
+    Under rule dev the report shows the dev pass@1 the choice was made by (the chosen rate has the
     largest), with the training reward named as not the rule's; under rule reward, the reward."""
     from analysis import report_secondary
 

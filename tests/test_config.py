@@ -28,7 +28,8 @@ def test_per_condition_sweep_needs_an_lr_for_sft():
         config.load(None, ["lr_sweep.per_condition=true", "conditions.sft.method=sft"])
 
 
-def test_seeds_by_condition_gives_one_condition_its_own_seeds_and_no_other_hash_moves():
+def test_seeds_by_condition_gives_one_condition_its_own_seeds():
+    """Seeds by condition gives one condition its own seeds and no other hash moves."""
     from orchestration import provenance
 
     cfg = config.load(None, ["train.seeds_by_condition={many: [0, 1, 2, 3, 4, 5, 6, 7]}"])
@@ -42,7 +43,8 @@ def test_seeds_by_condition_gives_one_condition_its_own_seeds_and_no_other_hash_
         config.load(None, ["train.seeds_by_condition={many: [1, 1]}"])
 
 
-def test_lr_sweep_rule_is_dev_or_reward_and_the_default_is_the_reports():
+def test_lr_sweep_rule_is_dev_or_reward_and_the_default():
+    """Lr sweep rule is dev or reward and the default is the reports."""
     assert config.load(None).lr_sweep.rule == "reward"
     with pytest.raises(config.ConfigError, match=r"lr_sweep\.rule"):
         config.load(None, ["lr_sweep.rule=best"])
@@ -59,8 +61,10 @@ def test_tf32_only_in_a_bf16_model_and_determinism_by_name():
             config.load(None, [f"{key}=0"])
 
 
-def test_the_settings_added_for_the_gpu_path_leave_every_hash_alone_at_their_defaults():
-    """determinism full, importance_cap and logp_gap_limit null: out of every stage hash, so runs made
+def test_the_settings_added_for_the_gpu_path_leave_every_hash():
+    """The settings added for the gpu path leave every hash alone at their defaults.
+
+    determinism full, importance_cap and logp_gap_limit null: out of every stage hash, so runs made
     before they existed keep theirs; another value is in the hashes it governs (the gap limit in none)."""
     from orchestration import provenance
 

@@ -807,7 +807,8 @@ def test_cli_countdown_default_seed():
 
 
 @pytest.mark.parametrize("task", sorted(cd.SUM_DIGITS))
-def test_sum_tasks_draw_distinct_a_plus_b_with_their_gold_solutions(task):
+def test_sum_tasks_draw_distinct_a_plus_b_with_their_gold(task):
+    """Sum tasks draw distinct a plus b with their gold solutions."""
     da, db = cd.SUM_DIGITS[task]
     train, test = make_splits(task, 30, 20, 0)
     assert not {p.question for p in train} & {p.question for p in test} and len({p.question for p in train}) == 30
@@ -876,7 +877,8 @@ def test_classify_strategy_recovers_the_tiny_bases_method_mix(p_decomposed):
     assert all(x["product"] in ("split", "one-step") and x["subtraction"] for x in labels)
 
 
-def test_borrow_columns_against_the_digits_by_hand_and_the_strata():
+def test_borrow_columns_against_the_digits_by_hand():
+    """Borrow columns against the digits by hand and the strata."""
     rng = __import__('random').Random(5)
     for _ in range(2000):
         x, y = rng.randint(0, 99999), rng.randint(0, 99999)

@@ -22,7 +22,8 @@ def test_answer_diversity(responses, distinct, entropy):
     assert d == distinct and h == pytest.approx(entropy)
 
 
-def test_an_evaluation_set_samples_like_the_eval_section_unless_it_says_otherwise():
+def test_an_evaluation_set_samples_like_the_eval_section_unless():
+    """An evaluation set samples like the eval section unless it says otherwise."""
     cfg = config.load(None, ["eval.sampling.max_new_tokens=96", "eval_sets.wide.n=16", "eval_sets.wide.k_max=16"])
     problems, n, k_max, s, _ = evaluate.eval_set_settings(cfg, "wide")
     assert s == cfg.eval.sampling and s.max_new_tokens == 96 and (n, k_max) == (16, 16)
@@ -34,7 +35,8 @@ def test_an_evaluation_set_samples_like_the_eval_section_unless_it_says_otherwis
     assert (cfg.eval.sampling.temperature, cfg.eval.sampling.top_p) == (0.6, 0.95)
 
 
-def test_a_wide_set_with_the_test_sets_n_and_batching_reproduces_its_counts(fitted_dir, smoke_cfg, tmp_path):
+def test_a_wide_set_with_the_test_sets_n_and_batching_reproduces(fitted_dir, smoke_cfg, tmp_path):
+    """A wide set with the test sets n and batching reproduces its counts."""
     cfg = cfg_for(smoke_cfg)
     cfg.eval.n_base = None  # the base at the trained models' n, as a set with the test set's n and seeds draws it
     cfg.eval_sets = {"wide": config.EvalSetCfg(n_problems=cfg.task.n_test, n=cfg.eval.n, k_max=cfg.eval.k_max, models="final",
@@ -63,7 +65,8 @@ def test_classify_tokens_on_hand_made_logits():
     assert r["base_entropy"][2].item() == pytest.approx(math.log(7))
 
 
-def test_token_compare_finds_no_change_against_itself_and_changes_where_made(fitted_dir, smoke_cfg, tmp_path):
+def test_token_compare_finds_no_change_against_itself(fitted_dir, smoke_cfg, tmp_path):
+    """Token compare finds no change against itself and changes where made."""
     cfg = cfg_for(smoke_cfg)
     cfg.tokens.n_problems = 4
     model, tok = load_model(cfg, str(fitted_dir), CPU)
@@ -116,8 +119,10 @@ def test_select_reads_the_pass_rate_of_its_scoring(scoring, tmp_path, monkeypatc
     assert res["sets"]["1"] == [problems[1].id]  # p(1 - p) is largest at 0.5
 
 
-def test_the_base_is_sampled_n_base_times_on_the_test_set_and_n_times_elsewhere(fitted_dir, smoke_cfg, tmp_path):
-    """eval.n_base (PLAN.md section 6): the base's test-set evaluation draws n_base samples per problem;
+def test_the_base_is_sampled_n_base_times_on_the_test_set_and_n(fitted_dir, smoke_cfg, tmp_path):
+    """The base is sampled n base times on the test set and n times elsewhere.
+
+    eval.n_base (PLAN.md section 6): the base's test-set evaluation draws n_base samples per problem;
     the other sets keep their own n."""
     cfg = cfg_for(smoke_cfg)
     assert cfg.eval.n_base == 16 and cfg.eval.n == 8

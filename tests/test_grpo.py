@@ -33,8 +33,10 @@ def test_advantages_and_loss_by_hand():
     assert logp.grad[2].abs().sum() == 0 and logp.grad[1, 1] == 0  # zero advantage, masked token
 
 
-def test_k3_gradient_matches_autograd_of_the_hand_written_formula(fitted_dir, smoke_cfg):
-    """The KL term's gradient through the real model equals autograd of exp(r) - r - 1 written
+def test_k3_gradient_matches_autograd_of_the_hand_written(fitted_dir, smoke_cfg):
+    """K3 gradient matches autograd of the hand written formula.
+
+    The KL term's gradient through the real model equals autograd of exp(r) - r - 1 written
     out by hand on the same log-probabilities; and at B = 0 (step 0) the KL is exactly 0."""
     cfg = cfg_for(smoke_cfg)
     model, tok = load_model(cfg, str(fitted_dir), CPU)
@@ -98,8 +100,10 @@ def test_method_batches():
     assert not grpo.METHODS["sft"].rollouts and grpo.METHODS["sft"].advantages(rewards).tolist() == [4.0]
 
 
-def test_sft_one_gold_copy_of_weight_g_is_the_gradient_of_g_copies(fitted_dir, smoke_cfg):
-    """PLAN.md change 29: SFT trains each gold solution once with advantage G instead of G identical
+def test_sft_one_gold_copy_of_weight_g_is_the_gradient_of_g(fitted_dir, smoke_cfg):
+    """Sft one gold copy of weight g is the gradient of g copies.
+
+    PLAN.md change 29: SFT trains each gold solution once with advantage G instead of G identical
     copies with advantage 1; the loss is linear in the advantage, so the gradient is the same."""
     grads = []
     for copies, weight in ((4, 1.0), (1, 4.0)):
@@ -116,7 +120,8 @@ def test_sft_one_gold_copy_of_weight_g_is_the_gradient_of_g_copies(fitted_dir, s
     assert grads[0][1].abs().sum() > 0
 
 
-def test_policy_gradient_is_microbatch_invariant_and_skips_zero_advantage(fitted_dir, smoke_cfg):
+def test_policy_gradient_is_microbatch_invariant_and_skips_zero(fitted_dir, smoke_cfg):
+    """Policy gradient is microbatch invariant and skips zero advantage."""
     cfg = cfg_for(smoke_cfg)
     grads = []
     for mb in (1, 3, 16):
@@ -150,7 +155,8 @@ def test_policy_gradient_is_microbatch_invariant_and_skips_zero_advantage(fitted
     assert grads[0][1].abs().sum() > 0
 
 
-def test_length_sorted_micro_batches_give_the_same_gradient_with_less_padding(fitted_dir, smoke_cfg, monkeypatch):
+def test_length_sorted_micro_batches_give_the_same_gradient(fitted_dir, smoke_cfg, monkeypatch):
+    """Length sorted micro batches give the same gradient with less padding."""
     grads, padding = [], []
     for sort in (False, True):
         _, model, tok, _ = model_with_lora(fitted_dir, smoke_cfg)
@@ -343,8 +349,10 @@ def test_the_gap_is_measured_against_what_the_sampler_reported(fitted_dir, smoke
     assert g["logp_gap_max"] == pytest.approx(0.25, abs=1e-5) and g["logp_gap_mean"] == pytest.approx(0.25 * 3 / 5, abs=1e-5)
 
 
-def test_resume_loads_the_optimizer_state_as_an_uninterrupted_run_holds_it(fitted_dir, smoke_cfg, tmp_path, monkeypatch):
-    """AdamW's step counters stay on the CPU and its moments on the parameters' device, as in a run that
+def test_resume_loads_the_optimizer_state_as_an_uninterrupted(fitted_dir, smoke_cfg, tmp_path, monkeypatch):
+    """Resume loads the optimizer state as an uninterrupted run holds it.
+
+    AdamW's step counters stay on the CPU and its moments on the parameters' device, as in a run that
     never stopped: the saved state is loaded to the CPU, whatever device the run is on."""
     cfg = cfg_for(smoke_cfg, **{"train.save_last_every": 1, "train.dev_every": 0})
     train_smoke(cfg, fitted_dir, tmp_path / "run", steps=1)
@@ -383,8 +391,10 @@ def test_lr_sweep_rule_dev_ignores_the_training_reward(tmp_path, monkeypatch, ru
 # ----------------------------------------------------------------------------- the sampler-trainer mismatch
 
 
-def test_importance_weights_correct_a_bf16_sampler_against_the_fp32_trainer(fitted_dir, smoke_cfg):
-    """Samples drawn by a bf16 copy of the policy, trained by the fp32 one: their log-probabilities
+def test_importance_weights_correct_a_bf16_sampler_against(fitted_dir, smoke_cfg):
+    """Importance weights correct a bf16 sampler against the fp32 trainer.
+
+    Samples drawn by a bf16 copy of the policy, trained by the fp32 one: their log-probabilities
     really differ, and with train.importance_cap each token's gradient is weighed by
     min(pi_trainer / pi_sampler, C), detached, some of them capped; without it, by 1."""
     _, sampler_model, tok, _ = model_with_lora(fitted_dir, smoke_cfg, dtype="bfloat16")
@@ -471,7 +481,8 @@ def test_training_prints_the_no_signal_warning_by_its_rule(fitted_dir, smoke_cfg
                     "scored alike: zero advantage, no gradient); most of each step's samples teach nothing"] if share > 0.9 else [])
 
 
-def test_the_training_figure_draws_the_no_signal_share_with_the_warnings_threshold(fitted_dir, smoke_cfg, tmp_path, monkeypatch):
+def test_the_training_figure_draws_the_no_signal_share(fitted_dir, smoke_cfg, tmp_path, monkeypatch):
+    """The training figure draws the no signal share with the warnings threshold."""
     from analysis import figures
 
     cfg = cfg_for(smoke_cfg, **{"train.dev_every": 0})

@@ -106,8 +106,10 @@ def test_draw_batch_samples_exactly_as_the_runs_before_change_52(fitted, smoke_c
         evaluate.sample_problems(model, tok, cfg, problems, 3, s, "t", 5, progress=False)[0]  # the batching decides
 
 
-def test_one_evaluation_at_four_batchings_gives_the_same_samples_and_hash(fitted_dir, smoke_cfg, tmp_path):
-    """eval.draw: sample: problems_per_batch 16, 5 and 1, and max_rows 3 (a problem's 16 base samples
+def test_one_evaluation_at_four_batchings_gives_the_same_samples(fitted_dir, smoke_cfg, tmp_path):
+    """One evaluation at four batchings gives the same samples and hash.
+
+    eval.draw: sample: problems_per_batch 16, 5 and 1, and max_rows 3 (a problem's 16 base samples
     in six calls), write the same responses and counts and the same stage hash; the token entropies
     agree to float32 rounding (the padded and unpadded attention paths differ in the last bits)."""
     docs = []
@@ -152,7 +154,8 @@ def test_bad_draw_settings_end_in_one_line_naming_the_key(sets, key):
         config.load(str(ROOT / "configs" / "smoke.yaml"), sets)
 
 
-def test_out_of_memory_advice_names_max_rows_and_says_nothing_changes(smoke_cfg):
+def test_out_of_memory_advice_names_max_rows_and_says_nothing(smoke_cfg):
+    """Out of memory advice names max rows and says nothing changes."""
     cfg = cfg_for(smoke_cfg, **{"eval.draw": "sample", "eval.n_base": None})
     line = study.memory_advice(cfg, "eval")
     rows = cfg.eval.problems_per_batch * cfg.eval.n
@@ -165,8 +168,10 @@ QWEN = SimpleNamespace(hidden_size=896, intermediate_size=4864, num_hidden_layer
                        num_key_value_heads=2, vocab_size=151936)  # Qwen2.5-0.5B-Instruct's config.json
 
 
-def test_the_registered_qwen_designs_sampling_calls_fit_an_8_gb_gpu_by_the_estimate():
-    """Every sampling stage of configs/qwen05b.yaml (the base's test evaluation at n_base, the eval
+def test_the_registered_qwen_designs_sampling_calls_fit_an_8_gb():
+    """The registered qwen designs sampling calls fit an 8 gb gpu by the estimate.
+
+    Every sampling stage of configs/qwen05b.yaml (the base's test evaluation at n_base, the eval
     sets, the dev checks, the probe, the selection): its largest call's static decoder plus the bf16
     weights within 85% of 8 GiB, as the training step's micro-batch is sized. Before change 52 the
     base's one 1,024-row call alone was 10.6 GiB."""

@@ -87,7 +87,8 @@ def casts(model, batch) -> int:
     return sum(e.count for e in prof.key_averages() if e.key == "aten::_to_copy")
 
 
-def test_shared_cast_gives_the_same_logits_and_gradients_with_fewer_casts(fitted_dir, smoke_cfg):
+def test_shared_cast_gives_the_same_logits_and_gradients(fitted_dir, smoke_cfg):
+    """Shared cast gives the same logits and gradients with fewer casts."""
     _, model, _, batch = model_with_lora(fitted_dir, smoke_cfg, "bfloat16")
     layers = [m for m in model.modules() if isinstance(m, LoRALinear)]
     assert len({id(m.cast) for m in layers}) == 2 * 2  # one per attention block and per MLP, two layers
@@ -111,7 +112,8 @@ def test_shared_cast_gives_the_same_logits_and_gradients_with_fewer_casts(fitted
     assert casts(model, batch) - shared_casts == 2 * 3  # q/k/v save two casts per layer, gate/up one
 
 
-def test_folded_sampling_weights_are_w_plus_scaled_ba_and_restored(fitted_dir, smoke_cfg):
+def test_folded_sampling_weights_are_w_plus_scaled_ba(fitted_dir, smoke_cfg):
+    """Folded sampling weights are w plus scaled ba and restored."""
     _, model, _, batch = model_with_lora(fitted_dir, smoke_cfg)
     layers = [m for m in model.modules() if isinstance(m, LoRALinear)]
     frozen = [m.base_layer.weight for m in layers]
@@ -136,7 +138,8 @@ def test_folded_sampling_weights_are_w_plus_scaled_ba_and_restored(fitted_dir, s
     assert kl.max() > 1e-6
 
 
-def test_fold_puts_everything_back_after_an_error_and_keeps_switched_off_layers_the_base(fitted_dir, smoke_cfg):
+def test_fold_puts_everything_back_after_an_error_and_keeps(fitted_dir, smoke_cfg):
+    """Fold puts everything back after an error and keeps switched off layers the base."""
     _, model, _, batch = model_with_lora(fitted_dir, smoke_cfg)
     layers = [m for m in model.modules() if isinstance(m, LoRALinear)]
     frozen = [m.base_layer.weight for m in layers]
@@ -224,8 +227,10 @@ def test_chunked_token_logprobs_equal_autograd_bit_for_bit(dtype, chunk, monkeyp
     assert a.grad[:, -1].abs().sum() == 0  # the last position feeds no log-prob
 
 
-def test_completion_entropy_and_logprobs_are_the_full_vocabulary_ones(fitted_dir, smoke_cfg):
-    """completion_logprobs(with_entropy=True) against log_softmax and -sum p log p of the model's
+def test_completion_entropy_and_logprobs_are_the_full_vocabulary(fitted_dir, smoke_cfg):
+    """Completion entropy and logprobs are the full vocabulary ones.
+
+    completion_logprobs(with_entropy=True) against log_softmax and -sum p log p of the model's
     own full logits at the completion positions (the entropy the entropy bonus and the logs use)."""
     _, model, _, _ = model_with_lora(fitted_dir, smoke_cfg)
     g = torch.Generator().manual_seed(0)

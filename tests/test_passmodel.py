@@ -24,8 +24,10 @@ def test_betabinom_logpmf_equals_scipy():
         assert np.allclose(passmodel.betabinom_logpmf(c, n, a, b), betabinom.logpmf(c, n, a, b), atol=1e-10, rtol=1e-12)
 
 
-def test_model_pass_at_k_is_the_closed_form_and_the_expected_unbiased_estimator():
-    """pass@k = 1 - B(a, b + k) / B(a, b) three ways: the integral E[1 - (1 - p)^k] over Beta(a, b)
+def test_model_pass_at_k_is_the_closed_form_and_the_expected():
+    """Model pass at k is the closed form and the expected unbiased estimator.
+
+    pass@k = 1 - B(a, b + k) / B(a, b) three ways: the integral E[1 - (1 - p)^k] over Beta(a, b)
     (scipy.integrate), and for k <= n the expectation of the unbiased estimator over the
     beta-binomial counts (an exact identity, so to rounding)."""
     import scipy.stats
@@ -72,8 +74,10 @@ def test_betabinom_fit_recovers_known_parameters(a, b):
     assert f["aic"] == pytest.approx(2 * 2 - 2 * f["loglik"])
 
 
-def test_fitted_curve_agrees_with_the_empirical_curve_at_k_up_to_n():
-    """A large simulated sample: the fitted model's pass@k for k <= n matches the mean unbiased
+def test_fitted_curve_agrees_with_the_empirical_curve_at_k_up():
+    """Fitted curve agrees with the empirical curve at k up to n.
+
+    A large simulated sample: the fitted model's pass@k for k <= n matches the mean unbiased
     estimate within 4 standard errors of that mean (plus 0.002 for the fit's own error)."""
     rng = np.random.default_rng(5)
     N, n = 3000, 16
@@ -85,8 +89,10 @@ def test_fitted_curve_agrees_with_the_empirical_curve_at_k_up_to_n():
     assert np.all(np.abs(model - emp) < 4 * se + 0.002), np.abs(model - emp) / se
 
 
-def test_aic_prefers_the_zero_inflated_model_when_some_problems_are_unsolvable_but_the_plain_one_is_used():
-    """10 simulated sets each: with 30% unsolvable problems (Beta(2, 2) elsewhere, which rarely gives
+def test_aic_prefers_the_zero_inflated_model_when_some_problems():
+    """Aic prefers the zero inflated model when some problems are unsolvable but the plain one is used.
+
+    10 simulated sets each: with 30% unsolvable problems (Beta(2, 2) elsewhere, which rarely gives
     zeros) AIC prefers the zero-inflated model every time and its fit recovers pi within 0.1; with
     none it prefers it at most 3 times in 10 (by chance about 8%: half of a chi-square(1) beyond 2).
     Either way the registered plain model is the one used (PLAN.md change 29)."""
@@ -144,8 +150,10 @@ def test_parametric_replicates_spread_matches_fresh_data_sets():
 
 
 @pytest.mark.slow  # simulations: left out of the fast loop
-def test_contrast_check_covers_the_measured_contrast_in_beta_binomial_worlds():
-    """20 worlds: base and RL rates drawn per problem (RL a scaled copy of the base, or another Beta),
+def test_contrast_check_covers_the_measured_contrast_in_beta():
+    """Contrast check covers the measured contrast in beta binomial worlds.
+
+    20 worlds: base and RL rates drawn per problem (RL a scaled copy of the base, or another Beta),
     the base sampled 256 times and RL 32 on the same 64 problems, and 256 more of each (the large set).
     The model's predicted Delta pass@256 is unbiased for the measured one (mean error within 0.02) and
     the paired bootstrap's 95% interval of the error (over problems, the prediction refitted and the
@@ -194,7 +202,8 @@ def test_boundary_null_has_no_excess_when_rl_is_the_base():
     assert abs(np.mean(excess)) < 0.5 and small <= 5, (np.mean(excess), small)
 
 
-def test_the_refits_coarser_tolerance_moves_pass_at_k_by_less_than_1e_4():
+def test_the_refits_coarser_tolerance_moves_pass_at_k_by_less():
+    """The refits coarser tolerance moves pass at k by less than 1e 4."""
     rng = np.random.default_rng(2)
     for n in (32, 256):
         c = rng.binomial(n, rng.beta(0.5, 2.0, 64))

@@ -197,7 +197,8 @@ def test_jobs_2_writes_the_same_bytes_as_jobs_1(smoke_run, small_jobs2):
     assert [k for k in a if a[k] != b.get(k)] == []  # every file equals the one --jobs 1 wrote for the same job
 
 
-def test_changing_train_seeds_leaves_problems_selection_and_base_eval_alone(smoke_run, tmp_path):
+def test_changing_train_seeds_leaves_problems_selection_and_base(smoke_run, tmp_path):
+    """Changing train seeds leaves problems selection and base eval alone."""
     from orchestration import config, provenance
 
     one = config.load(str(SMOKE))
@@ -280,7 +281,8 @@ def test_ctrl_c_ends_in_one_line_and_records_interrupted(sig, small_cfg, fitted_
     assert ended(man), man
 
 
-def test_another_config_on_a_finished_run_is_refused_and_changes_nothing(smoke_run, tmp_path):
+def test_another_config_on_a_finished_run_is_refused_and_changes(smoke_run, tmp_path):
+    """Another config on a finished run is refused and changes nothing."""
     run = copy_run(smoke_run, tmp_path / "run")
     before = snapshot(run)
     r = pipeline("--config", str(SMOKE), "--out", str(run), "--set", "select.samples=4", "--quiet", timeout=300)
@@ -387,7 +389,8 @@ def truncate(path: Path, keep: int = 100) -> None:
     path.write_bytes(path.read_bytes()[:keep])
 
 
-def test_a_damaged_adapter_is_one_line_for_grpo_and_redone_by_the_pipeline(small_cfg, small_jobs2, tmp_path):
+def test_a_damaged_adapter_is_one_line_for_grpo_and_redone(small_cfg, small_jobs2, tmp_path):
+    """A damaged adapter is one line for grpo and redone by the pipeline."""
     run = copy_run(small_jobs2, tmp_path / "run")
     adapter = run / "train_many_s0" / "step_006"
     original = (small_jobs2 / "train_many_s0" / "step_006" / "adapter_model.safetensors").read_bytes()
@@ -408,7 +411,8 @@ def test_a_damaged_adapter_is_one_line_for_grpo_and_redone_by_the_pipeline(small
     assert ended(man) and all(v["status"] == "done" for v in man["stages"].values())
 
 
-def test_a_damaged_resume_point_or_base_is_one_line_and_writes_nothing(small_cfg, small_jobs2, tmp_path):
+def test_a_damaged_resume_point_or_base_is_one_line_and_writes(small_cfg, small_jobs2, tmp_path):
+    """A damaged resume point or base is one line and writes nothing."""
     run = copy_run(small_jobs2, tmp_path / "run")
     shutil.rmtree(run / "train_many_s0")
     shutil.copytree(small_jobs2 / "train_many_s0", run / "train_many_s0", ignore=shutil.ignore_patterns("done.json", "step_006"))
@@ -491,7 +495,8 @@ def test_the_manifest_never_says_running_after_an_interrupt(where, small_cfg, sm
 
 
 
-def test_a_hand_rerun_moves_the_old_output_aside_and_leaves_the_analysis_done(small_cfg, small_jobs2, tmp_path):
+def test_a_hand_rerun_moves_the_old_output_aside_and_leaves(small_cfg, small_jobs2, tmp_path):
+    """A hand rerun moves the old output aside and leaves the analysis done."""
     run = copy_run(small_jobs2, tmp_path / "run")
     r = grpo_cmd("eval", "--config", str(small_cfg), "--run", str(run), "--adapter", str(run / "train_4_s1" / "step_003"), "--quiet",
                  timeout=300)
@@ -502,7 +507,8 @@ def test_a_hand_rerun_moves_the_old_output_aside_and_leaves_the_analysis_done(sm
     assert "  analyze   done" in d.stdout, d.stdout  # timings and time stamps are not what the analysis computed from
 
 
-def test_offline_the_hub_model_fails_in_a_second_with_the_right_command(tmp_path):
+def test_offline_the_hub_model_fails_in_a_second_with_the_right(tmp_path):
+    """Offline the hub model fails in a second with the right command."""
     cfg = tmp_path / "empty.yaml"
     cfg.write_text("")
     for env in ({"HF_HUB_OFFLINE": "1"}, {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"}):
@@ -524,7 +530,8 @@ def test_help_texts_list_choices_and_subcommands():
     assert "token-level comparison" in out and "build the base model" in out
 
 
-def test_outputs_are_readable_by_all_and_the_smoke_report_says_it_is_no_result(smoke_run):
+def test_outputs_are_readable_by_all_and_the_smoke_report_says(smoke_run):
+    """Outputs are readable by all and the smoke report says it is no result."""
     for f in [*smoke_run.glob("train_*/step_*/adapter_model.safetensors"), smoke_run / "base_model" / "model.safetensors"]:
         assert f.stat().st_mode & 0o777 == 0o644, f
     assert (smoke_run / "report.md").read_text().startswith("**A pipeline check on a toy model")
@@ -617,7 +624,8 @@ def test_recheck_reruns_a_sample_of_jobs_and_finds_what_differs(small_cfg, small
     assert (out / other).read_bytes() == (committed / other).read_bytes()
 
 
-def test_recheck_refuses_another_config_or_a_run_this_code_would_redo(small_cfg, small_jobs2, tmp_path):
+def test_recheck_refuses_another_config_or_a_run_this_code_would(small_cfg, small_jobs2, tmp_path):
+    """Recheck refuses another config or a run this code would redo."""
     r = recheck("--run", str(small_jobs2), "--config", str(SMOKE), "--out", str(tmp_path / "a"), timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "differs from its manifest's config" in r.stderr and not (tmp_path / "a").exists()
@@ -633,8 +641,10 @@ def test_recheck_refuses_another_config_or_a_run_this_code_would_redo(small_cfg,
     assert r.returncode == 2 and "many:9" in r.stderr and not (tmp_path / "c").exists()
 
 
-def test_recheck_compares_what_a_config_computes_not_its_whole_hash(monkeypatch):
-    """A key added since a run was made, at its 'as before' value, is no difference; a changed
+def test_recheck_compares_what_a_config_computes_not_its_whole(monkeypatch):
+    """Recheck compares what a config computes not its whole hash.
+
+    A key added since a run was made, at its 'as before' value, is no difference; a changed
     setting, seed list or analysis setting is, and is named."""
     from orchestration import config
 
@@ -650,8 +660,10 @@ def test_recheck_compares_what_a_config_computes_not_its_whole_hash(monkeypatch)
     assert recheck.config_difference(made, config.load(str(SMOKE), ["analyze.resamples=300"])) == "analyze.resamples"
 
 
-def test_an_interrupt_during_eval_after_this_runs_training_names_eval(small_cfg, small_jobs2, tmp_path, monkeypatch, capsys):
-    """Training ran in this invocation and finished; a Ctrl-C during the next evaluation is eval's,
+def test_an_interrupt_during_eval_after_this_runs_training_names(small_cfg, small_jobs2, tmp_path, monkeypatch, capsys):
+    """An interrupt during eval after this runs training names eval.
+
+    Training ran in this invocation and finished; a Ctrl-C during the next evaluation is eval's,
     and the finished stage stays done: a group of job stages is not all train's."""
     import pipeline as pl
     from orchestration import jobs
@@ -698,9 +710,11 @@ def test_a_model_folder_without_weights_is_not_a_model(tmp_path, fitted_dir):
     assert "model-00002-of-00002.safetensors: missing (named by model.safetensors.index.json)" in provenance.model_folder_problem(d)
 
 
-def test_a_run_committed_without_its_base_weights_moves_nothing_and_its_base_stage_rebuilds_them(small_cfg, small_jobs2, fitted_dir,
+def test_a_run_committed_without_its_base_weights_moves_nothing(small_cfg, small_jobs2, fitted_dir,
                                                                                                      tmp_path):
-    """results/smollm2 is committed without base_model's weights: before, the base counted as done,
+    """A run committed without its base weights moves nothing and its base stage rebuilds them.
+
+    results/smollm2 is committed without base_model's weights: before, the base counted as done,
     training folders and evaluations were moved aside, then every job died on the missing weights."""
     run = copy_run(small_jobs2, tmp_path / "run")
     (run / "base_model" / "model.safetensors").unlink()
@@ -745,7 +759,8 @@ def test_a_stage_whose_inputs_are_missing_writes_nothing(small_cfg, small_jobs2,
     assert snapshot(run) == before  # its evaluation was not moved aside
 
 
-def test_a_truncated_evaluation_at_the_analysis_is_one_line_with_the_command_that_fixes_it(small_cfg, small_jobs2, tmp_path):
+def test_a_truncated_evaluation_at_the_analysis_is_one_line(small_cfg, small_jobs2, tmp_path):
+    """A truncated evaluation at the analysis is one line with the command that fixes it."""
     run = copy_run(small_jobs2, tmp_path / "run")
     (run / "verdicts.json").unlink()
     truncate(run / "eval_many_s0_006.json", 300)
@@ -840,8 +855,10 @@ def test_the_eta_is_said_again_as_jobs_finish(tmp_path, monkeypatch, capsys):
     assert "~0 s" not in etas[0] and "evaluation not measured yet" in etas[0]
 
 
-def test_out_of_memory_is_one_line_naming_the_job_the_memory_and_the_settings(small_cfg, small_jobs2, tmp_path, monkeypatch, capsys):
-    """A CUDA out-of-memory error, injected on the CPU: grpo.py's line names the job, the memory and
+def test_out_of_memory_is_one_line_naming_the_job_the_memory(small_cfg, small_jobs2, tmp_path, monkeypatch, capsys):
+    """Out of memory is one line naming the job the memory and the settings.
+
+    A CUDA out-of-memory error, injected on the CPU: grpo.py's line names the job, the memory and
     the settings to lower with values; the pipeline's last line the same advice; a rerun by hand
     that fails puts back what it moved aside; the manifest says failed and not started."""
     import torch
@@ -884,7 +901,8 @@ def test_out_of_memory_is_one_line_naming_the_job_the_memory_and_the_settings(sm
     assert man["stages"]["eval"]["status"] == "not started" and man["stages"]["analyze"]["status"] == "not started" and ended(man)
 
 
-def test_a_gpu_config_plans_without_its_weights_and_gives_hours_labelled_an_estimate(tmp_path):
+def test_a_gpu_config_plans_without_its_weights_and_gives_hours(tmp_path):
+    """A gpu config plans without its weights and gives hours labelled an estimate."""
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}  # an empty cache: the model is not downloaded
     q = ROOT / "configs" / "qwen05b.yaml"
     r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(q), "--out", str(tmp_path / "q"), "--dry-run"],
@@ -932,7 +950,8 @@ def test_damaged_lr_sweep_runs_are_moved_aside_and_redone(small_cfg, small_jobs2
             (small_jobs2 / "lr_sweep" / f"lr_{lr}" / "train_log.csv").read_text().count("\n")
 
 
-def test_memory_advice_names_each_stages_settings_and_says_when_none_is_left():
+def test_memory_advice_names_each_stages_settings_and_says():
+    """Memory advice names each stages settings and says when none is left."""
     from orchestration import config
 
     q = config.load(str(ROOT / "configs" / "qwen05b.yaml"))
@@ -950,8 +969,10 @@ def test_memory_advice_names_each_stages_settings_and_says_when_none_is_left():
     assert study.memory_advice(one, "train").startswith("nothing left to lower: micro_batch is already 1")
 
 
-def test_dry_run_says_the_run_would_refuse_what_other_settings_made(tmp_path):
-    """--dry-run on a committed run with a setting changed: the stages made under the old setting
+def test_dry_run_says_the_run_would_refuse_what_other_settings(tmp_path):
+    """Dry run says the run would refuse what other settings made.
+
+    --dry-run on a committed run with a setting changed: the stages made under the old setting
     say the run would refuse them, and one line says where the run would stop, before the ETA that only
     --force would spend. Nothing is written (the run folder is the committed results/tiny_v5)."""
     run = ROOT / "results" / "tiny_v5"
@@ -965,8 +986,10 @@ def test_dry_run_says_the_run_would_refuse_what_other_settings_made(tmp_path):
     assert sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*") if p.is_file()) == before
 
 
-def test_a_later_run_appends_its_header_and_keeps_the_one_that_made_the_files(tmp_path, monkeypatch):
-    """A stage run into an existing run by other code or another config record: the manifest's
+def test_a_later_run_appends_its_header_and_keeps(tmp_path, monkeypatch):
+    """A later run appends its header and keeps the one that made the files.
+
+    A stage run into an existing run by other code or another config record: the manifest's
     header is the current run's, and the header the files on disk were made under is kept in
     `earlier` with the stages and jobs done under it; a rewrite under the same header adds nothing."""
     import pipeline

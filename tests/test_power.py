@@ -34,8 +34,10 @@ def test_variance_components_are_the_anova_estimates():
     assert one["V_B"] is None and one["se"] == pytest.approx(d[0].std(ddof=1) / 3) and one["df"] == 8
 
 
-def test_variance_components_recover_known_components_and_the_se_is_the_spread_of_the_estimate():
-    """400 data sets of 128 problems x 3 seeds with V_A 0.02, V_B 0.0004, V_R 0.02: the mean estimates
+def test_variance_components_recover_known_components_and_the_se():
+    """Variance components recover known components and the se is the spread of the estimate.
+
+    400 data sets of 128 problems x 3 seeds with V_A 0.02, V_B 0.0004, V_R 0.02: the mean estimates
     are within 10% (V_B within 30%: 2 df each), and the mean SE^2 equals the variance of the grand
     mean over the data sets within 15%."""
     data = power.simulate(0.02, 0.0004, 0.02, 128, 3, 0.0, 400, seed=2)
@@ -74,7 +76,8 @@ def test_one_sided_power_matches_simulation():
     assert power.power_one_sided(0.0, se, df, 0.025) == pytest.approx(0.025, abs=1e-9)  # size at the null
 
 
-def test_equivalence_power_by_simulation_and_its_size_at_the_margin():
+def test_equivalence_power_by_simulation_and_its_size():
+    """Equivalence power by simulation and its size at the margin."""
     se, df, m = 0.02, 30.0, 0.1
     rng = np.random.default_rng(6)
     for delta in (0.0, 0.05):
@@ -85,8 +88,10 @@ def test_equivalence_power_by_simulation_and_its_size_at_the_margin():
     assert power.power_equivalence(m, se, df, m, 0.05) <= 0.05 + 1e-9
 
 
-def test_crossed_bootstrap_coverage_with_many_seeds_is_near_nominal():
-    """At 8 seeds the crossed bootstrap's 95% interval covers in 0.88-0.99 of 120 data sets."""
+def test_crossed_bootstrap_coverage_with_many_seeds_is_near():
+    """Crossed bootstrap coverage with many seeds is near nominal.
+
+    At 8 seeds the crossed bootstrap's 95% interval covers in 0.88-0.99 of 120 data sets."""
     c = power.crossed_coverage(0.02, 0.0004, 0.02, 64, 8, sims=120, resamples=300, seed=1)
     assert 0.88 <= c["coverage"] <= 0.99 and c["sims"] == 120
 

@@ -45,7 +45,8 @@ def problems(task="add-2x2", n=3):
     return countdown.make_splits(task, 0, n, 0)[1]
 
 
-def test_the_converted_folder_is_an_ordinary_model_with_its_tokenizer_and_template(smol_dir, smol):
+def test_the_converted_folder_is_an_ordinary_model(smol_dir, smol):
+    """The converted folder is an ordinary model with its tokenizer and template."""
     cfg, model, tok = smol
     assert "quantization_config" not in json.loads((smol_dir / "config.json").read_text())
     assert type(model).__name__ == "LlamaForCausalLM" and model.config.tie_word_embeddings
@@ -56,7 +57,8 @@ def test_the_converted_folder_is_an_ordinary_model_with_its_tokenizer_and_templa
     assert stop_ids(model, tok) == [2]
 
 
-def test_the_system_message_is_a_setting_rendered_by_each_template(smol):
+def test_the_system_message_is_a_setting_rendered(smol):
+    """The system message is a setting rendered by each template."""
     _, _, tok = smol
     p = problems()[0]
     own = tok.apply_chat_template(countdown.prompt_messages(p, "instruct", None), tokenize=False, add_generation_prompt=True)
@@ -98,7 +100,8 @@ def test_pad_is_eos_and_the_masks_come_from_lengths(smol):
     assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
 
 
-def test_lora_targets_in_the_llama_layout_and_a_wrong_name_is_one_line(smol_dir):
+def test_lora_targets_in_the_llama_layout_and_a_wrong_name(smol_dir):
+    """Lora targets in the llama layout and a wrong name is one line."""
     cfg = config.load(None, [f"model.path={smol_dir}", "model.dtype=float32"])
     model, _ = load_model(cfg, str(smol_dir), CPU)
     wrapped = apply_lora(model, 4, 8, cfg.lora.targets, 0)

@@ -112,7 +112,8 @@ def test_rendered_prompt_is_qwen_chatml_token_for_token(tok):
 # ----------------------------------------------------------------------------- the built model
 
 
-def test_built_folder_has_the_exact_shape_bf16_and_shipped_generation_config(rehearsal, tok):
+def test_built_folder_has_the_exact_shape_bf16_and_shipped(rehearsal, tok):
+    """Built folder has the exact shape bf16 and shipped generation config."""
     base = rehearsal / "base_model"
     mc = json.loads((base / "config.json").read_text())
     for key, value in qwen_shape.ARCH.items():
@@ -138,8 +139,10 @@ def test_built_folder_has_the_exact_shape_bf16_and_shipped_generation_config(reh
     assert back.encode(text, add_special_tokens=False) == tok.encode(text, add_special_tokens=False)
 
 
-def test_model_reloads_and_shipped_sampling_settings_change_nothing(rehearsal, tmp_path):
-    """The folder's generation_config.json is read by transformers (the model carries
+def test_model_reloads_and_shipped_sampling_settings_change(rehearsal, tmp_path):
+    """Model reloads and shipped sampling settings change nothing.
+
+    The folder's generation_config.json is read by transformers (the model carries
     repetition_penalty 1.1) yet our samples are the same without the file."""
     cfg = config.load(str(REHEARSAL), fast_sets() + ["eval_sets.pool.n_problems=1"])  # the pool holds every test problem
     bare = tmp_path / "bare"
@@ -213,7 +216,8 @@ def gpu_check(*args, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def test_gpu_check_dry_runs_every_phase_and_writes_each_as_it_ends(tmp_path):
+def test_gpu_check_dry_runs_every_phase_and_writes(tmp_path):
+    """Gpu check dry runs every phase and writes each as it ends."""
     out = tmp_path / "gpu"
     r = gpu_check("--out", str(out))
     assert r.returncode == 0, r.stderr[-3000:]

@@ -127,8 +127,10 @@ class Reading(dict):
         return super().get(key, default)
 
 
-def test_entries_hold_exactly_the_named_fields_and_the_printer_reads_no_other(analysed):
-    """document.Entry names an entry's fields once: the analysis makes exactly them, and the
+def test_entries_hold_exactly_the_named_fields_and_the_printer(analysed):
+    """Entries hold exactly the named fields and the printer reads no other.
+
+    document.Entry names an entry's fields once: the analysis makes exactly them, and the
     printer reads only them from an entry (and only document.Primary's from `primary`)."""
     _, doc = analysed
     doc = json.loads(json.dumps(doc))

@@ -293,7 +293,8 @@ def test_sampled_rows_end_at_their_first_stop_token(fitted_dir, smoke_cfg):
         assert max_new == 12 or len(lengths) > 1  # rows really finished at different steps (12 tokens may end none)
 
 
-def test_sampler_entropy_is_the_untempered_distributions_and_draws_nothing(fitted_dir, smoke_cfg):
+def test_sampler_entropy_is_the_untempered_distributions(fitted_dir, smoke_cfg):
+    """Sampler entropy is the untempered distributions and draws nothing."""
     cfg = cfg_for(smoke_cfg)
     model, tok = load_model(cfg, str(fitted_dir), CPU)
     _, prompts = prompts_for(tok, n=1)
@@ -493,8 +494,10 @@ def same(a: sampler.Samples, b: sampler.Samples) -> bool:
     return a.tokens == b.tokens and a.truncated == b.truncated and a.logprobs == b.logprobs and a.entropy == b.entropy
 
 
-def test_graphs_are_captured_once_per_process_and_calls_reuse_the_buffers(fitted_dir, smoke_cfg, monkeypatch):
-    """With a capture backend (EagerGraphs: CUDA graphs' bookkeeping on a CPU), each bucket of a
+def test_graphs_are_captured_once_per_process_and_calls_reuse(fitted_dir, smoke_cfg, monkeypatch):
+    """Graphs are captured once per process and calls reuse the buffers.
+
+    With a capture backend (EagerGraphs: CUDA graphs' bookkeeping on a CPU), each bucket of a
     batch size is captured once, by the first call that reaches it; later calls, with other prompt
     lengths, seeds and settings, replay the same steps on the same buffers and give what a fresh
     decoder without graphs gives."""
@@ -574,8 +577,10 @@ def test_a_changed_model_gets_new_decoders(fitted_dir, smoke_cfg, monkeypatch):
         assert static_decode._DECODERS["by_rows"][10] is not before
 
 
-def test_unsort_runs_outside_determinism_off_the_cpu_and_restores_it(monkeypatch):
-    """decoding.unsort: the permutation scatter equals the inverse permutation; off the CPU (here the
+def test_unsort_runs_outside_determinism_off_the_cpu(monkeypatch):
+    """Unsort runs outside determinism off the cpu and restores it.
+
+    decoding.unsort: the permutation scatter equals the inverse permutation; off the CPU (here the
     meta device, shapes only) it runs with deterministic algorithms off and restores the setting,
     warn_only included; on the CPU it leaves the setting alone."""
     g = torch.Generator().manual_seed(0)

@@ -82,7 +82,8 @@ def test_paired_interval_agrees_with_scipy_bootstrap():
     assert lo == pytest.approx(ref.confidence_interval.low, abs=0.01) and hi == pytest.approx(ref.confidence_interval.high, abs=0.01)
 
 
-def test_crossed_with_one_seed_equals_the_paired_bootstrap_to_the_last_digit():
+def test_crossed_with_one_seed_equals_the_paired_bootstrap():
+    """Crossed with one seed equals the paired bootstrap to the last digit."""
     rl, base = _pass1_vectors(seed=5)
     for seed in (0, 7):
         idx = stats.resample_indices(128, 2000, seed)
@@ -112,7 +113,8 @@ def test_crossed_replicates_by_hand():
     assert stats.crossed_replicates(rl, ref, idx, sidx) == pytest.approx([1 / 3 - 1, (1 / 3 + (2 / 3 - 1)) / 2])
 
 
-def test_resample_indices_seeded_and_seed_draws_independent_of_problem_draws():
+def test_resample_indices_seeded_and_seed_draws_independent():
+    """Resample indices seeded and seed draws independent of problem draws."""
     a, b, c = stats.resample_indices(10, 50, 7), stats.resample_indices(10, 50, 7), stats.resample_indices(10, 50, 8)
     assert np.array_equal(a, b) and not np.array_equal(a, c)
     s3 = stats.seed_resample_indices(3, 500, 7)

@@ -77,7 +77,8 @@ def test_dry_run_and_print_jobs_import_no_torch(tmp_path):
         assert ("grpo.py train" if flag == "--print-jobs" else "\n  train ") in out.stdout, out.stdout
 
 
-def test_pretrain_and_dev_splits_are_disjoint_and_leave_train_and_test_alone():
+def test_pretrain_and_dev_splits_are_disjoint_and_leave_train():
+    """Pretrain and dev splits are disjoint and leave train and test alone."""
     d = countdown.draw_splits("arith-2x1", 0, {"test": 128, "train": 4000, "pretrain": 4000, "dev": 64})
     qs = {k: {p.question for p in v} for k, v in d.items()}
     assert [len(qs[k]) for k in ("test", "train", "pretrain", "dev")] == [128, 4000, 4000, 64]
@@ -106,7 +107,8 @@ def test_learning_rate_sources(tmp_path):
             and study.read_lr(config.load(None, ["train.lr=0.003"]), tmp_path, "1") == 0.003)
 
 
-def test_new_switches_left_off_keep_old_hashes_and_turned_on_change_them(smoke_cfg):
+def test_new_switches_left_off_keep_old_hashes_and_turned(smoke_cfg):
+    """New switches left off keep old hashes and turned on change them."""
     d = config.to_dict(smoke_cfg)
     old = {**d, "lora": {k: v for k, v in d["lora"].items() if k != "fold_for_sampling"},
            "train": {k: v for k, v in d["train"].items() if k != "sort_by_length"}}  # a config from before the keys existed

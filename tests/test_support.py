@@ -86,15 +86,19 @@ def test_z_chosen_and_measured_on_the_same_draws_is_refused():
 
 
 @pytest.mark.parametrize("w_star", [14.0, W_STAR])
-def test_a_selection_at_the_bounds_tilt_is_never_read_as_expanded(w_star):
-    """The size at w*: every problem's rate tilted by exactly w* reaches f_w*(p) on Z, at most the
+def test_a_selection_at_the_bounds_tilt_is_never_read(w_star):
+    """A selection at the bounds tilt is never read as expanded.
+
+    The size at w*: every problem's rate tilted by exactly w* reaches f_w*(p) on Z, at most the
     bound; 'expanded' must stay at or below the test's level (0.05: at most 4 of 40)."""
     got = _answers("tilt-at-w*", 40, CPU, seed=1, w_star=w_star)
     assert got["expanded"] <= 4, got
 
 
-def test_sharpening_alone_never_reads_support_expanded_and_teaching_the_hard_problems_does():
-    """The two cases that broke the old rule, at the CPU world's design: sharpening every problem (no
+def test_sharpening_alone_never_reads_support_expanded():
+    """Sharpening alone never reads support expanded and teaching the hard problems does.
+
+    The two cases that broke the old rule, at the CPU world's design: sharpening every problem (no
     new support) is never 'expanded' and nearly always 'kept'; sharpening everything and teaching the
     base's near-never problems (rate < 0.005 raised to 0.45; the old rule called it selection 71%) is
     'expanded' with power 0.90 at w* = 14 and only 0.28 at the registered w* = 94 (40 data sets; a gold mixture 0.78) (PLAN.md change
@@ -118,8 +122,10 @@ def test_no_selecting_arm_reads_support_expanded(kind):
     assert got["expanded"] <= 3, (kind, got)
 
 
-def test_a_gold_mixture_never_reads_support_kept_and_teach_hard_rarely():
-    """Truths that teach. A gold mixture (every problem given a share of correct answers) never reads *kept*.
+def test_a_gold_mixture_never_reads_support_kept_and_teach_hard():
+    """A gold mixture never reads support kept and teach hard rarely.
+
+    Truths that teach. A gold mixture (every problem given a share of correct answers) never reads *kept*.
     Sharpen + teach-hard can: the test reads Z's mean, and Z also holds problems of base rate 0.005-0.02 that
     the truth sharpens towards 0, so the taught ones' 0.45 can average below f_94(bound). Measured: 3 of 40
     at w* 94 (seed 12), 0 at w* 14; a *kept* on the mean does not exclude that some problems were taught
@@ -147,8 +153,10 @@ def test_the_qwen_design_can_return_every_answer():
     assert not any(k.startswith("sharpened") or k.endswith("expanded") for k in null), null
 
 
-def test_the_two_samplers_disagree_where_the_nucleus_cuts_the_rare_token():
-    """A two-token toy: the base puts 0.03 on the correct token. Top-p 0.95 (the evaluation sampler,
+def test_the_two_samplers_disagree_where_the_nucleus_cuts():
+    """The two samplers disagree where the nucleus cuts the rare token.
+
+    A two-token toy: the base puts 0.03 on the correct token. Top-p 0.95 (the evaluation sampler,
     through the project's own filter) cuts it, so the base's fresh draws there never succeed; at the
     training sampler (top-p 1) they succeed ~3%. A trained model at 0.08 reads 'expanded' at the
     evaluation sampler and not at the training sampler, with w* = 3 (f_3(0.03) ~ 0.085)."""
@@ -189,7 +197,8 @@ def test_the_tilt_quantile_recovers_a_known_uniform_tilt():
     assert got["w"] == pytest.approx(3.0, rel=0.02)
 
 
-def test_the_config_refuses_a_support_pool_that_is_not_fresh_base_draws():
+def test_the_config_refuses_a_support_pool_that_is_not_fresh():
+    """The config refuses a support pool that is not fresh base draws."""
     from orchestration import config
 
     cfg = config.load("configs/qwen05b.yaml")
@@ -208,8 +217,10 @@ def _design(seeds="own"):
                            eval_sets={"pool": {"seeds": seeds}})
 
 
-def test_the_analysis_runs_the_post_hoc_test_on_the_pool_and_refuses_test_seeds():
-    """assemble.support_tests: --support-post-hoc on a run without analyze.support uses its calibration
+def test_the_analysis_runs_the_post_hoc_test_on_the_pool():
+    """The analysis runs the post hoc test on the pool and refuses test seeds.
+
+    assemble.support_tests: --support-post-hoc on a run without analyze.support uses its calibration
     pool at the evaluation sampler, says post hoc, and gives the numbers support_test gives; a pool sampled
     with the test set's seeds is one InputError."""
     from types import SimpleNamespace

@@ -27,7 +27,8 @@ def test_tokenizer_round_trip_and_chat_template(tmp_path):
 
 
 @pytest.mark.parametrize("decomposed", [1.0, 0.0])
-def test_traces_compute_right_without_slips_and_use_tags_as_configured(decomposed):
+def test_traces_compute_right_without_slips_and_use_tags(decomposed):
+    """Traces compute right without slips and use tags as configured."""
     b = config.TinyBaseCfg(p_decomposed=decomposed, p_slip=0.0, p_oneshot_wrong=0.0, p_tags=0.5)
     train, _ = countdown.make_splits("arith-2x1", 200, 10, 0)
     rng = random.Random(0)
@@ -86,7 +87,8 @@ def test_gold_solutions_are_right_and_match_the_tiny_traces():
 
 
 @pytest.mark.slow  # a base build stopped and resumed: left out of the fast loop
-def test_a_stopped_base_build_resumes_to_the_same_weights_bit_for_bit(smoke_cfg, tmp_path, monkeypatch):
+def test_a_stopped_base_build_resumes_to_the_same_weights_bit(smoke_cfg, tmp_path, monkeypatch):
+    """A stopped base build resumes to the same weights bit for bit."""
     cfg = config._build(config.Config, {**config.to_dict(smoke_cfg), "model": {**config.to_dict(smoke_cfg)["model"],
                                         "build": {**config.to_dict(smoke_cfg.model.build), "steps": 30, "n_traces": 400}}})
     monkeypatch.setattr(tiny_base, "SAVE_EVERY", 10)
@@ -141,7 +143,8 @@ def _trace_before_knobs(p, rng, b):
     return body + ending
 
 
-def test_the_new_corpus_knobs_at_their_defaults_leave_the_corpus_as_before():
+def test_the_new_corpus_knobs_at_their_defaults_leave_the_corpus():
+    """The new corpus knobs at their defaults leave the corpus as before."""
     b = config.load("configs/tiny.yaml").model.build
     assert b.p_borrow_slip == [] and b.n_drill == 0
     train, _ = countdown.make_splits("arith-2x1", 600, 10, 0)
@@ -149,7 +152,8 @@ def test_the_new_corpus_knobs_at_their_defaults_leave_the_corpus_as_before():
     assert [tiny_base.trace(p, new, b) for p in train] == [_trace_before_knobs(p, old, b) for p in train]
 
 
-def test_a_forgotten_borrow_is_off_by_its_place_value_and_only_where_a_borrow_is_needed():
+def test_a_forgotten_borrow_is_off_by_its_place_value_and_only():
+    """A forgotten borrow is off by its place value and only where a borrow is needed."""
     b = config.TinyBaseCfg(p_decomposed=1.0, p_slip=0.0, p_tags=1.0, p_borrow_slip=[1.0, 0.0])
     train, _ = countdown.make_splits("arith-2x1", 400, 10, 0)
     rng = random.Random(3)
@@ -166,7 +170,8 @@ def test_a_forgotten_borrow_is_off_by_its_place_value_and_only_where_a_borrow_is
     assert seen >= {0, 1, 2}
 
 
-def test_drill_traces_are_decomposed_untagged_and_under_their_own_prompt():
+def test_drill_traces_are_decomposed_untagged_and_under_their():
+    """Drill traces are decomposed untagged and under their own prompt."""
     b = config.TinyBaseCfg(n_traces=50, n_drill=200, n_pretrain=300, p_decomposed=0.0, p_tags=1.0)
     tok = tiny_base.build_tokenizer()
     seqs, masks = tiny_base.trace_batches(tok, b, "arith-2x1", 20, 10, 0)
@@ -180,8 +185,10 @@ def test_drill_traces_are_decomposed_untagged_and_under_their_own_prompt():
     assert len(multi) == sum(p.numbers[0] % 10 != 0 for p in [problems[i % 300] for i in range(50, 250)])
 
 
-def test_product_errors_without_tens_never_cancel_a_forgotten_borrow():
-    """With the default offsets a one-shot product 10 too small and a forgotten borrow (+10) give the
+def test_product_errors_without_tens_never_cancel_a_forgotten():
+    """Product errors without tens never cancel a forgotten borrow.
+
+    With the default offsets a one-shot product 10 too small and a forgotten borrow (+10) give the
     right answer by accident; without multiples of 10 among the offsets that cannot happen."""
     train, _ = countdown.make_splits("arith-2x1", 3000, 10, 0)
     double = [p for p in train if len(countdown.borrow_columns(p.numbers[0] * p.numbers[1], p.numbers[2])) == 2]

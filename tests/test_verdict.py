@@ -44,7 +44,8 @@ def test_the_null_tables_are_the_base_plus_the_posteriors_change(c):
             assert (t1[0], tk[0]) == pytest.approx((c / n, stats.pass_at_k(n, c, 32)), abs=1e-12)
 
 
-def test_the_fitted_w_matches_the_target_and_recovers_a_known_reweighting():
+def test_the_fitted_w_matches_the_target_and_recovers_a_known():
+    """The fitted w matches the target and recovers a known reweighting."""
     rng = np.random.default_rng(3)
     p = sy.rates(rng, 4000, *sy.beta_for(0.15, 0.6, 32))
     base = sy.counts(rng, p, 256)
@@ -97,7 +98,8 @@ def test_a_reweighted_base_is_not_read_as_beyond_selection():
     assert got["beyond selection"] <= 3 and got["selection"] >= 30, got
 
 
-def test_gold_answers_of_the_same_pass1_are_read_as_beyond_selection():
+def test_gold_answers_of_the_same_pass1_are_read_as_beyond():
+    """Gold answers of the same pass1 are read as beyond selection."""
     got = _labels("teaching", 20, 384, 12, 256, (0.12, 0.57), (0.33,), seed=12)
     assert got["beyond selection"] >= 19 and got["selection"] == 0, got
 
@@ -143,8 +145,10 @@ def _false_rises(kind: str, S: int, sims: int, seed: int, N: int = 128) -> dict:
     return {k: v / sims for k, v in hits.items()}
 
 
-def test_the_larger_p_rule_is_closer_to_its_level_than_either_test_alone():
-    """Where seed variance dominates (3 seeds) the percentile bootstrap is liberal (about 0.10 against
+def test_the_larger_p_rule_is_closer_to_its_level_than_either():
+    """The larger p rule is closer to its level than either test alone.
+
+    Where seed variance dominates (3 seeds) the percentile bootstrap is liberal (about 0.10 against
     0.025 here); on sparse counts both are (about 0.04-0.05). The larger of the two p-values comes
     closest (measured: 0.038 and 0.037 at 1,000 data sets; PLAN.md section 7 states these)."""
     seedy = _false_rises("seedy", 3, 500, 21)
@@ -205,7 +209,8 @@ def test_an_arm_fails_when_the_test_it_checks_is_biased(monkeypatch):
     assert not arms[0]["passed"] and arms[0]["failed"]
 
 
-def test_the_seed_split_arm_holds_its_level_and_the_taught_arm_sees_a_taught_stratum():
+def test_the_seed_split_arm_holds_its_level_and_the_taught_arm():
+    """The seed split arm holds its level and the taught arm sees a taught stratum."""
     p, base, pool, rng = _pool(2)
     rl = sy.counts(rng, sy.selection(p, 4.0, 12, 0.2, rng), 32)
     split = calibration.seed_split_arm(rl, 32, 32, LEVELS, 60, 1000, 0)
@@ -220,8 +225,10 @@ def test_the_seed_split_arm_holds_its_level_and_the_taught_arm_sees_a_taught_str
     assert not same["passed"]  # no teaching there: the ceiling is not shown to rise
 
 
-def test_the_stratum_null_holds_a_per_stratum_tilt_that_the_uniform_null_reads_as_beyond():
-    """Truth: the base tilted by 6 / 7.5 / 42 on its easy / middle / hard thirds (tiny_v4's per-stratum
+def test_the_stratum_null_holds_a_per_stratum_tilt():
+    """The stratum null holds a per stratum tilt that the uniform null reads as beyond.
+
+    Truth: the base tilted by 6 / 7.5 / 42 on its easy / middle / hard thirds (tiny_v4's per-stratum
     tilts: such a selection was called *beyond selection* 54% of the time). Against the uniform
     null its pass@32 lies above (a single w spends too little tilt on the hard problems); against the
     stratum null, which refits one w per stratum, D_strata is 0 up to noise and neither one-sided test
