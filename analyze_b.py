@@ -39,15 +39,12 @@ def copy_inputs(run: Path, out: Path) -> None:
     shutil.copytree(run, out, ignore=ignore, dirs_exist_ok=True)
 
 
-def remake_hint(run: Path, message: str) -> str:
-    """The command that makes the file an InputError names again: its job's command from
-    RUN/manifest.json (an evaluation or token file; with its paths pointed at this folder), else the
-    pipeline on the folder with the config the manifest's jobs name (it redoes a damaged output)."""
+def remake_hint(run: Path, named: Path | None) -> str:
+    """The command that makes the file an InputError names again: the manifest's job whose output it
+    is (an evaluation or token file; the command's paths pointed at this folder), else the pipeline
+    on the folder with the config the manifest's jobs name (it redoes a damaged output)."""
     import shlex
 
-    from orchestration import study
-
-    named = Path(message.split(": ", 1)[0])
     jobs = ((read_json_or_none(run / "manifest.json") or {}).get("jobs") or {}).values()
     config = None
     for j in jobs:
@@ -60,21 +57,31 @@ def remake_hint(run: Path, message: str) -> str:
         if then is None or "--config" not in opt:
             continue
         config = config or (opt["--config"], [argv[i + 1] for i in range(len(argv) - 1) if argv[i] == "--set"])
-        if argv[1:3] not in (["grpo.py", "eval"], ["grpo.py", "tokens"]) or "--out" in opt:
-            continue
-        adapter = opt.get("--adapter")
-        try:
-            made = (study.eval_dir(Path(then), opt.get("--eval-set", "test")) / study.adapter_eval_name(adapter) if argv[2] == "eval"
-                    else Path(then) / study.adapter_tokens_name(adapter))
-        except Exception:  # an adapter path not named as the pipeline names them
-            continue
-        if (run / made.relative_to(then)).resolve() == (named if named.is_absolute() else Path.cwd() / named).resolve():
+        output = j.get("output") or older_output(argv, opt, then)
+        if (named is not None and output and argv[1:3] in (["grpo.py", "eval"], ["grpo.py", "tokens"])
+                and (run / output).resolve() == named.resolve()):
             return "make it again: " + shlex.join(str(run) + x[len(then):] if x == then or x.startswith(then + "/") else x for x in argv)
     if config is not None:
         sets = sum((["--set", x] for x in config[1]), [])
         return ("redo what is damaged: " + shlex.join(["python", "pipeline.py", "--config", config[0], "--run", str(run), *sets])
                 + " (the pipeline moves a damaged output aside and makes it again)")
     return f"redo what is damaged: python pipeline.py --config <the config {run} was made with> --run {shlex.quote(str(run))}"
+
+
+def older_output(argv: list[str], opt: dict, then: str) -> str | None:
+    """An evaluation or token job's output, relative to its run folder, from its command: for
+    manifests written before each job's entry recorded its output (the committed runs)."""
+    from orchestration import study
+
+    if argv[1:3] not in (["grpo.py", "eval"], ["grpo.py", "tokens"]) or "--out" in opt:
+        return None
+    adapter = opt.get("--adapter")
+    try:
+        made = (study.eval_dir(Path(then), opt.get("--eval-set", "test")) / study.adapter_eval_name(adapter) if argv[2] == "eval"
+                else Path(then) / study.adapter_tokens_name(adapter))
+    except Exception:  # an adapter path not named as the pipeline names them
+        return None
+    return made.relative_to(then).as_posix()
 
 
 def read_json_or_none(path: Path) -> dict | None:
@@ -155,7 +162,10 @@ def main(argv=None) -> int:
                 target.mkdir(exist_ok=True)  # it was there, empty
         if isinstance(e, InputError):
             msg = str(e).replace(str(target), str(run)) if a.out else str(e)
-            print(f"analyze_b.py: {msg}; {remake_hint(run, msg)}", file=sys.stderr)
+            named = e.path
+            if named is not None and a.out and named.resolve().is_relative_to(target.resolve()):
+                named = run / named.resolve().relative_to(target.resolve())  # the file in the run, not in our copy
+            print(f"analyze_b.py: {msg}; {remake_hint(run, named)}", file=sys.stderr)
         else:
             print(f"analyze_b.py: cannot write {e.filename or target}: {e.strerror or e}; analyse into a folder of your own: "
                   f"python analyze_b.py --run {run} --out NEW_FOLDER", file=sys.stderr)

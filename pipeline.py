@@ -87,6 +87,12 @@ def write_manifest(run: Path, cfg: config.Config, stages: dict, jobs: dict) -> N
         **here, **({"earlier": earlier} if earlier else {}), "stage_order": registered_stages(cfg), "stages": stages, "jobs": jobs})
 
 
+def job_record(run: Path, job: Job, status: str, **more) -> dict:
+    """A job's entry in manifest.json: its state, the command that makes its output, and that output
+    (relative to the run folder), so "the command that makes this file again" is a lookup."""
+    return {"status": status, "command": job.command(), "output": Path(job.output).relative_to(run).as_posix(), **more}
+
+
 def _done(states: dict | None) -> list[str]:
     return sorted(k for k, r in (states or {}).items() if isinstance(r, dict) and r.get("status") == "done")
 
@@ -111,7 +117,7 @@ def run_single(stage: str, plan: Plan, quiet: bool, gpu: str | None = None) -> N
         try:
             out = run_analysis(run)
         except InputError as e:
-            raise StageFailed(f"{e}; make it again: {remake_note(plan, str(e))}")
+            raise StageFailed(f"{e}; make it again: {remake_note(plan, e.path)}")
         print(report.headline(out), flush=True)
         return
     if stage == "lr-sweep" and not study.sweep_runs(cfg):
@@ -473,7 +479,7 @@ def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, a
         if any(j.stage == s for j in jobs):
             stages[s] = {"status": "waiting"}  # running once its first job starts
     for j in jobs:
-        jobs_status[j.name] = {"status": "waiting", "command": j.command()}
+        jobs_status[j.name] = job_record(run, j, "waiting")
     write_manifest(run, cfg, stages, jobs_status)
     eta = estimate_seconds(plan.run, jobs, a.jobs, plan.cost_model())
     log(f"{len(jobs)} jobs ({sum(j.stage == 'train' for j in jobs)} training, {sum(j.stage != 'train' for j in jobs)} evaluation), "
@@ -483,11 +489,11 @@ def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, a
     def on_start(job: Job) -> None:
         if stages[job.stage].get("status") != "running":
             stages[job.stage] = {"status": "running", "started": now()}
-        jobs_status[job.name] = {"status": "running", "command": job.command(), "started": now()}
+        jobs_status[job.name] = job_record(run, job, "running", started=now())
         write_manifest(run, cfg, stages, jobs_status)
 
     def on_done(job: Job) -> None:
-        jobs_status[job.name] = {"status": "done", "command": job.command()}
+        jobs_status[job.name] = job_record(run, job, "done")
         if all(jobs_status[j.name]["status"] == "done" for j in jobs if j.stage == job.stage):
             stages[job.stage] = {**stages[job.stage], "status": "done"}  # e.g. every training run: an interrupt now is eval's
         if job.stage == "train":
@@ -522,7 +528,7 @@ def prepare_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dic
         del jobs_status[name]  # a job of another design: its outputs were moved aside (check_stage)
     for name, j in design.items():  # its output is done: so is the job, whatever an earlier run recorded
         if name not in not_done and jobs_status.get(name, {}).get("status") != "done":
-            jobs_status[name] = {"status": "done", "command": j.command()}
+            jobs_status[name] = job_record(plan.run, j, "done")
     for s in group:
         if not any(j.stage == s for j in jobs):
             log(f"{s}: done, skipped")

@@ -411,7 +411,7 @@ def analyze(run: Path, resamples: int | None = None, seed: int | None = None, pa
     missing = missing + tok_missing
     if missing and not partial:
         raise InputError(f"{run}: {len(missing)} of {design.n_expected()} expected evaluations are missing "
-                         f"({', '.join(missing)}); rerun the eval stage, or analyse what is there with --partial")
+                         f"({', '.join(missing)}); rerun the eval stage, or analyse what is there with --partial", path=run)
     inf = inference(design, base, rl, resamples, seed)
     taught = (design.analyze.get("calibration") or {}).get("taught")
     studied = [c for c in design.conditions if c != taught]
@@ -471,7 +471,7 @@ def check_extras(run: Path) -> None:
                 f.name, ("task", "n", "n_problems", "pass_at_k", "format_rate"))
             missing = [kk for kk in need if kk not in d]
             if missing:
-                raise InputError(f"{f}: malformed (missing {', '.join(missing)})")
+                raise InputError(f"{f}: malformed (missing {', '.join(missing)})", path=f)
 
 
 def verdicts_json(res: dict) -> dict:

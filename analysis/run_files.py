@@ -23,7 +23,12 @@ DEFAULT_CONDITION = config.to_dict(config.ConditionCfg())
 
 
 class InputError(Exception):
-    """A missing or malformed input: the message names the file and what is wrong."""
+    """A missing or malformed input: the message names the file and what is wrong, and `path` is
+    that file (or folder), so the command that makes it again is a lookup (analyze_b.remake_hint)."""
+
+    def __init__(self, message: str, path: str | Path | None = None):
+        super().__init__(message)
+        self.path = Path(path) if path is not None else None
 
 
 @dataclass
@@ -92,9 +97,9 @@ def read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise InputError(f"{path}: missing")
+        raise InputError(f"{path}: missing", path=path)
     except json.JSONDecodeError as e:
-        raise InputError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})")
+        raise InputError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})", path=path)
 
 
 def condition_settings(cfg: dict, conds: list[str], need) -> dict:
@@ -140,7 +145,7 @@ def read_design(run: Path, base: dict | None = None) -> Design:
         src = run / "eval_base.json"
         cfg = (base if base is not None else read_json(src)).get("provenance", {}).get("config")
     if not isinstance(cfg, dict):
-        raise InputError(f"{src}: no config recorded, so the expected design is unknown")
+        raise InputError(f"{src}: no config recorded, so the expected design is unknown", path=src)
     train = cfg.get("train", {})
     conds = cfg.get("conditions", train.get("conditions"))
     conds = list(conds) if isinstance(conds, (dict, list)) else None
@@ -152,7 +157,7 @@ def read_design(run: Path, base: dict | None = None) -> Design:
 
     def need(ok, key, what):
         if not ok:
-            raise InputError(f"{src}: config {key} {what}")
+            raise InputError(f"{src}: config {key} {what}", path=src)
     need(conds and all(isinstance(c, str) for c in conds), "conditions", "must name the conditions")
     need(isinstance(seeds, list) and seeds and all(isinstance(s, int) and s >= 0 for s in seeds), "train.seeds", "must be a list of seeds")
     need(isinstance(steps, list) and steps and all(isinstance(s, int) and s >= 1 for s in steps), "train.checkpoints",
@@ -187,7 +192,7 @@ def load_eval(path: Path, eval_set: str = "test") -> dict:
     be numbers (token_entropy may be null)."""
     d = read_json(path)
     if d.get("eval_set", "test") != eval_set:
-        raise InputError(f"{path}: its eval_set field is {d.get('eval_set')!r} but it lies in the folder of set {eval_set!r}")
+        raise InputError(f"{path}: its eval_set field is {d.get('eval_set')!r} but it lies in the folder of set {eval_set!r}", path=path)
     try:
         n = int(d["sampling"]["n"])
         probs = d["problems"]
@@ -195,21 +200,21 @@ def load_eval(path: Path, eval_set: str = "test") -> dict:
             for s in SCORINGS:
                 c = p[f"correct_{s}"]
                 if not (isinstance(c, int) and 0 <= c <= p["n"] == n):
-                    raise InputError(f"{path}: problem {p.get('id')}: correct_{s}={c!r} is not a count in 0..n={n}")
+                    raise InputError(f"{path}: problem {p.get('id')}: correct_{s}={c!r} is not a count in 0..n={n}", path=path)
         if not probs:
-            raise InputError(f"{path}: no problems")
+            raise InputError(f"{path}: no problems", path=path)
         for p in probs:
             if p.get("id") is None:
-                raise InputError(f"{path}: a problem has no id")
+                raise InputError(f"{path}: a problem has no id", path=path)
         if not isinstance(d["format_rate"], (int, float)):
-            raise InputError(f"{path}: format_rate is not a number")
+            raise InputError(f"{path}: format_rate is not a number", path=path)
         for p in probs:
             for k, lo in (("distinct_answers", 1), ("answer_entropy", 0), ("token_entropy", 0)):
                 x = p.get(k)
                 if x is not None and not (isinstance(x, (int, float)) and not isinstance(x, bool) and (np.isnan(x) or x >= lo)):
-                    raise InputError(f"{path}: problem {p.get('id')}: {k}={x!r} is not a number >= {lo}")
+                    raise InputError(f"{path}: problem {p.get('id')}: {k}={x!r} is not a number >= {lo}", path=path)
     except (KeyError, TypeError) as e:
-        raise InputError(f"{path}: malformed eval file (missing or wrong field {e})")
+        raise InputError(f"{path}: malformed eval file (missing or wrong field {e})", path=path)
     d["_file"] = path.name
     return d
 
@@ -225,7 +230,7 @@ def parse_eval_name(path: Path, design: Design) -> tuple[str, int, int] | None:
     if m:
         if not design.legacy:
             raise InputError(f"{path}: a file name without a training seed (an earlier layout); "
-                             f"this design expects eval_<condition>_s<seed>_<step>.json")
+                             f"this design expects eval_<condition>_s<seed>_<step>.json", path=path)
         return m["cond"], 0, int(m["step"])
     return None
 
@@ -244,19 +249,21 @@ def find_evals(run: Path, design: Design | None = None, base: dict | None = None
         if cond not in design.conditions or seed not in design.seeds_of(cond) or step not in design.checkpoints:
             raise InputError(f"{run / f.name}: condition {cond!r}, seed {seed}, step {step} is not in the design of "
                              f"{design.source} (conditions {design.conditions}, seeds {design.seeds_of(cond)}, checkpoints "
-                             f"{design.checkpoints}): a stale file from another design?")
+                             f"{design.checkpoints}): a stale file from another design?", path=run / f.name)
         if key in where:
-            raise InputError(f"{run / f.name}: a second eval file for {cond} seed {seed} step {step} (also {where[key]})")
+            raise InputError(f"{run / f.name}: a second eval file for {cond} seed {seed} step {step} (also {where[key]})",
+                             path=run / f.name)
         where[key] = f.name
     if not where:
-        raise InputError(f"{run}: no eval_<condition>_s<seed>_<step>.json files to compare with the base")
+        raise InputError(f"{run}: no eval_<condition>_s<seed>_<step>.json files to compare with the base", path=run)
     if base.get("eval_set", "test") != "test":
-        raise InputError(f"{run / 'eval_base.json'}: its eval_set field is {base['eval_set']!r}; the top-level files are the test set")
+        raise InputError(f"{run / 'eval_base.json'}: its eval_set field is {base['eval_set']!r}; the top-level files are the test set",
+                         path=run / "eval_base.json")
     for key, name in where.items():
         d = load_eval(run / name)
         for field, want in zip(("condition", "train_seed", "step"), key):
             if field in d and d[field] != want:
-                raise InputError(f"{run / name}: its {field} field is {d[field]!r} but its name says {want!r}")
+                raise InputError(f"{run / name}: its {field} field is {d[field]!r} but its name says {want!r}", path=run / name)
         rl[key] = d
     ids = [p["id"] for p in base["problems"]]
     for d in rl.values():
@@ -279,12 +286,12 @@ def find_set(run: Path, design: Design, name: str) -> tuple[dict | None, dict, l
 
     def check(d: dict, f: Path):
         if d.get("eval_set") != name:
-            raise InputError(f"{f}: its eval_set field is {d.get('eval_set')!r}, not {name!r}")
+            raise InputError(f"{f}: its eval_set field is {d.get('eval_set')!r}, not {name!r}", path=f)
         if d.get("task", spec["task"]) != spec["task"]:
-            raise InputError(f"{f}: task {d.get('task')!r}, but eval_sets.{name} evaluates {spec['task']!r}")
+            raise InputError(f"{f}: task {d.get('task')!r}, but eval_sets.{name} evaluates {spec['task']!r}", path=f)
         if d["sampling"]["n"] != spec["n"] or len(d["problems"]) != spec["n_problems"]:
             raise InputError(f"{f}: {len(d['problems'])} problems x n={d['sampling']['n']}, but eval_sets.{name} registers "
-                             f"{spec['n_problems']} x {spec['n']}")
+                             f"{spec['n_problems']} x {spec['n']}", path=f)
     base = None
     if (folder / "eval_base.json").exists():
         base = load_eval(folder / "eval_base.json", name)
@@ -297,14 +304,14 @@ def find_set(run: Path, design: Design, name: str) -> tuple[dict | None, dict, l
             continue
         if key not in expected:
             raise InputError(f"{f}: {key[0]} seed {key[1]} step {key[2]} is not among the models of eval_sets.{name} "
-                             f"(models: {spec['models']}): a stale file from another design?")
+                             f"(models: {spec['models']}): a stale file from another design?", path=f)
         d = load_eval(f, name)
         check(d, f)
         for field, want in zip(("condition", "train_seed", "step"), key):
             if field in d and d[field] != want:
-                raise InputError(f"{f}: its {field} field is {d[field]!r} but its name says {want!r}")
+                raise InputError(f"{f}: its {field} field is {d[field]!r} but its name says {want!r}", path=f)
         if base is not None and [p["id"] for p in d["problems"]] != [p["id"] for p in base["problems"]]:
-            raise InputError(f"{f}: its problems differ from {design.set_name(name, None)}'s")
+            raise InputError(f"{f}: its problems differ from {design.set_name(name, None)}'s", path=f)
         rl[key] = d
     missing += [design.set_name(name, key) for key in expected if key not in rl]
     return base, rl, missing
@@ -325,20 +332,21 @@ def find_tokens(run: Path, design: Design) -> tuple[dict, list[str], list[str]]:
         key = (m["cond"], int(m["seed"]), int(m["step"])) if m else None
         if key is None or key not in design.expected():
             raise InputError(f"{f}: not a checkpoint of the design (conditions {design.conditions}, seeds {design.all_seeds()}, "
-                             f"checkpoints {design.checkpoints})")
+                             f"checkpoints {design.checkpoints})", path=f)
         d = read_json(f)
         try:
             probs = d["problems"]
             for p in probs:
                 L = len(p["classes"])
                 if len(p["ranks"]) != L or len(p["base_entropy"]) != L or any(c not in (0, 1, 2) for c in p["classes"]):
-                    raise InputError(f"{f}: problem {p.get('id')}: classes (0, 1, 2), ranks and base_entropy must be lists of one length")
+                    raise InputError(f"{f}: problem {p.get('id')}: classes (0, 1, 2), ranks and base_entropy must be lists of one length",
+                                     path=f)
             own = {k: d["summary"][k] for k in TOKEN_SUMMARY}
         except (KeyError, TypeError) as e:
-            raise InputError(f"{f}: malformed token file (missing or wrong field {e})")
+            raise InputError(f"{f}: malformed token file (missing or wrong field {e})", path=f)
         for field, want in zip(("condition", "train_seed", "step"), key):
             if field in d and d[field] != want:
-                raise InputError(f"{f}: its {field} field is {d[field]!r} but its name says {want!r}")
+                raise InputError(f"{f}: its {field} field is {d[field]!r} but its name says {want!r}", path=f)
         d["_summary"] = stats.token_summary(probs)
         d["_file"] = f.name
         off = [k for k in TOKEN_SUMMARY if not _close(own[k], d["_summary"][k])]
@@ -395,8 +403,8 @@ def read_csv(path: Path, required: tuple = ("step", "reward_mean"), drawn: tuple
                     raise ValueError(f"row {len(rows) + 1} has {'more' if None in r else 'fewer'} cells than the header")
                 rows.append({k: x for k, x in ((k, cell(k, v)) for k, v in r.items()) if x is not None})
     except (ValueError, csv.Error) as e:
-        raise InputError(f"{path}: malformed {'training log' if 'reward_mean' in required else 'dev evaluation'} ({e})")
+        raise InputError(f"{path}: malformed {'training log' if 'reward_mean' in required else 'dev evaluation'} ({e})", path=path)
     if any(any(c not in r for c in required) for r in rows):
         raise InputError(f"{path}: malformed {'training log' if 'reward_mean' in required else 'dev evaluation'} "
-                         f"(no {' or '.join(required)} column)")
+                         f"(no {' or '.join(required)} column)", path=path)
     return rows

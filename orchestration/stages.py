@@ -347,10 +347,9 @@ def check_inputs(plan: Plan, stage: str, condition: str | None = None, group: tu
             raise MissingInput(f"{bad[0]}: {bad[1]}; make it again: {plan.remake(bad[0])}")
 
 
-def remake_note(plan: Plan, message: str) -> str:
-    """A fixing command for an analysis input error: the message's first word is the file."""
-    path = Path(message.split(": ", 1)[0])
-    return plan.remake(path) if path.is_absolute() or path.exists() else plan.command()
+def remake_note(plan: Plan, path: Path | None) -> str:
+    """A fixing command for an analysis input error (`path`: the file it names, run_files.InputError.path)."""
+    return plan.remake(path) if path is not None and (path.is_absolute() or path.exists()) else plan.command()
 
 
 def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:

@@ -791,6 +791,29 @@ def test_a_truncated_evaluation_at_the_analysis_is_one_line(small_cfg, small_job
     assert "make it again: python grpo.py eval" in r.stderr and f"--adapter {run / 'train_many_s0' / 'step_003'}" in r.stderr
 
 
+def test_the_manifest_names_each_jobs_output(small_jobs2, tmp_path):
+    """Every job's entry in manifest.json names its output, which exists; the command that makes a
+    damaged file again is that lookup (analyze_b.remake_hint), from the path the input error carries,
+    and a manifest written before entries named their outputs gives the same answer."""
+    import analyze_b
+    from analysis import assemble, run_files
+
+    run = copy_run(small_jobs2, tmp_path / "run")
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["jobs"] and all((run / j["output"]).exists() for j in man["jobs"].values())
+    truncate(run / "eval_many_s0_003.json", 300)
+    with pytest.raises(run_files.InputError) as e:
+        assemble.run_analysis(run, make_figures=False)
+    assert e.value.path == run / "eval_many_s0_003.json"
+    job = next(j for j in man["jobs"].values() if j["output"] == "eval_many_s0_003.json")
+    assert analyze_b.remake_hint(run, e.value.path) == "make it again: " + job["command"]
+    for j in man["jobs"].values():
+        del j["output"]
+    (run / "manifest.json").write_text(json.dumps(man))
+    assert analyze_b.remake_hint(run, e.value.path) == "make it again: " + job["command"]
+    assert analyze_b.remake_hint(run, None).startswith("redo what is damaged: python pipeline.py --config ")
+
+
 def test_a_read_only_folder_is_one_line_naming_it(smoke_run, tmp_path, monkeypatch, capsys):
     """As root the permission bits do not stop a write: the file system's refusal is injected."""
     import errno

@@ -235,7 +235,7 @@ def test_the_analysis_runs_the_post_hoc_test_on_the_pool():
     rl = {("many", s, 10): doc(rl_c[s], 8) for s in (0, 1)}
     entry = {"condition": "many", "scoring": "loose", "step": 10, "seeds": [0, 1], "primary": True,
              "adjusted": {"rises": 0.001, "falls": 0.9, "below": 0.5}}
-    inf = SimpleNamespace(n=8, a1=0.025, B=500, seed=3)
+    inf = SimpleNamespace(n=8, levels=SimpleNamespace(one_sided=0.025), draws=SimpleNamespace(resamples=500, seed=3))
     got = assemble.support_tests(_design(), base, rl, {"pool": (pool, {}, "evalsets/pool/")}, [entry], inf, post_hoc_w=5.0)
     want = support.support_test(base_c, pool_c, 64, rl_c, 8, 5.0, 0.025, 500, 3, "test", "pool")
     assert got["registered"] is False and got["w_star"] == 5.0
