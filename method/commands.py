@@ -71,7 +71,9 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     for name, what in COMMANDS.items():
         q = sub.add_parser(name, help=what, description=what[0].upper() + what[1:] + ".")
-        q.add_argument("--config", default=None, help="YAML config (default: the built-in qwen05b settings)")
+        q.add_argument("--config", default=None,
+                       help="YAML config (default: orchestration/config.py's defaults, the seed report's settings; the registered "
+                            "study is configs/qwen05b.yaml)")
         q.add_argument("--run", default=None, help="run folder (default: results/<config name>)")
         q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. train.steps=10")
         q.add_argument("--quiet", action="store_true", help="no progress bars")
