@@ -93,14 +93,18 @@ def read_json_or_none(path: Path) -> dict | None:
 
 def report_only(run: Path) -> int:
     """report.md printed again from RUN/verdicts.json (the old one moved aside); one line and exit 1
-    when there is no verdicts.json or its layout predates the printer."""
+    when there is no verdicts.json, or it predates the printer or the inputs it keeps, or is malformed."""
     src = run / "verdicts.json"
     try:
         doc = json.loads(src.read_text())
+        if isinstance(doc, dict) and not all(k in doc for k in ("inputs", "warnings")):
+            raise ValueError("written before verdicts.json kept the run's inputs and warnings: printed again, its report would lose "
+                             "those sections")
         text = report.render(doc)
-    except (OSError, ValueError) as e:
-        why = e.strerror if isinstance(e, OSError) else str(e)
-        print(f"analyze_b.py: {src}: {why}; analyse the run again: python analyze_b.py --run {run}", file=sys.stderr)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        why = e.strerror if isinstance(e, OSError) else f"malformed (no {e})" if isinstance(e, KeyError) else str(e)
+        print(f"analyze_b.py: {src}: {why}; analyse the run again, into a new folder if it is committed: "
+              f"python analyze_b.py --run {run} --out NEW_FOLDER", file=sys.stderr)
         return 1
     try:
         if (dest := provenance.move_aside(run, run / "report.md", provenance.stamp())) is not None:

@@ -561,7 +561,7 @@ def finish_jobs(plan: Plan, group: list[str], jobs: list[Job], status: dict, a, 
         if oom:
             j = by_name[oom[0]]
             es = j.argv[j.argv.index("--eval-set") + 1] if "--eval-set" in j.argv else "test"
-            advice = f"; {oom[0]} ran out of memory: {study.memory_advice(cfg, j.stage, es)}"
+            advice = f"; {oom[0]} ran out of memory: {study.memory_advice(cfg, j.stage, es, base='--adapter' not in j.argv)}"
         print(f"pipeline.py: {len(failed)} job(s) failed ({', '.join(failed)})"
               + (f"; {len(not_run)} not started because they wait for them" if not_run else "")
               + (advice or f"; each job's own line above says why; rerun one by hand: {by_name[failed[0]].command()}" if failed else ""),

@@ -10,10 +10,20 @@ from pathlib import Path
 from analysis.run_files import read_json
 from analysis.strategies import classify_strategy
 from countdown import ARITH_DIGITS, Problem
-from orchestration.provenance import file_sha256, same_config
+from orchestration.provenance import BATCHING_KEYS, file_sha256, same_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOWN_RESPONSES = 3  # responses per model in the side-by-side view
+
+
+def compared_settings(d: dict) -> dict:
+    """What must match between an evaluation file and the base's (the adapter may not): the seed,
+    model, task and eval settings, but the base's own sample count and, under eval.draw: sample, the
+    batching settings, which change no sample (PLAN.md change 52)."""
+    c = d.get("provenance", {}).get("config", {})
+    ev = c.get("eval") or {}
+    skip = {"n_base"} | ({k.split(".", 1)[1] for k in BATCHING_KEYS} if ev.get("draw") == "sample" else set())
+    return {"seed": c.get("seed"), "model": c.get("model"), "task": c.get("task"), "eval": {k: v for k, v in ev.items() if k not in skip}}
 
 
 def warnings(run: Path, res: dict) -> list[str]:
@@ -24,16 +34,11 @@ def warnings(run: Path, res: dict) -> list[str]:
     plan_now = file_sha256(ROOT / "PLAN.md")
     out = []
 
-    def settings(d: dict) -> dict:  # what must match between the models compared (the adapter may not)
-        c = d.get("provenance", {}).get("config", {})
-        ev = {k: v for k, v in (c.get("eval") or {}).items() if k != "n_base"}
-        return {"seed": c.get("seed"), "model": c.get("model"), "task": c.get("task"), "eval": ev}
-
     for d in rl.values():
         p = d.get("provenance", {})
         if p.get("plan_sha256") != prov.get("plan_sha256"):
             out.append(f"{d['_file']} was made under a different PLAN.md than eval_base.json")
-        if settings(d) != settings(base):
+        if compared_settings(d) != compared_settings(base):
             out.append(f"{d['_file']} records other evaluation settings (seed, model, task or eval) than eval_base.json")
         if not same_config(p, prov):
             out.append(f"{d['_file']} was made with another config (hash {p.get('config_hash')}) "

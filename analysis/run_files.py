@@ -268,10 +268,10 @@ def find_evals(run: Path, design: Design | None = None, base: dict | None = None
     ids = [p["id"] for p in base["problems"]]
     for d in rl.values():
         if [p["id"] for p in d["problems"]] != ids:
-            raise InputError(f"{run}/{d['_file']}: its test problems differ from eval_base.json's")
+            raise InputError(f"{run}/{d['_file']}: its test problems differ from eval_base.json's", path=run / d["_file"])
         if d["sampling"]["n"] > base["sampling"]["n"]:
             raise InputError(f"{run}/{d['_file']}: n={d['sampling']['n']} but the base has only n={base['sampling']['n']}: "
-                             f"the base needs at least the trained models' samples (eval.n_base >= eval.n)")
+                             f"the base needs at least the trained models' samples (eval.n_base >= eval.n)", path=run / d["_file"])
     missing = [design.eval_name(*key) for key in design.expected() if key not in rl]
     return base, rl, missing, design
 

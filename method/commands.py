@@ -1,8 +1,8 @@
 """The model stages' command line (`python grpo.py <command>`): each command's arguments, their checks
 before anything is written, moving aside what a rerun replaces, and one line for every fault (exit
 2 a wrong argument or input, 1 a failed command, study.EXIT_OUT_OF_MEMORY out of memory). The
-method's own commands, `train` and `lr-sweep`, are grpo.py's and are handed in by it (nothing
-imports grpo); the others are method/evaluate.py's and the bases'.
+method's own commands, `train` and `lr-sweep`, are grpo.py's and are handed in by it (no module of
+the pipeline imports grpo; tests and two benches do); the others are method/evaluate.py's and the bases'.
 """
 from __future__ import annotations
 
@@ -197,7 +197,8 @@ def run_command(training: Training, a, cfg: config.Config, run: Path, base: str 
         if out_of_memory(e):
             job = study.job_label(a.cmd, getattr(a, "condition", None), seed, getattr(a, "adapter", None), getattr(a, "eval_set", None))
             print(f"grpo.py: {job} ran out of memory {memory_state(pick_device(cfg))}; "
-                  f"{study.memory_advice(cfg, a.cmd, getattr(a, 'eval_set', 'test'))}", file=sys.stderr)
+                  f"{study.memory_advice(cfg, a.cmd, getattr(a, 'eval_set', 'test'), base=getattr(a, 'adapter', None) is None)}",
+                  file=sys.stderr)
             return study.EXIT_OUT_OF_MEMORY
         print(f"grpo.py {a.cmd}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}", file=sys.stderr)
         return 1

@@ -1,12 +1,8 @@
 """The hand-written sampler: n completions per prompt with exactly the settings given (temperature,
-top-k, top-p, max new tokens; no repetition penalty, nothing read from a model's
-generation_config.json but its stop tokens), a KV cache allocated once per decode, and a count of
-the host reads it makes (each one a device sync on a GPU).
-
-Written by hand so that exactly the given settings apply and nothing else: no repetition penalty,
-and no sampling setting read from the model's generation_config.json (Qwen's would add
-repetition_penalty 1.1, top_k 20, top_p 0.8, temperature 0.7; the policy gradient assumes samples
-from the policy itself).
+top-k, top-p, max new tokens) and nothing else: no repetition penalty, nothing read from a model's
+generation_config.json but its stop tokens (Qwen's would add repetition_penalty 1.1, top_k 20,
+top_p 0.8, temperature 0.7; the policy gradient assumes samples from the policy itself). A KV cache
+allocated once per decode, and a count of the host reads it makes (each one a device sync on a GPU).
 
 sample_eager's speed: the prompt is run once and its KV cache copied to its n samples; the cache
 and the attention mask are preallocated for the whole decode (kv_cache); tokens, finished flags and
@@ -17,8 +13,7 @@ with.) Finished sequences leave the batch, in one compaction whenever an eighth 
 finished (each compaction copies the cache). A finished row still in the batch draws tokens that
 are thrown away, so under one generator which tokens a row gets depends on this schedule,
 deterministically: same inputs and seed, same samples; with one seed per sample (each row reading
-its own uniforms) the schedule changes none of its tokens. (tests/test_sampler.py holds the plain
-per-token version sample_eager equals bit for bit.)
+its own uniforms) the schedule changes none of its tokens.
 
 sample() runs sample_eager here or, with sampling.decode graph (auto: on CUDA), the static decode
 of method/static_decode.py; the pieces both share are method/decoding.py's. tests/test_sampler.py

@@ -27,7 +27,7 @@ def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens
     real step), so attention takes its masked path (counted in "attention_mask"); False: the
     unpadded path, as when every row has the same length. fold: sampling holds a folded copy of
     the wrapped weights (lora.fold_for_sampling). keyed: the draw is decoding.keyed_draw (evaluations
-    under eval.draw: sample), which holds the row's fp32 probabilities and their fp64 cumulative sum."""
+    under eval.draw: sample), which holds the row's fp32 probabilities, their fp64 copy and its cumulative sum."""
     H, I, L, V = mc.hidden_size, mc.intermediate_size, mc.num_hidden_layers, mc.vocab_size
     kv = H // mc.num_attention_heads * mc.num_key_value_heads
     params = V * H + L * (H * H + H + 2 * (H * kv + kv) + H * H + 3 * H * I + 2 * H) + H  # tied embeddings
@@ -63,7 +63,9 @@ def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens
             "sampling": static + kv_cache + sample_logits + folded}
 
 
-KEYED_DRAW_BYTES = 4 + 8  # per row and vocabulary entry: the keyed draw's fp32 probabilities and fp64 cumulative sum
+# per row and vocabulary entry, live at once in decoding.keyed_draw: the fp32 probabilities, their fp64
+# copy, and its cumulative sum
+KEYED_DRAW_BYTES = 4 + 8 + 8
 
 
 def decoder_bytes(mc, rows: int, positions: int, top_p: bool = False, act_bytes: int = 2, keyed: bool = False) -> float:
@@ -73,7 +75,7 @@ def decoder_bytes(mc, rows: int, positions: int, top_p: bool = False, act_bytes:
     largest temporaries: the logits, the fused tail's fp32 chunk (x, exp, q and the score), and with
     top-k/top-p the whole-vocabulary fp32 filter (tempered logits, sorted values, int64 order,
     probabilities, cumulative sum, two masks); keyed (each sample's own stream, eval.draw: sample): the
-    draw's whole-row probabilities and cumulative sum (KEYED_DRAW_BYTES). Every decoder also keeps
+    draw's whole-row probabilities, their fp64 copy and its cumulative sum (KEYED_DRAW_BYTES). Every decoder also keeps
     each row's uniforms (fp64 per position). Counted from the code, not measured."""
     L, H, V = mc.num_hidden_layers, mc.hidden_size, mc.vocab_size
     kv = H // mc.num_attention_heads * mc.num_key_value_heads

@@ -409,12 +409,19 @@ def _present(d: dict, key: str) -> bool:
 def config_identity(cfg_dict: dict | None) -> str | None:
     """The digest of a recorded config (a provenance's "config") without the keys added since at
     their "as before" value (_ADDED_OFF), so a file made before a key existed and one made after it,
-    at the same settings, agree. None when nothing is recorded."""
+    at the same settings, agree; under eval.draw: sample without the batching settings (BATCHING_KEYS
+    and each eval set's problems_per_batch), which change no sample. None when nothing is recorded."""
     if not isinstance(cfg_dict, dict):
         return None
     d = dict(cfg_dict)  # _drop_if copies each section it changes
     for key, off in _ADDED_OFF.items():
         _drop_if(d, key, off)
+    if _pick_or(d, "eval.draw", "batch") == "sample":  # the batching changes no sample: files made at other values agree
+        for key in BATCHING_KEYS:
+            _drop_if(d, key, _pick_or(d, key, None))
+        if isinstance(d.get("eval_sets"), dict):
+            d["eval_sets"] = {k: {kk: v for kk, v in es.items() if kk != "problems_per_batch"} if isinstance(es, dict) else es
+                              for k, es in d["eval_sets"].items()}
     return config.digest(d)
 
 

@@ -290,14 +290,15 @@ def eval_inputs(cfg: config.Config, adapter_sha: str | None, eval_set: str) -> d
 EXIT_OUT_OF_MEMORY = 3  # grpo.py's exit status when a job ran out of accelerator (or host) memory
 
 
-def memory_advice(cfg: config.Config, stage: str, eval_set: str = "test") -> str:
+def memory_advice(cfg: config.Config, stage: str, eval_set: str = "test", base: bool = True) -> str:
     """The settings that lower a stage's peak memory, with values to try: the answer an
     out-of-memory error gets in one line. Training (train, lr-sweep) holds the activations of
     micro_batch sequences at once (micro_batch 0: the largest whose estimate fits memory_gb);
     sampling (eval, tokens, probe, select, the dev checks) holds one call's rows at once. The
     training settings enter its stage's hash (micro-batches sum a gradient in another order); under
     eval.draw: sample the sampling's eval.max_rows changes no sample and no hash (PLAN.md change 52),
-    under draw: batch problems_per_batch changes both."""
+    under draw: batch problems_per_batch changes both. base: the evaluation is the base's (eval.n_base
+    samples a test problem), not an adapter's (eval.n)."""
     tries, floor, rehashed = [], [], False
     if stage in ("train", "lr-sweep"):
         rehashed = True
@@ -315,9 +316,7 @@ def memory_advice(cfg: config.Config, stage: str, eval_set: str = "test") -> str
     else:
         key, per = ("eval.problems_per_batch", cfg.eval.problems_per_batch) if eval_set == "test" or stage != "eval" else \
             (f"eval_sets.{eval_set}.problems_per_batch", cfg.eval_sets[eval_set].problems_per_batch)
-        # the test set's largest calls are the base's (n_base samples)
-        n = max(cfg.eval.n, cfg.eval.n_base or 0) if key.startswith("eval.") else cfg.eval_sets[eval_set].n
-        tries += sampling_advice(cfg, key, n, per, floor, "", tokens=stage == "tokens")
+        tries += sampling_advice(cfg, key, samples_per_problem(cfg, stage, eval_set, base), per, floor, "", tokens=stage == "tokens")
         rehashed = cfg.eval.draw != "sample" or stage == "tokens"
     if not tries:
         return f"nothing left to lower: {'; '.join(floor)}; this needs a device with more memory"
@@ -325,6 +324,18 @@ def memory_advice(cfg: config.Config, stage: str, eval_set: str = "test") -> str
         return "lower it: " + "; ".join(tries) + ", on this command and the pipeline's (it changes no sample: PLAN.md change 52)"
     return ("lower it: " + "; ".join(tries) + ", on this command and the pipeline's (what was made at the old value is then "
             "refused as made under other settings: add --force, or --run a new folder)")
+
+
+def samples_per_problem(cfg: config.Config, stage: str, eval_set: str, base: bool) -> int:
+    """How many samples of one problem a sampling stage draws (its calls' rows are these, per problem):
+    the selection's, the probe's larger count, an evaluation set's n, the test set's n_base for the base."""
+    if stage == "select":
+        return cfg.select.samples
+    if stage == "probe":
+        return max(cfg.probe.samples, cfg.probe.arith_samples)
+    if stage == "eval" and eval_set != "test":
+        return cfg.eval_sets[eval_set].n
+    return (cfg.eval.n_base or cfg.eval.n) if base else cfg.eval.n
 
 
 def sampling_advice(cfg: config.Config, key: str, n: int, per: int, floor: list[str], prefix: str, tokens: bool = False) -> list[str]:

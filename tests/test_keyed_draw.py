@@ -188,3 +188,20 @@ def test_the_registered_qwen_designs_sampling_calls_fit_an_8_gb():
         assert weights + est <= 0.85 * 8 * 2**30, (name, rows, est / 2**30)
     old = memory.decoder_bytes(QWEN, e.problems_per_batch * e.n_base, prompt + e.sampling.max_new_tokens, top_p=True)
     assert weights + old > 8 * 2**30  # the uncapped call could not run
+
+
+def test_lowered_batching_is_the_same_config_under_keyed_draws():
+    """Files made before and after lowering eval.max_rows or a problems_per_batch (the out-of-memory
+    advice) compare as made under the same config and evaluation settings under draw: sample (the
+    analysis warns of neither), and as other settings under draw: batch, where the samples differ."""
+    from analysis import inputs
+
+    def prov(path, sets):
+        return {"provenance": {"config": config.to_dict(config.load(str(ROOT / "configs" / path), sets))}}
+
+    for path, draw_sets, same in [("qwen05b.yaml", [], True), ("tiny_v5.yaml", [], False)]:
+        a = prov(path, draw_sets)
+        b = prov(path, [*draw_sets, "eval.problems_per_batch=2", "eval_sets.wide.problems_per_batch=2"]
+                 + (["eval.max_rows=128"] if same else []))
+        assert provenance.same_config(a["provenance"], b["provenance"]) is same
+        assert (inputs.compared_settings(a) == inputs.compared_settings(b)) is same

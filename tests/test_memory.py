@@ -36,7 +36,7 @@ def test_memory_estimate_and_automatic_micro_batch(smoke_cfg):
 def test_memory_gb_auto_does_not_count_the_loaded_weights_twice():
     """memory_gb auto measures what is still free once the model and its LoRA are loaded: those weights are
     outside that number already. On an 8 GB laptop GPU (about 7.6 GiB usable, less ~0.4 GiB of CUDA context
-    and the 0.99 GiB of weights: ~6.3 GiB free) the micro-batch is the 3 that memory_gb 8 gives; counting
+    and the 0.92 GiB of bf16 weights: ~6.3 GiB free) the micro-batch is the 3 that memory_gb 8 gives; counting
     the weights again gave 2."""
     from transformers import Qwen2Config
 

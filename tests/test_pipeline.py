@@ -903,7 +903,7 @@ def test_out_of_memory_is_one_line_naming_the_job_the_memory(small_cfg, small_jo
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"grpo.py: eval {run / 'train_4_s1' / 'step_003'} (test) ran out of memory on the CPU (")
     assert ("GiB available now; this process peaked at" in err[0]
-            and "--set eval.max_rows=128, then 64, then 1 (now no cap: 256 rows a call)" in err[0]  # the base's 16 x 16
+            and "--set eval.max_rows=64, then 32, then 1 (now no cap: 128 rows a call)" in err[0]  # the adapter's 16 x 8
             and "changes no sample" in err[0]), err
     assert snapshot(run) == before and not (run / "superseded").exists()  # eval_4_s1_003.json put back where it was
     monkeypatch.undo()
@@ -980,7 +980,9 @@ def test_memory_advice_names_each_stages_settings_and_says():
 
     q = config.load(str(ROOT / "configs" / "qwen05b.yaml"))
     assert study.memory_advice(q, "train").startswith("lower it: --set memory_gb=6, then 4 (now 8.0; micro_batch 0 sizes")
-    assert "--set eval.max_rows=128, then 64, then 1 (now 256: 256 rows a call)" in study.memory_advice(q, "eval")
+    assert "--set eval.max_rows=128, then 64, then 1 (now 256: 256 rows a call)" in study.memory_advice(q, "eval")  # the base's
+    assert "--set eval.max_rows=64, then 32, then 1 (now 256: 128 rows a call)" in study.memory_advice(q, "eval", base=False)
+    assert "--set eval.max_rows=32, then 16, then 1 (now 256: 64 rows a call)" in study.memory_advice(q, "select")  # 4 x 16
     assert "--set eval.problems_per_batch=2, then 1 (now 4)" in study.memory_advice(q, "tokens")
     assert "--set eval.max_rows=128" in study.memory_advice(q, "eval", "wide")  # one problem's 256 samples, split
     assert study.memory_advice(config.load(str(ROOT / "configs" / "qwen05b.yaml"), ["eval.max_rows=1"]), "eval", "wide") == (

@@ -35,15 +35,14 @@ def analysed(tmp_path_factory):
 
 
 def test_the_report_is_the_document_printed(analysed, tmp_path):
-    """render(verdicts.json) is report.md byte for byte, and still is with the run folder gone: the
-    printer opens no file."""
-    run, _ = analysed
-    doc = json.loads((run / "verdicts.json").read_text())
-    text = (run / "report.md").read_text()
-    copy = tmp_path / "copy"
-    shutil.copytree(run, copy)
-    shutil.rmtree(copy)  # nothing of the run is left to read but the document in memory
-    assert report.render(doc) == text
+    """render(verdicts.json) is report.md byte for byte, and still is once the run folder it was
+    analysed in is gone: the printer opens no file."""
+    run = tmp_path / "run"
+    shutil.copytree(analysed[0], run)
+    assemble.run_analysis(run, make_figures=False)
+    doc, text = json.loads((run / "verdicts.json").read_text()), (run / "report.md").read_text()
+    shutil.rmtree(run)  # nothing of the run is left to read but the document in memory
+    assert not run.exists() and report.render(doc) == text
 
 
 def test_the_printed_label_is_the_documents(analysed):
@@ -102,14 +101,22 @@ def test_report_only_prints_the_same_report_again(analysed, tmp_path):
     assert r.stdout.splitlines()[1].startswith("primary (many, loose, step 150): selection")
 
 
-def test_report_only_refuses_in_one_line(tmp_path):
+def test_report_only_refuses_in_one_line(analysed, tmp_path):
+    """A missing, old, partial or malformed verdicts.json is one line naming it, and nothing is written."""
     (tmp_path / "old").mkdir()
-    (tmp_path / "old" / "verdicts.json").write_text(json.dumps({"entries": [], "n": 8}))
-    for folder, why in [(tmp_path / "old", "predates the report's printer"), (tmp_path / "none", "No such file")]:
+    (tmp_path / "old" / "verdicts.json").write_text(json.dumps({"entries": [], "n": 8, "inputs": {}, "warnings": []}))
+    doc = json.loads((analysed[0] / "verdicts.json").read_text())
+    for name, edit in [("no_inputs", lambda d: d.pop("inputs")), ("broken", lambda d: d["entries"][0].pop("pass1_ci"))]:
+        (tmp_path / name).mkdir()
+        d = json.loads(json.dumps(doc))
+        edit(d)
+        (tmp_path / name / "verdicts.json").write_text(json.dumps(d))
+    for folder, why in [(tmp_path / "old", "predates the report's printer"), (tmp_path / "none", "No such file"),
+                        (tmp_path / "no_inputs", "would lose those sections"), (tmp_path / "broken", "malformed (no 'pass1_ci')")]:
         r = _cli("--report-only", str(folder))
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 1 and len(lines) == 1 and why in lines[0] and "--run" in lines[0], r.stderr
-    assert not (tmp_path / "old" / "report.md").exists()
+        assert not (folder / "report.md").exists()
     r = _cli("--run", str(tmp_path / "old"), "--report-only", str(tmp_path / "old"))
     assert r.returncode == 2 and "one of the two" in r.stderr
 
