@@ -145,7 +145,8 @@ def keyed_draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """One draw per row of probs (b, V) by its inverse CDF at u (b,): the first token whose cumulative
     probability (float64, vocabulary order) exceeds u times the row's total. Each token comes out with
     its probability (a token of probability 0 never: the sum must grow past it), and a row's draw reads
-    nothing of the other rows, so a sample's tokens do not depend on its batch."""
+    nothing of the other rows, so a sample's tokens do not depend on its batch. (On CUDA torch has no
+    deterministic cumsum: a u within a rounding error of a boundary may fall either side, run to run.)"""
     cum = probs.double().cumsum(-1)  # (b, V)
     total = cum[:, -1:]  # (b, 1)
     x = torch.minimum(u[:, None] * total, total.nextafter(torch.zeros_like(total)))  # below the total: u * total can round up to it
