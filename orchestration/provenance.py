@@ -335,7 +335,7 @@ _ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "m
               "model.build.p_borrow_slip": [], "model.build.n_drill": 0,
               "model.build.wrong_offsets": [1, 2, 5, 10, 20, 100], "eval.n_base": None,
               "analyze.ceiling_null": "base", "analyze.selection_margin": 0.05, "analyze.coverage_sims": 2000,
-              "analyze.calibration": None, "analyze.planned.seed_df": 2,
+              "analyze.calibration": None, "analyze.planned.seed_df": 2, "analyze.support": None,
               "task.test_split": "test", "model.base_from": None, "model.base_sha256": None,
               "eval.draw": "batch", "eval.max_rows": None}
 # Under eval.draw: sample (PLAN.md change 52) these only split the sampling into calls: no sample
@@ -423,6 +423,16 @@ def config_identity(cfg_dict: dict | None) -> str | None:
             d["eval_sets"] = {k: {kk: v for kk, v in es.items() if kk != "problems_per_batch"} if isinstance(es, dict) else es
                               for k, es in d["eval_sets"].items()}
     return config.digest(d)
+
+
+def analyze_identity(analyze: dict | None) -> dict:
+    """An analysis' recorded `analyze` settings without the keys added since at their "as before"
+    value (_ADDED_OFF), so a run analysed before a key existed is not out of date for it."""
+    d = {"analyze": dict(analyze or {})}
+    for key, off in _ADDED_OFF.items():
+        if key.startswith("analyze."):
+            _drop_if(d, key, off)
+    return d["analyze"]
 
 
 def same_config(a: dict | None, b: dict | None) -> bool:

@@ -193,7 +193,7 @@ class Plan:
     def analyze_done(self) -> bool:
         """verdicts.json and report.md exist, were made from what the evaluation and token files now
         compute (their content hashes: timings and time stamps do not count) and under this config's
-        analyze settings."""
+        analyze settings (keys added since at their "as before" value do not count)."""
         v = provenance.read_json(self.run / "verdicts.json")
         if not v or not (self.run / "report.md").exists():
             return False
@@ -201,7 +201,8 @@ class Plan:
         files = sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")) + sorted(run.glob("tokens_*.json"))
         now = {f.relative_to(run).as_posix(): provenance.content_sha256(f) for f in files}  # what analysis.assemble records
         made = v.get("provenance", {})
-        return bool(now) and made.get("inputs") == now and made.get("analyze") == config.to_dict(self.cfg.analyze)
+        return (bool(now) and made.get("inputs") == now
+                and provenance.analyze_identity(made.get("analyze")) == provenance.analyze_identity(config.to_dict(self.cfg.analyze)))
 
     def done(self, stage: str, condition: str | None = None) -> bool:
         if stage == "analyze":

@@ -1012,6 +1012,21 @@ def test_dry_run_says_the_run_would_refuse_what_other_settings(tmp_path):
     assert sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*") if p.is_file()) == before
 
 
+def test_a_committed_analysis_stays_done_as_keys_are_added():
+    """An analysis made before analyze keys were added (results/tiny_v3: no support, calibration,
+    ceiling_null, ...) is done while the config holds them at their "as before" value, and out of date
+    once one of them differs."""
+    run = ROOT / "results" / "tiny_v3"
+
+    def analyze_row(*sets):
+        d = pipeline("--config", "configs/tiny.yaml", "--out", str(run), "--dry-run", *sum((["--set", x] for x in sets), []), timeout=120)
+        assert d.returncode == 0, d.stderr
+        return dict(line.split(None, 1) for line in d.stdout.splitlines()[1:] if line.startswith("  ") and line[2] != " ")["analyze"]
+
+    assert analyze_row() == "done"
+    assert analyze_row("analyze.selection_margin=0.1") == "out of date"
+
+
 def test_a_later_run_appends_its_header_and_keeps(tmp_path, monkeypatch):
     """A later run appends its header and keeps the one that made the files.
 
