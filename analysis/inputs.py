@@ -10,7 +10,7 @@ from pathlib import Path
 from analysis.run_files import read_json
 from analysis.strategies import classify_strategy
 from countdown import ARITH_DIGITS, Problem
-from orchestration.provenance import BATCHING_KEYS, file_sha256, same_config
+from orchestration.provenance import file_sha256, same_config, without_batching
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOWN_RESPONSES = 3  # responses per model in the side-by-side view
@@ -21,9 +21,9 @@ def compared_settings(d: dict) -> dict:
     model, task and eval settings, but the base's own sample count and, under eval.draw: sample, the
     batching settings, which change no sample (PLAN.md change 52)."""
     c = d.get("provenance", {}).get("config", {})
-    ev = c.get("eval") or {}
-    skip = {"n_base"} | ({k.split(".", 1)[1] for k in BATCHING_KEYS} if ev.get("draw") == "sample" else set())
-    return {"seed": c.get("seed"), "model": c.get("model"), "task": c.get("task"), "eval": {k: v for k, v in ev.items() if k not in skip}}
+    c = without_batching(c) if isinstance(c.get("eval"), dict) else c
+    return {"seed": c.get("seed"), "model": c.get("model"), "task": c.get("task"),
+            "eval": {k: v for k, v in (c.get("eval") or {}).items() if k != "n_base"}}
 
 
 def warnings(run: Path, res: dict) -> list[str]:

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 UNTIMED = ("sec_", "peak_")  # training-log columns that measure the machine
-TIMING_KEYS = {"seconds", "time", "wall_s", "started", "finished", "first_call_seconds", "micro_batch_why", "manifest"}
+TIMING_KEYS = {"seconds", "time", "wall_s", "started", "finished", "first_call_seconds", "micro_batch_why"}  # the last: free memory
 SKIP = {"manifest.json"}  # the pipeline's own log of when and how long: it differs by construction
 
 

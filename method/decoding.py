@@ -1,6 +1,7 @@
 """What the two decodes share (method/sampler.py's eager one and method/static_decode.py's static
 one): the top-k / top-p filter, the two draws (the one-generator multinomial, and the keyed draw
-from each sample's own stream), the growing KV cache, left padding, and the Samples they return. Nothing here decodes.
+from each sample's own stream), the growing KV cache, left padding, and the Samples they return.
+Nothing here decodes.
 """
 from __future__ import annotations
 

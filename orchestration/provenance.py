@@ -358,17 +358,31 @@ def _pick(d: dict, key: str):
 
 def hashed_settings(cfg_dict: dict, stage: str) -> dict:
     """The settings a stage's results depend on, by dotted key."""
-    picked = {key: _pick(cfg_dict, key) for key in STAGE_KEYS[stage] if _present(cfg_dict, key)}
+    src = cfg_dict if stage == "tokens" else without_batching(cfg_dict)  # tokens decodes greedily, batched its own way
+    dropped = () if src is cfg_dict else BATCHING_KEYS
+    picked = {key: _pick(src, key) for key in STAGE_KEYS[stage] if key not in dropped and _present(src, key)}
     if isinstance(picked.get("model"), dict) and "slow_bf16" in picked["model"]:  # permission, not a setting
         picked["model"] = {k: v for k, v in picked["model"].items() if k != "slow_bf16"}
     if stage in _NOT_IN_HASH:
         picked["train"] = {k: v for k, v in picked["train"].items() if k not in _NOT_IN_HASH[stage]}
-    if stage != "tokens" and _pick_or(cfg_dict, "eval.draw", "batch") == "sample":  # tokens decodes greedily, batched its own way
-        for key in BATCHING_KEYS:
-            _drop_if(picked, key, _pick_or(cfg_dict, key, None))
     for key, off in _ADDED_OFF.items():
         _drop_if(picked, key, off)
     return picked
+
+
+def without_batching(cfg_dict: dict) -> dict:
+    """A recorded config under eval.draw: sample without the settings that only split the sampling
+    into calls (BATCHING_KEYS and each eval set's problems_per_batch), which change no sample (PLAN.md
+    change 52); under draw: batch, where they decide the samples, the config as it is. The one place
+    that rule is written: the stage hashes, config_identity, study.eval_inputs and the analysis'
+    comparison of settings read it."""
+    if _pick_or(cfg_dict, "eval.draw", "batch") != "sample":
+        return cfg_dict
+    d = {**cfg_dict, "eval": {k: v for k, v in cfg_dict["eval"].items() if "eval." + k not in BATCHING_KEYS}}
+    if isinstance(d.get("eval_sets"), dict):
+        d["eval_sets"] = {k: {kk: v for kk, v in es.items() if kk != "problems_per_batch"} if isinstance(es, dict) else es
+                          for k, es in d["eval_sets"].items()}
+    return d
 
 
 def _pick_or(d: dict, key: str, default):
@@ -416,13 +430,7 @@ def config_identity(cfg_dict: dict | None) -> str | None:
     d = dict(cfg_dict)  # _drop_if copies each section it changes
     for key, off in _ADDED_OFF.items():
         _drop_if(d, key, off)
-    if _pick_or(d, "eval.draw", "batch") == "sample":  # the batching changes no sample: files made at other values agree
-        for key in BATCHING_KEYS:
-            _drop_if(d, key, _pick_or(d, key, None))
-        if isinstance(d.get("eval_sets"), dict):
-            d["eval_sets"] = {k: {kk: v for kk, v in es.items() if kk != "problems_per_batch"} if isinstance(es, dict) else es
-                              for k, es in d["eval_sets"].items()}
-    return config.digest(d)
+    return config.digest(without_batching(d))
 
 
 def analyze_identity(analyze: dict | None) -> dict:

@@ -279,9 +279,7 @@ def eval_inputs(cfg: config.Config, adapter_sha: str | None, eval_set: str) -> d
     """What an evaluation's stage hash depends on besides the config's eval keys."""
     if eval_set == "test":
         return {"adapter_sha256": adapter_sha}
-    settings = config.to_dict(cfg.eval_sets[eval_set])
-    if cfg.eval.draw == "sample":  # the set's batching changes none of its samples (PLAN.md change 52)
-        del settings["problems_per_batch"]
+    settings = provenance.without_batching(config.to_dict(cfg))["eval_sets"][eval_set]  # its batching may change no sample
     return {"adapter_sha256": adapter_sha, "eval_set": eval_set, "settings": settings}
 
 
