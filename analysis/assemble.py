@@ -78,7 +78,7 @@ class Inference:
 
 
 def inference(design, base: dict, rl: dict, resamples: int | None, seed: int | None) -> Inference:
-    an = design.analyze
+    an = design.cfg.analyze
     n_base, N = base["sampling"]["n"], len(base["problems"])
     ns = {d["sampling"]["n"] for d in rl.values()}
     if len(ns) > 1:
@@ -86,12 +86,12 @@ def inference(design, base: dict, rl: dict, resamples: int | None, seed: int | N
     n = ns.pop() if ns else n_base
     if n_base < n:
         raise InputError(f"eval_base.json: n={n_base} but the trained models' evaluations have n={n}; the base needs at least as many")
-    k = design.config.get("eval", {}).get("k_max", n)
-    if not (isinstance(k, int) and 1 <= k <= n):
+    k = design.cfg.eval.k_max
+    if k > n:
         raise InputError(f"{design.source}: config eval.k_max={k!r} must be an integer in 1..n={n}")
-    levels = verdict.Levels(ci=design.ci, margin=design.margin, selection_margin=an.get("selection_margin", 0.05),
-                            headroom_fraction=an["margin_headroom_fraction"])
-    return Inference(levels, verdict.Draws(N, resamples or design.resamples, design.seed if seed is None else seed), n, n_base, k)
+    levels = verdict.Levels(ci=an.ci, margin=an.equivalence_margin, selection_margin=an.selection_margin,
+                            headroom_fraction=an.margin_headroom_fraction)
+    return Inference(levels, verdict.Draws(N, resamples or an.resamples, an.seed if seed is None else seed), n, n_base, k)
 
 
 def counts(doc: dict, sc: str) -> np.ndarray:
@@ -267,13 +267,13 @@ def primary_checks(prim: dict, curves: dict, design, base: dict, inf: Inference)
     d1, dk = pr[:, :, 0] - bc[:, 0], pr[:, :, -1] - bc[:, -1]  # (S, N)
     vc1, vck = variance_components(d1), variance_components(dk)
     S, N = d1.shape
-    a1, at, pw, m = inf.levels.one_sided, inf.levels.tost, design.power, inf.levels.margin
-    sims = design.analyze.get("coverage_sims", 2000)
+    a1, at, pw, m = inf.levels.one_sided, inf.levels.tost, design.cfg.analyze.power, inf.levels.margin
+    sims = design.cfg.analyze.coverage_sims
     cover = {}
     if S > 1:
         for name, factor in (("measured", 1.0), ("1.5x", 2.25)):
             cover[name] = count_coverage(counts(base, sc), inf.n_base, prim["pass1_diff"], vc1["V_A"], factor * vc1["V_B"], S, inf.n,
-                                         level=1 - 2 * a1, sims=sims, resamples=400, seed=design.seed)
+                                         level=1 - 2 * a1, sims=sims, resamples=400, seed=design.cfg.analyze.seed)
     sens = {"pass1": vc1, "passk": vck, "coverage": cover}
     tq = st.t.ppf
     power = {"power": pw, "alpha_one_sided": a1, "alpha_tost": at, "n_problems": N, "seeds": S, "n_samples": inf.n, "n_base": inf.n_base,
@@ -285,9 +285,9 @@ def primary_checks(prim: dict, curves: dict, design, base: dict, inf: Inference)
     plan = design.analyze.get("planned")
     if plan:
         se, df = design_se(plan["problem_var"], plan["seed_var"], plan["residual_var"], N, S)
-        upper = seed_var_upper(plan["seed_var"], plan.get("seed_df", 2), 0.8)  # older configs record no seed_df: the pilot's 2
+        upper = seed_var_upper(plan["seed_var"], plan["seed_df"], 0.8)
         se_u, df_u = design_se(plan["problem_var"], upper, plan["residual_var"], N, S)
-        power["planned"] = {**plan, "seed_df": plan.get("seed_df", 2), "N": N, "S": S, "se": se, "df": df,
+        power["planned"] = {**plan, "N": N, "S": S, "se": se, "df": df,
                             "power": power_one_sided(plan["effect"], se, df, a1),
                             "seed_var_upper80": upper, "power_at_seed_var_upper80": power_one_sided(plan["effect"], se_u, df_u, a1),
                             "power_at_measured_components": power_one_sided(plan["effect"], vc1["se"], vc1["df"], a1)}
@@ -357,7 +357,7 @@ def support_tests(design, base: dict, rl: dict, sets: dict, entries: list[dict],
             return {"skipped": f"evalsets/{name}/eval_base.json is missing"}
         if [p["id"] for p in doc["problems"]] != [p["id"] for p in base["problems"]]:
             raise InputError(f"evalsets/{name}/eval_base.json: its problems must be the test set's, all of them")
-        if design.eval_sets.get(name, {}).get("seeds", "own") != "own":
+        if name in design.cfg.eval_sets and design.cfg.eval_sets[name].seeds != "own":
             raise InputError(f"evalsets/{name}: sampled with the test set's seeds, so its draws are the ones Z is chosen on; the "
                              "support test needs a base-only set with seeds: own")
         pools[sampler] = (name, counts(doc, sc), doc["sampling"]["n"], doc.get("sampling"))

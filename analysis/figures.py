@@ -362,14 +362,13 @@ def lr_sweep_figure(run: Path, out: Path, design: Design) -> Path | None:
     sweep = sorted((run / "lr_sweep").glob("lr_*/train_log.csv")) if (run / "lr_sweep").exists() else []
     if sweep:
         plt = _plt()
-        lrs = design.config.get("lr_sweep", {})
+        lrs = design.cfg.lr_sweep
         fig, ax = plt.subplots(figsize=(6.5, 4))
         for f in sweep:
             rows = read_csv(f)
             ax.plot([r["step"] for r in rows], [r["reward_mean"] for r in rows], label=f.parent.name.replace("lr_", "lr "))
-        if isinstance(lrs.get("steps"), int) and isinstance(lrs.get("last"), int):
-            ax.axvspan(lrs["steps"] - lrs["last"] + 0.5, lrs["steps"] + 0.5, color="grey", alpha=0.15,
-                       label=f"scoring window (last {lrs['last']} of {lrs['steps']} steps)")
+        ax.axvspan(lrs.steps - lrs.last + 0.5, lrs.steps + 0.5, color="grey", alpha=0.15,
+                   label=f"scoring window (last {lrs.last} of {lrs.steps} steps)")
         ax.set_xlabel("training step")
         ax.set_ylabel("mean reward (strict)")
         _integer_ticks(ax)

@@ -10,6 +10,7 @@ from pathlib import Path
 from analysis.run_files import read_json
 from analysis.strategies import classify_strategy
 from countdown import ARITH_DIGITS, Problem
+from orchestration import study
 from orchestration.provenance import file_sha256, same_config, without_batching
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,12 +46,12 @@ def warnings(run: Path, res: dict) -> list[str]:
                        f"than eval_base.json ({prov.get('config_hash')})")
     if prov.get("plan_sha256") and plan_now and prov["plan_sha256"] != plan_now:
         out.append("PLAN.md has changed since the base was evaluated")
-    cfg = design.config
-    expected = ["selection.json"] + (["lr_choice.json"] if cfg.get("train", {}).get("lr") is None else [])
-    expected += [f"probe_{t}.json" for t in cfg.get("probe", {}).get("tasks", [])]
+    cfg = design.cfg
+    expected = ["selection.json"] + (["lr_choice.json"] if study.sweep_runs(cfg) else [])
+    expected += [f"probe_{t}.json" for t in cfg.probe.tasks]
     trained = [(c, s) for c in design.conditions for s in design.seeds_of(c) if any(key[:2] == (c, s) for key in rl)]
     expected += [f"{design.train_name(c, s)}/train_log.csv" for c, s in trained]
-    if (cfg.get("train", {}).get("dev_every") or 0) > 0:
+    if cfg.train.dev_every > 0:
         expected += [f"{design.train_name(c, s)}/train_eval.csv" for c, s in trained]
     for b, docs, prefix in res["sets"].values():
         for d in ([b] if b is not None else []) + list(docs.values()):

@@ -15,11 +15,9 @@ import numpy as np
 
 from analysis import stats
 from countdown import SCORINGS
-from orchestration import config, study
+from orchestration import config, records, study
 
-# orchestration/config.py's defaults, as the analysis reads them from a run's recorded config
-ANALYZE_DEFAULTS = {k: v for k, v in config.to_dict(config.AnalyzeCfg()).items() if k != "extrapolate_to"}
-DEFAULT_CONDITION = config.to_dict(config.ConditionCfg())
+DEFAULT_CONDITION = config.to_dict(config.ConditionCfg())  # a condition's recipe where it sets nothing
 
 
 class InputError(Exception):
@@ -33,26 +31,55 @@ class InputError(Exception):
 
 @dataclass
 class Design:
-    """The evaluations a run is expected to hold, and the analysis settings, from its config."""
-    conditions: list[str]  # in the config's order (PLAN.md's)
-    seeds: list[int]
-    checkpoints: list[int]
-    legacy: bool  # a single-seed run before train.seeds: eval_<cond>_<step>.json, read as seed 0
-    config: dict
+    """The evaluations a run is expected to hold, and the analysis settings: its recorded config read
+    as today's typed Config (records.from_record, through which old runs are read)."""
+    cfg: config.Config
+    config: dict  # as recorded (the report compares it with the run's other records)
     source: str  # the file the config came from
-    resamples: int
-    ci: float
-    seed: int
-    margin: float
-    primary_condition: str
-    primary_scoring: str
-    power: float
-    settings: dict = None  # condition -> its recipe, DEFAULT_CONDITION filled in (older runs: all defaults)
-    eval_sets: dict = None  # set name -> {task, n, k_max, n_problems, models}, the sets besides `test`
-    tokens_enabled: bool = False  # config tokens.enabled: the token files are then expected
-    extrapolate_to: int = 1024  # analyze.extrapolate_to: the largest k of the model-based curve
-    seeds_by_condition: dict = None  # train.seeds_by_condition: conditions trained on other seeds than `seeds`
-    analyze: dict = None  # the analyze section, defaults filled in
+    legacy: bool  # a single-seed run before train.seeds: eval_<cond>_<step>.json, read as seed 0
+
+    @property
+    def conditions(self) -> list[str]:  # in the config's order (PLAN.md's)
+        return list(self.cfg.conditions)
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(self.cfg.train.seeds)
+
+    @property
+    def checkpoints(self) -> list[int]:
+        return sorted(self.cfg.train.checkpoints)
+
+    @property
+    def seeds_by_condition(self) -> dict[str, list[int]]:  # conditions trained on other seeds than `seeds`
+        return dict(self.cfg.train.seeds_by_condition)
+
+    @property
+    def analyze(self) -> dict:
+        return config.to_dict(self.cfg.analyze)
+
+    @property
+    def settings(self) -> dict[str, dict]:  # condition -> its recipe
+        return {c: config.to_dict(x) for c, x in self.cfg.conditions.items()}
+
+    @property
+    def eval_sets(self) -> dict[str, dict]:
+        """Set name -> {task, n, k_max, n_problems, models, ood}: the registered sets besides `test`."""
+        own = self.cfg.task.name
+        return {name: {"task": es.task or own, "n": es.n, "k_max": es.k_max, "n_problems": es.n_problems, "models": es.models,
+                       "ood": (es.task or own) != own} for name, es in self.cfg.eval_sets.items()}
+
+    @property
+    def tokens_enabled(self) -> bool:  # tokens.enabled: the token files are then expected
+        return self.cfg.tokens.enabled
+
+    @property
+    def primary_condition(self) -> str:
+        return self.cfg.analyze.primary_condition
+
+    @property
+    def primary_scoring(self) -> str:
+        return self.cfg.analyze.primary_scoring
 
     def seeds_of(self, cond: str) -> list[int]:
         return (self.seeds_by_condition or {}).get(cond, self.seeds)
@@ -102,42 +129,10 @@ def read_json(path: Path) -> dict:
         raise InputError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})", path=path)
 
 
-def condition_settings(cfg: dict, conds: list[str], need) -> dict:
-    """Each condition's recorded settings over DEFAULT_CONDITION (need: read_design's check)."""
-    raw = cfg.get("conditions")
-    settings = {}
-    for c in conds:
-        v = raw.get(c) if isinstance(raw, dict) else None
-        need(v is None or isinstance(v, dict), f"conditions.{c}", "must be a mapping of settings")
-        settings[c] = {**DEFAULT_CONDITION, **{k: x for k, x in (v or {}).items() if k in DEFAULT_CONDITION}}
-        need(isinstance(settings[c]["kl"], (int, float)) and isinstance(settings[c]["entropy"], (int, float)),
-             f"conditions.{c}.kl", "and entropy must be numbers")
-    return settings
-
-
-def eval_set_specs(cfg: dict, need) -> dict:
-    """Each registered evaluation set's task, sizes and models, and whether it is out of
-    distribution (need: read_design's check)."""
-    sets = {}
-    raw_sets = cfg.get("eval_sets") or {}
-    need(isinstance(raw_sets, dict), "eval_sets", "must be a mapping of set name to settings")
-    for name, es in raw_sets.items():
-        need(isinstance(es, dict) and name != "test", f"eval_sets.{name}", "must be a mapping (and 'test' is the eval section)")
-        spec = {"task": es.get("task"), "n": es.get("n", 256), "k_max": es.get("k_max", 256), "n_problems": es.get("n_problems", 64),
-                "models": es.get("models", "final-first-seed")}
-        need(spec["models"] in config.EVAL_MODELS, f"eval_sets.{name}.models", f"must be one of {', '.join(config.EVAL_MODELS)}")
-        need(all(isinstance(spec[k], int) and spec[k] >= 1 for k in ("n", "k_max", "n_problems")) and spec["k_max"] <= spec["n"],
-             f"eval_sets.{name}.k_max", "needs integers n, n_problems >= 1 and 1 <= k_max <= n")
-        spec["task"] = spec["task"] or cfg.get("task", {}).get("name")
-        spec["ood"] = spec["task"] != cfg.get("task", {}).get("name")  # another task than the one trained on
-        sets[name] = spec
-    return sets
-
-
 def read_design(run: Path, base: dict | None = None) -> Design:
     """The design from RUN/manifest.json's config if it exists, else from eval_base.json's
-    provenance. config["conditions"] (a mapping, in order) or, in older runs, train.conditions
-    (a list); train.seeds (absent in older runs: one seed, 0); train.checkpoints; analyze.*."""
+    provenance, read by records.from_record (old layouts and keys added since included) and checked
+    as config.load checks a config file."""
     src = run / "manifest.json"
     if src.exists():
         cfg = read_json(src).get("config")
@@ -146,43 +141,13 @@ def read_design(run: Path, base: dict | None = None) -> Design:
         cfg = (base if base is not None else read_json(src)).get("provenance", {}).get("config")
     if not isinstance(cfg, dict):
         raise InputError(f"{src}: no config recorded, so the expected design is unknown", path=src)
-    train = cfg.get("train", {})
-    conds = cfg.get("conditions", train.get("conditions"))
-    conds = list(conds) if isinstance(conds, (dict, list)) else None
-    seeds = train.get("seeds", [0])
-    steps = train.get("checkpoints")
-    an = {**ANALYZE_DEFAULTS, "seed": cfg.get("seed", 0), **cfg.get("analyze", {})}  # older runs: the bootstrap used the top-level seed
-    if an.get("calibration") is not None:  # its own defaults, key by key (a config may name a few)
-        an["calibration"] = {**config.to_dict(config.CalibrationCfg()), **an["calibration"]}
-
-    def need(ok, key, what):
-        if not ok:
-            raise InputError(f"{src}: config {key} {what}", path=src)
-    need(conds and all(isinstance(c, str) for c in conds), "conditions", "must name the conditions")
-    need(isinstance(seeds, list) and seeds and all(isinstance(s, int) and s >= 0 for s in seeds), "train.seeds", "must be a list of seeds")
-    need(isinstance(steps, list) and steps and all(isinstance(s, int) and s >= 1 for s in steps), "train.checkpoints",
-         "must be a list of steps")
-    by_cond = train.get("seeds_by_condition") or {}
-    need(isinstance(by_cond, dict) and all(c in conds and isinstance(v, list) and v and all(isinstance(s, int) and s >= 0 for s in v)
-                                           for c, v in by_cond.items()), "train.seeds_by_condition",
-         "must map conditions to lists of seeds")
-
-    def unit(x):
-        return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < 1
-    need(isinstance(an["resamples"], int) and an["resamples"] >= 1, "analyze.resamples", "must be an integer >= 1")
-    need(unit(an["ci"]), "analyze.ci", "must be in (0, 1)")
-    need(isinstance(an["seed"], int), "analyze.seed", "must be an integer")
-    need(unit(an["equivalence_margin"]), "analyze.equivalence_margin", "must be in (0, 1)")
-    need(an["primary_condition"] in conds, "analyze.primary_condition", f"must be one of the conditions ({', '.join(conds)})")
-    need(an["primary_scoring"] in SCORINGS, "analyze.primary_scoring", "must be strict or loose")
-    need(unit(an["power"]), "analyze.power", "must be in (0, 1)")
-    ext = an.get("extrapolate_to", 1024)
-    need(isinstance(ext, int) and not isinstance(ext, bool) and ext >= 1, "analyze.extrapolate_to", "must be an integer >= 1")
-    settings, sets = condition_settings(cfg, conds, need), eval_set_specs(cfg, need)
-    tokens = cfg.get("tokens") or {}
-    return Design(conds, list(seeds), sorted(steps), "seeds" not in train, cfg, src.name, an["resamples"], an["ci"],
-                  an["seed"], an["equivalence_margin"], an["primary_condition"], an["primary_scoring"], an["power"],
-                  settings, sets, bool(isinstance(tokens, dict) and tokens.get("enabled")), ext, dict(by_cond), an)
+    try:
+        typed = records.from_record(cfg)
+    except config.ConfigError as e:
+        raise InputError(f"{src}: config {e}", path=src)
+    if not typed.train.checkpoints:
+        raise InputError(f"{src}: config train.checkpoints: must name at least one step", path=src)
+    return Design(typed, cfg, src.name, "seeds" not in cfg.get("train", {}))
 
 
 def load_eval(path: Path, eval_set: str = "test") -> dict:

@@ -189,13 +189,14 @@ def analyze_beyond(design: Design, base: dict, rl: dict, sets: dict, last: int, 
         bdoc, brl, n, prefix = sets[big][0], sets[big][1], design.eval_sets[big]["n"], f"evalsets/{big}/"
     else:
         bdoc, brl, n, prefix = base, rl, n_base, ""
-    ext, B, seed = design.extrapolate_to, design.analyze["beyond_resamples"], design.seed
+    an = design.cfg.analyze
+    ext, B, seed = an.extrapolate_to, an.beyond_resamples, an.seed
     models = [(None, bdoc)] + [(k, brl[k]) for k in _ordered(design, brl, last)]
     sub = skipped = None
     if big:
         pos = {p["id"]: i for i, p in enumerate(base["problems"])}
         ids = [p["id"] for p in bdoc["problems"]]
-        if design.eval_sets[big]["task"] != (design.config.get("task") or {}).get("name") or any(i not in pos for i in ids):
+        if design.eval_sets[big]["ood"] or any(i not in pos for i in ids):
             skipped = "the large set's problems are not all test problems"
         else:
             sub = [pos[i] for i in ids]

@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import countdown
 from orchestration import config
+from orchestration.records import ADDED_OFF  # keys added since, at the value that means "as before": left out of the hashes
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE_MODE = 0o644  # outputs are read by others (mkstemp alone would leave 0600)
@@ -324,20 +324,6 @@ STAGE_KEYS = {
     "eval": ["task", "model", "eval", "lora.fold_for_sampling", "lora.tf32", "determinism"],
     "tokens": ["task", "model", "tokens", "eval.sampling", "eval.problems_per_batch", "determinism"],
 }
-# Keys added after runs were made, with the value that means "as before": at that value a key
-# is left out of the hash, so the runs made before it existed keep theirs.
-_ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "model.gguf": None,
-              "task.system_prompt": countdown.SYSTEM_PROMPT,
-              "train.sampling.decode": "eager", "eval.sampling.decode": "eager", "lora.tf32": False,
-              "lr_sweep.rule": "reward", "select.scoring": "strict", "determinism": "full",
-              "train.importance_cap": None, "train.logp_gap_limit": None, "train.logp_gap_max_limit": None,
-              "train.no_signal_update": "step",
-              "model.build.p_borrow_slip": [], "model.build.n_drill": 0,
-              "model.build.wrong_offsets": [1, 2, 5, 10, 20, 100], "eval.n_base": None,
-              "analyze.ceiling_null": "base", "analyze.selection_margin": 0.05, "analyze.coverage_sims": 2000,
-              "analyze.calibration": None, "analyze.planned.seed_df": 2, "analyze.support": None,
-              "task.test_split": "test", "model.base_from": None, "model.base_sha256": None,
-              "eval.draw": "batch", "eval.max_rows": None}
 # Under eval.draw: sample (PLAN.md change 52) these only split the sampling into calls: no sample
 # depends on them, so they are left out of the sampling stages' hashes (a run may lower them to fit
 # memory). The token stage's greedy decode and teacher-forced reads keep problems_per_batch in theirs.
@@ -365,7 +351,7 @@ def hashed_settings(cfg_dict: dict, stage: str) -> dict:
         picked["model"] = {k: v for k, v in picked["model"].items() if k != "slow_bf16"}
     if stage in _NOT_IN_HASH:
         picked["train"] = {k: v for k, v in picked["train"].items() if k not in _NOT_IN_HASH[stage]}
-    for key, off in _ADDED_OFF.items():
+    for key, off in ADDED_OFF.items():
         _drop_if(picked, key, off)
     return picked
 
@@ -410,34 +396,34 @@ def _drop_if(picked: dict, key: str, off) -> None:
 
 
 def _present(d: dict, key: str) -> bool:
-    """False only for a key of _ADDED_OFF that an older config lacks."""
+    """False only for a key of ADDED_OFF that an older config lacks."""
     try:
         _pick(d, key)
         return True
     except KeyError:
-        if key in _ADDED_OFF:
+        if key in ADDED_OFF:
             return False
         raise
 
 
 def config_identity(cfg_dict: dict | None) -> str | None:
     """The digest of a recorded config (a provenance's "config") without the keys added since at
-    their "as before" value (_ADDED_OFF), so a file made before a key existed and one made after it,
+    their "as before" value (ADDED_OFF), so a file made before a key existed and one made after it,
     at the same settings, agree; under eval.draw: sample without the batching settings (BATCHING_KEYS
     and each eval set's problems_per_batch), which change no sample. None when nothing is recorded."""
     if not isinstance(cfg_dict, dict):
         return None
     d = dict(cfg_dict)  # _drop_if copies each section it changes
-    for key, off in _ADDED_OFF.items():
+    for key, off in ADDED_OFF.items():
         _drop_if(d, key, off)
     return config.digest(without_batching(d))
 
 
 def analyze_identity(analyze: dict | None) -> dict:
     """An analysis' recorded `analyze` settings without the keys added since at their "as before"
-    value (_ADDED_OFF), so a run analysed before a key existed is not out of date for it."""
+    value (ADDED_OFF), so a run analysed before a key existed is not out of date for it."""
     d = {"analyze": dict(analyze or {})}
-    for key, off in _ADDED_OFF.items():
+    for key, off in ADDED_OFF.items():
         if key.startswith("analyze."):
             _drop_if(d, key, off)
     return d["analyze"]
@@ -466,7 +452,7 @@ def differing_setting(recorded: dict | None, cfg: config.Config, stage: str) -> 
     except (KeyError, TypeError):
         return "a config from another version of the code"
     for k in sorted(set(now) | set(then)):
-        off = _ADDED_OFF.get(k)  # a key left out of the hash at its "as before" value
+        off = ADDED_OFF.get(k)  # a key left out of the hash at its "as before" value
         if now.get(k, off) != then.get(k, off):
             return f"{k}={json.dumps(then.get(k, off))} there, {json.dumps(now.get(k, off))} here"
     return f"the inputs it was made from ({json.dumps(recorded.get('inputs'))[:100]})"

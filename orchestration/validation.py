@@ -29,10 +29,13 @@ def _need(ok: bool, key: str, msg: str) -> None:
         raise ConfigError(f"{key}: {msg}")
 
 
-def validate(cfg: Config) -> None:
+def validate(cfg: Config, files: bool = True) -> None:
     """Every setting checked, section by section; the first problem raises ConfigError (one line
-    naming the key and what would be right)."""
-    for check in (_check_run, _check_model, _check_task, _check_lora, _check_sampling, _check_train, _check_conditions,
+    naming the key and what would be right). files=False leaves out what a check would read on this
+    machine (model.path's folder): for a config recorded elsewhere."""
+    _check_run(cfg)
+    _check_model(cfg, files)
+    for check in (_check_task, _check_lora, _check_sampling, _check_train, _check_conditions,
                   _check_eval, _check_lr_sweep, _check_tokens, _check_analyze, _check_select, _check_probe):
         check(cfg)
 
@@ -47,12 +50,12 @@ def _check_run(cfg: Config) -> None:
           "must be a number of GiB > 0, or auto (the device's free memory)")
 
 
-def _check_model(cfg: Config) -> None:
+def _check_model(cfg: Config, files: bool = True) -> None:
     """model: the base, its dtype, how it is built or reused."""
     _need(cfg.model.dtype != "float16", "model.dtype",
           "float16 needs loss scaling, which this code does not do: use bfloat16 (GPU) or float32")
     _need(cfg.model.dtype in ("bfloat16", "float32"), "model.dtype", "must be bfloat16 or float32")
-    if all(getattr(cfg.model, k) is None for k in BUILDS):
+    if files and all(getattr(cfg.model, k) is None for k in BUILDS):
         path = cfg.model.path
         hub_id = not path.startswith((".", "/", "~")) and path.count("/") == 1  # e.g. Qwen/Qwen2.5-0.5B-Instruct
         _need(hub_id or os.path.isdir(os.path.expanduser(path)), "model.path",

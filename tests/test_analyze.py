@@ -456,7 +456,11 @@ def test_single_seed_layout_of_older_runs(tmp_path):
 def test_config_errors_name_the_key(tmp_path):
     run = _three_seeds(tmp_path)
     _set(run / "eval_base.json", "provenance", "config", "analyze", "primary_condition", "nope")
-    with pytest.raises(run_files.InputError, match=r"eval_base.json: config analyze.primary_condition must be one of"):
+    with pytest.raises(run_files.InputError, match=r"eval_base.json: config analyze.primary_condition: must name a registered condition"):
+        assemble.run_analysis(run, make_figures=False)
+    _set(run / "eval_base.json", "provenance", "config", "analyze", "primary_condition", "many")
+    _set(run / "eval_base.json", "provenance", "config", "analyze", "resamples", "many")  # config.load's own check, through the record
+    with pytest.raises(run_files.InputError, match=r"eval_base.json: config analyze.resamples: expected an integer, got 'many'"):
         assemble.run_analysis(run, make_figures=False)
 
 
@@ -760,7 +764,7 @@ def study_config(**extra):
     cfg = {"seed": 0, "task": {"name": "arith-2x1"}, "conditions": STUDY_CONDITIONS, "train": {"seeds": SEEDS, "checkpoints": STEPS},
            "eval": {"n": 8, "k_max": 8}, "analyze": {"resamples": B, "ci": 0.95, "extrapolate_to": 1024, "beyond_resamples": 40},
            "eval_sets": {"wide": {"task": None, "n_problems": len(WIDE_IDS), "n": WIDE_N, "k_max": WIDE_N, "models": "final-first-seed"},
-                         "ood": {"task": "arith-3x1", "n_problems": len(OOD_IDS), "n": 8, "k_max": 8, "models": "final"}},
+                         "ood": {"task": "arith-3x3", "n_problems": len(OOD_IDS), "n": 8, "k_max": 8, "models": "final"}},
            "tokens": {"enabled": True}}
     cfg.update(extra)
     return cfg
@@ -785,7 +789,7 @@ def write_study(run: Path, cfg=None) -> Path:
     ids = list(range(NT))
     put(run / "eval_base.json", study_doc(STUDY_BASE, 8, ids, cfg, "test", "arith-2x1", DIV_BASE))
     put(run / "evalsets/wide/eval_base.json", study_doc(WIDE_BASE, WIDE_N, WIDE_IDS, cfg, "wide", "arith-2x1", DIV_BASE))
-    put(run / "evalsets/ood/eval_base.json", study_doc(OOD_BASE, 8, OOD_IDS, cfg, "ood", "arith-3x1", DIV_BASE))
+    put(run / "evalsets/ood/eval_base.json", study_doc(OOD_BASE, 8, OOD_IDS, cfg, "ood", "arith-3x3", DIV_BASE))
     for c in STUDY_CONDITIONS:
         for s in SEEDS:
             for st in STEPS:
@@ -796,7 +800,7 @@ def write_study(run: Path, cfg=None) -> Path:
                           "provenance": {"config": cfg}}
                 put(run / f"tokens_{c}_s{s}_{st:03d}.json", tokens)
             put(run / f"evalsets/ood/eval_{c}_s{s}_010.json",
-                study_doc(OOD_MANY if c == "many" else OOD_BASE, 8, OOD_IDS, cfg, "ood", "arith-3x1", DIV_RL, (c, s, 10)))
+                study_doc(OOD_MANY if c == "many" else OOD_BASE, 8, OOD_IDS, cfg, "ood", "arith-3x3", DIV_RL, (c, s, 10)))
         put(run / f"evalsets/wide/eval_{c}_s0_010.json",
             study_doc(WIDE_MANY if c == "many" else WIDE_BASE, WIDE_N, WIDE_IDS, cfg, "wide", "arith-2x1", DIV_RL, (c, 0, 10)))
     return run
@@ -903,7 +907,7 @@ def test_study_diversity_ood_and_tokens(study):
     assert ("wide", "many", 10) in d and ("ood", "many", 5) not in d  # ood evaluates the final checkpoint only
     assert len([m for m in out["diversity"]["models"] if m["set"] == "test"]) == 1 + 7 * 2 * 2
     o = out["ood"]["ood"]
-    assert (o["task"], o["n"], o["k_max"], o["test_k_max"], o["n_problems"]) == ("arith-3x1", 8, 8, 8, 20)
+    assert (o["task"], o["n"], o["k_max"], o["test_k_max"], o["n_problems"]) == ("arith-3x3", 8, 8, 8, 20)
     rows = {(r["condition"], r["scoring"]): r for r in o["rows"]}
     r = rows[("many", "loose")]
     assert r["seeds"] == [0, 1] and r["ood_pass1_diff"] == pytest.approx(0.0625) and r["ood_passk_diff"] == 0

@@ -214,7 +214,7 @@ def _design(seeds="own"):
     from types import SimpleNamespace
 
     return SimpleNamespace(analyze={"calibration": {"pool_set": "pool"}}, primary_scoring="loose", checkpoints=[10],
-                           eval_sets={"pool": {"seeds": seeds}})
+                           cfg=SimpleNamespace(eval_sets={"pool": SimpleNamespace(seeds=seeds)}))
 
 
 def test_the_analysis_runs_the_post_hoc_test_on_the_pool():

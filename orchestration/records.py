@@ -1,0 +1,76 @@
+"""A config recorded by any version of this code (manifest.json's, or a provenance's "config"), read
+back as today's typed Config: `from_record`, the one compatibility layer for old runs.
+
+A record holds every key its code had. A key added since reads the value that means "as before"
+(ADDED_OFF, which the stage hashes read too: at that value a key is left out of the hash, so the
+runs made before it existed keep theirs); any other key a record lacks reads its default. The
+oldest layout (a top-level `seed`, the conditions as a list of names under `train`) is upgraded first.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import typing
+
+import countdown
+from orchestration import config
+
+# Keys added after runs were made, with the value that means "as before".
+ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "model.gguf": None,
+             "task.system_prompt": countdown.SYSTEM_PROMPT,
+             "train.sampling.decode": "eager", "eval.sampling.decode": "eager", "lora.tf32": False,
+             "lr_sweep.rule": "reward", "select.scoring": "strict", "determinism": "full",
+             "train.importance_cap": None, "train.logp_gap_limit": None, "train.logp_gap_max_limit": None,
+             "train.no_signal_update": "step",
+             "model.build.p_borrow_slip": [], "model.build.n_drill": 0,
+             "model.build.wrong_offsets": [1, 2, 5, 10, 20, 100], "eval.n_base": None,
+             "analyze.ceiling_null": "base", "analyze.selection_margin": 0.05, "analyze.coverage_sims": 2000,
+             "analyze.calibration": None, "analyze.planned.seed_df": 2, "analyze.support": None,
+             "task.test_split": "test", "model.base_from": None, "model.base_sha256": None,
+             "eval.draw": "batch", "eval.max_rows": None}
+
+def from_record(recorded: dict) -> config.Config:
+    """Today's typed Config for a recorded one, checked by config.validate (but for files on this
+    machine: a recorded model.path may name another machine's folder). A ConfigError names the key."""
+    if not isinstance(recorded, dict):
+        raise config.ConfigError(f"expected a mapping of settings, got {type(recorded).__name__}")
+    data = upgrade(copy.deepcopy(recorded))
+    for key in sorted(ADDED_OFF, key=lambda k: k.count(".")):  # a section before its keys
+        _fill(data, key, ADDED_OFF[key])
+    cfg = config._build(config.Config, data)
+    config.validate(cfg, files=False)
+    return cfg
+
+
+def upgrade(data: dict) -> dict:
+    """The oldest layout (results/tiny, results/tiny_first_run) in today's: its top-level `seed` drew
+    the problems and seeded the bootstrap; train.conditions named the report's conditions, each with
+    the recipe of its name, and one training seed, 0."""
+    if "seed" in data:
+        seed = data.pop("seed")
+        data.setdefault("task", {}).setdefault("seed", seed)
+        data.setdefault("analyze", {}).setdefault("seed", seed)
+    train = data.get("train")
+    if isinstance(train, dict) and isinstance(train.get("conditions"), list):
+        names = train.pop("conditions")
+        data.setdefault("conditions", {c: {"problems": f"select-{c}" if c.isdigit() else "all"} for c in names})
+        train.setdefault("seeds", [0])
+    return data
+
+
+def _fill(data: dict, key: str, value) -> None:
+    """Set the dotted `key` where the record lacks it. A missing section on the way is created where the
+    Config always has one (train.sampling), never where it may be null (model.build, analyze.planned)."""
+    node, cls = data, config.Config
+    *path, name = key.split(".")
+    for part in path:
+        hint = typing.get_type_hints(cls)[part]
+        if part not in node:
+            if not dataclasses.is_dataclass(hint):  # an optional section the record does not have
+                return
+            node[part] = {}
+        node = node[part]
+        if not isinstance(node, dict):  # null, or a malformed record (config._build names it)
+            return
+        cls = next(a for a in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(a))
+    node.setdefault(name, copy.deepcopy(value))

@@ -1,0 +1,86 @@
+"""orchestration/records.py: a config recorded by any version of the code read back as today's
+typed Config, and the values it reads a missing key at."""
+import copy
+import glob
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestration import config, records
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _get(d: dict, dotted: str):
+    for part in dotted.split("."):
+        d = d[part]
+    return d
+
+
+def _recorded_configs() -> list[tuple[str, dict]]:
+    out = []
+    for f in sorted(glob.glob(str(ROOT / "results" / "*" / "manifest.json")) + glob.glob(str(ROOT / "results" / "*" / "eval_base.json"))):
+        d = json.loads(Path(f).read_text())
+        out.append((str(Path(f).relative_to(ROOT)), d.get("config") or d["provenance"]["config"]))
+    return out
+
+
+def _same(got, recorded) -> bool:
+    """A registry entry's recorded settings are kept (its other keys at their defaults)."""
+    if isinstance(recorded, dict) and isinstance(got, dict):
+        return set(recorded) <= set(got) and all(_same(got[k], v) for k, v in recorded.items())
+    return got == recorded
+
+
+    assert config.to_dict(records.from_record(made)) == config.to_dict(report)
+
+
+def test_every_committed_record_reads_back_with_its_own_settings():
+    """Every config recorded in results/ builds, passes config.validate, and keeps every setting it
+    records (the oldest layout's `seed` and train.conditions apart, which are upgraded)."""
+    def flat(d, prefix=""):
+        for k, v in d.items():
+            if isinstance(v, dict) and v and k not in ("conditions", "eval_sets", "seeds_by_condition", "pools"):
+                yield from flat(v, f"{prefix}{k}.")
+            else:
+                yield f"{prefix}{k}", v
+    seen = 0
+    for name, rec in _recorded_configs():
+        read = config.to_dict(records.from_record(rec))
+        for key, value in flat(rec):
+            if key in ("seed", "train.conditions"):
+                continue
+            assert _same(_get(read, key), value), (name, key)
+            seen += 1
+    assert seen > 1000
+
+
+def test_the_oldest_layout_is_upgraded():
+    """results/tiny's config (a top-level seed, train.conditions as names): the seed draws the problems
+    and seeds the bootstrap, each condition gets the recipe of its name, and one training seed, 0."""
+    [(_, rec)] = [(n, r) for n, r in _recorded_configs() if n == "results/tiny/manifest.json"]
+    assert "seed" in rec and isinstance(rec["train"]["conditions"], list)
+    cfg = records.from_record(rec)
+    assert cfg.task.seed == cfg.analyze.seed == rec["seed"] and cfg.train.seeds == [0]
+    assert {c: x.problems for c, x in cfg.conditions.items()} == {"many": "all", "16": "select-16", "1": "select-1"}
+    assert cfg.analyze.ceiling_null == "base" and cfg.eval_sets == {} and not cfg.tokens.enabled  # its time's behaviour
+    assert rec == json.loads((ROOT / "results/tiny/manifest.json").read_text())["config"]  # the record itself untouched
+
+
+def test_a_malformed_record_is_a_config_error_naming_the_key():
+    made = config.to_dict(config.load(str(ROOT / "configs" / "smoke.yaml")))
+    bad = copy.deepcopy(made)
+    bad["analyze"]["primary_condition"] = "nope"
+    with pytest.raises(config.ConfigError, match=r"analyze\.primary_condition: must name a registered condition"):
+        records.from_record(bad)
+    bad = copy.deepcopy(made)
+    bad["train"]["sampling"] = 3
+    with pytest.raises(config.ConfigError, match=r"train\.sampling: expected a mapping"):
+        records.from_record(bad)
+    with pytest.raises(config.ConfigError, match="expected a mapping of settings"):
+        records.from_record([1])
+    made["model"]["path"] = "/no/such/folder/on/this/machine"  # a record names another machine's folders
+    assert records.from_record(made).model.path == "/no/such/folder/on/this/machine"
+
+
