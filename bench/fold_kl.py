@@ -60,7 +60,7 @@ def main():
     print(f"{'dtype':<9} {'tokens':>7} {'KL exact||folded: mean':>23} {'p99':>9} {'max':>9}   {'argmax differs':>14}   "
           f"{'KL exact||base: mean':>21}")
     for dtype in a.dtypes:
-        cfg = config.load(None, [f"model.dtype={dtype}", f"model.path={path}"])
+        cfg = config.load(None, [f"model.dtype={dtype}", "lora.tf32=false", f"model.path={path}"])
         model, tok = load_model(cfg, str(path), torch.device("cpu"))
         apply_lora(model, acfg["r"], acfg["lora_alpha"], acfg["target_modules"], 0)
         load_adapter(model, a.adapter)

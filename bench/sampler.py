@@ -45,7 +45,7 @@ def main():
     from transformers import GenerationConfig
 
     path = model_dir(a.model)
-    cfg = config.load(None, ["model.dtype=float32", f"model.path={path}"])
+    cfg = config.load(None, ["model.dtype=float32", "lora.tf32=false", f"model.path={path}"])
     model, tok = load_model(cfg, str(path), torch.device("cpu"))
     if a.adapter:
         acfg = adapter_config(a.adapter)

@@ -72,8 +72,8 @@ def parser() -> argparse.ArgumentParser:
     for name, what in COMMANDS.items():
         q = sub.add_parser(name, help=what, description=what[0].upper() + what[1:] + ".")
         q.add_argument("--config", default=None,
-                       help="YAML config (default: orchestration/config.py's defaults, the seed report's settings; the registered "
-                            "study is configs/qwen05b.yaml)")
+                       help="YAML config (default: orchestration/config.py's defaults, the registered study, which "
+                            "configs/qwen05b.yaml writes out)")
         q.add_argument("--run", default=None, help="run folder (default: results/<config name>)")
         q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. train.steps=10")
         q.add_argument("--quiet", action="store_true", help="no progress bars")

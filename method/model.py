@@ -113,7 +113,7 @@ def bf16_problem(cfg: config.Config, device: torch.device) -> str | None:
         return None
     return ("model.dtype bfloat16 on a CPU without native bf16 (no avx512_bf16 or amx_bf16 in /proc/cpuinfo): its matrix "
             "products run about 90x slower than float32 here (0.7 vs 64 GFLOP/s measured); set model.dtype=float32 "
-            "(byte-reproducible across CPUs), or model.slow_bf16=true to run it anyway")
+            "with lora.tf32=false (byte-reproducible across CPUs), or model.slow_bf16=true to run it anyway")
 
 
 def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:

@@ -1,5 +1,6 @@
-"""The study's settings: one typed set of defaults (the report's, on Qwen2.5-0.5B-Instruct),
-overridden by a YAML file and then by `--set a.b=value` on the command line.
+"""The study's settings: one typed set of defaults (the registered study, configs/qwen05b.yaml:
+Qwen2.5-0.5B-Instruct on an 8 GB GPU), overridden by a YAML file and then by `--set a.b=value` on
+the command line. configs/report.yaml lists where the seed report's own design departs from them.
 
 An unknown key, a wrong type or an impossible value is a ConfigError naming the key; the
 scripts print it on one line and exit with code 2 before any work starts.
@@ -125,8 +126,8 @@ class LoraCfg:
     fold_for_sampling: bool = False
     # On CUDA, LoRA's fp32 matrix products (its weights and the fp32 copies of its inputs) in TF32: about
     # 8x the fp32 throughput at a 10-bit mantissa, finer than the bf16 output the update is added to.
-    # Only with model.dtype bfloat16 (validated). Off: exact fp32.
-    tf32: bool = False
+    # Only with model.dtype bfloat16 (validated): a float32 config sets it false. Off: exact fp32.
+    tf32: bool = True
 
 
 @dataclass
@@ -140,6 +141,8 @@ class SamplingCfg:
     # How the tokens are decoded, not what they are drawn from: eager (the CPU runs' sampler), graph
     # (static shapes, every setting, CUDA graphs on a GPU; other random draws from the same
     # distribution), or auto (graph on CUDA, else eager). method/sampler.py and method/static_decode.py say what each does.
+    # eager for a SamplingCfg made in code (the selection, the token stage's greedy decode); the train and
+    # eval sections' default is auto.
     decode: str = "eager"
 
 
@@ -157,7 +160,10 @@ class ConditionCfg:
 
 
 def default_conditions() -> dict[str, ConditionCfg]:
-    return {"many": ConditionCfg("all"), "16": ConditionCfg("select-16"), "1": ConditionCfg("select-1")}
+    """PLAN.md section 4, in its order: the report's three, then the controls (H4-H6)."""
+    return {"many": ConditionCfg("all"), "16": ConditionCfg("select-16"), "1": ConditionCfg("select-1"),
+            "16-kl": ConditionCfg("select-16", kl=0.001), "format": ConditionCfg("all", reward="format"),
+            "rft": ConditionCfg("all", method="rft"), "sft": ConditionCfg("all", method="sft")}
 
 
 @dataclass
@@ -176,21 +182,21 @@ class TrainCfg:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     # Conditions trained on other seeds than train.seeds, e.g. {many: [0, 1, 2, 3, 4, 5]}: the primary
     # condition gets the seeds its planned power needs (PLAN.md change 29) without multiplying the rest.
-    seeds_by_condition: dict[str, list[int]] = field(default_factory=dict)
-    log_kl_every: int = 0  # log the k3 KL to the base every this many steps when no KL term is trained (0 = never)
+    seeds_by_condition: dict[str, list[int]] = field(default_factory=lambda: {"many": [0, 1, 2, 3, 4, 5]})
+    log_kl_every: int = 10  # log the k3 KL to the base every this many steps when no KL term is trained (0 = never)
     grad_clip: float | None = None  # clip the gradient's global norm to this (None = off, as the report ran)
     # Micro-batches of completions of similar length (sorted by length before they are cut), so
     # less of each is padding. The gradient is the same sum in another order: equal up to float
     # rounding, not bit for bit, so it is a setting (PLAN.md change 21).
-    sort_by_length: bool = False
+    sort_by_length: bool = True
     # Held-out checks during training: pass@1 and pass@n on `dev` problems (a split disjoint from
     # train and test), sampled like the evaluation, every dev_every steps -> train_eval.csv.
-    dev_every: int = 0  # 0 = off
+    dev_every: int = 25  # 0 = off
     dev_problems: int = 64
     dev_samples: int = 8
     # The policy gradient uses untempered log-probabilities, so rollouts must be drawn from the
     # untempered, untruncated policy: temperature 1, top-p 1, top-k off (validated).
-    sampling: SamplingCfg = field(default_factory=SamplingCfg)
+    sampling: SamplingCfg = field(default_factory=lambda: SamplingCfg(decode="auto"))
     # The sampler-trainer mismatch ([D4]: the ratio is 1 only where the sampler's log pi equals the
     # trainer's). importance_cap C: weigh each trained token by min(pi_trainer / pi_sampler, C), detached
     # (truncated importance sampling, as TRL's vLLM correction); None: off, the plain surrogate.
@@ -215,8 +221,8 @@ class EvalCfg:
     k_max: int = 32
     # The base's samples per test problem (None: n). More than n shrinks the base's own sampling noise,
     # which at n = 32 is as large as the problems' spread in Delta pass@32 (PLAN.md section 6).
-    n_base: int | None = None
-    sampling: SamplingCfg = field(default_factory=lambda: SamplingCfg(temperature=0.6, top_p=0.95))
+    n_base: int | None = 256
+    sampling: SamplingCfg = field(default_factory=lambda: SamplingCfg(temperature=0.6, top_p=0.95, decode="auto"))
     problems_per_batch: int = 4  # problems decoded together (each with its n samples)
     # How every evaluation sampling call (this section's, eval_sets', the dev checks', probe's, select's)
     # draws (PLAN.md change 52): sample, each sample from its own stream keyed by (task.seed, tag,
@@ -225,7 +231,8 @@ class EvalCfg:
     draw: str = "sample"
     # The most rows (samples) one sampling call decodes: a call then holds fewer problems, or a share
     # of one problem's samples. None: no cap (problems_per_batch problems' n samples). Needs draw: sample.
-    max_rows: int | None = None
+    # 256: the largest call ~3.4 GiB by memory.decoder_bytes at Qwen's size (PLAN.md changes 52, 54).
+    max_rows: int | None = 256
     keep_responses: bool = True
 
 
@@ -243,10 +250,19 @@ class EvalSetCfg:
     seeds: str = "own"  # own: the set's own sampling seeds (new draws); test: the test set's (same n and batching reproduce its counts)
 
 
+def default_eval_sets() -> dict[str, EvalSetCfg]:
+    """PLAN.md section 6: the wide set (pass@k to 256), out of distribution (arith-3x3), and the base
+    alone at both samplers on fresh draws (the calibration's pool, the support test's, change 42)."""
+    train_sampler = SamplingCfg(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=384, decode="auto")
+    return {"wide": EvalSetCfg(), "ood": EvalSetCfg(task="arith-3x3", n_problems=128, n=32, k_max=32, models="final", problems_per_batch=4),
+            "pool": EvalSetCfg(n_problems=128, n=192, k_max=32, models="base"),
+            "pool-train": EvalSetCfg(n_problems=128, n=192, k_max=32, models="base", sampling=train_sampler)}
+
+
 @dataclass
 class TokensCfg:
     """The token-level comparison of each trained checkpoint with the base (arXiv 2605.06241 §3)."""
-    enabled: bool = False
+    enabled: bool = True
     top: int = 5  # "reranked": the trained model's choice is in the base's top `top`
     n_problems: int = 128  # the first test problems, decoded greedily by the base
 
@@ -268,8 +284,8 @@ class LrSweepCfg:
     # How the rate is chosen (PLAN.md section 5): dev, the highest loose pass@1 on the held-out dev
     # problems after `steps` steps (train.dev_problems x train.dev_samples); reward, the report's rule,
     # the highest mean training reward over the last `last` steps (the effect under test, in sample).
-    # The default is the report's; the registered configs set dev (PLAN.md change 29).
-    rule: str = "reward"
+    # The registered rule is dev (PLAN.md change 29); the report's, reward.
+    rule: str = "dev"
     last: int = 10
     per_condition: bool = False  # True: sweep every condition with its own recipe and use its own rate
 
@@ -325,18 +341,19 @@ class SupportCfg:
 
 @dataclass
 class AnalyzeCfg:
-    resamples: int = 2000
+    resamples: int = 10000  # Holm over every family's tests needs p-values far below 1 / 2001
     ci: float = 0.95
     seed: int = 0  # the bootstrap's generator
     equivalence_margin: float = 0.10  # TOST margin for "the ceiling is unchanged" (PLAN.md section 7)
     # The ceiling half of the primary question: against the selection null (the base reweighted to the
     # trained model's pass@1, PLAN.md section 7) or, as the seed report read it, against the base itself
-    ceiling_null: str = "base"
+    ceiling_null: str = "selection"
     selection_margin: float = 0.05  # TOST margin for "within the selection null's ceiling"
     # The equivalence test is asked only when the margin is at most this share of the base's headroom,
     # 1 - its pass@k_max on the set (PLAN.md change 29): otherwise it could hardly fail
     margin_headroom_fraction: float = 1 / 3
-    planned: PlannedCfg | None = None
+    # the report's effect (loose pass@1 0.25 -> 0.66) at the CPU pilot's variance components
+    planned: PlannedCfg | None = field(default_factory=lambda: PlannedCfg(effect=0.41))
     beyond_resamples: int = 200  # the parametric bootstrap of the model-based curves (PLAN.md section 7c)
     primary_condition: str = "many"  # the one primary entry: this condition, its last checkpoint ...
     primary_scoring: str = "loose"  # ... on this scoring
@@ -344,8 +361,8 @@ class AnalyzeCfg:
     extrapolate_to: int = 1024  # the largest k of the model-based (beta-binomial) pass@k curve
     note: str | None = None  # printed first in report.md, e.g. that a run is a pipeline check and answers nothing
     coverage_sims: int = 2000  # count-level simulations of the crossed interval's coverage (the sensitivity analysis)
-    calibration: CalibrationCfg | None = None  # None: no calibration arms
-    support: SupportCfg | None = None  # None: no support test (runs before change 42)
+    calibration: CalibrationCfg | None = field(default_factory=CalibrationCfg)  # None: no calibration arms
+    support: SupportCfg | None = field(default_factory=lambda: SupportCfg(pools={"eval": "pool", "train": "pool-train"}))  # None: none
 
 
 @dataclass
@@ -366,7 +383,7 @@ class Config:
     conditions: dict[str, ConditionCfg] = field(default_factory=default_conditions)  # in PLAN.md's order
     train: TrainCfg = field(default_factory=TrainCfg)
     eval: EvalCfg = field(default_factory=EvalCfg)  # the `test` evaluation set: every model
-    eval_sets: dict[str, EvalSetCfg] = field(default_factory=dict)  # further registered sets (wide, ood)
+    eval_sets: dict[str, EvalSetCfg] = field(default_factory=default_eval_sets)  # further registered sets
     tokens: TokensCfg = field(default_factory=TokensCfg)
     select: SelectCfg = field(default_factory=SelectCfg)
     lr_sweep: LrSweepCfg = field(default_factory=LrSweepCfg)
@@ -456,9 +473,11 @@ def _build(cls, data: dict, prefix: str = ""):
 
 
 def _shallow_fields(obj) -> dict:
-    """A dataclass's fields as a mapping, one level deep (nested dataclasses stay objects and are
-    rebuilt by _build from their own defaults only when the mapping names them)."""
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if not dataclasses.is_dataclass(getattr(obj, f.name))}
+    """A dataclass's fields as a mapping, one level deep (nested dataclasses are left out and rebuilt by
+    _build from their own defaults only when the mapping names them; lists of them, such as
+    calibration.mixed, become lists of mappings)."""
+    plain = dataclasses.asdict(obj)
+    return {f.name: plain[f.name] for f in dataclasses.fields(obj) if not dataclasses.is_dataclass(getattr(obj, f.name))}
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -469,6 +488,20 @@ def _merge(base: dict, over: dict) -> dict:
         else:
             out[k] = v
     return out
+
+
+def _with_registries(data: dict, default) -> dict:
+    """`data` with each registry it leaves out (a mapping-typed setting: conditions, eval_sets,
+    train.seeds_by_condition, analyze.support.pools) written at its default, so that `--set
+    conditions.many.lr=0.5` changes one entry of the default registry instead of replacing it."""
+    hints = typing.get_type_hints(type(default))
+    for f in dataclasses.fields(default):
+        value, given = getattr(default, f.name), data.get(f.name, {})
+        if typing.get_origin(hints[f.name]) is dict and f.name not in data:
+            data[f.name] = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else copy.deepcopy(v) for k, v in value.items()}
+        elif dataclasses.is_dataclass(value) and isinstance(given, dict):
+            data[f.name] = _with_registries(dict(given), value)
+    return data
 
 
 def parse_set(items: list[str]) -> dict:
@@ -505,7 +538,7 @@ def load(path: str | None, overrides: list[str] | None = None) -> Config:
             raise ConfigError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}")
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping of settings at the top level")
-    data = _merge(data, parse_set(overrides or []))
+    data = _merge(_with_registries(data, Config()), parse_set(overrides or []))
     model = data.get("model")
     if isinstance(model, dict):
         for key in ("build", "qwen_shape"):

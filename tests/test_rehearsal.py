@@ -46,8 +46,8 @@ def fast_config(folder: Path) -> Path:
     """configs/rehearsal.yaml without its evaluation sets (the calibration's pool among them) and token stage
     (--set cannot remove a key)."""
     data = yaml.safe_load(REHEARSAL.read_text())
-    data.pop("eval_sets", None)
-    data["analyze"].pop("calibration", None)  # its pool is an evaluation set
+    data["eval_sets"] = {}  # left out, the registered study's sets would apply
+    data["analyze"]["calibration"] = None  # its pool is an evaluation set
     data["tokens"] = {"enabled": False}
     path = folder / "rehearsal_fast.yaml"
     path.write_text(yaml.safe_dump(data))

@@ -99,8 +99,8 @@ def test_learning_rate_sources(tmp_path):
         study.read_lr(cfg, tmp_path, "16")
     (tmp_path / "lr_choice.json").write_text(json.dumps({"chosen": 0.01, "per_condition": {"16": 0.02}}))
     assert study.read_lr(cfg, tmp_path, "16") == 0.01  # the single-rate rule (the default)
-    cfg = config.load(None, ["lr_sweep.per_condition=true"])
-    assert study.read_lr(cfg, tmp_path, "16") == 0.02
+    cfg = config.load(None, ["lr_sweep.per_condition=true", "conditions.sft.lr=0.001"])  # sft sweeps nothing
+    assert study.read_lr(cfg, tmp_path, "16") == 0.02 and study.read_lr(cfg, tmp_path, "sft") == 0.001
     with pytest.raises(FileNotFoundError, match="no rate for condition 1"):
         study.read_lr(cfg, tmp_path, "1")
     assert (config.load(None, ["train.lr=0.003"]).train.lr == 0.003
