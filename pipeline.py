@@ -134,23 +134,33 @@ def run_single(stage: str, plan: Plan, quiet: bool, gpu: str | None = None) -> N
 # ============================================================================= main
 
 
+def shown_state(plan: Plan, stage: str, marker: Path, want: str | None) -> str:
+    """plan.state, where a damaged output whose only fault is absent weights (a committed run leaves
+    them out: results/ holds no weights) is told apart as "weightless"; both are redone alike."""
+    st = plan.state(stage, marker, want)
+    why = plan.damage(stage, marker) if st == "damaged" else None
+    return "weightless" if why and why.endswith(("safetensors: missing", "missing (the folder holds no weights)")) else st
+
+
 def dry_run(plan: Plan, todo: list[str], n: int) -> None:
     print(f"run folder: {plan.run}")
     refuses = []  # stages whose outputs were made under other settings: the run stops there without --force
     for s in todo:
         if s in JOB_STAGES:
-            states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
-            counts = {k: states.count(k) for k in ("done", "missing", "damaged", "stale", "foreign") if states.count(k)}
-            words = {"foreign": "made under other settings (would refuse; --force)"}
+            states = [shown_state(plan, s, m, h) for _, m, h in plan.outputs(s)]
+            counts = {k: states.count(k) for k in ("done", "missing", "damaged", "weightless", "stale", "foreign") if states.count(k)}
+            words = {"foreign": "made under other settings (would refuse; --force)",
+                     "weightless": "without their weights (not committed; would be remade)", "stale": "out of date"}
             state = "done" if counts.get("done") == len(states) else ", ".join(f"{v} {words.get(k, k)}" for k, v in counts.items())
             if counts.get("foreign"):
                 refuses.append(s)
         elif s == "analyze":
             state = "done" if plan.analyze_done() else ("out of date" if (plan.run / "verdicts.json").exists() else "to do")
         else:
-            states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
+            states = [shown_state(plan, s, m, h) for _, m, h in plan.outputs(s)]
             state = ("done" if all(x == "done" for x in states) else "made under other settings (would refuse; --force)"
                      if "foreign" in states else "damaged (would be redone)" if "damaged" in states
+                     else "without its weights (not committed; would be remade)" if "weightless" in states
                      else "out of date (made from other inputs)" if "stale" in states else "to do")
             if "foreign" in states:
                 refuses.append(s)

@@ -729,7 +729,7 @@ def test_a_run_committed_without_its_base_weights_moves_nothing(small_cfg, small
         assert f"--run {run} --stage base" in r.stderr
     assert snapshot(run) == before  # nothing moved aside, not even the manifest rewritten
     d = pipeline("--config", str(small_cfg), "--out", str(run), "--dry-run", timeout=120)
-    assert "  base      damaged (would be redone)" in d.stdout and "  train     done" in d.stdout, d.stdout
+    assert "  base      without its weights (not committed; would be remade)" in d.stdout and "  train     done" in d.stdout, d.stdout
     r = pipeline("--config", str(small_cfg), "--out", str(run), "--quiet", timeout=600)  # the whole study: the base stage rebuilds it
     assert r.returncode == 0, r.stderr[-3000:]
     assert (run / "base_model" / "model.safetensors").read_bytes() == (fitted_dir / "model.safetensors").read_bytes()
