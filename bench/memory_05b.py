@@ -36,7 +36,7 @@ def gib(x: float) -> str:
     return f"{x / 2**30:6.3f} GiB"
 
 
-def main():
+def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default=str(ROOT / "configs" / "qwen05b.yaml"))
     p.add_argument("--prompt-len", type=int, default=80, help="prompt tokens (the instruct prompt with Qwen's template is ~70)")
@@ -50,7 +50,11 @@ def main():
                    help="check memory.decoder_bytes on the CPU: one evaluation call of --rows samples of one prompt, static decode, "
                         "a model of 0.5B's width and vocabulary with this many layers, peak RSS growth against the estimate")
     p.add_argument("--rows", type=int, default=None, help="with --cpu-sample-check: rows of the call (default: the config's largest)")
-    a = p.parse_args()
+    return p.parse_args()
+
+
+def main():
+    a = parse_args()
     if a.cpu_check:
         return cpu_check(a)
     if a.cpu_sample_check:
@@ -71,11 +75,18 @@ def main():
     e = memory.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), a.prompt_len, cfg.eval.sampling.max_new_tokens, 1,
                              cfg.eval.problems_per_batch * cfg.eval.n, top_p=cfg.eval.sampling.top_p < 1)
     print(f"  estimate, eval batch of {cfg.eval.problems_per_batch} x {cfg.eval.n}: {gib(e['sampling'])} (KV cache {gib(e['kv_cache'])})")
-    if not a.measure:
-        return
+    if a.measure:
+        measure(cfg, mc, a.prompt_len, mb)
+
+
+def measure(cfg, mc, prompt_len: int, mb: int) -> None:
+    """The estimate's three phases run on a CUDA device at Qwen2.5-0.5B's shape (random weights), peaks measured."""
     if not torch.cuda.is_available():
         raise SystemExit("--measure needs a CUDA device")
     from transformers import Qwen2ForCausalLM
+
+    t = cfg.train
+    n = t.problems_per_step * t.group_size
 
     dev = torch.device("cuda")
     torch.manual_seed(0)
@@ -85,7 +96,7 @@ def main():
     apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, 0)
     opt = grpo.make_optimizer(model, cfg, 1e-5)
     g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(0, 150000, (a.prompt_len,), generator=g).tolist() for _ in range(t.problems_per_step)]
+    prompts = [torch.randint(0, 150000, (prompt_len,), generator=g).tolist() for _ in range(t.problems_per_step)]
     for q in model.parameters():  # AdamW's moments exist from the second step on: make them now
         if q.requires_grad:
             q.grad = torch.zeros_like(q)

@@ -215,7 +215,7 @@ def machine() -> str:
     return f"{name} ({', '.join(ext) or 'no AVX2'})"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", required=True, help="the committed run folder, e.g. results/tiny_v3")
     p.add_argument("--config", required=True, help="the config it was made with, e.g. configs/tiny.yaml")
@@ -226,7 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep-base-eval", action="store_true", help="do not redo the base's test evaluation")
     p.add_argument("--jobs", type=int, default=1, help="passed to pipeline.py")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as given to the run's pipeline.py")
-    a = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
     run, out = Path(a.run).resolve(), Path(a.out).resolve()
     a.config = str(Path(a.config).resolve())  # pipeline.py runs from the repository root
     try:
@@ -277,9 +281,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"recheck.py: the rerun failed (pipeline.py exited {rc}); nothing compared. {out} holds it: run the same "
               f"pipeline.py command on it to finish, or delete it", file=sys.stderr)
         return 3
+    return compare_and_record(run, out, removed, pairs, man.get("revision"), here)
+
+
+def compare_and_record(run: Path, out: Path, removed: list[Path], pairs, revision_committed, here) -> int:
+    """Compare the rerun's files with the committed ones, write OUT/recheck.json, print a line per file;
+    0 when every file compared is equal, else 1."""
     results = compare_all(run, out, removed)
     record = {"committed": str(run), "rerun": str(out), "train": [f"{c}:{s}" for c, s in pairs],
-              "revision_committed": man.get("revision"), "revision_here": here, "machine_here": machine(),
+              "revision_committed": revision_committed, "revision_here": here, "machine_here": machine(),
               "equal": sum(r["equal"] for r in results), "compared": len(results), "files": results}
     provenance.atomic_write_json(out / "recheck.json", record)
     print(f"recheck.py: {record['equal']} of {record['compared']} files equal to {run}'s (details in {out / 'recheck.json'})")

@@ -29,7 +29,7 @@ from method import sampler
 from method.model import adapter_config, apply_lora, load_adapter, load_model, lora_folded, pad_id, render_prompts, stop_ids
 
 
-def main():
+def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None)
     p.add_argument("--task", default="arith-2x1")
@@ -40,7 +40,54 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--adapter", default=None, help="a PEFT-format adapter folder to sample with (LoRA on)")
-    a = p.parse_args()
+    return p.parse_args()
+
+
+def greedy_agreement(model, prompts, ids, mask, stops, pad, max_new: int) -> None:
+    """Our greedy decode against generate's, token for token."""
+    from transformers import GenerationConfig
+
+    s0 = config.SamplingCfg(temperature=0, max_new_tokens=max_new)
+    ours = sampler.sample(model, prompts, 1, s0, 0, stops, pad).tokens
+    g0 = GenerationConfig(do_sample=False, max_new_tokens=max_new, eos_token_id=stops, pad_token_id=pad,
+                          repetition_penalty=1.0, top_k=None, top_p=None, temperature=None)
+    ref = model.generate(input_ids=ids, attention_mask=mask, generation_config=g0)[:, ids.shape[1]:].tolist()
+    agree = all(r[: len(o)] == o for r, o in zip(ref, ours))
+    print(f"greedy outputs identical to generate: {agree} ({len(ours)} prompts, up to {max_new} tokens)")
+
+
+def forward_share(model, sample) -> None:
+    """Where our sampler's time goes: the model's forward calls against everything else (one run)."""
+    spent = []
+    real_forward = model.forward
+
+    def timed_forward(*args, **kw):
+        with Timer() as t:
+            out = real_forward(*args, **kw)
+        spent.append(t.seconds)
+        return out
+
+    model.forward = timed_forward
+    with Timer() as whole:
+        sample()
+    model.forward = real_forward
+    print(f"ours, one run: {whole.seconds:.3f} s, of which the model's {len(spent)} forward calls {sum(spent):.3f} s "
+          f"({sum(spent) / whole.seconds:.0%}); the sampler's own work {whole.seconds - sum(spent):.3f} s")
+
+
+def alternating_rates(runners: dict, repeats: int) -> dict:
+    """Tokens per second of each runner over `repeats` runs, alternating which goes first; the medians."""
+    rates = {name: [] for name in runners}
+    for r in range(repeats):
+        order = list(runners.items())
+        for name, fn in order if r % 2 == 0 else order[::-1]:
+            rates[name].append(fn(r))
+        print(f"  repeat {r}: " + "   ".join(f"{name} {rates[name][-1]:8.0f} tok/s" for name in runners))
+    return {name: median(v) for name, v in rates.items()}
+
+
+def main():
+    a = parse_args()
     torch.set_num_threads(a.threads)
     from transformers import GenerationConfig
 
@@ -55,26 +102,18 @@ def main():
     prompts = render_prompts(tok, test, "bare")
     stops, pad = stop_ids(model, tok), pad_id(tok)
     ids, mask = sampler.left_pad(prompts, pad)
-
-    # greedy agreement, token for token
-    s0 = config.SamplingCfg(temperature=0, max_new_tokens=a.max_new)
-    ours = sampler.sample(model, prompts, 1, s0, 0, stops, pad).tokens
-    g0 = GenerationConfig(do_sample=False, max_new_tokens=a.max_new, eos_token_id=stops, pad_token_id=pad,
-                          repetition_penalty=1.0, top_k=None, top_p=None, temperature=None)
-    ref = model.generate(input_ids=ids, attention_mask=mask, generation_config=g0)[:, ids.shape[1]:].tolist()
-    agree = all(r[: len(o)] == o for r, o in zip(ref, ours))
-    print(f"greedy outputs identical to generate: {agree} ({len(ours)} prompts, up to {a.max_new} tokens)")
+    greedy_agreement(model, prompts, ids, mask, stops, pad, a.max_new)
 
     s = config.SamplingCfg(temperature=a.temperature, top_p=1.0, top_k=0, max_new_tokens=a.max_new)
     gs = GenerationConfig(do_sample=True, temperature=a.temperature, top_p=1.0, top_k=0, repetition_penalty=1.0,
                           max_new_tokens=a.max_new, num_return_sequences=a.group, eos_token_id=stops, pad_token_id=pad)
-
     reads, smp = sampler.count_host_reads(lambda: sampler.sample(model, prompts, a.group, s, 0, stops, pad))
     steps = max(len(t) for t in smp.tokens)
     g_reads, g = sampler.count_host_reads(lambda: model.generate(input_ids=ids, attention_mask=mask, generation_config=gs))
     g_steps = g.shape[1] - ids.shape[1]
     print(f"host reads (item/nonzero/equal, counted by the profiler): ours {reads} over {steps} decoded positions "
           f"({reads / steps:.2f} per token), generate {g_reads} over {g_steps} ({g_reads / g_steps:.2f} per token)")
+
     def run_ours(r, fold=False):
         with lora_folded(model) if fold else nullcontext(), Timer() as t:
             out = sampler.sample(model, prompts, a.group, s, r, stops, pad)
@@ -91,38 +130,17 @@ def main():
             g = model.generate(input_ids=ids, attention_mask=mask, generation_config=gs)[:, ids.shape[1]:]
         return int((g != pad).sum()) / t.seconds  # generate pads after EOS; the model never emits the pad id here
 
-    # where our sampler's time goes: the model's forward calls against everything else (one run)
-    spent = []
-    real_forward = model.forward
-
-    def timed_forward(*args, **kw):
-        with Timer() as t:
-            out = real_forward(*args, **kw)
-        spent.append(t.seconds)
-        return out
-
-    model.forward = timed_forward
-    with Timer() as whole:
-        sampler.sample(model, prompts, a.group, s, 0, stops, pad)
-    model.forward = real_forward
-    print(f"ours, one run: {whole.seconds:.3f} s, of which the model's {len(spent)} forward calls {sum(spent):.3f} s "
-          f"({sum(spent) / whole.seconds:.0%}); the sampler's own work {whole.seconds - sum(spent):.3f} s")
-
+    forward_share(model, lambda: sampler.sample(model, prompts, a.group, s, 0, stops, pad))
     runners = {"ours": run_ours, "generate": run_generate}
     if a.adapter:
         runners.update({"folded": lambda r: run_ours(r, fold=True), "plain": run_plain})
-    rates = {name: [] for name in runners}
-    for r in range(a.repeats):
-        order = list(runners.items())
-        for name, fn in order if r % 2 == 0 else order[::-1]:  # alternate which goes first
-            rates[name].append(fn(r))
-        print(f"  repeat {r}: " + "   ".join(f"{name} {rates[name][-1]:8.0f} tok/s" for name in runners))
-    med = {name: median(v) for name, v in rates.items()}
+    med = alternating_rates(runners, a.repeats)
     print(f"median tokens/s over {a.repeats} alternating runs, batch {a.prompts} x {a.group}, T {a.temperature}, "
           f"{a.threads} thread(s){', LoRA ' + a.adapter if a.adapter else ''}: "
           + ", ".join(f"{name} {v:.0f}" for name, v in med.items()) + f"; ours / generate {med['ours'] / med['generate']:.2f}x"
           + (f", folded / generate {med['folded'] / med['generate']:.2f}x, ours / plain {med['ours'] / med['plain']:.2f}x"
              if a.adapter else ""))
+
 
 if __name__ == "__main__":
     main()
