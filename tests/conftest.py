@@ -1,5 +1,7 @@
-"""Shared fixtures: tiny offline Qwen2-architecture models. Nothing here touches the network."""
+"""Shared fixtures: tiny offline Qwen2-architecture models, and a finished small study on the smoke
+config (read only: a test that changes it works on a copy). Nothing here touches the network."""
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -12,6 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402  (after the environment above)
+from pipeline_runs import SMOKE, pipeline  # noqa: E402  (tests/pipeline_runs.py: the small study below runs pipeline.py)
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from bases import tiny_base  # noqa: E402
@@ -61,3 +64,31 @@ def fitted_dir(tmp_path_factory, smoke_cfg, worker_id):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a test file that runs whole pipelines or real weights (left out by -m 'not slow')")
+
+
+@pytest.fixture(scope="session")
+def small_cfg(tmp_path_factory):
+    """The smoke config with three of its conditions (one control), no extra evaluation sets, no
+    calibration and no token stage: the same hashes, so its training runs and evaluations must equal smoke's
+    byte for byte, at a third of the cost (for the tests that run a study more than once)."""
+    import yaml
+
+    d = yaml.safe_load(SMOKE.read_text())
+    d["conditions"] = {k: v for k, v in d["conditions"].items() if k in ("many", "4", "sft")}
+    d["eval_sets"] = {}  # left out, the registered study's sets would apply
+    d["analyze"]["calibration"] = None  # its pool is an evaluation set
+    d["tokens"]["enabled"] = False
+    path = tmp_path_factory.mktemp("cfg") / "small.yaml"
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_jobs2(small_cfg, fitted_dir, tmp_path_factory):
+    """The small study with --jobs 2 (worker processes)."""
+    run = tmp_path_factory.mktemp("jobs2") / "run"
+    run.mkdir()
+    shutil.copytree(fitted_dir, run / "base_model")
+    r = pipeline("--config", str(small_cfg), "--out", str(run), "--quiet", "--jobs", "2", timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return run

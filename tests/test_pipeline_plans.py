@@ -1,0 +1,330 @@
+"""What the pipeline says before it runs, and the faults that stop it at once: broken configs and
+overrides, an unreachable model, --print-jobs, --dry-run on committed runs, GPU assignment, the cost
+and memory plans, help texts."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from pipeline_runs import ENV, N_EVAL, N_TRAIN, ROOT, SMOKE, env_after, grpo_cmd, pipeline
+
+from orchestration import study
+
+pytestmark = pytest.mark.slow  # whole pipelines or real weights: left out of the fast loop
+
+
+BROKEN = {
+    "bad_yaml": ("train: [steps: 3\n", "not valid YAML"),
+    "unknown_key": ("train:\n  stepz: 3\n", "train.stepz"),
+    "wrong_type": ("train:\n  steps: three\n", "train.steps"),
+    "k_over_n": ("eval:\n  n: 4\n  k_max: 8\n", "eval.k_max"),
+    "missing_model": ("model:\n  path: ./no/such/model\n", "model.path"),
+    "negative_steps": ("train:\n  steps: -1\n  checkpoints: []\n", "train.steps"),
+    "path_and_build": ("model:\n  path: ./somewhere\n  build: true\n", "model.path"),
+    "float16": ("model:\n  dtype: float16\n", "model.dtype"),
+    "tempered_rollouts": ("train:\n  sampling: {temperature: 0.7}\n", "train.sampling"),
+    "empty_file_means_the_hub_model": ("", "model.path 'Qwen/Qwen2.5-0.5B-Instruct'"),
+    "bad_condition": ("conditions:\n  many: {problems: some}\n", "conditions.many.problems"),
+}
+
+
+def test_print_jobs_lists_every_job_as_a_command(tmp_path):
+    r = pipeline("--config", str(SMOKE), "--out", str(tmp_path / "new"), "--print-jobs", timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [x.split("--stage ")[1] for x in lines
+            if x.startswith("python pipeline.py") and "--stage" in x] == ["base", "probe", "select", "lr-sweep"]
+    train = [x for x in lines if x.startswith("python grpo.py train")]
+    evals = [x for x in lines if x.startswith("python grpo.py eval")]
+    assert len(train) == N_TRAIN and len(evals) == N_EVAL + 9 + 17 + 1
+    assert len([x for x in lines if x.startswith("python grpo.py tokens")]) == 32
+    assert any("--condition 4-kl --seed 1" in x for x in train)
+    assert any(x.endswith("train_1_s1/step_006") for x in evals)
+    assert not (tmp_path / "new").exists()  # printing writes nothing
+
+
+def test_print_jobs_trains_a_condition_on_its_own_seeds(tmp_path):
+    """train.seeds_by_condition (PLAN.md change 29): many on seeds 0-3, the rest on train.seeds
+    [0, 1]: two more training jobs, each with its two test evaluations and its ood one; the wide
+    set still evaluates the first seed only (the calibration's pool grows to 4 seeds x 8 samples)."""
+    r = pipeline("--config", str(SMOKE), "--out", str(tmp_path / "new"), "--print-jobs",
+                 "--set", "train.seeds_by_condition={many: [0, 1, 2, 3]}", "--set", "eval_sets.pool.n=32", timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    train = [x for x in lines if x.startswith("python grpo.py train")]
+    assert len(train) == N_TRAIN + 2 and sum("--condition many " in x for x in train) == 4
+    assert any("--condition many --seed 3" in x for x in train) and not any("--condition 16 --seed 2" in x for x in train)
+    evals = [x for x in lines if x.startswith("python grpo.py eval")]
+    assert len(evals) == N_EVAL + 9 + 17 + 1 + 2 * 2 + 2
+    assert sum("train_many_s3/step_006" in x for x in evals) == 2  # test and ood at the last step, test at step 3: below
+    assert any(x.endswith("train_many_s3/step_003") for x in evals)
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_config_is_a_one_line_error_and_touches_nothing(name, tmp_path):
+    text, key = BROKEN[name]
+    cfg = tmp_path / f"{name}.yaml"
+    cfg.write_text(text)
+    run = tmp_path / "run"
+    run.mkdir()
+    keep = run / "eval_base.json"
+    keep.write_text('{"precious": true}')
+    mtime = keep.stat().st_mtime_ns
+    r = pipeline("--config", str(cfg), "--out", str(run), timeout=120)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and key in lines[0], r.stderr
+    assert keep.read_text() == '{"precious": true}' and keep.stat().st_mtime_ns == mtime
+    assert sorted(os.listdir(run)) == ["eval_base.json"]
+
+
+def test_unreachable_model_writes_nothing(tmp_path):
+    cfg = tmp_path / "empty.yaml"
+    cfg.write_text("")
+    r = pipeline("--config", str(cfg), "--out", str(tmp_path / "run"), timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "hf download Qwen/Qwen2.5-0.5B-Instruct --revision" in r.stderr and "model.revision" in r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_set_override_and_its_errors(tmp_path):
+    r = pipeline("--config", str(SMOKE), "--out", str(tmp_path / "r"), "--set", "eval.k_max=99", timeout=120)
+    assert r.returncode == 2 and "eval.k_max" in r.stderr
+    r = pipeline("--config", str(SMOKE), "--out", str(tmp_path / "r"), "--set", "train.nope=1", timeout=120)
+    assert r.returncode == 2 and "train.nope" in r.stderr
+    r = pipeline("--config", str(tmp_path / "absent.yaml"), timeout=120)
+    assert r.returncode == 2 and "absent.yaml" in r.stderr
+    r = pipeline("--config", str(SMOKE), "--out", str(tmp_path / "r"), "--set", "lr_sweep.candidates=[1e-4, 3E-4]", "--dry-run",
+                 timeout=120)
+    assert r.returncode == 0, r.stderr  # numbers as users type them
+
+
+def test_offline_the_hub_model_fails_in_a_second_with_the_right(tmp_path):
+    """Offline the hub model fails in a second with the right command."""
+    cfg = tmp_path / "empty.yaml"
+    cfg.write_text("")
+    for env in ({"HF_HUB_OFFLINE": "1"}, {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"}):
+        t0 = time.perf_counter()
+        r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(cfg), "--out", str(tmp_path / "run")], cwd=ROOT,
+                           env={**ENV, **env}, capture_output=True, text=True, timeout=60)
+        took = time.perf_counter() - t0
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "`hf download Qwen/Qwen2.5-0.5B-Instruct --revision 7ae557604adf67be50417f59c2c2f167def9a775`" in r.stderr
+        assert took < 5, took  # the hub client's own retries take about 27 s
+
+
+def test_help_texts_list_choices_and_subcommands():
+    out = subprocess.run([sys.executable, str(ROOT / "countdown.py"), "--help"], capture_output=True, text=True).stdout
+    assert "arith-3x2" in out and "countdown" in out and "bare" in out
+    out = grpo_cmd("--help").stdout
+    for cmd in ("base", "probe", "select", "lr-sweep", "train", "eval", "tokens"):
+        assert cmd in out
+    assert "token-level comparison" in out and "build the base model" in out
+
+
+def test_one_gpu_per_job_from_a_fake_device_list(monkeypatch):
+    import functools
+
+    from orchestration import jobs
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7,9")
+    assert jobs.visible_gpus() == ["7", "9"]
+    assert jobs.assign_gpus(2, ["7", "9"]) == ["7", "9"] and jobs.assign_gpus(1, ["7", "9"]) == ["7"]
+    assert jobs.assign_gpus(3, []) == []  # a CPU machine: nothing to assign
+    with pytest.raises(Exception, match="a job needs a GPU of its own"):
+        jobs.assign_gpus(3, ["7", "9"])
+    assert jobs.assign_gpus(2, ["7", "7"]) == ["7", "7"]  # sharing one GPU only when asked
+    pool = jobs.worker_pool(2, ["7", "9"])
+    try:
+        seen = [f.result() for f in [pool.submit(functools.partial(env_after, 0.3)) for _ in range(6)]]
+    finally:
+        pool.shutdown()
+    assert set(seen) == {"7", "9"}  # each worker sees exactly its own GPU
+    r = pipeline("--config", str(SMOKE), "--out", "/tmp/never", "--jobs", "3", "--gpus", "0,1", "--dry-run", timeout=60)
+    assert r.returncode == 0  # the smoke config runs on the CPU (device: cpu): GPUs do not apply
+    cfg_gpu = ROOT / "configs" / "rehearsal.yaml"
+    r = pipeline("--config", str(cfg_gpu), "--out", "/tmp/never", "--set", "device=auto", "--jobs", "3", "--gpus", "0,1", "--dry-run",
+                 timeout=60)
+    assert r.returncode == 2 and "--jobs 3 with 2 GPU(s) (0,1)" in r.stderr
+
+
+def test_single_stages_run_in_a_worker_on_the_first_assigned_gpu(monkeypatch, tmp_path, fitted_dir):
+    """base, probe, select and lr-sweep run before the jobs; with GPUs they run in a worker that sees
+    only the first assigned one (a fake device list), so the pipeline's own process never starts CUDA."""
+    import pipeline as pl
+    from orchestration import jobs
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert jobs.in_worker(env_after, 0.0, gpu="9") == "9"  # the worker sees exactly that GPU
+    assert jobs.in_worker(env_after, 0.0) is None and "CUDA_VISIBLE_DEVICES" not in os.environ  # no GPU: here, unchanged
+    seen = []
+    monkeypatch.setattr(pl, "in_worker", lambda fn, argv, gpu=None: seen.append((fn, argv[0], gpu)) or 0)
+    monkeypatch.chdir(ROOT)
+    shutil.copytree(fitted_dir, tmp_path / "run" / "base_model")  # the probe reads the base (stages.check_inputs)
+    args = ["--config", str(SMOKE), "--out", str(tmp_path / "run"), "--set", "device=auto", "--stage", "probe", "--quiet"]
+    assert pl.main(args + ["--gpus", "7,9", "--jobs", "2"]) == 0
+    assert pl.main(args + ["--gpus", "5", "--force"]) == 0
+    assert seen == [(jobs.run_grpo, "probe", "7"), (jobs.run_grpo, "probe", "5")]
+    assert pl.main([*args[:4], "--stage", "probe", "--force", "--quiet"]) == 0  # smoke's device: cpu, no GPU at all
+    assert seen[-1] == (jobs.run_grpo, "probe", None)
+
+
+def test_recheck_compares_what_a_config_computes_not_its_whole(monkeypatch):
+    """Recheck compares what a config computes not its whole hash.
+
+    A key added since a run was made, at its 'as before' value, is no difference; a changed
+    setting, seed list or analysis setting is, and is named."""
+    from orchestration import config
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import recheck
+
+    cfg = config.load(str(SMOKE))
+    made = config.to_dict(cfg)
+    del made["select"]["scoring"]  # as a run made before select.scoring existed records it
+    assert recheck.config_difference(made, cfg) is None
+    assert recheck.config_difference(made, config.load(str(SMOKE), ["train.lr=0.5"])) == "a setting of stage train"
+    assert recheck.config_difference(made, config.load(str(SMOKE), ["train.seeds=[0]"])) == "train.seeds"
+    assert recheck.config_difference(made, config.load(str(SMOKE), ["analyze.resamples=300"])) == "analyze.resamples"
+
+
+def test_a_model_folder_without_weights_is_not_a_model(tmp_path, fitted_dir):
+    from orchestration import provenance
+
+    d = tmp_path / "m"
+    shutil.copytree(fitted_dir, d)
+    assert provenance.model_folder_problem(d) is None
+    (d / "model.safetensors").unlink()  # as results/smollm2/base_model is committed
+    assert provenance.model_folder_problem(d) == f"{d / 'model.safetensors'}: missing (the folder holds no weights)"
+    shutil.copy(fitted_dir / "model.safetensors", d / "model-00001-of-00002.safetensors")
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors",
+                                                                               "b": "model-00002-of-00002.safetensors"}}))
+    assert "model-00002-of-00002.safetensors: missing (named by model.safetensors.index.json)" in provenance.model_folder_problem(d)
+
+
+def test_the_eta_is_said_again_as_jobs_finish(tmp_path, monkeypatch, capsys):
+    from orchestration import jobs
+
+    calls = []
+    monkeypatch.setattr(jobs, "run_grpo", lambda argv: calls.append(argv) or 0)
+    runner = jobs.Runner(tmp_path, 1, 1, "local", None, True, lambda j: None, lambda j: None)
+    runner.report_every = 0.0
+    todo = [jobs.Job("eval", f"eval base {i}", ["eval"], samples=8) for i in range(3)]
+    status = runner.run(todo)
+    assert all(v["status"] == "done" for v in status.values()) and len(calls) == 3
+    etas = [x for x in capsys.readouterr().out.splitlines() if "ETA" in x]
+    assert len(etas) == 2 and "done 1/3; waiting 2" in etas[0] and "done 2/3; waiting 1" in etas[1], etas
+    assert "~0 s" not in etas[0] and "evaluation not measured yet" in etas[0]
+
+
+def test_a_gpu_config_plans_without_its_weights_and_gives_hours(tmp_path):
+    """A gpu config plans without its weights and gives hours labelled an estimate."""
+    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}  # an empty cache: the model is not downloaded
+    q = ROOT / "configs" / "qwen05b.yaml"
+    r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(q), "--out", str(tmp_path / "q"), "--dry-run"],
+                       cwd=ROOT, env={**ENV, **env}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "`hf download Qwen/Qwen2.5-0.5B-Instruct --revision 7ae557604adf67be50417f59c2c2f167def9a775`" in r.stdout
+    jobs_line = next(x for x in r.stdout.splitlines() if "jobs left" in x)
+    assert "156 train/eval jobs left" in jobs_line and " h (an estimate: " in jobs_line and "at the bound" in jobs_line
+    assert "the registered shape of Qwen/Qwen2.5-0.5B-Instruct" in jobs_line and "~0 s" not in r.stdout
+    r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(q), "--out", str(tmp_path / "q"), "--print-jobs"],
+                       cwd=ROOT, env={**ENV, **env}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and sum(x.startswith("python grpo.py train") for x in r.stdout.splitlines()) == 24
+    assert all(x.startswith(("python ", "#")) for x in r.stdout.splitlines() if x.strip())
+    assert not (tmp_path / "q").exists()
+    r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(q), "--out", str(tmp_path / "q")],
+                       cwd=ROOT, env={**ENV, **env}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "q").exists()  # running it needs them
+
+
+def test_the_cost_models_shape_is_qwens():
+    from bases import qwen_shape
+    from orchestration import cost_model
+
+    shape = cost_model.REGISTERED_SHAPES["Qwen/Qwen2.5-0.5B-Instruct"]
+    assert shape == {k: qwen_shape.ARCH[k] for k in cost_model.SHAPE_KEYS}
+
+
+def test_memory_advice_names_each_stages_settings_and_says():
+    """Memory advice names each stages settings and says when none is left."""
+    from orchestration import config
+
+    q = config.load(str(ROOT / "configs" / "qwen05b.yaml"))
+    assert study.memory_advice(q, "train").startswith("lower it: --set memory_gb=6, then 4 (now 8.0; micro_batch 0 sizes")
+    assert "--set eval.max_rows=128, then 64, then 1 (now 256: 256 rows a call)" in study.memory_advice(q, "eval")  # the base's
+    assert "--set eval.max_rows=64, then 32, then 1 (now 256: 128 rows a call)" in study.memory_advice(q, "eval", base=False)
+    assert "--set eval.max_rows=32, then 16, then 1 (now 256: 64 rows a call)" in study.memory_advice(q, "select")  # 4 x 16
+    assert "--set eval.problems_per_batch=2, then 1 (now 4)" in study.memory_advice(q, "tokens")
+    assert "--set eval.max_rows=128" in study.memory_advice(q, "eval", "wide")  # one problem's 256 samples, split
+    assert study.memory_advice(config.load(str(ROOT / "configs" / "qwen05b.yaml"), ["eval.max_rows=1"]), "eval", "wide") == (
+        "nothing left to lower: one row a call already; this needs a device with more memory")
+    batch = config.load(str(ROOT / "configs" / "qwen05b.yaml"), ["eval.draw=batch", "eval.max_rows=null"])
+    assert study.memory_advice(batch, "eval", "wide") == (
+        "nothing left to lower: eval_sets.wide.problems_per_batch is already 1 (one "
+        "problem's 256 samples are decoded together); this needs a device with more memory")
+    one = config.load(str(ROOT / "configs" / "qwen05b.yaml"), ["micro_batch=1", "eval.max_rows=1"])
+    assert study.memory_advice(one, "train").startswith("nothing left to lower: micro_batch is already 1")
+
+
+def test_dry_run_says_the_run_would_refuse_what_other_settings(tmp_path):
+    """Dry run says the run would refuse what other settings made.
+
+    --dry-run on a committed run with a setting changed: the stages made under the old setting
+    say the run would refuse them, and one line says where the run would stop, before the ETA that only
+    --force would spend. Nothing is written (the run folder is the committed results/tiny_v5)."""
+    run = ROOT / "results" / "tiny_v5"
+    before = sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*") if p.is_file())
+    d = pipeline("--config", "configs/tiny_v5.yaml", "--out", str(run), "--dry-run", "--set", "eval.sampling.top_p=0.9", timeout=120)
+    assert d.returncode == 0, d.stderr
+    rows = dict(line.split(None, 1) for line in d.stdout.splitlines()[1:] if line.startswith("  ") and line[2] != " ")
+    assert rows["train"] == "done" and rows["eval"] == "23 made under other settings (would refuse; --force)", d.stdout
+    assert rows["probe"].startswith("made under other settings (would refuse; --force)")
+    assert "the run would stop at stage probe" in d.stdout and "what --force would run" in d.stdout
+    assert sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*") if p.is_file()) == before
+
+
+def test_a_committed_analysis_stays_done_as_keys_are_added():
+    """An analysis made before analyze keys were added (results/tiny_v3: no support, calibration,
+    ceiling_null, ...) is done while the config holds them at their "as before" value, and out of date
+    once one of them differs."""
+    run = ROOT / "results" / "tiny_v3"
+
+    def analyze_row(*sets):
+        d = pipeline("--config", "configs/tiny.yaml", "--out", str(run), "--dry-run", *sum((["--set", x] for x in sets), []), timeout=120)
+        assert d.returncode == 0, d.stderr
+        return dict(line.split(None, 1) for line in d.stdout.splitlines()[1:] if line.startswith("  ") and line[2] != " ")["analyze"]
+
+    assert analyze_row() == "done"
+    assert analyze_row("analyze.selection_margin=0.1") == "out of date"
+
+
+def test_a_later_run_appends_its_header_and_keeps(tmp_path, monkeypatch):
+    """A later run appends its header and keeps the one that made the files.
+
+    A stage run into an existing run by other code or another config record: the manifest's
+    header is the current run's, and the header the files on disk were made under is kept in
+    `earlier` with the stages and jobs done under it; a rewrite under the same header adds nothing."""
+    import pipeline
+    from orchestration import config
+
+    run = tmp_path / "run"
+    run.mkdir()
+    first = config.load(str(SMOKE))
+    monkeypatch.setattr(pipeline.provenance, "code_revision", lambda: "aaaa")
+    pipeline.write_manifest(run, first, {"base": {"status": "done"}, "probe": {"status": "failed"}}, {"train many s0": {"status": "done"}})
+    pipeline.write_manifest(run, first, {"base": {"status": "done"}}, {})
+    assert "earlier" not in json.loads((run / "manifest.json").read_text())
+    monkeypatch.setattr(pipeline.provenance, "code_revision", lambda: "bbbb")
+    later = config.load(str(SMOKE), ["analyze.resamples=300"])
+    pipeline.write_manifest(run, later, {"base": {"status": "done"}, "analyze": {"status": "done"}}, {})
+    pipeline.write_manifest(run, later, {"base": {"status": "done"}, "analyze": {"status": "done"}}, {})
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["revision"] == "bbbb" and man["config"]["analyze"]["resamples"] == 300
+    assert len(man["earlier"]) == 1
+    e = man["earlier"][0]
+    assert e["revision"] == "aaaa" and e["config"] == config.to_dict(first) and e["config_hash"] == config.digest(config.to_dict(first))
+    assert e["stages_done"] == ["base"] and e["jobs_done"] == []
