@@ -18,6 +18,7 @@ from pipeline_runs import SMOKE, pipeline  # noqa: E402  (tests/pipeline_runs.py
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from bases import tiny_base  # noqa: E402
+from method import static_decode  # noqa: E402
 from orchestration import config, provenance  # noqa: E402
 
 torch.set_num_threads(1)
@@ -92,3 +93,12 @@ def small_jobs2(small_cfg, fitted_dir, tmp_path_factory):
     r = pipeline("--config", str(small_cfg), "--out", str(run), "--quiet", "--jobs", "2", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     return run
+
+
+@pytest.fixture
+def fresh_decoders(monkeypatch):
+    """No decoder kept and graphs not given up when a test starts, nor after it (both live for a process)."""
+    static_decode.reset_decoders()
+    monkeypatch.setattr(static_decode.StaticStep, "graphs_off", None)
+    yield
+    static_decode.reset_decoders()
