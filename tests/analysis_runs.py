@@ -95,3 +95,16 @@ def set_json(path, *keys_value):
 def analyze_cli(*args) -> subprocess.CompletedProcess:
     """analyze_b.py run as a user runs it, from the repository root."""
     return subprocess.run([sys.executable, "analyze_b.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def axes_drawn(monkeypatch) -> dict:
+    """figures._save watched: figure file name -> the axes shown in it, filled in as each is saved."""
+    from analysis import figures
+
+    seen, save = {}, figures._save
+
+    def spy(fig, path):
+        seen[path.name] = [ax for ax in fig.axes if ax.axison]
+        return save(fig, path)
+    monkeypatch.setattr(figures, "_save", spy)
+    return seen

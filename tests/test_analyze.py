@@ -9,7 +9,7 @@ import stat
 import numpy as np
 import pytest
 import scipy.stats
-from analysis_runs import FAST, B, analyze_cli, entry, set_json, write_run, write_train_log
+from analysis_runs import FAST, B, analyze_cli, axes_drawn, entry, set_json, write_run, write_train_log
 from test_stats import ref_pass1
 
 from analysis import assemble, figures, report, run_files, stats
@@ -419,13 +419,7 @@ def test_figures_and_report(tmp_path, monkeypatch):
             write_train_log(run / f"train_{c}_s{s}" / "train_log.csv", steps=12)
     write_train_log(run / "lr_sweep" / "lr_0.001" / "train_log.csv")
     write_train_log(run / "lr_sweep" / "lr_0.0001" / "train_log.csv", steps=3)
-    seen = {}
-    save = figures._save
-
-    def spy(fig, path):
-        seen[path.name] = [ax for ax in fig.axes if ax.axison]
-        return save(fig, path)
-    monkeypatch.setattr(figures, "_save", spy)
+    seen = axes_drawn(monkeypatch)
     assemble.run_analysis(run)
     names = ["passk_many.png", "passk_16-kl.png", "passk_beyond_n.png", "training.png", "lr_sweep.png"]
     assert sorted(seen) == sorted(names)

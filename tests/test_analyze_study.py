@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from analysis_runs import FAST, B, edit_json, entry, eval_doc, make_config, set_json, write_train_log
+from analysis_runs import FAST, B, axes_drawn, edit_json, entry, eval_doc, make_config, set_json, write_train_log
 from test_stats import TOKEN_PROBLEMS
 
 from analysis import assemble, figures, run_files, secondary, stats
@@ -252,13 +252,7 @@ def test_study_figures(study, tmp_path, monkeypatch):
     and labelled model-based in the legend."""
     run, _ = study
     res = assemble.analyze(run, resamples=FAST)
-    seen = {}
-    save = figures._save
-
-    def spy(fig, path):
-        seen[path.name] = [ax for ax in fig.axes if ax.axison]
-        return save(fig, path)
-    monkeypatch.setattr(figures, "_save", spy)
+    seen = axes_drawn(monkeypatch)
     out = tmp_path / "figures"
     out.mkdir()
     paths = [figures.beyond_figure(out, res), *figures.ood_figures(out, res), figures.diversity_figure(out, res),
