@@ -34,14 +34,16 @@ def recalibrated_config(cfg: dict) -> dict:
     primary = (cfg.get("analyze") or {}).get("primary_condition", "many")
     seeds = (cfg["train"].get("seeds_by_condition") or {}).get(primary, cfg["train"]["seeds"])
     n, k = cfg["eval"]["n"], cfg["eval"].get("k_max", cfg["eval"]["n"])
-    out = json.loads(json.dumps(cfg))
+    from orchestration import config, records  # a record lacks keys added since: read at their values then
+
+    out = config.to_dict(records.from_record(cfg))
     model = out["model"]
     if any(model.get(k) is not None for k in ("build", "qwen_shape", "gguf")):  # a built base: model.path is not set with it
         model.pop("path", None)
         model.pop("revision", None)
     out.setdefault("eval_sets", {})["pool"] = {"n_problems": cfg["task"]["n_test"], "n": len(seeds) * n, "k_max": k, "models": "base",
                                                "problems_per_batch": 1}
-    out["analyze"] = {**(cfg.get("analyze") or {}), "ceiling_null": "selection", "selection_margin": 0.05, "coverage_sims": 2000,
+    out["analyze"] = {**out["analyze"], "ceiling_null": "selection", "selection_margin": 0.05, "coverage_sims": 2000,
                       "calibration": dict(CALIBRATION)}
     return out
 

@@ -28,7 +28,8 @@ from orchestration import config
 
 
 def ours(path: Path, a, tmp: Path, round_: int) -> list[float]:
-    cfg = config.load(None, [f"model.path={path}", "model.dtype=float32", "lora.tf32=false", f"threads={a.threads}", "device=cpu",
+    cfg = config.load(None, [f"model.path={path}", "model.dtype=float32", "lora.tf32=false", "train.sort_by_length=false",
+                                "train.log_kl_every=0", "train.dev_every=0", f"threads={a.threads}", "device=cpu",
                         f"task.name={a.task}", "task.prompt_style=bare",
                         "train.problems_per_step=16", "train.group_size=8", f"train.sampling.max_new_tokens={a.max_new}",
                         "lora.r=32", "lora.alpha=64", f"micro_batch={a.micro_batch}", *a.set])
