@@ -504,9 +504,9 @@ def _with_registries(data: dict, default) -> dict:
     return data
 
 
-def parse_set(items: list[str]) -> dict:
-    """["train.steps=10", "model.dtype=float32"] -> nested dict; values parsed as YAML scalars."""
-    out: dict = {}
+def parse_set(items: list[str]) -> list[tuple[list[str], object]]:
+    """["train.steps=10", "model.dtype=float32"] -> [(["train", "steps"], 10), ...]; values parsed as YAML scalars."""
+    out = []
     for item in items or []:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key=value, e.g. train.steps=10")
@@ -515,12 +515,42 @@ def parse_set(items: list[str]) -> dict:
             value = yaml.safe_load(raw) if raw != "" else ""
         except yaml.YAMLError:
             value = raw
-        node = out
-        parts = key.strip().split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
+        out.append((key.strip().split("."), value))
     return out
+
+
+def _names_registry(parts: list[str]) -> bool:
+    """Whether the dotted key `parts` names a whole registry (conditions, eval_sets,
+    train.seeds_by_condition, analyze.support.pools), not a section or one of its entries."""
+    tp, i = Config, 0
+    while i < len(parts):
+        if not dataclasses.is_dataclass(tp) or parts[i] not in typing.get_type_hints(tp):
+            return False  # not a known key (config._build names it)
+        tp = typing.get_type_hints(tp)[parts[i]]
+        tp = next((a for a in typing.get_args(tp) if a is not type(None)), tp) if type(None) in typing.get_args(tp) else tp
+        if typing.get_origin(tp) is dict:
+            if i == len(parts) - 1:
+                return True
+            tp, i = typing.get_args(tp)[1], i + 1  # an entry of the registry
+        i += 1
+    return False
+
+
+def _apply_set(data: dict, items: list[str]) -> dict:
+    """`data` with each `--set key=value` applied in order: a value that names a whole registry replaces
+    it (`--set eval_sets={}` runs none); any other mapping is merged key by key into the section."""
+    for parts, value in parse_set(items):
+        node = data
+        for p in parts[:-1]:
+            if not isinstance(node.get(p), dict):
+                node[p] = {}
+            node = node[p]
+        name = parts[-1]
+        if isinstance(value, dict) and isinstance(node.get(name), dict) and not _names_registry(parts):
+            node[name] = _merge(node[name], value)
+        else:
+            node[name] = value
+    return data
 
 
 def load(path: str | None, overrides: list[str] | None = None) -> Config:
@@ -538,7 +568,7 @@ def load(path: str | None, overrides: list[str] | None = None) -> Config:
             raise ConfigError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}")
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping of settings at the top level")
-    data = _merge(_with_registries(data, Config()), parse_set(overrides or []))
+    data = _apply_set(_with_registries(data, Config()), overrides or [])
     model = data.get("model")
     if isinstance(model, dict):
         for key in ("build", "qwen_shape"):

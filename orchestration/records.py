@@ -77,13 +77,14 @@ def upgrade(data: dict) -> dict:
 
 def _fill(data: dict, key: str, value) -> None:
     """Set the dotted `key` where the record lacks it. A missing section on the way is created where the
-    Config always has one (train.sampling), never where it may be null (model.build, analyze.planned)."""
+    Config always has one (train.sampling; a null one too: `tokens: null` lacks every key of the section,
+    as config._build reads it), never where it may be null (model.build, analyze.planned)."""
     node, cls = data, config.Config
     *path, name = key.split(".")
     for part in path:
         hint = typing.get_type_hints(cls)[part]
-        if part not in node:
-            if not dataclasses.is_dataclass(hint):  # an optional section the record does not have
+        if node.get(part) is None:
+            if not dataclasses.is_dataclass(hint):  # an optional section the record does not have, or null
                 return
             node[part] = {}
         node = node[part]

@@ -123,3 +123,36 @@ def test_a_set_edits_one_entry_of_a_default_registry():
     assert list(cfg.eval_sets) == ["wide", "ood", "pool", "pool-train"] and cfg.eval_sets["wide"].n == 300
     smol = config.load(str(ROOT / "configs" / "smollm2.yaml"), ["conditions.many.lr=0.5"])
     assert list(smol.conditions) == ["many", "4", "1"] and smol.conditions["many"].reward == "loose"
+
+
+def test_a_set_naming_a_whole_registry_replaces_it():
+    """--set on a registry itself replaces it, whether or not the file writes it (`eval_sets={}` runs
+    none); a later --set edits the replaced registry's entry."""
+    cfg = config.load(None, ["eval_sets={}", "train.seeds_by_condition={}", "analyze.support=null", "analyze.calibration=null",
+                             "conditions={many: {problems: all}}", "conditions.many.lr=0.5"])
+    assert cfg.eval_sets == {} and cfg.train.seeds_by_condition == {}
+    assert list(cfg.conditions) == ["many"] and cfg.conditions["many"].lr == 0.5
+    assert config.load(None, ["analyze.support.pools={eval: pool}"]).analyze.support.pools == {"eval": "pool"}
+    smol = config.load(str(ROOT / "configs" / "smollm2.yaml"), ["conditions={many: {problems: all, reward: loose}}"])
+    assert list(smol.conditions) == ["many"]
+
+
+def test_a_partial_optional_section_keeps_the_registered_values():
+    """A mapping that names some keys of a section keeps the registered study's value of the others,
+    an optional section's too (the code's default, not its class's): the support test keeps both pools."""
+    cfg = config.load(None, ["analyze.support.w_star=50", "analyze.planned.problem_var=0.01"])
+    assert cfg.analyze.support.pools == config.Config().analyze.support.pools and cfg.analyze.support.w_star == 50
+    assert len(cfg.analyze.support.pools) == 2
+    assert cfg.analyze.planned.effect == config.Config().analyze.planned.effect != config.PlannedCfg().effect
+
+
+def test_a_null_section_in_a_record_reads_as_one_it_lacks():
+    """A record whose non-optional section is null (`tokens: null`) reads as one without the section:
+    the report's design (the token stage off), not today's default (on)."""
+    report = config.load(str(ROOT / "configs" / "report.yaml"))
+    made = config.to_dict(report)
+    lacking, null = copy.deepcopy(made), copy.deepcopy(made)
+    del lacking["tokens"]
+    null["tokens"] = None
+    assert records.from_record(null).tokens == records.from_record(lacking).tokens == report.tokens
+    assert not records.from_record(null).tokens.enabled
