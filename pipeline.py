@@ -135,11 +135,12 @@ def run_single(stage: str, plan: Plan, quiet: bool, gpu: str | None = None) -> N
 
 
 def shown_state(plan: Plan, stage: str, marker: Path, want: str | None) -> str:
-    """plan.state, where a damaged output whose only fault is absent weights (a committed run leaves
-    them out: results/ holds no weights) is told apart as "weightless"; both are redone alike."""
+    """plan.state, where a damaged output whose every fault is an absent weights file (as in a committed
+    run: results/ holds no weights) is told apart as "weightless"; both are redone alike."""
     st = plan.state(stage, marker, want)
-    why = plan.damage(stage, marker) if st == "damaged" else None
-    return "weightless" if why and why.endswith(("safetensors: missing", "missing (the folder holds no weights)")) else st
+    faults = plan.faults(stage, marker) if st == "damaged" else []
+    absent = ("safetensors: missing", "missing (the folder holds no weights)")
+    return "weightless" if faults and all(f.endswith(absent) for f in faults) else st
 
 
 def dry_run(plan: Plan, todo: list[str], n: int) -> None:
@@ -150,7 +151,7 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
             states = [shown_state(plan, s, m, h) for _, m, h in plan.outputs(s)]
             counts = {k: states.count(k) for k in ("done", "missing", "damaged", "weightless", "stale", "foreign") if states.count(k)}
             words = {"foreign": "made under other settings (would refuse; --force)",
-                     "weightless": "without their weights (not committed; would be remade)", "stale": "out of date"}
+                     "weightless": "without their weights (would be remade)", "stale": "out of date"}
             state = "done" if counts.get("done") == len(states) else ", ".join(f"{v} {words.get(k, k)}" for k, v in counts.items())
             if counts.get("foreign"):
                 refuses.append(s)
@@ -160,7 +161,7 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
             states = [shown_state(plan, s, m, h) for _, m, h in plan.outputs(s)]
             state = ("done" if all(x == "done" for x in states) else "made under other settings (would refuse; --force)"
                      if "foreign" in states else "damaged (would be redone)" if "damaged" in states
-                     else "without its weights (not committed; would be remade)" if "weightless" in states
+                     else "without its weights (would be remade)" if "weightless" in states
                      else "out of date (made from other inputs)" if "stale" in states else "to do")
             if "foreign" in states:
                 refuses.append(s)

@@ -152,24 +152,28 @@ class Plan:
         return "stale" if same else "foreign"
 
     def damage(self, stage: str, marker: Path) -> str | None:
-        """What is wrong with an output that exists, or None: its record is not valid JSON, or (base,
-        train) a weights file is cut short or missing: the base's, a checkpoint's, the resume point's."""
+        """What is wrong with an output that exists, or None (the first of self.faults)."""
+        return next(iter(self.faults(stage, marker)), None)
+
+    def faults(self, stage: str, marker: Path) -> list[str]:
+        """Everything wrong with an output that exists: its record is not valid JSON, or (base, train) a
+        weights file is cut short or missing: the base's, each checkpoint's, the resume point's."""
         bad = provenance.json_problem(marker)
         if bad:
-            return f"{marker}: {bad}"
+            return [f"{marker}: {bad}"]
         if stage == "base":
-            return provenance.model_folder_problem(marker.parent)  # RUN/base_model/build.json
+            return [x for x in [provenance.model_folder_problem(marker.parent)] if x]  # RUN/base_model/build.json
         if stage in ("train", "lr-sweep") and marker.name == "done.json":  # its log; every checkpoint the run was asked for
             done = provenance.read_json(marker)
             bad = log_problem(marker.parent / "train_log.csv", done.get("steps"))
             if bad or stage == "lr-sweep":
-                return bad
+                return [bad] if bad else []
             steps = ((done.get("provenance") or {}).get("config") or {}).get("train", {}).get("checkpoints", [])
-            return next((bad for st in steps if (bad := provenance.adapter_problem(marker.parent / f"step_{st:03d}"))), None)
+            return [bad for st in steps if (bad := provenance.adapter_problem(marker.parent / f"step_{st:03d}"))]
         if stage in ("train", "lr-sweep") and marker.name == "state.json":  # a resume point RUN/[lr_sweep/]*/last/: adapter, optimizer
             bad = provenance.torch_file_problem(marker.parent / "optimizer.pt")
-            return provenance.adapter_problem(marker.parent) or (bad and f"{marker.parent / 'optimizer.pt'}: {bad}")
-        return None
+            return [x for x in (provenance.adapter_problem(marker.parent), bad and f"{marker.parent / 'optimizer.pt'}: {bad}") if x]
+        return []
 
     def sweep_damage(self) -> list[tuple[Path, str]]:
         """The LR sweep's candidate runs (RUN/lr_sweep/[<condition>/]lr_<rate>/) that are damaged: a

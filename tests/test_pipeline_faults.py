@@ -217,6 +217,26 @@ def test_an_interrupt_during_eval_after_this_runs_training_names(small_cfg, smal
     assert "interrupted during stage eval;" in capsys.readouterr().err
 
 
+def test_weightless_only_when_every_fault_is_absent_weights(small_cfg, small_jobs2, tmp_path):
+    """--dry-run's "without their weights" needs every fault of a training run to be an absent weights
+    file: one checkpoint's weights absent and another's cut short read "damaged" (before, only the
+    first checkpoint's fault was read)."""
+    import pipeline as pipeline_module
+    from orchestration import config, stages
+
+    run = copy_run(small_jobs2, tmp_path / "run")
+    cfg = config.load(str(small_cfg))
+    plan = stages.Plan(cfg, run, str(small_cfg), [])
+    [(_, marker, want)] = [o for o in plan.outputs("train") if o[1].parent.name == "train_many_s0"]
+    assert pipeline_module.shown_state(plan, "train", marker, want) == "done"
+    (marker.parent / "step_003" / "adapter_model.safetensors").unlink()
+    assert pipeline_module.shown_state(plan, "train", marker, want) == "weightless"
+    (marker.parent / "step_006" / "adapter_model.safetensors").unlink()
+    assert pipeline_module.shown_state(plan, "train", marker, want) == "weightless"
+    (marker.parent / "step_006" / "adapter_model.safetensors").write_bytes(b"cut")
+    assert len(plan.faults("train", marker)) == 2 and pipeline_module.shown_state(plan, "train", marker, want) == "damaged"
+
+
 def test_a_run_committed_without_its_base_weights_moves_nothing(small_cfg, small_jobs2, fitted_dir,
                                                                                                      tmp_path):
     """A run committed without its base weights moves nothing and its base stage rebuilds them.
@@ -236,7 +256,7 @@ def test_a_run_committed_without_its_base_weights_moves_nothing(small_cfg, small
         assert f"--run {run} --stage base" in r.stderr
     assert snapshot(run) == before  # nothing moved aside, not even the manifest rewritten
     d = pipeline("--config", str(small_cfg), "--out", str(run), "--dry-run", timeout=120)
-    assert "  base      without its weights (not committed; would be remade)" in d.stdout and "  train     done" in d.stdout, d.stdout
+    assert "  base      without its weights (would be remade)" in d.stdout and "  train     done" in d.stdout, d.stdout
     r = pipeline("--config", str(small_cfg), "--out", str(run), "--quiet", timeout=600)  # the whole study: the base stage rebuilds it
     assert r.returncode == 0, r.stderr[-3000:]
     assert (run / "base_model" / "model.safetensors").read_bytes() == (fitted_dir / "model.safetensors").read_bytes()
