@@ -156,3 +156,27 @@ def test_a_null_section_in_a_record_reads_as_one_it_lacks():
     null["tokens"] = None
     assert records.from_record(null).tokens == records.from_record(lacking).tokens == report.tokens
     assert not records.from_record(null).tokens.enabled
+
+
+@pytest.mark.parametrize("run", ["tiny_v3", "tiny_v4", "tiny_seeds", "smollm2"])
+def test_recalibrate_config_loads_with_the_runs_settings(run, tmp_path):
+    """bench/recalibrate.py's config for a committed run loads as a config file and keeps what made the
+    run's files: every training and test-evaluation stage hash the record gives (before 7f00bb0 it read
+    today's defaults for keys the record lacks, and failed to load on these four runs)."""
+    import sys
+
+    import yaml
+
+    from orchestration import provenance
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import recalibrate
+
+    rec = json.loads((ROOT / "results" / run / "manifest.json").read_text())["config"]
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(recalibrate.recalibrated_config(rec), sort_keys=False))
+    got, recorded = config.load(str(tmp_path / "c.yaml")), records.from_record(rec)
+    for stage in ("base", "probe", "select", "lr-sweep", "train", "eval"):
+        assert provenance.stage_hash(got, stage) == provenance.stage_hash(recorded, stage), stage
+    seeds = config.seeds_of(recorded, recorded.analyze.primary_condition)
+    assert got.eval_sets["pool"].n == len(seeds) * recorded.eval.n and got.eval_sets["pool"].models == "base"
+    assert got.analyze.ceiling_null == "selection" and got.analyze.calibration.pool_set == "pool"
