@@ -504,21 +504,6 @@ def _with_registries(data: dict, default) -> dict:
     return data
 
 
-def parse_set(items: list[str]) -> list[tuple[list[str], object]]:
-    """["train.steps=10", "model.dtype=float32"] -> [(["train", "steps"], 10), ...]; values parsed as YAML scalars."""
-    out = []
-    for item in items or []:
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected key=value, e.g. train.steps=10")
-        key, raw = item.split("=", 1)
-        try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError:
-            value = raw
-        out.append((key.strip().split("."), value))
-    return out
-
-
 def _names_registry(parts: list[str]) -> bool:
     """Whether the dotted key `parts` names a whole registry (conditions, eval_sets,
     train.seeds_by_condition, analyze.support.pools), not a section or one of its entries."""
@@ -537,15 +522,22 @@ def _names_registry(parts: list[str]) -> bool:
 
 
 def _apply_set(data: dict, items: list[str]) -> dict:
-    """`data` with each `--set key=value` applied in order: a value that names a whole registry replaces
-    it (`--set eval_sets={}` runs none); any other mapping is merged key by key into the section."""
-    for parts, value in parse_set(items):
+    """`data` with each `--set key=value` applied in order, the value parsed as a YAML scalar: a value that
+    names a whole registry replaces it (`--set eval_sets={}` runs none); another mapping is merged into its section."""
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key=value, e.g. train.steps=10")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        *path, name = parts = key.strip().split(".")
         node = data
-        for p in parts[:-1]:
+        for p in path:
             if not isinstance(node.get(p), dict):
                 node[p] = {}
             node = node[p]
-        name = parts[-1]
         if isinstance(value, dict) and isinstance(node.get(name), dict) and not _names_registry(parts):
             node[name] = _merge(node[name], value)
         else:
