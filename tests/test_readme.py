@@ -1,0 +1,64 @@
+"""README.md against the code: its stage table names the pipeline's stages and commands each CLI takes,
+and every flag it names is one of the entry points' (or the outside tool's its line runs)."""
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+import analyze_b
+import pipeline
+from method import commands
+from orchestration.stages import STAGES
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+OUTSIDE = {"pip": {"--index-url", "--no-deps"}, "hf": {"--revision"}, "python -m pytest": {"--dist"}}
+
+
+@pytest.fixture(scope="module")
+def clis():
+    """Each command line's flags, from its own --help."""
+    out = {}
+    for name, parse, argv in ([("pipeline.py", pipeline.parse_args, []), ("analyze_b.py", analyze_b.main, [])]
+                              + [(f"grpo.py {c}", commands.parser().parse_args, [c]) for c in commands.COMMANDS]):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf), pytest.raises(SystemExit) as e:
+            parse([*argv, "--help"])
+        assert e.value.code == 0, name
+        out[name] = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", buf.getvalue())) - {"--help"}
+    return out
+
+
+def _stage_rows() -> list[list[str]]:
+    table = README[README.index("| stage | reads |"):].split("\n\n")[0].splitlines()[2:]
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in table]
+
+
+def test_the_stage_table_is_the_pipelines_stages(clis):
+    """The table's rows are the pipeline's stages in order; each grpo.py command on a row is a command
+    of grpo.py taking every flag written after it, and every --stage names a stage."""
+    rows = _stage_rows()
+    assert [r[0].split(" (")[0] for r in rows] == STAGES
+    seen = 0
+    for row in rows:
+        for cmd, rest in re.findall(r"grpo\.py (\S+)([^`]*)", row[3]):
+            assert f"grpo.py {cmd}" in clis, row
+            assert set(re.findall(r"--[a-z-]+", rest)) <= clis[f"grpo.py {cmd}"], row
+            seen += 1
+        for stage in re.findall(r"--stage (\S+?)`", row[3]):
+            assert stage in STAGES
+    assert seen >= 4
+
+
+def test_every_flag_the_readme_names_is_a_cli_flag(clis):
+    """A flag in README.md is one of pipeline.py's, grpo.py's or analyze_b.py's, or on a line that runs
+    an outside tool one of its own; bench/gpu_check.py's --dry is in its source."""
+    known = set().union(*clis.values())
+    gpu_check = (ROOT / "bench" / "gpu_check.py").read_text()
+    for line in README.splitlines():
+        outside = set().union(*(f for tool, f in OUTSIDE.items() if line.lstrip().startswith(tool)))
+        for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", line):
+            ok = flag in known or flag in outside or (flag == "--dry" and '"--dry"' in gpu_check)
+            assert ok, f"README.md names {flag} in: {line.strip()[:120]}"
