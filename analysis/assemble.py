@@ -270,7 +270,7 @@ def primary_checks(prim: dict, curves: dict, design, base: dict, inf: Inference)
     a1, at, pw, m = inf.levels.one_sided, inf.levels.tost, design.cfg.analyze.power, inf.levels.margin
     sims = design.cfg.analyze.coverage_sims
     cover = {}
-    if S > 1:
+    if S > 1 and N > 1:  # one problem: no problem variance to simulate at
         for name, factor in (("measured", 1.0), ("1.5x", 2.25)):
             cover[name] = count_coverage(counts(base, sc), inf.n_base, prim["pass1_diff"], vc1["V_A"], factor * vc1["V_B"], S, inf.n,
                                          level=1 - 2 * a1, sims=sims, resamples=400, seed=design.cfg.analyze.seed)

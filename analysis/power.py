@@ -24,10 +24,14 @@ def variance_components(d: np.ndarray) -> dict:
         V_R = MS_R,  V_A = (MS_A - MS_R) / S,  V_B = (MS_B - MS_R) / N  (each floored at 0),
         SE^2 = (MS_A + MS_B - MS_R) / (N S) = V_A / N + V_B / S + V_R / (N S),
         df = SE^4 (N S)^2 / (MS_A^2 / (N - 1) + MS_B^2 / (S - 1) + MS_R^2 / ((N - 1)(S - 1)))  (Satterthwaite).
-    With one seed the seed and residual terms cannot be told apart: SE^2 = var_n(d) / N, df = N - 1."""
+    With one seed the seed and residual terms cannot be told apart: SE^2 = var_n(d) / N, df = N - 1.
+    With one problem the problem variance cannot be estimated at all: SE nan, df 0 (t_result: p = 1)."""
     d = np.asarray(d, float)
     S, N = d.shape
     grand = d.mean()
+    if N == 1:
+        return {"delta": float(grand), "V_A": float("nan"), "V_B": None, "V_R": None, "se": float("nan"), "df": 0.0,
+                "seed_sd": None, "seed_df": S - 1, "S": S, "N": N}
     if S == 1:
         va = float(d[0].var(ddof=1))
         return {"delta": float(grand), "V_A": va, "V_B": None, "V_R": None, "se": float(np.sqrt(va / N)), "df": float(N - 1),
@@ -47,8 +51,11 @@ def variance_components(d: np.ndarray) -> dict:
 def t_result(vc: dict, level: float) -> dict:
     """The random-effects result beside the bootstrap's: Delta +- t_{df, (1+level)/2} SE, and the
     one-sided p of "Delta > 0", 1 - T_df(Delta / SE) (and of "Delta < 0"). With SE = 0 (every
-    difference alike) a p is 0 where Delta lies on the alternative's side and 1 otherwise."""
+    difference alike) a p is 0 where Delta lies on the alternative's side and 1 otherwise; with SE nan
+    (one problem: no variance to estimate) nothing is tested: both p are 1, the interval nan."""
     d, se, df = vc["delta"], vc["se"], vc["df"]
+    if not np.isfinite(se):
+        return {"delta": d, "ci": [float("nan")] * 2, "se": se, "df": df, "p_above": 1.0, "p_below": 1.0}
     q = st.t.ppf((1 + level) / 2, df)
     if se > 0:
         above, below = float(st.t.sf(d / se, df)), float(st.t.cdf(d / se, df))

@@ -111,3 +111,20 @@ def test_headroom_rule_keeps_the_equivalence_test_able_to_fail():
             shown += stats.p_equivalence(reps, m) < 0.05
         rates[h] = shown / len(data)
     assert rates[0.3] <= 0.05 and rates[0.102] >= 0.5, rates
+
+
+@pytest.mark.parametrize("seeds", [1, 3])
+def test_one_problem_cannot_be_tested(seeds):
+    """Differences on one problem have no problem variance to estimate (no degrees of freedom): the t part
+    of a one-sided test reads p = 1, so the larger of it and the bootstrap's p cannot call a one-problem
+    difference shown (before, an undefined SE read as zero, p = 0 for any positive difference)."""
+    from analysis import verdict
+
+    d = np.array([[0.5 + 0.01 * s] for s in range(seeds)])  # (S, 1): positive on every seed
+    vc = power.variance_components(d)
+    assert vc["df"] == 0 and not np.isfinite(vc["se"])
+    t = power.t_result(vc, 0.95)
+    assert t["p_above"] == t["p_below"] == 1.0 and not np.isfinite(t["ci"]).any()
+    reps = np.full(2000, d.mean())  # the bootstrap of one problem: every replicate the same positive value
+    assert verdict.one_sided(reps, d, "above")["p"] == 1.0
+    assert power.t_result(power.variance_components(np.array([[0.5, 0.4]])), 0.95)["p_above"] < 0.05  # two problems: testable
