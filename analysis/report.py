@@ -301,7 +301,7 @@ def power_section(doc: dict) -> list[str]:
 
 
 def strata_section(doc: dict) -> list[str]:
-    """PLAN.md section 6: difficulty strata (secondary, descriptive)."""
+    """PLAN.md section 7c: difficulty strata (secondary, descriptive)."""
     st = doc["strata"]
     if st.get("skipped"):
         return []
