@@ -18,6 +18,7 @@ import torch
 
 import countdown
 from analysis.stats import pass_at_k, token_summary
+from method import base_support
 from method.model import (
     last_positions,
     load_model,
@@ -45,7 +46,18 @@ def pass_at_k_curve(counts: list[int], n: int, k_max: int) -> dict[str, float]:
 
 def sample_problems(model, tok, cfg: config.Config, problems, n: int, s: config.SamplingCfg, tag: str, per_batch: int,
                     progress: bool = True) -> tuple[list[list[str]], list[float]]:
-    """n response texts per problem, and per problem the mean full-vocabulary entropy of the
+    """n response texts per problem and per problem the mean token entropy: sample_problem_tokens, decoded."""
+    tokens, entropies = sample_problem_tokens(model, tok, cfg, problems, n, s, tag, per_batch, progress)
+    return decode_texts(tok, tokens), entropies
+
+
+def decode_texts(tok, tokens: list[list[list[int]]]) -> list[list[str]]:
+    return [tok.batch_decode(ts, skip_special_tokens=True) for ts in tokens]
+
+
+def sample_problem_tokens(model, tok, cfg: config.Config, problems, n: int, s: config.SamplingCfg, tag: str, per_batch: int,
+                          progress: bool = True) -> tuple[list[list[list[int]]], list[float]]:
+    """n responses' token ids per problem (as drawn, EOS included), and per problem the mean full-vocabulary entropy of the
     untempered policy over all its response tokens; the prompts, seed, LoRA folding
     (lora.fold_for_sampling) and draw as cfg says. Under eval.draw: sample each sample draws from its
     own stream, seeded by (task.seed, tag, problem id, sample index), and the calls (sampling_calls:
@@ -70,9 +82,8 @@ def sample_problems(model, tok, cfg: config.Config, problems, n: int, s: config.
                 tokens[i] += samples.tokens[r * len(js) : (r + 1) * len(js)]
                 sample_ent[i] += samples.entropy[r * len(js) : (r + 1) * len(js)]
             bar.update(len(samples.tokens))
-    texts = [tok.batch_decode(ts, skip_special_tokens=True) for ts in tokens]
     entropies = [sum(e * len(x) for e, x in zip(es, ts)) / max(sum(len(x) for x in ts), 1) for es, ts in zip(sample_ent, tokens)]
-    return texts, entropies
+    return tokens, entropies
 
 
 def answer_diversity(responses: list[str]) -> tuple[int, float]:
@@ -157,8 +168,10 @@ def evaluate(cfg: config.Config, base: str, adapter: str | None, out_file: Path,
     # evaluated once. Each set other than `test` has its own seeds (new draws, so the `wide` set
     # checks the extrapolation out of sample) unless it asks for the test set's.
     tag = seed_tag(cfg, eval_set)
-    texts, ent = sample_problems(model, tok, cfg, problems, n, sampling, tag, per_batch, progress)
-    rows = score_problems(problems, texts, cfg.eval.keep_responses, ent)
+    tokens, ent = sample_problem_tokens(model, tok, cfg, problems, n, sampling, tag, per_batch, progress)
+    rows = score_problems(problems, decode_texts(tok, tokens), cfg.eval.keep_responses, ent)
+    if cfg.eval.base_support:
+        add_base_support(model, tok, cfg, problems, tokens, rows, sampling)
     result = {
         "model": "base" if adapter is None else str(adapter),
         **identity,
@@ -174,6 +187,28 @@ def evaluate(cfg: config.Config, base: str, adapter: str | None, out_file: Path,
     }
     atomic_write_json(out_file, result)
     return result
+
+
+def add_base_support(model, tok, cfg: config.Config, problems, tokens: list[list[list[int]]], rows: list[dict],
+                     s: config.SamplingCfg) -> None:
+    """Each row gains `base_support`: for every correct (loose) response, by its index, whether it lies
+    outside the base's kept set at the sampler `s` that drew it, by how much, its base log-probability at
+    T 1 and whether it is strictly correct (method/base_support.py; PLAN.md change 57). Teacher-forced
+    from the drawn token ids through the base: the adapter's LoRA switched off."""
+    prompts = render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
+    scores = [[countdown.score(p, text) for text in texts] for p, texts in zip(problems, decode_texts(tok, tokens))]
+    picked = [(i, j) for i, sc in enumerate(scores) for j, x in enumerate(sc) if x["loose"]]  # every correct response
+    with lora_disabled(model):
+        measured = base_support.measure(model, [prompts[i] for i, _ in picked], [tokens[i][j] for i, j in picked],
+                                        s.temperature, s.top_k, s.top_p, pad_id(tok))
+    for row in rows:
+        row["base_support"] = {"index": [], "strict": [], "outside": [], "excess": [], "logp_t1": []}
+    for (i, j), m in zip(picked, measured):
+        b = rows[i]["base_support"]
+        b["index"].append(j)
+        b["strict"].append(bool(scores[i][j]["strict"]))
+        for key in ("outside", "excess", "logp_t1"):
+            b[key].append(m[key])
 
 
 # ============================================================================= held-out checks during training

@@ -234,6 +234,10 @@ class EvalCfg:
     # 256: the largest call ~3.4 GiB by memory.decoder_bytes at Qwen's size (PLAN.md changes 52, 54).
     max_rows: int | None = 256
     keep_responses: bool = True
+    # Teacher-force every correct response through the base (LoRA off) and record, from the token ids the
+    # sampler drew, whether a token lies outside the base's kept set at the sampler that drew it, and the
+    # response's base log-probability at T 1, untruncated (method/base_support.py; PLAN.md change 57).
+    base_support: bool = False
 
 
 @dataclass
@@ -340,6 +344,19 @@ class SupportCfg:
 
 
 @dataclass
+class BaseSupportCfg:
+    """Support from the base's own probabilities (PLAN.md change 57; needs eval.base_support): the share of
+    correct responses outside the base's kept set at the sampler that drew them, and at an untruncated
+    sampler their base log-probabilities; `matched` names the evaluation set of the trained models at the
+    training sampler, so each sampler's comparison is of draws made alike."""
+    primary: bool = False  # the registered primary question is this test at the evaluation sampler
+    tolerance: float = 1e-4  # outside when a token lies beyond the nucleus by at least this much probability mass
+    kept_margin: float = 0.005  # "kept": the outside rate per sample shown below this
+    matched: str | None = None  # eval set: the trained models at the training sampler (models: final)
+    w_grid: list[float] = field(default_factory=lambda: [1, 2, 5, 10, 14, 20, 50, 94, 119, 200, 355, 500, 1000, 2000])
+
+
+@dataclass
 class AnalyzeCfg:
     resamples: int = 10000  # Holm over every family's tests needs p-values far below 1 / 2001
     ci: float = 0.95
@@ -363,6 +380,7 @@ class AnalyzeCfg:
     coverage_sims: int = 2000  # count-level simulations of the crossed interval's coverage (the sensitivity analysis)
     calibration: CalibrationCfg | None = field(default_factory=CalibrationCfg)  # None: no calibration arms
     support: SupportCfg | None = field(default_factory=lambda: SupportCfg(pools={"eval": "pool", "train": "pool-train"}))  # None: none
+    base_support: BaseSupportCfg | None = None  # None: not measured (change 57)
 
 
 @dataclass

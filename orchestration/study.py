@@ -202,13 +202,16 @@ def pretrain_count(cfg: config.Config) -> int:
 
 
 def test_problems(cfg: config.Config) -> list:
-    """The test set: the `test` split, or under task.test_split confirm the `confirm` split, drawn by the
-    same task seed after test, train, pretrain and dev at this config's sizes (disjoint from all four)."""
+    """The test set: the `test` split, or under task.test_split confirm (confirm2) the `confirm` (`confirm2`)
+    split, drawn by the same task seed after test, train, pretrain and dev at this config's sizes (and
+    confirm2 after a confirm split of n_test problems): disjoint from every split drawn before it."""
     t = cfg.task
     if t.test_split == "test":
         return countdown.make_splits(t.name, t.n_train, t.n_test, t.seed)[1]
-    return countdown.draw_splits(t.name, t.seed, {"test": t.n_test, "train": t.n_train, "pretrain": pretrain_count(cfg),
-                                                  "dev": cfg.train.dev_problems, "confirm": t.n_test})["confirm"]
+    counts = {"test": t.n_test, "train": t.n_train, "pretrain": pretrain_count(cfg), "dev": cfg.train.dev_problems, "confirm": t.n_test}
+    if t.test_split == "confirm2":
+        counts["confirm2"] = t.n_test
+    return countdown.draw_splits(t.name, t.seed, counts)[t.test_split]
 
 
 def selection_sizes(cfg: config.Config) -> list[int]:

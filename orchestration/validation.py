@@ -92,8 +92,8 @@ def _check_task(cfg: Config) -> None:
     _need(cfg.task.n_test >= 1, "task.n_test", "must be >= 1")
     _need(cfg.task.prompt_style in PROMPT_STYLES, "task.prompt_style", f"must be one of {', '.join(PROMPT_STYLES)}")
     _need(cfg.task.seed >= 0, "task.seed", "must be >= 0")
-    _need(cfg.task.test_split in ("test", "confirm"), "task.test_split",
-          "must be test (the test split) or confirm (the fresh split drawn after all the others)")
+    _need(cfg.task.test_split in ("test", "confirm", "confirm2"), "task.test_split",
+          "must be test (the test split), confirm (a fresh split drawn after the others) or confirm2 (one drawn after confirm)")
 
 
 def _check_lora(cfg: Config) -> None:
@@ -232,6 +232,15 @@ def _check_analyze(cfg: Config) -> None:
             _need(es is not None and es.models == "base" and es.seeds == "own" and es.task in (None, cfg.task.name)
                   and es.n_problems == cfg.task.n_test, f"analyze.support.pools.{sampler}",
                   "must name an eval set of the trained task with models: base, seeds: own and n_problems = task.n_test")
+    bs = cfg.analyze.base_support
+    if bs is not None:
+        _need(cfg.eval.base_support, "analyze.base_support", "needs eval.base_support: true (the evaluations record the measure)")
+        _need(0 <= bs.tolerance < 1 and 0 < bs.kept_margin < 1, "analyze.base_support.tolerance",
+              "tolerance in [0, 1) and kept_margin in (0, 1)")
+        es = cfg.eval_sets.get(bs.matched) if bs.matched is not None else None
+        _need(bs.matched is None or (es is not None and es.models == "final" and es.seeds == "own" and es.task in (None, cfg.task.name)
+                                     and es.n_problems == cfg.task.n_test), "analyze.base_support.matched",
+              "must be null or name an eval set of the trained task with models: final, seeds: own and n_problems = task.n_test")
     cal = cfg.analyze.calibration
     if cal is not None:
         _need(cal.pool_set in cfg.eval_sets and cfg.eval_sets[cal.pool_set].models == "base"

@@ -1,0 +1,87 @@
+"""Support from the base's own probabilities (PLAN.md change 57): is a response one the base could have
+drawn at the sampler that drew it?
+
+Each response is teacher-forced through the base (LoRA off), from the token ids the sampler drew (never
+re-encoded text: a tokenizer may segment a text otherwise, e.g. SmolLM2 draws '\\n\\n' as one token). At
+every position the base's logits at the sampler's temperature go through the sampler's own filter
+(decoding.filter_logits: top-k, then the top-p nucleus). A response lies outside the base's support at
+that sampler exactly when one of its tokens is filtered out: the base draws it with probability 0.
+
+A full forward and the sampler's cached decode agree only to float rounding, so besides the exact rule
+each token's distance from the nucleus' edge is kept: excess = (the base's probability of the tokens
+ranked strictly above it) - top_p, in float64. The filter drops a token when the mass ranked before it
+reaches top_p, so excess >= 0 is outside, and excess well above 0 is outside beyond rounding. A response's
+excess is its largest token's. Top-k alone: a token with top_k or more tokens strictly above it is outside
+(excess +inf). An untruncated sampler (top_k 0, top_p 1) keeps every token: nothing is outside (excess
+None), and only the log-probabilities speak.
+
+logp_t1 is the response's log-probability under the base at T 1, untruncated (the training sampler's
+distribution): the sum over its tokens of log softmax(logits)[token], in float64.
+"""
+from __future__ import annotations
+
+import torch
+
+from method.decoding import filter_logits
+from method.model import last_positions, pack
+
+CHUNK_BYTES = 256 * 2**20  # fp32 logits per forward: rows x positions x vocabulary x 4 bytes at most
+
+
+def token_excess(logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_k: int, top_p: float
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """For logits (b, L, V) (untempered, fp32) and targets (b, L): whether the sampler's filter drops each
+    target (b, L) bool, and its excess (b, L) float64: the tempered probability ranked strictly above it
+    (after the top-k cut) minus top_p; +inf where top-k alone drops it; -inf when nothing truncates."""
+    b, L, V = logits.shape
+    z = logits.reshape(b * L, V) / temperature  # (bL, V) as the sampler tempers them
+    t = targets.reshape(b * L, 1)
+    dropped = filter_logits(z, top_k, top_p).gather(-1, t).isinf().squeeze(-1)  # (bL,) the sampler's own rule
+    zt = z.gather(-1, t)  # (bL, 1)
+    above = z > zt  # (bL, V) ranked strictly above the target
+    excess = torch.full((b * L,), float("-inf"), dtype=torch.float64)
+    if top_k > 0 and top_k < V:
+        kth = torch.topk(z, top_k, dim=-1).values[:, -1:]
+        z = z.masked_fill(z < kth, float("-inf"))  # what top-p sees, as in filter_logits
+        excess = excess.masked_fill(above.sum(-1) >= top_k, float("inf"))
+    if top_p < 1.0:
+        p = z.double().softmax(-1)  # (bL, V)
+        mass = (p * above).sum(-1) - top_p  # (bL,)
+        excess = torch.maximum(excess, mass)
+    return dropped.reshape(b, L), excess.reshape(b, L)
+
+
+@torch.inference_mode()
+def measure(model, prompts: list[list[int]], responses: list[list[int]], temperature: float, top_k: int, top_p: float,
+            pad: int) -> list[dict]:
+    """For each response (token ids, EOS included where emitted) after its prompt (token ids), under
+    `model` as it is (the caller switches LoRA off): {"outside": the exact rule, "excess": the largest
+    token excess (None when the sampler truncates nothing), "logp_t1": log-probability at T 1}."""
+    if not responses:
+        return []
+    device = next(model.parameters()).device
+    V = model.get_output_embeddings().weight.shape[0]
+    truncates = temperature > 0 and ((0 < top_k < V) or top_p < 1.0)
+    out: list[dict] = []
+    Lmax = max(len(r) for r in responses)
+    rows = max(1, CHUNK_BYTES // (4 * V * (Lmax + 1)))
+    for a in range(0, len(responses), rows):
+        ps, rs = prompts[a : a + rows], responses[a : a + rows]
+        ids, attn, pos, cmask = pack(ps, rs, pad)  # (b, Lp+Lc), ..., (b, Lc)
+        Lc = cmask.shape[1]
+        keep = last_positions(ids.shape[1], Lc + 1, device)
+        logits = model(input_ids=ids.to(device), attention_mask=attn.to(device), position_ids=pos.to(device),
+                       use_cache=False, logits_to_keep=keep).logits[:, :-1].float().cpu()  # (b, Lc, V) predicts each response token
+        targets = ids[:, -Lc:]  # (b, Lc)
+        logp = logits.log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1).double()  # (b, Lc)
+        valid = cmask.bool()  # (b, Lc) positions that hold a response token
+        logp_sum = (logp * valid).sum(-1)  # (b,)
+        if truncates:
+            dropped, excess = token_excess(logits, targets, temperature, top_k, top_p)
+            dropped, excess = dropped & valid, excess.masked_fill(~valid, float("-inf"))
+        for i in range(len(rs)):
+            row = {"outside": False, "excess": None, "logp_t1": float(logp_sum[i])}
+            if truncates and len(rs[i]):
+                row["outside"], row["excess"] = bool(dropped[i].any()), float(excess[i].max())
+            out.append(row)
+    return out

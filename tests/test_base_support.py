@@ -1,0 +1,123 @@
+"""Support from the base's own probabilities (method/base_support.py, PLAN.md change 57): the rule is the
+sampler's own filter, a token outside a hand-built nucleus reads outside, the base's own draws at that
+sampler never do, and an untruncated sampler puts nothing outside."""
+import pytest
+import torch
+
+from helpers import CPU, cfg_for, model_with_lora, prompts_for
+from method import base_support, decoding, sampler
+from method.model import load_model, lora_disabled, pad_id, stop_ids
+from orchestration import config
+
+
+def _logits(seed: int, b: int, V: int, ties: bool) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(b, V, generator=g) * 2
+    if ties:
+        x = (x * 2).round() / 2  # many equal logits
+    return x
+
+
+@pytest.mark.parametrize("top_k,top_p", [(0, 0.95), (0, 0.5), (5, 1.0), (7, 0.8), (0, 1.0)])
+@pytest.mark.parametrize("ties", [False, True])
+def test_the_rule_is_the_samplers_filter(top_k, top_p, ties):
+    b, V, T = 64, 40, 0.6
+    logits = _logits(top_k * 10 + int(top_p * 100) + ties, b, V, ties)  # (b, V)
+    for target in range(V):
+        t = torch.full((b, 1), target)
+        dropped, excess = base_support.token_excess(logits[:, None, :], t, T, top_k, top_p)
+        want = decoding.filter_logits(logits / T, top_k, top_p)[:, target].isinf()  # (b,)
+        assert torch.equal(dropped[:, 0], want)
+        if top_k == 0 and top_p == 1.0:
+            assert (excess == float("-inf")).all()  # nothing truncates: nothing outside
+        if not ties:  # without ties the excess says the same thing: >= 0 exactly when dropped
+            assert torch.equal(excess[:, 0] >= 0, want)
+        else:  # a tie ranked before the target by the sort can only add mass: the excess never reads outside alone
+            assert not ((excess[:, 0] >= 0) & ~want).any()
+
+
+def test_the_token_that_crosses_top_p_is_kept():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = probs.log()[None, None, :]  # (1, 1, 4) at T 1
+    for target, outside in [(0, False), (1, False), (2, True), (3, True)]:
+        dropped, excess = base_support.token_excess(logits, torch.tensor([[target]]), 1.0, 0, 0.8)
+        assert bool(dropped) is outside  # 0.5 + 0.3 reaches 0.8: the third token is the first dropped
+    _, excess = base_support.token_excess(logits, torch.tensor([[1]]), 1.0, 0, 0.8)
+    assert excess.item() == pytest.approx(0.5 - 0.8)
+    _, excess = base_support.token_excess(logits, torch.tensor([[2]]), 1.0, 0, 0.8)
+    assert excess.item() == pytest.approx(0.8 - 0.8, abs=1e-7)  # exactly at the edge: outside by the rule, not beyond rounding
+
+
+@pytest.fixture(scope="module")
+def base(fitted_dir, smoke_cfg):
+    model, tok = load_model(cfg_for(smoke_cfg), str(fitted_dir), CPU)
+    return model, tok
+
+
+def _draw(model, tok, prompts, n, T, top_p, seed=0):
+    s = config.SamplingCfg(temperature=T, top_p=top_p, top_k=0, max_new_tokens=24)
+    seeds = [seed * 1000 + i for i in range(len(prompts) * n)]
+    out = sampler.sample(model, prompts, n, s, seeds, stop_ids(model, tok), pad_id(tok))
+    return [p for p in prompts for _ in range(n)], out.tokens
+
+
+def test_the_bases_own_draws_never_read_outside(base):
+    model, tok = base
+    _, prompts = prompts_for(tok, 4)
+    for T, top_p in [(0.6, 0.95), (1.0, 0.5)]:
+        ps, rs = _draw(model, tok, prompts, 16, T, top_p)
+        m = base_support.measure(model, ps, rs, T, 0, top_p, pad_id(tok))
+        assert not any(x["outside"] for x in m)
+        assert max(x["excess"] for x in m) < -1e-4  # every token inside by more than rounding
+
+
+def test_a_token_outside_the_bases_nucleus_reads_outside(base):
+    model, tok = base
+    _, prompts = prompts_for(tok, 1)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompts[0]])).logits[0, -1]  # (V,) the first response token
+    worst = int(logits.argmin())  # far outside any nucleus at top-p 0.9
+    best = int(logits.argmax())
+    m = base_support.measure(model, prompts * 3, [[best], [worst], [best, worst]], 0.6, 0, 0.9, pad_id(tok))
+    assert [x["outside"] for x in m] == [False, True, True]
+    assert m[1]["excess"] > 0.05 and m[0]["excess"] < 0
+    logp = logits.log_softmax(-1)
+    assert m[1]["logp_t1"] == pytest.approx(float(logp[worst]), abs=1e-5)  # the T 1 log-probability, untruncated
+
+
+def test_an_untruncated_sampler_puts_nothing_outside(base):
+    model, tok = base
+    _, prompts = prompts_for(tok, 2)
+    ps, rs = _draw(model, tok, prompts, 4, 1.0, 1.0)
+    m = base_support.measure(model, ps, rs, 1.0, 0, 1.0, pad_id(tok))
+    assert all(x["outside"] is False and x["excess"] is None for x in m)
+
+
+def test_lora_off_is_the_base_and_a_tilted_model_can_leave_its_nucleus(fitted_dir, smoke_cfg, base):
+    cfg, tilted, tok, _ = model_with_lora(fitted_dir, smoke_cfg, scale=2.0)  # a large random update
+    _, prompts = prompts_for(tok, 4)
+    ps, rs = _draw(tilted, tok, prompts, 16, 0.6, 0.9, seed=3)
+    with lora_disabled(tilted):
+        m = base_support.measure(tilted, ps, rs, 0.6, 0, 0.9, pad_id(tok))
+    plain = base_support.measure(base[0], ps, rs, 0.6, 0, 0.9, pad_id(tok))
+    assert [x["outside"] for x in m] == [x["outside"] for x in plain]  # LoRA off is the base itself
+    assert any(x["outside"] for x in m)  # a model moved far from the base draws tokens the base's nucleus drops
+
+
+def test_an_evaluation_records_the_support_of_each_correct_response(fitted_dir, smoke_cfg, tmp_path):
+    import countdown
+    from method import evaluate
+
+    cfg = cfg_for(smoke_cfg, **{"eval.base_support": True, "eval.n": 8, "eval.k_max": 8, "eval.n_base": 8})
+    plain = evaluate.evaluate(cfg_for(smoke_cfg, **{"eval.n": 8, "eval.k_max": 8, "eval.n_base": 8}), str(fitted_dir), None,
+                              tmp_path / "p.json", progress=False)
+    doc = evaluate.evaluate(cfg, str(fitted_dir), None, tmp_path / "t.json", progress=False)
+    assert sum(r["correct_loose"] for r in doc["problems"]) > 0  # the fitted base answers some right
+    problems = {p.id: p for p in evaluate.eval_set_settings(cfg, "test")[0]}
+    for row, same in zip(doc["problems"], plain["problems"]):
+        assert row["responses"] == same["responses"]  # the measure draws nothing
+        b = row["base_support"]
+        loose = [j for j, r in enumerate(row["responses"]) if countdown.score(problems[row["id"]], r)["loose"]]
+        assert b["index"] == loose and len(b["strict"]) == len(loose) == row["correct_loose"]
+        assert sum(b["strict"]) == row["correct_strict"]
+        assert not any(b["outside"])  # the base's own correct responses, at its own sampler
