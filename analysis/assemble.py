@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as st
 
-from analysis import calibration, figures, inputs, report, secondary, stats, support, verdict
+from analysis import base_support, calibration, figures, inputs, report, secondary, stats, support, verdict
 from analysis.document import Entry
 from analysis.power import (
     count_coverage,
@@ -441,6 +441,7 @@ def analyze(run: Path, resamples: int | None = None, seed: int | None = None, pa
             "entries": entries, "families": families, "earlier": earlier, "primary": prim,
             "calibration": calibrate(design, base, rl, sets, entries, inf),
             "support": support_tests(design, base, rl, sets, entries, inf, support_w),
+            "base_support": base_support.analyze(design, base, rl, sets, inf),
             "stratum_null": stratum_nulls(design, base, rl, entries, inf, nulls),
             "h3": narrowing(design, curves, inf), "power": power, "sensitivity": sensitivity,
             "strata": secondary.analyze_strata(design, base, rl, studied, inf.n_base, inf.n, inf.k, inf.draws, inf.levels.ci, last),
@@ -478,9 +479,12 @@ def verdicts_json(res: dict) -> dict:
     """What verdicts.json holds: every number and label of the result (the bulky per-k band stays in;
     the raw replicates and the loaded files do not)."""
     d, inf, prim = res["design"], res["inference"], res["primary"]
-    return {
+    bs = res["base_support"]
+    support_first = bool(bs.get("registered")) and bs.get("answer") is not None  # change 57: the registered question
+    label = verdict.registered_label(prim, d.analyze["ceiling_null"]) if prim else None
+    doc = {
         "primary": {"condition": d.primary_condition, "scoring": d.primary_scoring, "step": d.checkpoints[-1],
-                    "label": verdict.registered_label(prim, d.analyze["ceiling_null"]) if prim else None,
+                    "label": f"support {bs['answer']}" if support_first else label,
                     "label_selection_null": prim["label"] if prim else None,
                     "label_base_null": verdict.base_null_label(prim) if prim else None,
                     "reason": prim["reason"] if prim else None, "ceiling_null": d.analyze["ceiling_null"],
@@ -512,6 +516,11 @@ def verdicts_json(res: dict) -> dict:
         "ood": {name: {k: v for k, v in o.items() if not k.startswith("_")} for name, o in res["ood"].items()},
         "tokens": res["tokens"], "strategies": res["strategies"],
     }
+    if not bs.get("skipped"):  # only where measured, so the runs made before change 57 keep their documents
+        doc["base_support"] = bs
+    if support_first:
+        doc["primary"]["question"] = "base_support"
+    return doc
 
 
 def run_analysis(run: Path, resamples: int | None = None, seed: int | None = None, make_figures: bool = True,

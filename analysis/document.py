@@ -55,7 +55,7 @@ class Entry(TypedDict):
     near_level: list[str]  # tests within 2 Monte-Carlo SEs of their level
 
 
-class Primary(TypedDict):
+class _Primary(TypedDict):
     """verdicts.json's `primary`: the registered answer, made once (verdict.registered_label), and
     every other reading of it by name."""
     condition: str
@@ -68,6 +68,12 @@ class Primary(TypedDict):
     ceiling_null: str  # which reading is registered (analyze.ceiling_null)
     answer_base_null: bool | None
     calibrated: bool | None
+
+
+class Primary(_Primary, total=False):
+    # "base_support" where the registered question is support from the base's own probabilities (PLAN.md
+    # change 57): label is then its answer ("support expanded", ...) and label_selection_null the secondary reading
+    question: str
 
 
 # The top-level keys the printer needs; a verdicts.json without them predates it (results/tiny,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from analysis.document import PRINTED, Entry
+from analysis.report_base_support import base_support_section, primary_sentence as support_sentence
 from analysis.report_format import ci3, crossover_words, f3, p4, rate, table, yn
 from analysis.report_secondary import (
     beyond_section,
@@ -134,7 +135,11 @@ def calibration_section(doc: dict) -> list[str]:
 def primary_section(doc: dict) -> list[str]:
     """PLAN.md section 7: the primary entry's tests."""
     e, lv = primary_entry(doc), doc["levels"]
-    L = ["## The primary question", "", primary_sentence(e, doc), ""]
+    L = ["## The primary question", ""]
+    if doc["primary"].get("question") == "base_support":  # PLAN.md change 57: the spread reading follows as a secondary one
+        L += [support_sentence(doc), "", "*The selection-null reading (secondary):* " + primary_sentence(e, doc), ""]
+    else:
+        L += [primary_sentence(e, doc), ""]
     if e is None:
         return L
     k, vs, nl = e["k"], e["vs_null"], e["null"]
@@ -365,7 +370,8 @@ def render(doc: dict) -> str:
         raise OldDocument(f"its layout predates the report's printer (no {', '.join(missing)})")
     ps = doc["primary"]["scoring"]
     other = next(s for s in SCORINGS if s != ps)
-    L = header(doc) + calibration_section(doc) + primary_section(doc) + support_section(doc) + warnings_section(doc)
+    L = header(doc) + calibration_section(doc) + primary_section(doc) + base_support_section(doc) + support_section(doc)
+    L += warnings_section(doc)
     L += entries_section(doc, ps, f"H1 and H2 by condition ({ps} scoring)", other == "loose") + h3_section(doc, ps)
     L += entries_section(doc, other, f"The {other} scoring (it also counts the output format)", other == "strict")
     L += h3_section(doc, other)

@@ -121,3 +121,24 @@ def test_an_evaluation_records_the_support_of_each_correct_response(fitted_dir, 
         assert b["index"] == loose and len(b["strict"]) == len(loose) == row["correct_loose"]
         assert sum(b["strict"]) == row["correct_strict"]
         assert not any(b["outside"])  # the base's own correct responses, at its own sampler
+
+
+def test_the_posthoc_tool_takes_text_only_where_it_fixes_the_ids(base):
+    """bench/support_posthoc.py re-encodes stored text: allowed for the character vocabulary (one
+    segmentation but for the added tokens, named), refused for a BPE vocabulary (Qwen's: a text has many)."""
+    import importlib.util
+    import pathlib
+
+    from bases import qwen_shape
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "bench" / "support_posthoc.py"
+    spec = importlib.util.spec_from_file_location("support_posthoc", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    model, tok = base
+    why, whole = tool.segmentation(tok)
+    assert why is None and "<answer>" in whole
+    ids = tool.drawn_ids(tok, "<answer>12</answer>", 1, 96)
+    assert ids == tok.encode("<answer>12</answer>", add_special_tokens=False) + [1] and len(ids) == 5  # <answer> taken whole
+    assert tool.drawn_ids(tok, "12", 1, 2) == tok.encode("12", add_special_tokens=False)  # cut at max_new_tokens: no stop token
+    assert "decodes to" in tool.segmentation(qwen_shape.load_tokenizer())[0]

@@ -44,6 +44,21 @@ def test_confirm_split_shares_no_problem_with_tiny_v4(v5):
     assert {countdown.stratum(p) for p in fresh} == {"borrows-0", "borrows-1", "borrows-2"}
 
 
+def test_confirm2_split_is_fresh_against_every_earlier_split(v5):
+    """tiny_v6's test problems (PLAN.md change 57): drawn after tiny_v5's confirm split, they share no
+    problem with it nor with the test, train, pretrain and dev splits, and tiny_v5's set is unchanged."""
+    v6 = config.load(str(ROOT / "configs/tiny_v6.yaml"))
+    t = v6.task
+    earlier = countdown.draw_splits(t.name, t.seed, {"test": t.n_test, "train": t.n_train, "pretrain": study.pretrain_count(v6),
+                                                      "dev": v6.train.dev_problems, "confirm": t.n_test})
+    fresh = study.test_problems(v6)
+    assert len(fresh) == t.n_test == len({p.question for p in fresh})
+    for split, problems in earlier.items():
+        assert not {p.question for p in fresh} & {p.question for p in problems}, split
+    assert [p.question for p in earlier["confirm"]] == [p.question for p in study.test_problems(v5)]
+    assert not set(config.seeds_of(v6, "many")) & set(config.seeds_of(v5, "many"))  # new training seeds
+
+
 def test_test_split_is_validated(v5):
     with pytest.raises(config.ConfigError, match="task.test_split"):
         config.load(str(ROOT / "configs/tiny_v5.yaml"), ["task.test_split=fresh"])

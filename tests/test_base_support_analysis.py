@@ -1,0 +1,119 @@
+"""The analysis of support from the base's own probabilities (analysis/base_support.py, PLAN.md change
+57) on worlds whose truth is built in: a taught unreachable subset beside reachable problems in Z reads
+expanded; a selection of the base (nothing outside, some within rounding of the edge) reads kept; one
+seed's stray answers do not read expanded; a failed gate answers nothing; the report prints it."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import countdown
+from analysis import base_support, report_base_support, verdict
+from orchestration import config
+
+N_BASE, N = 64, 16
+PROBLEMS = countdown.draw_splits("arith-2x1", 0, {"test": 60})["test"]
+
+
+def doc(correct, excess, n, logp=-3.0, sampling=None):
+    """An eval file: per problem `correct` loose-correct responses (the first ones), each with `excess`
+    (a number, or a list per response), all strict; sampling at the evaluation sampler unless given."""
+    rows = []
+    for p, c, ex in zip(PROBLEMS, correct, excess):
+        ex = list(ex) if isinstance(ex, (list, tuple)) else [ex] * int(c)
+        rows.append({"id": p.id, "question": p.question, "answer": p.answer, "n": n, "correct_strict": int(c),
+                     "correct_loose": int(c), "base_support": {"index": list(range(int(c))), "strict": [True] * int(c),
+                                                               "outside": [e is not None and e >= 0 for e in ex],
+                                                               "excess": ex, "logp_t1": [logp] * int(c)}})
+    return {"task": "arith-2x1", "sampling": sampling or {"n": n, "temperature": 0.6, "top_p": 0.95, "top_k": 0},
+            "problems": rows}
+
+
+def world(trained_outside, base_excess=-0.3, seeds=6, z=20, trained_correct=8):
+    """The base solves problems z.. (Z: the first z); each seed's model answers trained_correct of N right on
+    every problem, its correct responses at excess trained_outside(seed, problem) (a number)."""
+    base_correct = [0] * z + [10] * (len(PROBLEMS) - z)
+    base = doc(base_correct, [base_excess] * len(PROBLEMS), N_BASE)
+    rl = {("many", s, 100): doc([trained_correct] * len(PROBLEMS), [trained_outside(s, i) for i in range(len(PROBLEMS))], N)
+          for s in range(seeds)}
+    return base, rl
+
+
+def design(seeds=6, matched=None):
+    cfg = config.load(None, ["eval.base_support=true", "eval_sets={}", "analyze.support=null", "analyze.calibration=null",
+                                  "analyze.base_support={primary: true}"])
+    return SimpleNamespace(cfg=cfg, primary_scoring="loose", checkpoints=[100], conditions=["many"], primary_condition="many",
+                           seeds_of=lambda c: list(range(seeds)))
+
+
+def inference(resamples=2000):
+    return SimpleNamespace(levels=verdict.Levels(0.95, 0.10, 0.05, 1 / 3), draws=verdict.Draws(len(PROBLEMS), resamples, 0))
+
+
+def test_a_taught_unreachable_subset_beside_reachable_z_reads_expanded():
+    unreachable = set(range(8))  # 8 of Z's 20 problems: correct answers only beyond the base's nucleus
+    base, rl = world(lambda s, i: 0.2 if i in unreachable else -0.3)
+    out = base_support.analyze(design(), base, rl, {}, inference())
+    c = out["conditions"]["many"]
+    assert out["gate"]["passed"] and c["test"]["answer"] == "expanded" and out["answer"] == "expanded"
+    assert c["z"]["share"] == pytest.approx(8 / 20) and c["off_z"]["share"] == 0
+    assert c["all"]["only_outside"] == pytest.approx(8 / 60)  # the problems whose correct answers lie only outside
+    lo, hi = c["z"]["share_ci"]
+    assert lo < 8 / 20 < hi
+
+
+def test_a_selection_of_the_base_reads_kept_and_rounding_is_not_outside():
+    base, rl = world(lambda s, i: -5e-5 if i % 7 == 0 else -0.3)  # some tokens within rounding of the nucleus' edge
+    for s in rl:  # a few exactly at the edge: dropped by the exact rule, not beyond the tolerance
+        rl[s]["problems"][3]["base_support"]["excess"][0] = 0.0
+        rl[s]["problems"][3]["base_support"]["outside"][0] = True
+    out = base_support.analyze(design(), base, rl, {}, inference())
+    c = out["conditions"]["many"]
+    assert c["test"]["answer"] == "kept" and c["all"]["outside"] == 0 and c["all"]["exact"] == 6
+
+
+def test_one_seeds_stray_answers_do_not_read_expanded():
+    base, rl = world(lambda s, i: 0.2 if (s, i) == (2, 5) else -0.3)
+    c = base_support.analyze(design(), base, rl, {}, inference())["conditions"]["many"]
+    assert c["all"]["outside"] == 8 and c["test"]["answer"] != "expanded"
+    assert c["test"]["above"]["p"] > 0.025
+
+
+def test_a_failed_gate_answers_nothing():
+    base, rl = world(lambda s, i: 0.2 if i < 8 else -0.3, base_excess=0.01)  # the base's own answers read outside
+    out = base_support.analyze(design(), base, rl, {}, inference())
+    assert not out["gate"]["passed"]
+    assert out["conditions"]["many"]["test"]["answer"] == "not shown" and out["conditions"]["many"]["test"]["gate_failed"]
+
+
+def test_the_deciding_interval_is_the_part_with_the_larger_p():
+    rng = np.random.default_rng(0)
+    r = rng.binomial(N, 0.05, size=(6, 60)) / N
+    t = base_support.decide(r, verdict.Draws(60, 2000, 0), 0.025, 0.005, 0.95)
+    part = t["above"]["decided_by"]
+    assert t["interval_by"] == part and t["interval"] == t["intervals"][part]
+    assert t["above"]["p"] == max(t["above"]["p_boot"], t["above"]["p_t"])
+    assert t["intervals"]["t"][0] < r.mean() < t["intervals"]["t"][1]
+
+
+def test_the_training_sampler_reads_log_probabilities_and_the_tilt_curve():
+    base, rl = world(lambda s, i: 0.2 if i < 8 else -0.3)
+    t1 = {"n": 32, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
+    pool = doc([1] * 20 + [10] * 40, [None] * 60, 32, logp=-2.0, sampling=t1)
+    matched = {k: doc([20] * 60, [None] * 60, 32, logp=-9.0, sampling=t1) for k in rl}
+    d = design()
+    d.cfg.eval_sets = {"pool-train": config.EvalSetCfg(models="base"), "matched": config.EvalSetCfg(models="final")}
+    d.cfg.analyze.base_support.matched = "matched"
+    out = base_support.analyze(d, base, rl, {"pool-train": (pool, {}, ""), "matched": (None, matched, "")}, inference(500))
+    tr = out["train"]
+    assert tr["base"]["all"]["quantiles"]["0.5"] == -2.0 and tr["conditions"]["many"]["all"]["quantiles"]["0.5"] == -9.0
+    assert tr["conditions"]["many"]["all"]["beyond"]["1024"] == 1.0  # e^9 > 1,024 draws for each exact response
+    curve = tr["conditions"]["many"]["tilt_curve"]
+    assert [r["w_star"] for r in curve["rows"]] == d.cfg.analyze.base_support.w_grid
+    assert curve["rows"][0]["answer"] == "expanded" and curve["rows"][-1]["answer"] != "expanded"  # the answer depends on w*
+    assert curve["flips"] and curve["flips"][0]["from"] == "expanded"
+    doc_ = {"primary": {"condition": "many", "scoring": "loose", "step": 100, "label": "support " + out["answer"],
+                        "label_selection_null": "selection"}, "base_support": out}
+    text = "\n".join(report_base_support.base_support_section(doc_))
+    assert "The gate** (passed)" in text and "its flips over w*" in text
+    assert "**Support expanded**" in report_base_support.primary_sentence(doc_)
