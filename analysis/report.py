@@ -188,7 +188,7 @@ def support_section(doc: dict) -> list[str]:
             ch = c["changes"]
             rows.append([cond + (" (primary)" if c["primary"] else ""), c["axes"]["sharpening"], sampler,
                          f"{t['base_successes']} / {t['base_draws']} (≤ {t['base_upper']:.5f})",
-                         f"{t['rl_rate']:.3f} ({t['rl_ci_level']:.1%} {ci3(t['rl_ci'])}) vs ≤ {t['bound']:.4f}: "
+                         f"{t['rl_rate']:.3f} ({t['rl_ci_level']:.1%} {ci3(deciding_interval(t))}) vs ≤ {t['bound']:.4f}: "
                          f"p above {p4(t['above']['p'])}",
                          f"**{t['answer']}**", f"{ch['retained']:.1f} / {ch['lost']:.1f} / {ch['gained']:.1f}"])
     n_z = next(iter(next(iter(sp["conditions"].values()))["tests"].values()))["n_z"] if sp["conditions"] else 0
@@ -200,12 +200,19 @@ def support_section(doc: dict) -> list[str]:
           "confirm nothing. ") + f"Z: the test problems the base never solves in its {sz['n_base']} test samples; the base's rate on Z "
           f"from fresh draws ({samplers}), its exact one-sided upper bound at {a1 / 2:g}; a selection of tilt ≤ w* = "
           f"{sp['w_star']:.3g} reaches at most f_w*(bound) there. *expanded*: the trained rate on Z above it; *kept*: below it; "
-          f"*not shown*: neither (each at {a1 / 2:g}, the larger of bootstrap and t p). Sharpening: *sharpened* where pass@1 "
+          f"*not shown*: neither (each at {a1 / 2:g}, the larger of bootstrap and t p; the interval is that of the part that decided). "
+          f"Sharpening: *sharpened* where pass@1 "
           f"rises and pass@{sz['k_max']} is narrower than uniform reweighting (below the selection null). A ceiling narrower than "
           f"reweighting is not read as 'no new solutions': that is the support column's question. Retained / lost / gained: of the "
           f"problems the base solves in {sz['n_base']} samples, those the model still solves or never does in {sz['n']}, and of Z "
           f"those it solves (mean over seeds; they depend on the two sample sizes).", ""]
     return L + stratum_null_lines(doc)
+
+
+def deciding_interval(t: dict) -> list[float]:
+    """The support test's interval from the part whose p decided (the larger p: bootstrap or t); a
+    verdicts.json written before both were kept holds the bootstrap's alone."""
+    return t["rl_ci_t"] if t.get("decided_by") == "t" else t["rl_ci"]
 
 
 def stratum_null_lines(doc: dict) -> list[str]:

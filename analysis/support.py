@@ -26,7 +26,7 @@ import numpy as np
 from scipy import stats as st
 from scipy.special import logit
 
-from analysis import stats, verdict
+from analysis import power, stats, verdict
 from analysis.reweight import reweighted
 
 
@@ -60,8 +60,11 @@ def support_test(base_counts, pool_counts, n_pool: int, rl_counts, n: int, w_sta
     above, below = verdict.one_sided(reps - bound, r - bound, "above"), verdict.one_sided(reps - bound, r - bound, "below")
     own = verdict.one_sided(reps - u, r - u, "above")  # the model-free reading: above the base's own bound (w = 1)
     answer = "expanded" if above["p"] < alpha / 2 else "kept" if below["p"] < alpha / 2 else "not shown"
+    deciding = below if answer == "kept" else above  # its p is the larger of the two parts': that part decided
+    t = power.t_result(verdict.variance_components(r), 1 - alpha)
     return {**out, "skipped": None, "base_successes": x, "base_draws": m, "base_rate": x / m, "base_upper": u, "bound": bound,
             "rl_rate": float(r.mean()), "rl_ci": list(stats.percentile_interval(reps, 1 - alpha)), "rl_ci_level": 1 - alpha,
+            "rl_ci_t": [float(v) for v in t["ci"]], "decided_by": "t" if deciding["p_t"] >= deciding["p_boot"] else "bootstrap",
             "rl_rate_per_seed": r.mean(axis=1).tolist(), "above": above, "below": below, "above_base_upper": own, "answer": answer}
 
 

@@ -117,3 +117,18 @@ def test_the_training_sampler_reads_log_probabilities_and_the_tilt_curve():
     text = "\n".join(report_base_support.base_support_section(doc_))
     assert "The gate** (passed)" in text and "its flips over w*" in text
     assert "**Support expanded**" in report_base_support.primary_sentence(doc_)
+
+
+def test_change_42s_test_prints_the_interval_of_the_part_that_decided():
+    from analysis import report, support
+
+    rng = np.random.default_rng(1)
+    base = np.r_[np.zeros(20, int), rng.integers(1, 30, 40)]
+    rl = rng.binomial(32, np.r_[rng.uniform(0.2, 0.8, 20), rng.uniform(0.3, 0.9, 40)], size=(6, 60))
+    rl[0, :20] = 0  # one collapsed seed on Z: the seed term makes the t part the larger p
+    t = support.support_test(base, np.zeros(60, int), 192, rl, 32, 5.0, 0.025, 2000, 0, "test", "pool")
+    part = t["above"] if t["answer"] != "kept" else t["below"]
+    assert t["decided_by"] == ("t" if part["p_t"] >= part["p_boot"] else "bootstrap")
+    assert report.deciding_interval(t) == (t["rl_ci_t"] if t["decided_by"] == "t" else t["rl_ci"])
+    assert t["rl_ci_t"][0] < t["rl_rate"] < t["rl_ci_t"][1] and t["rl_ci_t"] != t["rl_ci"]
+    assert report.deciding_interval({"rl_ci": [0.1, 0.2]}) == [0.1, 0.2]  # a document from before keeps its bootstrap interval
