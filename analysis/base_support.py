@@ -7,11 +7,15 @@ is outside when excess >= tolerance (beyond the rounding between a full forward 
 
     r[s, i] = (seed s's responses to problem i that are correct and outside) / n          (S, N)
 
-A selection of the base, however strong its tilt, reweights what the base's sampler can draw, so at
-that sampler it puts nothing outside: r = 0. The registered test (change 57 (c)) of mean r > 0 and of
-mean r < kept_margin is verdict.one_sided (the crossed bootstrap and the random-effects t test, the
-larger p): expanded / kept / not shown. At an untruncated sampler nothing is outside; there only the
-base log-probabilities of the responses speak (descriptive). numpy and scipy only.
+Reweighting what the base's sampler draws, however strongly, puts nothing outside it: r = 0. What
+r > 0 says is that the model answers where that sampler never can, nothing about how: a strong enough
+selection of the untempered base (the policy RL trains at T 1) moves tokens into the nucleus at a lower
+temperature, and reads outside here too (bench/support_calibration.py). So the answer is about support
+at the named sampler; the log-probabilities at the training sampler say how far the base was. The
+registered test (change 57 (c)) of mean r > 0 and of mean r < kept_margin is verdict.one_sided (the
+crossed bootstrap and the random-effects t test, the larger p): expanded / kept / not shown. At an
+untruncated sampler nothing is outside; there only the base log-probabilities of the responses speak
+(descriptive). numpy and scipy only.
 """
 from __future__ import annotations
 

@@ -58,7 +58,10 @@ def base_support_section(doc: dict) -> list[str]:
                 "share of correct outside: all", f"on Z ({bs['n_z']})", "off Z", "problems solved only outside"], rows)
     L += ["", f"At the evaluation sampler ({sampler_words(bs['sampling'])}); a response is outside when one of its tokens lies beyond "
           f"the base's nucleus by at least {bs['tolerance']:g} of probability mass (teacher-forced from the drawn token ids, LoRA "
-          f"off); the exact rule's counts are in verdicts.json. A selection of the base puts nothing outside, whatever its tilt. "
+          f"off); the exact rule's counts are in verdicts.json. Reweighting what the base's sampler draws puts nothing outside "
+          f"it; a strong "
+          f"selection of the base at T 1, sampled here, can (its nucleus moves): *expanded* says the model answers where the "
+          f"base's sampler never can, not how it came to. "
           f"Shares of correct responses: a ratio of crossed means with its 95% percentile interval.", ""]
     L += strata_lines(bs) + seed_lines(bs) + training_sampler_lines(bs.get("train") or {})
     return L
