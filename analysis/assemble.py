@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as st
 
-from analysis import base_support, calibration, figures, inputs, report, secondary, stats, support, verdict
+from analysis import base_support, calibration, collapse, figures, inputs, report, secondary, stats, support, verdict
 from analysis.document import Entry
 from analysis.power import (
     count_coverage,
@@ -441,7 +441,7 @@ def analyze(run: Path, resamples: int | None = None, seed: int | None = None, pa
             "entries": entries, "families": families, "earlier": earlier, "primary": prim,
             "calibration": calibrate(design, base, rl, sets, entries, inf),
             "support": support_tests(design, base, rl, sets, entries, inf, support_w),
-            "base_support": base_support.analyze(design, base, rl, sets, inf),
+            "base_support": base_support.analyze(design, base, rl, sets, inf), "collapse": collapse.analyze(run, design),
             "stratum_null": stratum_nulls(design, base, rl, entries, inf, nulls),
             "h3": narrowing(design, curves, inf), "power": power, "sensitivity": sensitivity,
             "strata": secondary.analyze_strata(design, base, rl, studied, inf.n_base, inf.n, inf.k, inf.draws, inf.levels.ci, last),
@@ -516,8 +516,9 @@ def verdicts_json(res: dict) -> dict:
         "ood": {name: {k: v for k, v in o.items() if not k.startswith("_")} for name, o in res["ood"].items()},
         "tokens": res["tokens"], "strategies": res["strategies"],
     }
-    if not bs.get("skipped"):  # only where measured, so the runs made before change 57 keep their documents
-        doc["base_support"] = bs
+    for key in ("base_support", "collapse"):  # only where registered, so the runs made before keep their documents
+        if not res[key].get("skipped"):
+            doc[key] = res[key]
     if support_first:
         doc["primary"]["question"] = "base_support"
     return doc

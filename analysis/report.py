@@ -378,7 +378,7 @@ def render(doc: dict) -> str:
     ps = doc["primary"]["scoring"]
     other = next(s for s in SCORINGS if s != ps)
     L = header(doc) + calibration_section(doc) + primary_section(doc) + base_support_section(doc) + support_section(doc)
-    L += warnings_section(doc)
+    L += collapse_section(doc) + warnings_section(doc)
     L += entries_section(doc, ps, f"H1 and H2 by condition ({ps} scoring)", other == "loose") + h3_section(doc, ps)
     L += entries_section(doc, other, f"The {other} scoring (it also counts the output format)", other == "strict")
     L += h3_section(doc, other)

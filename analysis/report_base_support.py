@@ -101,3 +101,16 @@ def training_sampler_lines(tr: dict) -> list[str]:
             + ["", "> k draws: the share of responses whose exact token sequence the base draws with probability below 1/k. The tilt "
                "test compares the trained models' draws at T 1 with the base's fresh draws at T 1 (both untruncated); no w* "
                "decides: its answer is given at every w* of the grid where it changes.", ""])
+
+
+def collapse_section(doc: dict) -> list[str]:
+    """PLAN.md change 59: which seeds collapsed, by their training logs, and the rate with its exact interval."""
+    co = doc.get("collapse")
+    if not co:
+        return []
+    rows = [[cond, ", ".join(f"s{s}" for s, r in c["per_seed"].items() if r["collapsed"]) or "none",
+             f"{c['collapsed']} / {c['seeds']}", "—" if c["rate"] is None else f"{c['rate']:.2f} [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}]"]
+            for cond, c in co["conditions"].items()]
+    return (["## Collapsed seeds (training logs only)", ""] + table(["condition", "collapsed", "seeds", "rate [95% exact]"], rows)
+            + ["", f"A run is collapsed when no learning signal (every group one reward) came on at least {co['share']:.0%} of its steps "
+               f"after {co['late_from']:g} of its last. Every seed still counts in the primary analysis (intention to treat).", ""])

@@ -357,6 +357,14 @@ class BaseSupportCfg:
 
 
 @dataclass
+class CollapseCfg:
+    """A collapsed training run, on its log alone (PLAN.md change 59): no signal on >= share of the steps
+    after late_from x its last step. Reported with the rate over seeds; every seed still counts."""
+    late_from: float = 0.5
+    share: float = 0.9
+
+
+@dataclass
 class AnalyzeCfg:
     resamples: int = 10000  # Holm over every family's tests needs p-values far below 1 / 2001
     ci: float = 0.95
@@ -381,6 +389,7 @@ class AnalyzeCfg:
     calibration: CalibrationCfg | None = field(default_factory=CalibrationCfg)  # None: no calibration arms
     support: SupportCfg | None = field(default_factory=lambda: SupportCfg(pools={"eval": "pool", "train": "pool-train"}))  # None: none
     base_support: BaseSupportCfg | None = None  # None: not measured (change 57)
+    collapse: CollapseCfg | None = None  # None: not reported (change 59)
 
 
 @dataclass

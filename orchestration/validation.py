@@ -241,6 +241,9 @@ def _check_analyze(cfg: Config) -> None:
         _need(bs.matched is None or (es is not None and es.models == "final" and es.seeds == "own" and es.task in (None, cfg.task.name)
                                      and es.n_problems == cfg.task.n_test), "analyze.base_support.matched",
               "must be null or name an eval set of the trained task with models: final, seeds: own and n_problems = task.n_test")
+    col = cfg.analyze.collapse
+    _need(col is None or (0 <= col.late_from < 1 and 0 < col.share <= 1), "analyze.collapse",
+          "late_from in [0, 1) and share in (0, 1]")
     cal = cfg.analyze.calibration
     if cal is not None:
         _need(cal.pool_set in cfg.eval_sets and cfg.eval_sets[cal.pool_set].models == "base"
