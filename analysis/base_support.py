@@ -109,6 +109,11 @@ def tilt_curve(base_counts, pool_counts, n_pool: int, rl_counts, n: int, grid, a
     return {"rows": rows, "flips": flips, "rl_rate": t.get("rl_rate"), "n_z": t["n_z"]}
 
 
+def measured(doc: dict) -> bool:
+    """Whether an evaluation file holds the measure (made under eval.base_support)."""
+    return all("base_support" in p for p in doc["problems"])
+
+
 def _counts(doc: dict, sc: str) -> np.ndarray:
     return np.array([p[f"correct_{sc}"] for p in doc["problems"]])
 
@@ -129,12 +134,10 @@ def analyze(design, base: dict, rl: dict, sets: dict, inf) -> dict:
         return {"skipped": "not registered (analyze.base_support)"}
     sc, last, level, alpha = design.primary_scoring, design.checkpoints[-1], inf.levels.ci, inf.levels.one_sided
     tol = spec.tolerance
-    try:
-        base_c = outside_counts(base, sc, tol)
-        gate_docs = {"test": base} | {f"evalsets/{k}": v[0] for k, v in sets.items() if v[0] is not None}
-        gate = {name: outside_counts(d, sc, tol) for name, d in gate_docs.items()}
-    except KeyError:
+    if not measured(base):
         return {"skipped": "the evaluation files hold no base_support record (eval.base_support was off)"}
+    gate_docs = {"test": base} | {f"evalsets/{k}": v[0] for k, v in sets.items() if v[0] is not None and measured(v[0])}
+    gate = {name: outside_counts(d, sc, tol) for name, d in gate_docs.items()}
     gate_rows = {k: {"correct": int(g["correct"].sum()), "outside": int(g["outside"].sum()), "exact": int(g["exact"].sum()),
                      "truncated": g["truncated"]} for k, g in gate.items()}
     passed = all(g["outside"] == 0 for g in gate_rows.values())
@@ -148,6 +151,9 @@ def analyze(design, base: dict, rl: dict, sets: dict, inf) -> dict:
         if not seeds:
             continue
         docs = [rl[(cond, s, last)] for s in seeds]
+        if not all(measured(d) for d in docs):
+            out["conditions"][cond] = {"primary": cond == design.primary_condition, "skipped": "its files hold no base_support record"}
+            continue
         per = [outside_counts(d, sc, tol) for d in docs]
         c = {k: np.stack([p[k] for p in per]) for k in ("correct", "outside", "exact")}  # (S, N)
         n = docs[0]["sampling"]["n"]
@@ -164,7 +170,7 @@ def analyze(design, base: dict, rl: dict, sets: dict, inf) -> dict:
         }
     out["train"] = training_sampler(design, base, rl, sets, spec, sc, last, z, inf)
     prim = out["conditions"].get(design.primary_condition)
-    out["answer"] = prim["test"]["answer"] if prim else None
+    out["answer"] = prim["test"]["answer"] if prim and not prim.get("skipped") else None
     return out
 
 
@@ -183,7 +189,7 @@ def training_sampler(design, base: dict, rl: dict, sets: dict, spec, sc: str, la
     cb, pc = _counts(base, sc), _counts(pool, sc)
     for cond in design.conditions:
         docs = [matched[(cond, s, last)] for s in design.seeds_of(cond) if (cond, s, last) in matched]
-        if not docs:
+        if not docs or not all(measured(d) for d in docs):
             continue
         lp_all = np.concatenate([log_probs(d, sc) for d in docs])
         lp_z = np.concatenate([log_probs(d, sc, z) for d in docs])

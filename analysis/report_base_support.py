@@ -50,6 +50,9 @@ def base_support_section(doc: dict) -> list[str]:
     L += [f"**The gate** ({'passed' if g['passed'] else 'FAILED'}): the base's own correct responses outside its kept set: {gate}.", ""]
     rows = []
     for cond, c in bs["conditions"].items():
+        if c.get("skipped"):
+            rows.append([cond, "", c["skipped"], "", "", "", "", "", "", ""])
+            continue
         t = c["test"]
         rows.append([cond + (" (primary)" if c["primary"] else ""), str(len(c["seeds"])), f"{t['rate']:.4f} {interval(t['interval'])}",
                      p4(t["above"]["p"]), p4(t["below"]["p"]), f"**{t['answer']}**", share_cell(c["all"]), share_cell(c["z"]),
@@ -68,13 +71,14 @@ def base_support_section(doc: dict) -> list[str]:
 
 
 def strata_lines(bs: dict) -> list[str]:
-    rows = [[cond, s, share_cell(x)] for cond, c in bs["conditions"].items() for s, x in c["strata"].items()]
+    rows = [[cond, s, share_cell(x)] for cond, c in bs["conditions"].items() for s, x in c.get("strata", {}).items()]
     return (["Per stratum (share of correct responses outside):", ""] + table(["condition", "stratum", "outside / correct"], rows)
             + [""]) if rows else []
 
 
 def seed_lines(bs: dict) -> list[str]:
-    rows = [[cond, str(s), share_cell(x)] for cond, c in bs["conditions"].items() for s, x in zip(c["seeds"], c["per_seed"])]
+    rows = [[cond, str(s), share_cell(x)] for cond, c in bs["conditions"].items() if not c.get("skipped")
+            for s, x in zip(c["seeds"], c["per_seed"])]
     return ["Per seed:", ""] + table(["condition", "seed", "outside / correct"], rows) + [""]
 
 

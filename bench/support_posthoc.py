@@ -92,6 +92,8 @@ def main(argv=None) -> int:
     p.add_argument("--run", required=True)
     p.add_argument("--base", required=True, help="the run's base model folder, with its weights")
     p.add_argument("--out", required=True, help="a new (or empty) folder")
+    p.add_argument("--conditions", nargs="*", default=None,
+                   help="measure only these conditions' files (and every base file); the others read 'not measured'")
     a = p.parse_args(argv)
     run, out, base = Path(a.run), Path(a.out), Path(a.base)
     if out.exists() and any(out.iterdir()):
@@ -116,6 +118,8 @@ def main(argv=None) -> int:
         return 2
     analyze_b.copy_inputs(run, out)
     for f in sorted(out.glob("eval_*.json")) + sorted(out.glob("evalsets/*/eval_*.json")):
+        if a.conditions is not None and f.name != "eval_base.json" and not any(f.name.startswith(f"eval_{c}_s") for c in a.conditions):
+            continue
         print(f"{f.relative_to(out)}: {measure_file(f, model, tok, cfg, whole)} correct responses measured", flush=True)
     rec = config.to_dict(cfg)
     rec["eval"]["base_support"], rec["analyze"]["base_support"] = True, dict(POSTHOC_ANALYSIS)

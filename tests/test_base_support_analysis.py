@@ -132,3 +132,24 @@ def test_change_42s_test_prints_the_interval_of_the_part_that_decided():
     assert report.deciding_interval(t) == (t["rl_ci_t"] if t["decided_by"] == "t" else t["rl_ci"])
     assert t["rl_ci_t"][0] < t["rl_rate"] < t["rl_ci_t"][1] and t["rl_ci_t"] != t["rl_ci"]
     assert report.deciding_interval({"rl_ci": [0.1, 0.2]}) == [0.1, 0.2]  # a document from before keeps its bootstrap interval
+
+
+def test_a_condition_without_the_measure_is_skipped_not_fatal():
+    base, rl = world(lambda s, i: 0.2 if i < 8 else -0.3)
+    for k in rl:
+        rl[k] = json_copy(rl[k])
+    d = design()
+    d.conditions = ["many", "other"]
+    d.seeds_of = lambda c: list(range(6))
+    unmeasured = {("other", s, 100): {**v, "problems": [{kk: vv for kk, vv in p.items() if kk != "base_support"}
+                                                        for p in v["problems"]]} for (_, s, _), v in rl.items()}
+    out = base_support.analyze(d, base, rl | unmeasured, {}, inference(500))
+    assert out["conditions"]["other"]["skipped"] and out["answer"] == "expanded"
+    text = "\n".join(report_base_support.base_support_section({"base_support": out}))
+    assert "its files hold no base_support record" in text
+
+
+def json_copy(x):
+    import json
+
+    return json.loads(json.dumps(x))
