@@ -15,6 +15,7 @@ import weakref
 
 import torch
 
+from method.cut_tail import cut_draw
 from method.decoding import NAN_MESSAGE, NONE, Samples, collect, filter_logits, keyed_draw, kv_cache, left_pad, stream_uniforms
 from method.model import last_positions
 from orchestration import config, memory
@@ -72,7 +73,7 @@ def static_kv_class():
 
 def fused_draw(logits: torch.Tensor, temperature: float, gen: torch.Generator | None, entropy: bool,
                chunk: int | None = None, top_k: int = 0, top_p: float = 1.0,
-               u: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+               u: torch.Tensor | None = None, tail: str = "sort") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The sampling tail in one pass over the vocabulary, a chunk at a time. logits: (b, V) in the
     model's dtype. Returns the draw (b,), its log-probability under the untempered, unfiltered policy
     (b,), and (entropy=True) that policy's entropy (b,), as sample_eager reports them.
@@ -87,22 +88,27 @@ def fused_draw(logits: torch.Tensor, temperature: float, gen: torch.Generator | 
     shapes are static). Greedy (T = 0, gen None): argmax_v x_v, unfiltered, as sample_eager.
     u (b,): each row's uniform for this token (one stream per sample): the draw is then
     decoding.keyed_draw over the whole row's probabilities, the very draw sample_eager makes, and
-    `gen` is not read.
+    `gen` is not read. tail cut (with a filter on): the draw is method/cut_tail.py's (its fallback
+    reads the host once), the draws sample_eager makes under tail cut.
     The log-probability and entropy come from an online log-sum-exp: m = max x, s = sum exp(x - m),
     ent_u = sum exp(x - m) x; log Z = m + log s, H = log Z - ent_u / s."""
     chunk = chunk or TAIL_CHUNK
     b, V = logits.shape
     dev = logits.device
     filtered = None
-    if temperature > 0 and (top_k > 0 or top_p < 1.0):
+    cut = temperature > 0 and tail == "cut" and (top_k > 0 or top_p < 1.0)
+    if cut:
+        tok = cut_draw(logits.float() / temperature, top_k, top_p, u=u, gen=gen)[0]  # (b,)
+    elif temperature > 0 and (top_k > 0 or top_p < 1.0):
         filtered = filter_logits(logits.float() / temperature, top_k, top_p)  # (b, V) fp32, -inf outside the kept set
-    keyed = temperature > 0 and u is not None
+    keyed = temperature > 0 and u is not None and not cut
     if keyed:
         tok = keyed_draw((filtered if filtered is not None else logits.float() / temperature).softmax(-1), u)  # (b,)
     m = torch.full((b,), float("-inf"), device=dev)
     s = torch.zeros(b, device=dev)
     ent_u = torch.zeros(b, device=dev)
-    if not keyed:
+    drawn = keyed or cut
+    if not drawn:
         best, tok = torch.full((b,), float("-inf"), device=dev), torch.zeros(b, dtype=torch.long, device=dev)
         picked = torch.zeros(b, device=dev)  # the drawn token's logit
     for c in range(0, V, chunk):
@@ -114,7 +120,7 @@ def fused_draw(logits: torch.Tensor, temperature: float, gen: torch.Generator | 
         if entropy:
             ent_u = ent_u * scale + (e * x).sum(-1)
         m = m_new
-        if keyed:
+        if drawn:
             continue
         if temperature > 0:
             q = torch.empty_like(x).exponential_(1, generator=gen)  # (b, chunk) this chunk's draws
@@ -126,7 +132,7 @@ def fused_draw(logits: torch.Tensor, temperature: float, gen: torch.Generator | 
         better = cbest > best  # the first maximum wins, as argmax's does
         best, tok = torch.where(better, cbest, best), torch.where(better, carg + c, tok)
         picked = torch.where(better, x.gather(-1, carg[:, None]).squeeze(-1), picked)
-    if keyed:
+    if drawn:
         picked = logits.gather(-1, tok[:, None]).squeeze(-1).float()
     lse = m + s.log()
     return tok, picked - lse, (lse - ent_u / s) if entropy else None
@@ -253,7 +259,7 @@ class Decoder:
         st["stops"] = self.stops[key]
 
     def step(self, rows: int, s: config.SamplingCfg, entropy: bool, graphs, keyed: bool = False) -> "StaticStep":
-        key = (rows, s.temperature, s.top_k, s.top_p, entropy, id(self.st["stops"]), id(graphs), keyed)
+        key = (rows, s.temperature, s.top_k, s.top_p, s.tail, entropy, id(self.st["stops"]), id(graphs), keyed)
         if key not in self.steps:
             self.steps[key] = StaticStep(self, rows, s, entropy, graphs, keyed)
         return self.steps[key]
@@ -312,6 +318,8 @@ class StaticStep:
     def __init__(self, dec: Decoder, rows: int, s: config.SamplingCfg, entropy: bool, graphs, keyed: bool = False):
         self.dec, self.rows, self.s, self.entropy, self.graphs = dec, rows, s, entropy, graphs
         self.keyed = keyed and s.temperature > 0  # draw from each sample's uniforms (st["u"]), not the generator
+        # tail cut's fallback is a host branch, which a graph cannot hold: its steps run eagerly
+        self.host_branch = s.temperature > 0 and s.tail == "cut" and (s.top_k > 0 or s.top_p < 1.0)
         self.replay, self.checked = None, False
 
     def generator(self) -> torch.Generator | None:
@@ -324,12 +332,13 @@ class StaticStep:
         logits = model(input_ids=st["tok"][:r, None], attention_mask=st["mask"][:r], position_ids=st["pos"][:r],
                                 cache=st["cache"], use_cache=True).logits[:, -1]  # (r, V)
         u = st["u"][st["alive"][:r], st["t"].expand(r)] if self.keyed else None  # (r,) this token's uniform per row
-        record(st, r, *fused_draw(logits, s.temperature, self.generator(), self.entropy, top_k=s.top_k, top_p=s.top_p, u=u))
+        record(st, r, *fused_draw(logits, s.temperature, self.generator(), self.entropy, top_k=s.top_k, top_p=s.top_p, u=u,
+                                  tail=s.tail))
         st["pos"][:r] += 1
         st["slot"] += 1
 
     def __call__(self, model) -> None:
-        if self.graphs is None or StaticStep.graphs_off is not None:
+        if self.graphs is None or StaticStep.graphs_off is not None or self.host_branch:
             return self.eager(model)
         if self.replay is None:
             self.eager(model)  # this token, and the capture's warm-up
@@ -420,7 +429,7 @@ def sample_static(model, prompts: list[list[int]], n: int, s: config.SamplingCfg
     st = dec.st
     keyed = isinstance(seed, list) and s.temperature > 0
     record(st, B, *fused_draw(logits.repeat_interleave(n, 0), s.temperature, st["gen"] if s.temperature > 0 and not keyed else None,
-                              entropy, top_k=s.top_k, top_p=s.top_p, u=st["u"][:B, 0] if keyed else None))
+                              entropy, top_k=s.top_k, top_p=s.top_p, u=st["u"][:B, 0] if keyed else None, tail=s.tail))
     rows = B
     for t in range(1, T):
         if t % CHECK_EVERY == 0:

@@ -144,6 +144,11 @@ class SamplingCfg:
     # eager for a SamplingCfg made in code (the selection, the token stage's greedy decode); the train and
     # eval sections' default is auto.
     decode: str = "eager"
+    # What top-k / top-p and the draw run on (with a filter on): sort (decoding.filter_logits: a sort of the
+    # whole row, as every run so far) or cut (method/cut_tail.py: the top 1,024 tokens first, the full sort
+    # only for a row whose nucleus they do not hold; another rounding of the nucleus and the draw, so a
+    # rare token falls the other way: a registered change before any run uses it).
+    tail: str = "sort"
 
 
 @dataclass

@@ -28,7 +28,7 @@ ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "mo
              "analyze.ceiling_null": "base", "analyze.selection_margin": 0.05, "analyze.coverage_sims": 2000,
              "analyze.calibration": None, "analyze.planned.seed_df": 2, "analyze.support": None,
              "task.test_split": "test", "model.base_from": None, "model.base_sha256": None,
-             "eval.draw": "batch", "eval.max_rows": None}
+             "eval.draw": "batch", "eval.max_rows": None, "train.sampling.tail": "sort", "eval.sampling.tail": "sort"}
 
 # The seed report's design where it departs from the defaults (the registered study's, PLAN.md
 # change 55): the defaults before that change, so a record that lacks one of these keys was made
