@@ -236,7 +236,7 @@ class EvalCfg:
     draw: str = "sample"
     # The most rows (samples) one sampling call decodes: a call then holds fewer problems, or a share
     # of one problem's samples. None: no cap (problems_per_batch problems' n samples). Needs draw: sample.
-    # 256: the largest call ~3.4 GiB by memory.decoder_bytes at Qwen's size (PLAN.md changes 52, 54).
+    # 256: the largest call ~5.2 GiB with CUDA graphs (3.4 eager) by memory.decoder_bytes at Qwen's size (changes 52, 54).
     max_rows: int | None = 256
     keep_responses: bool = True
 
