@@ -21,7 +21,7 @@ none starts once --budget-s has passed):
                       so that about 7% of the rows finish per token (half every 9) and the batch passes through
                       every bucket (each one captured and self-checked); captures counted per call
                       (the second call must capture nothing).
-  02 capture_failure  in a child process (a failed capture turns graphs off for its process): every
+  02 capture_failure  in a child process (a failed capture leaves its step's shape eager): every
                       capture made to fail (torch.cuda.synchronize inside it, which CUDA refuses while
                       capturing); the samples of two calls against the no-graph decode's, random offsets
                       included, and whether the process still works on its default stream.

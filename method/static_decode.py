@@ -2,8 +2,8 @@
 that a decode step can be captured as a CUDA graph once per process and replayed for every token
 of every later call. The buffers (a Decoder) live for the process; the batch compacts to a few
 fixed sizes (buckets); the sampling tail is fused (fused_draw, top-k and top-p included); a
-capture that fails, or a first replay that differs from the eager step, leaves the process on the
-eager step with the same samples.
+capture that fails, or a first replay that differs from the eager step, leaves that step (one batch
+size) eager with the same samples; the other sizes, and the next job's model, capture again.
 
 tests/test_sampler.py holds the plain per-token loop with this schedule that it equals token for
 token on a CPU, and checks the capture bookkeeping with EagerGraphs.
@@ -310,17 +310,18 @@ class StaticStep:
     checked against the eager step from the same state (tokens equal). A capture that raises is
     undone (the buffers and the generator's state as before it, the generator a fresh object, in
     case the failed capture left the registered one in capture state), and a replay that differs
-    is redone eagerly; either way every step of this process runs eagerly from then on, with one
-    line on stderr."""
+    is redone eagerly; either way this step (its shape and settings) runs eagerly from then on, with
+    one line on stderr; the other steps still capture, and a new model (the next job) makes new
+    steps that try again."""
 
-    graphs_off: str | None = None  # why graphs were given up in this process (printed once)
+    graphs_off: str | None = None  # the last reason a step of this process gave graphs up (for reports)
 
     def __init__(self, dec: Decoder, rows: int, s: config.SamplingCfg, entropy: bool, graphs, keyed: bool = False):
         self.dec, self.rows, self.s, self.entropy, self.graphs = dec, rows, s, entropy, graphs
         self.keyed = keyed and s.temperature > 0  # draw from each sample's uniforms (st["u"]), not the generator
         # tail cut's fallback is a host branch, which a graph cannot hold: its steps run eagerly
         self.host_branch = s.temperature > 0 and s.tail == "cut" and (s.top_k > 0 or s.top_p < 1.0)
-        self.replay, self.checked = None, False
+        self.replay, self.checked, self.off = None, False, None  # off: why this step gave graphs up
 
     def generator(self) -> torch.Generator | None:
         """The generator this step draws from (and a capture registers): none when greedy or keyed."""
@@ -338,7 +339,7 @@ class StaticStep:
         st["slot"] += 1
 
     def __call__(self, model) -> None:
-        if self.graphs is None or StaticStep.graphs_off is not None or self.host_branch:
+        if self.graphs is None or self.off is not None or self.host_branch:
             return self.eager(model)
         if self.replay is None:
             self.eager(model)  # this token, and the capture's warm-up
@@ -347,6 +348,9 @@ class StaticStep:
                 self.replay = self.graphs.capture(lambda: self.eager(model), self.generator())
             except Exception as e:
                 self.restore(before, fresh_generator=True)
+                for other in self.dec.steps.values():  # graphs that registered the old generator would draw from it: capture anew
+                    if other is not self and other.replay is not None and other.generator() is not None:
+                        other.replay, other.checked = None, False
                 self.give_up(f"capture failed ({(str(e).strip().splitlines() or [type(e).__name__])[0][:120]})")
             return None
         if self.checked:
@@ -380,10 +384,10 @@ class StaticStep:
     def give_up(self, why: str) -> None:
         import sys
 
-        self.replay = None
-        if StaticStep.graphs_off is None:
-            StaticStep.graphs_off = why
-            print(f"sampler: CUDA graphs off for this process, the static decode runs eagerly: {why}", file=sys.stderr, flush=True)
+        self.replay, self.off = None, why
+        StaticStep.graphs_off = why
+        print(f"sampler: CUDA graphs off for the {self.rows}-row step, the static decode runs it eagerly (other shapes, "
+              f"and the next job, capture again): {why}", file=sys.stderr, flush=True)
 
 
 def record(st: dict, r: int, tok: torch.Tensor, logp: torch.Tensor, ent: torch.Tensor | None) -> None:
