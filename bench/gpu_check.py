@@ -8,7 +8,9 @@ The model is Qwen2.5-0.5B-Instruct's exact shape (bases/qwen_shape.py: 24 layers
 tied embeddings) with random bf16 weights, built on the device, with the config's LoRA (r 32 on
 the seven projections) and a random non-zero B, so every decode pays LoRA's kernels as training
 does; prompts are real arith-3x2 prompts through Qwen's tokenizer; torch is set up as the runs set
-it (model.setup_torch: the config's determinism and lora.tf32). No download. With --dry the model
+it (model.setup_torch: the config's determinism and lora.tf32). Every phase runs under the laptop's
+budget, memory_gb 8, whatever the config or the GPU (each phase's JSON says so: memory_gb), so a
+large GPU measures the laptop's settings. No download. With --dry the model
 has 1 layer of width 112 (Qwen's vocabulary and heads), the static decode captures with
 static_decode.EagerGraphs (the capture bookkeeping without a GPU), and memory is the process's
 peak RSS: a code-path check, not a measurement.
@@ -27,9 +29,10 @@ none starts once --budget-s has passed):
                       included, and whether the process still works on its default stream.
   03 train_memory     a Dr. GRPO step as grpo.train runs it (the rollouts through the config's decode,
                       completions of the full length, every other one a token shorter so micro-batches
-                      are padded: ragged), at the automatic micro-batch for memory_gb (the static
-                      decoders' memory taken from the budget), then at memory_gb auto (free memory plus
-                      this process's cached memory): peak allocated and reserved against the estimate.
+                      are padded: ragged), at the automatic micro-batch for memory_gb 8 (the static
+                      decoders' memory taken from the budget), then at memory_gb auto with the free
+                      memory the 8 GB laptop would report (LAPTOP_GIB less the loaded parameters, never
+                      this GPU's): peak allocated and reserved against the estimate.
   04 decode           the rollout's decode (rows x max_new_tokens, no stop) eager, static without
                       graphs, and with graphs: tokens/s, the first call's extra time (the captures);
                       kernel launches and host reads per token over 16 tokens (torch.profiler); the
@@ -72,12 +75,15 @@ from gpu_context import (
     DRY_MIN_BUCKET,
     DRY_SIZES,
     GIB,
+    LAPTOP_GIB,
+    LAPTOP_MEMORY_GB,
     Ctx,
     Peak,
     Sizes,
     build,
     choose_stops,
     fresh_graphs,
+    laptop_free_gib,
     log,
     no_stop,
     same_samples,
@@ -204,8 +210,7 @@ def train_memory(ctx: Ctx) -> dict:
     if dev:  # the dev checks' decoder exists in a run between its steps: made here at its real capacity, every token a stop
         sampler.sample(ctx.model, ctx.prompts[: e.problems_per_batch], t.dev_samples, e.sampling, 0, list(range(mc.vocab_size)), ctx.pad)
     held = memory.decoders_held(cfg, mc, prompt_len, rollouts, dev)
-    free = free_memory_gib(device) if cfg.memory_gb == "auto" else None
-    mb = memory.auto_micro_batch(cfg, mc, prompt_len, free, held)
+    mb = memory.auto_micro_batch(cfg, mc, prompt_len, None, held)  # memory_gb: the laptop's 8 (main sets it)
     n = t.problems_per_step * t.group_size
     wb = 2 if cfg.model.dtype != "float32" else 4
     est = memory.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), prompt_len, t.sampling.max_new_tokens, mb, n, wb)
@@ -222,21 +227,24 @@ def train_memory(ctx: Ctx) -> dict:
            "held_by_decoders_estimate_gib": round(held / GIB, 3), "warm_up": warm}
     with Peak(device) as pk:
         st = train_step(ctx, opt, mb, 2)
-    budget = cfg.memory_gb if cfg.memory_gb != "auto" else free
+    budget = cfg.memory_gb
     out["at_memory_gb"] = {"memory_gb": cfg.memory_gb, "micro_batch": mb, "estimate_gib": round(estimate(est), 3),
                            "estimate_parts_gib": {k: round(est[k] / GIB, 3) for k in ("static", "activations", "attention_mask", "logits")},
                            "peak_allocated_gib": round(pk.allocated, 3), "peak_reserved_gib": round(pk.reserved, 3),
                            "under_budget": pk.reserved < budget if device.type == "cuda" else None, "seconds": round(pk.seconds, 2), **st}
     ctx.measured_step_seconds = pk.seconds
     auto = config.load(ctx.config_path, (DRY if ctx.dry else []) + ["memory_gb=auto"])
-    free = free_memory_gib(device)
+    free = laptop_free_gib(ctx.model)  # the laptop's, not this GPU's: the micro-batch auto takes there
     mb_auto = memory.auto_micro_batch(auto, mc, prompt_len, free, held)
-    log(f"train step at memory_gb auto ({free:.1f} GiB this process could allocate): micro-batch {mb_auto}")
+    log(f"train step at memory_gb auto ({free:.1f} GiB free on the 8 GB laptop with the model loaded): micro-batch {mb_auto}")
     est = memory.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), prompt_len, t.sampling.max_new_tokens, mb_auto, n, wb)
     with Peak(device) as pk:
         st = train_step(ctx, opt, mb_auto, 3)
-    out["at_memory_gb_auto"] = {"free_gib": round(free, 2), "micro_batch": mb_auto, "estimate_gib": round(estimate(est), 3),
+    out["at_memory_gb_auto"] = {"free_gib": round(free, 2), "free_from": "laptop: LAPTOP_GIB less the loaded parameters",
+                                "device_free_gib": round(free_memory_gib(device), 2), "micro_batch": mb_auto,
+                                "estimate_gib": round(estimate(est), 3),
                                 "peak_allocated_gib": round(pk.allocated, 3), "peak_reserved_gib": round(pk.reserved, 3),
+                                "fits_8gb_laptop": pk.reserved <= LAPTOP_GIB if device.type == "cuda" else None,
                                 "seconds": round(pk.seconds, 2), **st}
     for q in ctx.model.parameters():
         q.grad = None
@@ -304,9 +312,6 @@ def decode(ctx: Ctx) -> dict:
         set_determinism(ctx.cfg.determinism)
     out["by_determinism"] = {"max_new_tokens": short.max_new_tokens, **by}
     return out
-
-
-LAPTOP_GIB = 7.63 - 0.4  # an 8 GB laptop GPU's capacity as CUDA reports it, less ~0.4 GiB of CUDA context
 
 
 def eval_batch(ctx: Ctx) -> dict:
@@ -446,8 +451,8 @@ class Phases:
     """Runs the phases in order, each writing DIR/NN_<name>.json when it ends (its result, or its
     error on one line and the traceback's tail), none starting once `budget` seconds have passed."""
 
-    def __init__(self, out: Path, budget: float):
-        self.out, self.budget, self.t0, self.done = out, budget, time.perf_counter(), []
+    def __init__(self, out: Path, budget: float, common: dict | None = None):
+        self.out, self.budget, self.t0, self.done, self.common = out, budget, time.perf_counter(), [], common or {}
 
     def run(self, name: str, fn) -> None:
         path = self.out / f"{len(self.done) + 1:02d}_{name}.json"
@@ -463,6 +468,7 @@ class Phases:
                 res = {"phase": name, "error": (str(e).strip().splitlines() or [type(e).__name__])[0][:300],
                        "traceback_tail": traceback.format_exc()[-2000:]}
             res["seconds"] = round(time.perf_counter() - t0, 1)
+        res.update(self.common)
         provenance.atomic_write_json(path, res)
         self.done.append({"phase": name, "file": path.name, "seconds": res.get("seconds"),
                           "status": ("skipped" if "skipped" in res else "error" if "error" in res
@@ -521,7 +527,7 @@ def main(argv=None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cpu" if a.dry else "cuda")
-    cfg = config.load(a.config, DRY if a.dry else [])
+    cfg = config.load(a.config, (DRY if a.dry else []) + [f"memory_gb={LAPTOP_MEMORY_GB}"])  # the laptop's budget on any GPU
     if a.dry:
         cfg.threads = 1
         static_decode.GRAPHS = static_decode.EagerGraphs()  # the capture bookkeeping without a GPU
@@ -537,7 +543,7 @@ def main(argv=None) -> int:
     log(f"building Qwen2.5-0.5B's shape{' (width 112: --dry)' if a.dry else ''}, {sizes.layers} layers, bf16, on {device}")
     build(ctx, sizes.layers)
     provenance.atomic_write_json(out / "00_setup.json", setup_info(ctx))
-    runner = Phases(out, a.budget_s)
+    runner = Phases(out, a.budget_s, {"memory_gb": cfg.memory_gb, "laptop_gib": LAPTOP_GIB})
     fns = {"graph_tokens": lambda: graph_tokens(ctx), "capture_failure": lambda: capture_failure(ctx, out),
            "train_memory": lambda: train_memory(ctx), "decode": lambda: decode(ctx), "eval_batch": lambda: eval_batch(ctx),
            "policy_gap": lambda: policy_gap(ctx), "device_speed": lambda: device_speed(ctx)}

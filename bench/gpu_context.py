@@ -16,6 +16,10 @@ from method.model import apply_lora, render_prompts
 from orchestration import config
 
 GIB = 2**30
+# The laptop every phase measures, whatever GPU runs the check: the study's budget (memory_gb) and
+# what CUDA reports of an 8 GB laptop GPU's memory, less ~0.4 GiB of CUDA context.
+LAPTOP_MEMORY_GB = 8.0
+LAPTOP_GIB = 7.63 - 0.4
 # --dry: the same code path at sizes a 2-core CPU runs in about a minute. The vocabulary, heads (14, 2
 # for K and V) and tokenizer stay Qwen's; the width shrinks (head size 8). Decode graph stands for
 # the GPU's auto, so the static decode runs (with EagerGraphs) where a GPU would use it.
@@ -117,6 +121,14 @@ def build(ctx: Ctx, layers: int) -> None:
     ctx.pad = ctx.tok.pad_token_id
     train_set, _ = countdown.make_splits(cfg.task.name, 64, 8, cfg.task.seed)
     ctx.prompts = render_prompts(ctx.tok, train_set[: cfg.train.problems_per_step], cfg.task.prompt_style, cfg.task.system_prompt)
+
+
+def laptop_free_gib(model) -> float:
+    """What `memory_gb: auto` reads on the 8 GB laptop once the model and its LoRA are loaded
+    (model.free_memory_gib there): LAPTOP_GIB less the parameters' bytes. On a larger GPU the
+    device's own free memory would choose another micro-batch (about 83 on an H200), which says
+    nothing about the laptop."""
+    return LAPTOP_GIB - sum(q.numel() * q.element_size() for q in model.parameters()) / GIB
 
 
 def no_stop(ctx: Ctx) -> list[int]:

@@ -253,6 +253,22 @@ def test_gpu_check_dry_runs_every_phase_and_writes(tmp_path):
     assert s["copy_gb_per_s"] > 0 and s["bf16_tflops"] > 0 and s["fp32_tf32_tflops"] > 0 and s["bound"]["ratio"] > 0
 
 
+def test_gpu_check_measures_the_laptops_budget_whatever_the_config(tmp_path):
+    """A config that says memory_gb 40 (or a GPU with 140 GiB free) still runs every phase under the
+    laptop's memory_gb 8, and memory_gb auto reads the laptop's free memory, not this machine's."""
+    data = yaml.safe_load((ROOT / "configs" / "qwen05b.yaml").read_text())
+    data["memory_gb"] = 40.0
+    big = tmp_path / "big.yaml"
+    big.write_text(yaml.safe_dump(data))
+    r = gpu_check("--out", str(tmp_path / "g"), "--config", str(big), "--phases", "train_memory", timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    t = json.loads((tmp_path / "g" / "01_train_memory.json").read_text())
+    assert t["memory_gb"] == t["at_memory_gb"]["memory_gb"] == 8.0 and t["laptop_gib"] == pytest.approx(7.23)
+    auto = t["at_memory_gb_auto"]
+    assert auto["free_gib"] < t["laptop_gib"] < auto["device_free_gib"]  # the laptop's free memory, less the weights
+    assert json.loads((tmp_path / "g" / "00_setup.json").read_text())["config"]["memory_gb"] == 8.0
+
+
 def test_gpu_check_starts_no_phase_past_its_budget(tmp_path):
     r = gpu_check("--out", str(tmp_path), "--budget-s", "0", "--phases", "decode,device_speed", timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
