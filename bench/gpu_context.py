@@ -1,6 +1,7 @@
 """What bench/gpu_check.py's phases share: its sizes (a GPU's and --dry's), the device's peak memory,
 and the context every phase runs in (the 0.5B-shaped model with its LoRA, the tokenizer, prompts and
 stop ids drawn so that rows finish at a chosen rate)."""
+import gc
 import sys
 import time
 from dataclasses import dataclass
@@ -162,3 +163,23 @@ def fresh_graphs() -> None:
     """Each phase starts with no decoder kept and graphs not given up, so it measures them itself."""
     static_decode.reset_decoders()
     static_decode.StaticStep.graphs_off = None
+
+
+def free_decoders(device: torch.device) -> dict:
+    """Drop this process's static decoders (their buffers and captured graphs, whose private pool
+    then has no user) and, on CUDA, hand the allocator's cached blocks back, so that a peak measured
+    next is the next call's alone. Returns how many decoders were dropped and, on CUDA, the memory
+    allocated and reserved before and after."""
+    out = {"decoders_dropped": len(static_decode._DECODERS["by_rows"])}
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        out["allocated_gib_before"] = round(torch.cuda.memory_allocated() / GIB, 3)
+        out["reserved_gib_before"] = round(torch.cuda.memory_reserved() / GIB, 3)
+    fresh_graphs()
+    gc.collect()  # a graph or a buffer held by a reference cycle
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        out["allocated_gib_after"] = round(torch.cuda.memory_allocated() / GIB, 3)
+        out["reserved_gib_after"] = round(torch.cuda.memory_reserved() / GIB, 3)
+    out["decoders_left"] = len(static_decode._DECODERS["by_rows"])
+    return out
