@@ -41,8 +41,9 @@ none starts once --budget-s has passed):
                       problems_per_batch within eval.max_rows: 256 rows for qwen05b, keyed draws,
                       T 0.6, top-p 0.95, full length) with graphs (what sampling.decode auto takes) and
                       eager, the graph run's decoder dropped and the CUDA cache emptied before the
-                      eager peak: tokens/s, peak memory against the estimate and against an 8 GB
-                      laptop GPU (LAPTOP_GIB; weights included).
+                      eager peak: tokens/s, peak memory against the estimate (the decoder's with
+                      graphs: memory.decoder_bytes(graphs=True)) and against an 8 GB laptop GPU
+                      (LAPTOP_GIB; weights included).
   06 policy_gap       |log pi(sampler) - log pi(trainer)| per token, the trainer's log-probs from
                       model.TokenLogProbs on the packed sequences: the graph decode, the eager one, and
                       the graph decode with the LoRA folded; the importance ratios' share above 2
@@ -337,9 +338,13 @@ def eval_batch(ctx: Ctx) -> dict:
     out = {"rows": rows, "problems": len(ps), "samples_each": n, "draw": e.draw, "max_rows": e.max_rows,
            "max_new_tokens": s.max_new_tokens, "temperature": s.temperature, "top_p": s.top_p,
            "decode_auto_takes": sampler.decode_mode(replace(s, decode="auto"), device),
-           "estimate_sampling_gib": round(est["sampling"] / GIB, 3),
-           "estimate_decoder_gib": round(memory.decoder_bytes(ctx.model.config, rows, prompt_len + s.max_new_tokens, top, wb, keyed)
-                                         / GIB, 3)}
+           "estimate_sampling_gib": round(est["sampling"] / GIB, 3)}
+    # the graph run's decoder: its step's temporaries twice where its steps are captured (not under tail cut's host branch)
+    graphs = not (s.temperature > 0 and s.tail == "cut" and top)
+    dec = {g: memory.decoder_bytes(ctx.model.config, rows, prompt_len + s.max_new_tokens, top, wb, keyed, graphs=g) / GIB
+           for g in (graphs, False)}
+    out.update(estimate_decoder_gib=round(dec[graphs], 3), estimate_decoder_counts_graphs=graphs,
+               estimate_decoder_eager_steps_gib=round(dec[False], 3))
 
     def seeds(call: int):
         return [check_seed(call, i, j) for i in ps for j in js] if keyed else call

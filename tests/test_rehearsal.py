@@ -247,6 +247,7 @@ def test_gpu_check_dry_runs_every_phase_and_writes(tmp_path):
     assert set(d["by_determinism"]) == {"max_new_tokens", "full", "kernels", "off"}
     e = ph["eval_batch"]
     assert e["graph"]["tokens_per_s"] > 0 and e["eager"]["tokens_per_s"] > 0 and e["estimate_decoder_gib"] > 0
+    assert e["estimate_decoder_counts_graphs"] and e["estimate_decoder_gib"] > e["estimate_decoder_eager_steps_gib"]  # graphs: 2 x step
     assert e["freed_before_eager"]["decoders_dropped"] >= 1 and e["freed_before_eager"]["decoders_left"] == 0  # the eager peak is its own
     for name in ("graph", "eager", "graph_folded_lora"):
         assert ph["policy_gap"][name]["tokens"] > 0 and 0 < ph["policy_gap"][name]["mean"] <= ph["policy_gap"][name]["max"]
