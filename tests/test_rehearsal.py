@@ -271,11 +271,22 @@ def test_gpu_check_measures_the_laptops_budget_whatever_the_config(tmp_path):
     assert json.loads((tmp_path / "g" / "00_setup.json").read_text())["config"]["memory_gb"] == 8.0
 
 
-def test_gpu_check_starts_no_phase_past_its_budget(tmp_path):
+def test_gpu_check_starts_no_phase_past_its_budget_and_a_skip_fails(tmp_path):
+    """A phase skipped for the time budget measured nothing: the check exits 1 (0 only when every
+    phase is ok); a machine without CUDA runs no phase at all (exit 2, one line, nothing written)."""
     r = gpu_check("--out", str(tmp_path), "--budget-s", "0", "--phases", "decode,device_speed", timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert [p["status"] for p in json.loads(r.stdout)["phases"]] == ["skipped", "skipped"]
     for f in ("01_decode.json", "02_device_speed.json"):
         assert "time budget" in json.loads((tmp_path / f).read_text())["skipped"]
+    if not torch.cuda.is_available():
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        r = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--out", str(tmp_path / "cuda")], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "no CUDA device" in r.stderr
+        assert not (tmp_path / "cuda").exists()
+    gpu_section = " ".join((ROOT / "README.md").read_text().split("## On a laptop GPU", 1)[1].split())
+    assert "exit 0 only when every phase is `ok`: a phase `skipped`" in gpu_section and "fails the check (exit 1)" in gpu_section
     r = gpu_check("--out", str(tmp_path), "--phases", "decode,nothing", timeout=120)
     assert r.returncode == 2 and "--phases 'nothing'" in r.stderr
 
