@@ -61,10 +61,17 @@ none starts once --budget-s has passed):
                       4 test problems x 64 samples at eval.max_rows 256 (one call) and 64 (four
                       calls): the responses compared, equal or how many differ; ok when equal (on a
                       GPU; --dry reports the comparison and passes: gpu_sampling.batch_invariance).
+  09 tail_timing      the evaluation's top-p tail alone on bf16 rows of the full vocabulary (151,936;
+                      Zipf-shaped, the top 1,024 tokens holding ~97% of the mass) at 128 and 256 rows:
+                      ms per token through sampling.tail sort and cut (method/cut_tail.py) over 20
+                      calls, the same uniforms for both, and the draws that differ.
 
 Sizes on a GPU (--dry): rows 16 x 8 = 128 (2 x 4 = 8, compacting down to 2 rows); new tokens 64
 in phase 01 and the capture-failure child (24), 384 in phases 03-05 (8, 16, 16), 128 in phase 06
-and the determinism runs (8); kernels profiled over 16 tokens (8); evaluation: the base's largest call, 256 rows (4).
+and the determinism runs (8); kernels profiled over 16 tokens (8); evaluation: the base's largest call, 256 rows (4);
+phase 08: 4 x 64 samples at max_rows 256 and 64, 128 tokens (2 x 4 at 8 and 2, 8 tokens); phase 09: 128
+and 256 rows, 20 timed calls (4 and 8 rows, 2 calls).
+
 Expected on one H100/H200-class GPU: about 3-4 minutes (an estimate: no GPU has run this version
 yet); the child phase builds a 2-layer model.
 """
@@ -102,7 +109,7 @@ from gpu_context import (
     same_samples,
     sync,
 )
-from gpu_sampling import batch_invariance
+from gpu_sampling import batch_invariance, tail_timing
 
 from common import ROOT  # noqa: F401  (puts the repo on sys.path)
 
@@ -523,7 +530,7 @@ def missing_package() -> str | None:
 
 
 PHASES = ("graph_tokens", "capture_failure", "train_memory", "decode", "eval_batch", "policy_gap", "device_speed",
-          "batch_invariance")
+          "batch_invariance", "tail_timing")
 
 
 def main(argv=None) -> int:
@@ -568,7 +575,7 @@ def main(argv=None) -> int:
     fns = {"graph_tokens": lambda: graph_tokens(ctx), "capture_failure": lambda: capture_failure(ctx, out),
            "train_memory": lambda: train_memory(ctx), "decode": lambda: decode(ctx), "eval_batch": lambda: eval_batch(ctx),
            "policy_gap": lambda: policy_gap(ctx), "device_speed": lambda: device_speed(ctx),
-           "batch_invariance": lambda: batch_invariance(ctx)}
+           "batch_invariance": lambda: batch_invariance(ctx), "tail_timing": lambda: tail_timing(ctx)}
     for name in a.phases.split(","):
         runner.run(name, fns[name])
     summary = {"phases": runner.done, "total_seconds": round(time.perf_counter() - t_all, 1)}

@@ -43,10 +43,12 @@ class Sizes:
     invariance_problems: int = 4  # phase 08: 4 x 64 samples, one call of 256 rows against four of 64
     invariance_samples: int = 64
     invariance_rows: tuple = (256, 64)
+    tail_rows: tuple = (128, 256)  # phase 09: rows of the full vocabulary
+    tail_reps: int = 20
 
 
 DRY_SIZES = Sizes(tokens_graph=24, tokens_decode=16, tokens_short=8, tokens_profiled=8, layers=1, child_layers=1,
-                  invariance_problems=2, invariance_samples=4, invariance_rows=(8, 2))
+                  invariance_problems=2, invariance_samples=4, invariance_rows=(8, 2), tail_rows=(4, 8), tail_reps=2)
 
 
 def log(msg: str) -> None:

@@ -223,7 +223,7 @@ def test_gpu_check_dry_runs_every_phase_and_writes(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads(r.stdout)
     names = ["graph_tokens", "capture_failure", "train_memory", "decode", "eval_batch", "policy_gap", "device_speed",
-             "batch_invariance"]
+             "batch_invariance", "tail_timing"]
     assert [p["phase"] for p in summary["phases"]] == names and all(p["status"] == "ok" for p in summary["phases"])
     files = [out / "00_setup.json"] + [out / f"{i:02d}_{n}.json" for i, n in enumerate(names, start=1)] + [out / "summary.json"]
     times = [f.stat().st_mtime_ns for f in files]
@@ -258,6 +258,11 @@ def test_gpu_check_dry_runs_every_phase_and_writes(tmp_path):
     assert b["max_rows_8"]["rows_per_call"] == [8] and b["max_rows_2"]["rows_per_call"] == [2, 2, 2, 2] and b["samples"] == 8
     assert 0 <= b["differing_samples"] <= 8 and b["equal"] == (b["differing_samples"] == 0) and b["draw"] == "sample"
     assert all(ph[n]["memory_gb"] == 8.0 for n in names)  # the laptop's budget, written by every phase
+    for rows in (4, 8):  # the tail at the full vocabulary; the Zipf rows sit inside the cut: no fallback
+        tt = ph["tail_timing"][f"rows_{rows}"]
+        assert tt["sort_ms_per_token"] > 0 and tt["cut_ms_per_token"] > 0 and tt["draws"] == 2 * rows
+        assert tt["cut_fallback_rows"] == 0 and tt["top_cut_mass_mean"] > 0.95 and 0 <= tt["differing_draws"] <= tt["draws"]
+    assert ph["tail_timing"]["vocab"] == 151936
 
 
 def test_gpu_check_measures_the_laptops_budget_whatever_the_config(tmp_path):
