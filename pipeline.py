@@ -178,7 +178,7 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
           + (" (from this run's measured step and evaluation times)" if not eta[1] else ""))
     singles = [s for s in todo if s in ("probe", "select", "lr-sweep") and not plan.done(s)]
     if cost is not None and singles:
-        print(f"  {', '.join(singles)} before them: {cost.describe(sum(cost.single(s) for s in singles))}")
+        print(f"  {', '.join(singles)} before them: {cost.describe(cost.both(lambda c: sum(c.single(s) for s in singles)))}")
 
 
 def print_jobs(plan: Plan, todo: list[str], config_path: str, out: Path, sets: list[str]) -> None:

@@ -1,6 +1,7 @@
 """What bench/gpu_check.py's phases share: its sizes (a GPU's and --dry's), the device's peak memory,
 and the context every phase runs in (the 0.5B-shaped model with its LoRA, the tokenizer, prompts and
 stop ids drawn so that rows finish at a chosen rate)."""
+import gc
 import sys
 import time
 from dataclasses import dataclass
@@ -16,6 +17,10 @@ from method.model import apply_lora, render_prompts
 from orchestration import config
 
 GIB = 2**30
+# The laptop every phase measures, whatever GPU runs the check: the study's budget (memory_gb) and
+# what CUDA reports of an 8 GB laptop GPU's memory, less ~0.4 GiB of CUDA context.
+LAPTOP_MEMORY_GB = 8.0
+LAPTOP_GIB = 7.63 - 0.4
 # --dry: the same code path at sizes a 2-core CPU runs in about a minute. The vocabulary, heads (14, 2
 # for K and V) and tokenizer stay Qwen's; the width shrinks (head size 8). Decode graph stands for
 # the GPU's auto, so the static decode runs (with EagerGraphs) where a GPU would use it.
@@ -35,9 +40,15 @@ class Sizes:
     tokens_profiled: int = 16  # phase 04's profiles
     layers: int = 24
     child_layers: int = 2
+    invariance_problems: int = 4  # phase 08: 4 x 64 samples, one call of 256 rows against four of 64
+    invariance_samples: int = 64
+    invariance_rows: tuple = (256, 64)
+    tail_rows: tuple = (128, 256)  # phase 09: rows of the full vocabulary
+    tail_reps: int = 20
 
 
-DRY_SIZES = Sizes(tokens_graph=24, tokens_decode=16, tokens_short=8, tokens_profiled=8, layers=1, child_layers=1)
+DRY_SIZES = Sizes(tokens_graph=24, tokens_decode=16, tokens_short=8, tokens_profiled=8, layers=1, child_layers=1,
+                  invariance_problems=2, invariance_samples=4, invariance_rows=(8, 2), tail_rows=(4, 8), tail_reps=2)
 
 
 def log(msg: str) -> None:
@@ -119,6 +130,14 @@ def build(ctx: Ctx, layers: int) -> None:
     ctx.prompts = render_prompts(ctx.tok, train_set[: cfg.train.problems_per_step], cfg.task.prompt_style, cfg.task.system_prompt)
 
 
+def laptop_free_gib(model) -> float:
+    """What `memory_gb: auto` reads on the 8 GB laptop once the model and its LoRA are loaded
+    (model.free_memory_gib there): LAPTOP_GIB less the parameters' bytes. On a larger GPU the
+    device's own free memory would choose another micro-batch (about 83 on an H200), which says
+    nothing about the laptop."""
+    return LAPTOP_GIB - sum(q.numel() * q.element_size() for q in model.parameters()) / GIB
+
+
 def no_stop(ctx: Ctx) -> list[int]:
     return [10**9]  # no token has this id: every row runs to max_new_tokens
 
@@ -150,3 +169,23 @@ def fresh_graphs() -> None:
     """Each phase starts with no decoder kept and graphs not given up, so it measures them itself."""
     static_decode.reset_decoders()
     static_decode.StaticStep.graphs_off = None
+
+
+def free_decoders(device: torch.device) -> dict:
+    """Drop this process's static decoders (their buffers and captured graphs, whose private pool
+    then has no user) and, on CUDA, hand the allocator's cached blocks back, so that a peak measured
+    next is the next call's alone. Returns how many decoders were dropped and, on CUDA, the memory
+    allocated and reserved before and after."""
+    out = {"decoders_dropped": len(static_decode._DECODERS["by_rows"])}
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        out["allocated_gib_before"] = round(torch.cuda.memory_allocated() / GIB, 3)
+        out["reserved_gib_before"] = round(torch.cuda.memory_reserved() / GIB, 3)
+    fresh_graphs()
+    gc.collect()  # a graph or a buffer held by a reference cycle
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        out["allocated_gib_after"] = round(torch.cuda.memory_allocated() / GIB, 3)
+        out["reserved_gib_after"] = round(torch.cuda.memory_reserved() / GIB, 3)
+    out["decoders_left"] = len(static_decode._DECODERS["by_rows"])
+    return out

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from method.cut_tail import cut_draw
 from method.decoding import NAN_MESSAGE, NONE, Samples, collect, filter_logits, keyed_draw, kv_cache, left_pad, multinomial, stream_uniforms
 from method.model import last_positions
 from method.static_decode import graph_backend, sample_static
@@ -85,6 +86,10 @@ def sample_eager(model, prompts: list[list[int]], n: int, s: config.SamplingCfg,
             ent_sum.index_add_(0, alive, -(lp.exp() * lp).sum(-1) * (~done))  # rows already finished add nothing
         if s.temperature == 0:
             tok = logits.argmax(-1)  # (b,)
+        elif s.tail == "cut" and (s.top_k > 0 or s.top_p < 1.0):  # method/cut_tail.py: one more host read, for its fallback
+            x = logits / s.temperature  # (b, V)
+            nan_seen |= x.isnan().any()
+            tok = cut_draw(x, s.top_k, s.top_p, u=U[alive, t] if keyed else None, gen=gen)[0]  # (b,)
         else:
             logits = filter_logits(logits / s.temperature, s.top_k, s.top_p)
             probs = logits.softmax(-1)  # (b, V)

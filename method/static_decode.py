@@ -2,8 +2,8 @@
 that a decode step can be captured as a CUDA graph once per process and replayed for every token
 of every later call. The buffers (a Decoder) live for the process; the batch compacts to a few
 fixed sizes (buckets); the sampling tail is fused (fused_draw, top-k and top-p included); a
-capture that fails, or a first replay that differs from the eager step, leaves the process on the
-eager step with the same samples.
+capture that fails, or a first replay that differs from the eager step, leaves that step (one batch
+size) eager with the same samples; the other sizes, and the next job's model, capture again.
 
 tests/test_sampler.py holds the plain per-token loop with this schedule that it equals token for
 token on a CPU, and checks the capture bookkeeping with EagerGraphs.
@@ -15,6 +15,7 @@ import weakref
 
 import torch
 
+from method.cut_tail import cut_draw
 from method.decoding import NAN_MESSAGE, NONE, Samples, collect, filter_logits, keyed_draw, kv_cache, left_pad, stream_uniforms
 from method.model import last_positions
 from orchestration import config, memory
@@ -72,7 +73,7 @@ def static_kv_class():
 
 def fused_draw(logits: torch.Tensor, temperature: float, gen: torch.Generator | None, entropy: bool,
                chunk: int | None = None, top_k: int = 0, top_p: float = 1.0,
-               u: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+               u: torch.Tensor | None = None, tail: str = "sort") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The sampling tail in one pass over the vocabulary, a chunk at a time. logits: (b, V) in the
     model's dtype. Returns the draw (b,), its log-probability under the untempered, unfiltered policy
     (b,), and (entropy=True) that policy's entropy (b,), as sample_eager reports them.
@@ -87,22 +88,27 @@ def fused_draw(logits: torch.Tensor, temperature: float, gen: torch.Generator | 
     shapes are static). Greedy (T = 0, gen None): argmax_v x_v, unfiltered, as sample_eager.
     u (b,): each row's uniform for this token (one stream per sample): the draw is then
     decoding.keyed_draw over the whole row's probabilities, the very draw sample_eager makes, and
-    `gen` is not read.
+    `gen` is not read. tail cut (with a filter on): the draw is method/cut_tail.py's (its fallback
+    reads the host once), the draws sample_eager makes under tail cut.
     The log-probability and entropy come from an online log-sum-exp: m = max x, s = sum exp(x - m),
     ent_u = sum exp(x - m) x; log Z = m + log s, H = log Z - ent_u / s."""
     chunk = chunk or TAIL_CHUNK
     b, V = logits.shape
     dev = logits.device
     filtered = None
-    if temperature > 0 and (top_k > 0 or top_p < 1.0):
+    cut = temperature > 0 and tail == "cut" and (top_k > 0 or top_p < 1.0)
+    if cut:
+        tok = cut_draw(logits.float() / temperature, top_k, top_p, u=u, gen=gen)[0]  # (b,)
+    elif temperature > 0 and (top_k > 0 or top_p < 1.0):
         filtered = filter_logits(logits.float() / temperature, top_k, top_p)  # (b, V) fp32, -inf outside the kept set
-    keyed = temperature > 0 and u is not None
+    keyed = temperature > 0 and u is not None and not cut
     if keyed:
         tok = keyed_draw((filtered if filtered is not None else logits.float() / temperature).softmax(-1), u)  # (b,)
     m = torch.full((b,), float("-inf"), device=dev)
     s = torch.zeros(b, device=dev)
     ent_u = torch.zeros(b, device=dev)
-    if not keyed:
+    drawn = keyed or cut
+    if not drawn:
         best, tok = torch.full((b,), float("-inf"), device=dev), torch.zeros(b, dtype=torch.long, device=dev)
         picked = torch.zeros(b, device=dev)  # the drawn token's logit
     for c in range(0, V, chunk):
@@ -114,7 +120,7 @@ def fused_draw(logits: torch.Tensor, temperature: float, gen: torch.Generator | 
         if entropy:
             ent_u = ent_u * scale + (e * x).sum(-1)
         m = m_new
-        if keyed:
+        if drawn:
             continue
         if temperature > 0:
             q = torch.empty_like(x).exponential_(1, generator=gen)  # (b, chunk) this chunk's draws
@@ -126,7 +132,7 @@ def fused_draw(logits: torch.Tensor, temperature: float, gen: torch.Generator | 
         better = cbest > best  # the first maximum wins, as argmax's does
         best, tok = torch.where(better, cbest, best), torch.where(better, carg + c, tok)
         picked = torch.where(better, x.gather(-1, carg[:, None]).squeeze(-1), picked)
-    if keyed:
+    if drawn:
         picked = logits.gather(-1, tok[:, None]).squeeze(-1).float()
     lse = m + s.log()
     return tok, picked - lse, (lse - ent_u / s) if entropy else None
@@ -253,7 +259,7 @@ class Decoder:
         st["stops"] = self.stops[key]
 
     def step(self, rows: int, s: config.SamplingCfg, entropy: bool, graphs, keyed: bool = False) -> "StaticStep":
-        key = (rows, s.temperature, s.top_k, s.top_p, entropy, id(self.st["stops"]), id(graphs), keyed)
+        key = (rows, s.temperature, s.top_k, s.top_p, s.tail, entropy, id(self.st["stops"]), id(graphs), keyed)
         if key not in self.steps:
             self.steps[key] = StaticStep(self, rows, s, entropy, graphs, keyed)
         return self.steps[key]
@@ -304,15 +310,18 @@ class StaticStep:
     checked against the eager step from the same state (tokens equal). A capture that raises is
     undone (the buffers and the generator's state as before it, the generator a fresh object, in
     case the failed capture left the registered one in capture state), and a replay that differs
-    is redone eagerly; either way every step of this process runs eagerly from then on, with one
-    line on stderr."""
+    is redone eagerly; either way this step (its shape and settings) runs eagerly from then on, with
+    one line on stderr; the other steps still capture, and a new model (the next job) makes new
+    steps that try again."""
 
-    graphs_off: str | None = None  # why graphs were given up in this process (printed once)
+    graphs_off: str | None = None  # the last reason a step of this process gave graphs up (for reports)
 
     def __init__(self, dec: Decoder, rows: int, s: config.SamplingCfg, entropy: bool, graphs, keyed: bool = False):
         self.dec, self.rows, self.s, self.entropy, self.graphs = dec, rows, s, entropy, graphs
         self.keyed = keyed and s.temperature > 0  # draw from each sample's uniforms (st["u"]), not the generator
-        self.replay, self.checked = None, False
+        # tail cut's fallback is a host branch, which a graph cannot hold: its steps run eagerly
+        self.host_branch = s.temperature > 0 and s.tail == "cut" and (s.top_k > 0 or s.top_p < 1.0)
+        self.replay, self.checked, self.off = None, False, None  # off: why this step gave graphs up
 
     def generator(self) -> torch.Generator | None:
         """The generator this step draws from (and a capture registers): none when greedy or keyed."""
@@ -324,12 +333,13 @@ class StaticStep:
         logits = model(input_ids=st["tok"][:r, None], attention_mask=st["mask"][:r], position_ids=st["pos"][:r],
                                 cache=st["cache"], use_cache=True).logits[:, -1]  # (r, V)
         u = st["u"][st["alive"][:r], st["t"].expand(r)] if self.keyed else None  # (r,) this token's uniform per row
-        record(st, r, *fused_draw(logits, s.temperature, self.generator(), self.entropy, top_k=s.top_k, top_p=s.top_p, u=u))
+        record(st, r, *fused_draw(logits, s.temperature, self.generator(), self.entropy, top_k=s.top_k, top_p=s.top_p, u=u,
+                                  tail=s.tail))
         st["pos"][:r] += 1
         st["slot"] += 1
 
     def __call__(self, model) -> None:
-        if self.graphs is None or StaticStep.graphs_off is not None:
+        if self.graphs is None or self.off is not None or self.host_branch:
             return self.eager(model)
         if self.replay is None:
             self.eager(model)  # this token, and the capture's warm-up
@@ -338,6 +348,9 @@ class StaticStep:
                 self.replay = self.graphs.capture(lambda: self.eager(model), self.generator())
             except Exception as e:
                 self.restore(before, fresh_generator=True)
+                for other in self.dec.steps.values():  # graphs that registered the old generator would draw from it: capture anew
+                    if other is not self and other.replay is not None and other.generator() is not None:
+                        other.replay, other.checked = None, False
                 self.give_up(f"capture failed ({(str(e).strip().splitlines() or [type(e).__name__])[0][:120]})")
             return None
         if self.checked:
@@ -371,10 +384,10 @@ class StaticStep:
     def give_up(self, why: str) -> None:
         import sys
 
-        self.replay = None
-        if StaticStep.graphs_off is None:
-            StaticStep.graphs_off = why
-            print(f"sampler: CUDA graphs off for this process, the static decode runs eagerly: {why}", file=sys.stderr, flush=True)
+        self.replay, self.off = None, why
+        StaticStep.graphs_off = why
+        print(f"sampler: CUDA graphs off for the {self.rows}-row step, the static decode runs it eagerly (other shapes, "
+              f"and the next job, capture again): {why}", file=sys.stderr, flush=True)
 
 
 def record(st: dict, r: int, tok: torch.Tensor, logp: torch.Tensor, ent: torch.Tensor | None) -> None:
@@ -420,7 +433,7 @@ def sample_static(model, prompts: list[list[int]], n: int, s: config.SamplingCfg
     st = dec.st
     keyed = isinstance(seed, list) and s.temperature > 0
     record(st, B, *fused_draw(logits.repeat_interleave(n, 0), s.temperature, st["gen"] if s.temperature > 0 and not keyed else None,
-                              entropy, top_k=s.top_k, top_p=s.top_p, u=st["u"][:B, 0] if keyed else None))
+                              entropy, top_k=s.top_k, top_p=s.top_p, u=st["u"][:B, 0] if keyed else None, tail=s.tail))
     rows = B
     for t in range(1, T):
         if t % CHECK_EVERY == 0:

@@ -144,6 +144,11 @@ class SamplingCfg:
     # eager for a SamplingCfg made in code (the selection, the token stage's greedy decode); the train and
     # eval sections' default is auto.
     decode: str = "eager"
+    # What top-k / top-p and the draw run on (with a filter on): sort (decoding.filter_logits: a sort of the
+    # whole row, as every run so far) or cut (method/cut_tail.py: the top 1,024 tokens first, the full sort
+    # only for a row whose nucleus they do not hold; another rounding of the nucleus and the draw, so a
+    # rare token falls the other way: a registered change before any run uses it).
+    tail: str = "sort"
 
 
 @dataclass
@@ -231,7 +236,7 @@ class EvalCfg:
     draw: str = "sample"
     # The most rows (samples) one sampling call decodes: a call then holds fewer problems, or a share
     # of one problem's samples. None: no cap (problems_per_batch problems' n samples). Needs draw: sample.
-    # 256: the largest call ~3.4 GiB by memory.decoder_bytes at Qwen's size (PLAN.md changes 52, 54).
+    # 256: the largest call ~5.2 GiB with CUDA graphs (3.4 eager) by memory.decoder_bytes at Qwen's size (changes 52, 54).
     max_rows: int | None = 256
     keep_responses: bool = True
     # Teacher-force every correct response through the base (LoRA off) and record, from the token ids the

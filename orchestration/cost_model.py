@@ -5,24 +5,63 @@ evaluation times (jobs.estimate_seconds) those are used instead. No torch, no we
 comes from a local config.json when there is one, else from the registered model's known shape.
 
 The bound (the README's Cost section): decoding reads the weights once per token for the whole
-batch (or, at large batches, does 2 x params FLOPs per row and token, whichever is slower); a
-training step's forward and backward cost 4 x params FLOPs per token (LoRA: no weight gradients);
-prompts are PROMPT_TOKENS long.
+batch (or, at large batches, does 2 x params FLOPs per row and token, whichever is slower), and
+its sampling tail moves tail_bytes per row and vocabulary entry (the top-p sort of a whole row
+costs more than the weights at 128 rows); a training step's forward and backward cost 4 x params
+FLOPs per token (LoRA: no weight gradients); prompts are PROMPT_TOKENS long. The same model gives
+the hours on the assumed laptop GPU and on an H200's class.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
 from orchestration import config, memory, study
 
-# An assumed device, not a measured one: an RTX 4060 Laptop's class (bench/gpu_check.py measures a real one).
-GPU_BYTES_PER_S = 256e9
-GPU_FLOPS = 30e12  # sustained bf16
-DEVICE = "a GPU that moves 256 GB/s and sustains 30 TFLOP/s in bf16 (assumed, not measured)"
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    bytes_per_s: float
+    flops: float  # sustained bf16
+
+
+# Assumed devices, not measured ones (bench/gpu_check.py measures a real one): an RTX 4060 Laptop's class,
+# the study's own (PLAN.md: one 8 GB laptop GPU), and an H200's (4.8 TB/s HBM3e; ~70% of its 989 TFLOP/s dense bf16).
+LAPTOP = Device("the laptop GPU: 256 GB/s, 30 TFLOP/s bf16 (assumed, not measured)", 256e9, 30e12)
+H200 = Device("an H200's class: 4.8 TB/s, 700 TFLOP/s bf16 (assumed, not measured)", 4.8e12, 700e12)
+
+# The sampling tail's bytes moved per row and vocabulary entry per decoded token, counted by reading the
+# code (method/static_decode.fused_draw, decoding.filter_logits, method/cut_tail.py), not measured:
+LSE_BYTES = 26  # the fused pass: each bf16 chunk read, its fp32 copy, max, exp, sums (log-prob, entropy)
+RACE_BYTES = 20  # the one-generator race over the whole row: Exp(1) draws, their log, the score
+TEMPERED_BYTES = 14  # the row's fp32 copy divided by the temperature (bf16 read, fp32 written, read, written)
+SORT_BYTES = 195  # filter_logits' top-p: the tempered copy, a segmented radix sort of fp32 keys with int64
+#                  ids (~4 passes of 24 bytes, plus ids and outputs: ~120), softmax (16), fp32 cumsum (8),
+#                  mass before (12), the comparison (5), the unsort scatter (11), masked_fill (9)
+KEYED_BYTES = 44  # decoding.keyed_draw over the whole row: softmax (16), the fp64 copy (12), fp64 cumsum (16)
+CUT_BYTES = 46  # method/cut_tail.py: the tempered copy (14), the row's softmax (16), a radix top-1,025 select
+#                 (~4 reads of fp32: 16); the cut's own work is on 1,025 entries, and a row the cut does not
+#                 hold pays SORT_BYTES more (how often: measured by bench/gpu_check.py's tail phase)
+
+
+def tail_bytes(s: config.SamplingCfg, keyed: bool) -> int:
+    """Bytes per row and vocabulary entry the sampling tail moves per decoded token under settings s;
+    keyed: each sample's own stream (eval.draw: sample), else one generator."""
+    if s.temperature == 0:
+        return LSE_BYTES
+    if s.top_p >= 1.0 and s.top_k == 0:
+        return LSE_BYTES + (TEMPERED_BYTES + KEYED_BYTES if keyed else RACE_BYTES)
+    if s.tail == "cut":
+        return LSE_BYTES + CUT_BYTES + (0 if keyed else 4)  # the row's Exp(1) draws, gathered at the candidates
+    return LSE_BYTES + SORT_BYTES + (KEYED_BYTES if keyed else RACE_BYTES)
+
+
+DEVICE = LAPTOP.name
 PRACTICE = (2.0, 3.0)  # per-token overheads over the bound, the README's estimate until a GPU has run the study
 PROMPT_TOKENS = 80  # the instruct prompt in Qwen's chat template is about 70 tokens
 
@@ -68,30 +107,40 @@ def model_shape(cfg: config.Config, run: Path) -> tuple[dict | None, str]:
 class CostModel:
     """Seconds at the bound for each stage and job of one config, on the assumed device."""
 
-    def __init__(self, cfg: config.Config, shape: dict, source: str):
-        self.cfg, self.source = cfg, source
+    def __init__(self, cfg: config.Config, shape: dict, source: str, device: Device = LAPTOP):
+        self.cfg, self.shape, self.source, self.device, self.vocab = cfg, shape, source, device, shape["vocab_size"]
         mc = SimpleNamespace(**shape)
         self.params = memory.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), PROMPT_TOKENS, 1, 1, 1)["params"]
         self.weight_bytes = self.params * (4 if cfg.model.dtype == "float32" else 2)
+        self.keyed = cfg.eval.draw == "sample"  # the evaluation-type calls' draw; training's rollouts draw from one generator
 
-    def decode(self, rows: int, new_tokens: int) -> float:
-        """One batch of `rows` sequences: the prompt's forward, then new_tokens decode steps."""
-        per_token = max(self.weight_bytes / GPU_BYTES_PER_S, 2 * self.params * rows / GPU_FLOPS)
-        return 2 * self.params * rows * PROMPT_TOKENS / GPU_FLOPS + new_tokens * per_token
+    def on(self, device: Device) -> "CostModel":
+        """The same model on another device."""
+        return CostModel(self.cfg, self.shape, self.source, device)
 
-    def sample(self, problems: int, n: int, per_batch: int, new_tokens: int) -> float:
-        """`problems` x `n` samples, per_batch problems at a time."""
-        return math.ceil(problems / max(1, per_batch)) * self.decode(per_batch * n, new_tokens)
+    def decode(self, rows: int, new_tokens: int, s: config.SamplingCfg | None = None, keyed: bool = False) -> float:
+        """One batch of `rows` sequences: the prompt's forward, then new_tokens decode steps, each
+        reading the weights (or doing the FLOPs) and running the sampling tail of settings s."""
+        d = self.device
+        tail = rows * self.vocab * tail_bytes(s, keyed) / d.bytes_per_s if s is not None else 0.0
+        per_token = max(self.weight_bytes / d.bytes_per_s, 2 * self.params * rows / d.flops) + tail
+        return 2 * self.params * rows * PROMPT_TOKENS / d.flops + new_tokens * per_token
+
+    def sample(self, problems: int, n: int, per_batch: int, s: config.SamplingCfg, keyed: bool | None = None) -> float:
+        """`problems` x `n` samples, per_batch problems at a time (within eval.max_rows under draw: sample)."""
+        keyed = self.keyed if keyed is None else keyed
+        calls = memory.sampling_calls(problems, n, per_batch, self.cfg.eval.max_rows if keyed else None)
+        return sum(self.decode(len(ps) * len(js), s.max_new_tokens, s, keyed) for ps, js in calls)
 
     def dev_check(self) -> float:
         t = self.cfg.train
-        return self.sample(t.dev_problems, t.dev_samples, self.cfg.eval.problems_per_batch, self.cfg.eval.sampling.max_new_tokens)
+        return self.sample(t.dev_problems, t.dev_samples, self.cfg.eval.problems_per_batch, self.cfg.eval.sampling)
 
     def train_step(self) -> float:
         t = self.cfg.train
         rows = t.problems_per_step * t.group_size
-        return (self.decode(rows, t.sampling.max_new_tokens)
-                + 4 * self.params * rows * (PROMPT_TOKENS + t.sampling.max_new_tokens) / GPU_FLOPS)
+        return (self.decode(rows, t.sampling.max_new_tokens, t.sampling, keyed=False)
+                + 4 * self.params * rows * (PROMPT_TOKENS + t.sampling.max_new_tokens) / self.device.flops)
 
     def train(self, steps: int, dev_every: int) -> float:
         checks = (steps // dev_every + 1) if dev_every > 0 else 0
@@ -103,10 +152,11 @@ class CostModel:
         e = c.eval
         if stage == "probe":
             return sum(self.sample(*((c.probe.n_problems, c.probe.samples) if task == "countdown" else
-                                     (c.probe.arith_problems, c.probe.arith_samples)), e.problems_per_batch, e.sampling.max_new_tokens)
+                                     (c.probe.arith_problems, c.probe.arith_samples)), e.problems_per_batch, e.sampling)
                        for task in c.probe.tasks)
         if stage == "select":
-            return self.sample(c.select.n_problems, c.select.samples, e.problems_per_batch, c.train.sampling.max_new_tokens)
+            return self.sample(c.select.n_problems, c.select.samples, e.problems_per_batch,
+                               replace(c.train.sampling, temperature=c.select.temperature))
         if stage == "lr-sweep" and study.sweep_runs(c):
             sweeps = len(c.conditions) if c.lr_sweep.per_condition else 1
             return sweeps * len(c.lr_sweep.candidates) * self.train(c.lr_sweep.steps, c.lr_sweep.steps if c.lr_sweep.rule == "dev" else 0)
@@ -119,19 +169,32 @@ class CostModel:
             return self.train(job.steps, c.train.dev_every)
         if job.stage == "tokens":
             per = c.eval.problems_per_batch
-            return self.sample(c.tokens.n_problems, 1, per, c.eval.sampling.max_new_tokens) + \
+            greedy = replace(c.eval.sampling, temperature=0.0)
+            return self.sample(c.tokens.n_problems, 1, per, greedy, keyed=False) + \
                 2 * math.ceil(c.tokens.n_problems / per) * self.decode(per, 0)
         es = job.argv[job.argv.index("--eval-set") + 1] if "--eval-set" in job.argv else "test"
         if es == "test":
-            return self.sample(c.task.n_test, c.eval.n, c.eval.problems_per_batch, c.eval.sampling.max_new_tokens)
+            n = job.samples // c.task.n_test if job.samples else c.eval.n  # the base's job draws eval.n_base each
+            return self.sample(c.task.n_test, n, c.eval.problems_per_batch, c.eval.sampling)
         s = c.eval_sets[es]
-        return self.sample(s.n_problems, s.n, s.problems_per_batch, (s.sampling or c.eval.sampling).max_new_tokens)
+        return self.sample(s.n_problems, s.n, s.problems_per_batch, s.sampling or c.eval.sampling)
 
-    def describe(self, seconds: float) -> str:
-        """A bound in seconds as the estimate it is: the practice range, the bound, the assumptions."""
+    def describe(self, seconds, fast: float | None = None) -> str:
+        """A bound in seconds as the estimate it is: the practice range, the bound, the assumptions, on
+        this model's device and (fast: the same work's bound there) on an H200's class. seconds may be
+        the pair (this device's, the H200's) that both() gives."""
+        if isinstance(seconds, tuple):
+            seconds, fast = seconds
         lo, hi = (seconds * f for f in PRACTICE)
-        return (f"~{span(lo, hi)} (an estimate: {span(seconds)} at the bound, x{PRACTICE[0]:g}-{PRACTICE[1]:g} for "
-                f"per-token overheads, on {DEVICE}; shape from {self.source})")
+        text = (f"~{span(lo, hi)} (an estimate: {span(seconds)} at the bound, x{PRACTICE[0]:g}-{PRACTICE[1]:g} for "
+                f"per-token overheads, on {self.device.name}")
+        if fast is not None:
+            text += f"; ~{span(*(fast * f for f in PRACTICE))} on {H200.name}"
+        return text + f"; the sampling tail counted; shape from {self.source})"
+
+    def both(self, fn) -> tuple[float, float]:
+        """fn(model) on this device and on an H200's class: the pair describe() states."""
+        return fn(self), fn(self.on(H200))
 
 
 def span(lo: float, hi: float | None = None) -> str:

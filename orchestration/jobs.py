@@ -262,12 +262,13 @@ def train_seconds_per_step(run: Path) -> float | None:
 def estimate_seconds(run: Path, jobs: list[Job], n: int, cost=None) -> tuple[float, list[str], float | None]:
     """Seconds left for `jobs` on n workers, from this run's measured step and evaluation times;
     the kinds of job nothing has been measured for yet (left out of that figure); and for those,
-    on a GPU config, the cost model's bound in seconds (cost_model.CostModel; None without one)."""
+    on a GPU config, the cost model's bound in seconds on its device and on an H200's class
+    (cost_model.CostModel.both; None without one)."""
     sps = train_seconds_per_step(run)
     per = [d["seconds"] / (d["n_problems"] * d["sampling"]["n"]) for f in run.glob("eval_*.json")
            if (d := provenance.read_json(f)) and "seconds" in d and "n_problems" in d]
     per_sample = sum(per) / len(per) if per else None
-    total, unknown, bound = 0.0, set(), 0.0
+    total, unknown, bound, fast = 0.0, set(), 0.0, 0.0
     for j in jobs:
         if j.stage == "train" and sps is not None:
             rows = provenance.read_json(study.train_dir(run, *_cond_seed(j)) / "last" / "state.json")
@@ -276,8 +277,10 @@ def estimate_seconds(run: Path, jobs: list[Job], n: int, cost=None) -> tuple[flo
             total += per_sample * j.samples
         else:
             unknown.add("training" if j.stage == "train" else "evaluation")
-            bound += cost.job(j) if cost is not None else 0.0
-    return total / max(1, n), sorted(unknown), (bound / max(1, n) if cost is not None and unknown else None)
+            if cost is not None:
+                b = cost.both(lambda c: c.job(j))
+                bound, fast = bound + b[0], fast + b[1]
+    return total / max(1, n), sorted(unknown), ((bound / max(1, n), fast / max(1, n)) if cost is not None and unknown else None)
 
 
 def _cond_seed(job: Job) -> tuple[str, int]:

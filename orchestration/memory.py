@@ -68,7 +68,8 @@ def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens
 KEYED_DRAW_BYTES = 4 + 8 + 8
 
 
-def decoder_bytes(mc, rows: int, positions: int, top_p: bool = False, act_bytes: int = 2, keyed: bool = False) -> float:
+def decoder_bytes(mc, rows: int, positions: int, top_p: bool = False, act_bytes: int = 2, keyed: bool = False,
+                  graphs: bool = False) -> float:
     """Bytes the static decode keeps on the device between calls (static_decode.Decoder: made once
     per process and batch size, so that its captured graphs replay): the KV cache of `rows` x
     `positions` (rounded up to CAPACITY_STEP), its mask and outputs, and in the graph pool one step's
@@ -76,14 +77,17 @@ def decoder_bytes(mc, rows: int, positions: int, top_p: bool = False, act_bytes:
     top-k/top-p the whole-vocabulary fp32 filter (tempered logits, sorted values, int64 order,
     probabilities, cumulative sum, two masks); keyed (each sample's own stream, eval.draw: sample): the
     draw's whole-row probabilities, their fp64 copy and its cumulative sum (KEYED_DRAW_BYTES). Every decoder also keeps
-    each row's uniforms (fp64 per position). Counted from the code, not measured."""
+    each row's uniforms (fp64 per position). graphs (the decode captures CUDA graphs): the step's
+    temporaries twice, in the graph pool and in the allocator's general cache, where the eager step
+    run before each capture (static_decode.StaticStep) left them; the graph pool is private, so
+    neither serves the other. Counted from the code, not measured."""
     L, H, V = mc.num_hidden_layers, mc.hidden_size, mc.vocab_size
     kv = H // mc.num_attention_heads * mc.num_key_value_heads
     cap = -(-positions // CAPACITY_STEP) * CAPACITY_STEP
     cache = rows * cap * (L * 2 * kv * act_bytes + 1 + 8 + 4 + 8)  # keys and values; mask, token ids, log-probs, uniforms
     step = (rows * V * act_bytes + rows * min(V, TAIL_CHUNK) * 4 * 4 + (rows * V * (4 + 4 + 8 + 4 + 4 + 1 + 1) if top_p else 0)
             + (rows * V * KEYED_DRAW_BYTES if keyed else 0))
-    return cache + step
+    return cache + step * (2 if graphs else 1)
 
 
 def decoders_held(cfg: config.Config, mc, prompt_len: int, rollouts: bool, dev: bool) -> float:
@@ -91,11 +95,11 @@ def decoders_held(cfg: config.Config, mc, prompt_len: int, rollouts: bool, dev: 
     (rollouts: train.sampling decodes with graph) and the dev checks' (dev: they run, with graph)."""
     act = 2 if cfg.model.dtype != "float32" else 4
     tc, e = cfg.train, cfg.eval.sampling
-    held = (decoder_bytes(mc, tc.problems_per_step * tc.group_size, prompt_len + tc.sampling.max_new_tokens, act_bytes=act)
-            if rollouts else 0.0)
+    held = (decoder_bytes(mc, tc.problems_per_step * tc.group_size, prompt_len + tc.sampling.max_new_tokens, act_bytes=act,
+                          graphs=True) if rollouts else 0.0)
     if dev:
         held += decoder_bytes(mc, largest_call(cfg, tc.dev_samples, cfg.eval.problems_per_batch), prompt_len + e.max_new_tokens,
-                              top_p=e.top_p < 1.0 or e.top_k > 0, act_bytes=act, keyed=cfg.eval.draw == "sample")
+                              top_p=e.top_p < 1.0 or e.top_k > 0, act_bytes=act, keyed=cfg.eval.draw == "sample", graphs=True)
     return held
 
 

@@ -416,7 +416,18 @@ def config_identity(cfg_dict: dict | None) -> str | None:
     d = dict(cfg_dict)  # _drop_if copies each section it changes
     for key, off in ADDED_OFF.items():
         _drop_if(d, key, off)
+    if isinstance(d.get("eval_sets"), dict):
+        d["eval_sets"] = {k: eval_set_as_before(es) for k, es in d["eval_sets"].items()}
     return config.digest(without_batching(d))
+
+
+def eval_set_as_before(es):
+    """A recorded eval set without its sampling's tail at "sort" (what every set's sampling was
+    before the key existed: ADDED_OFF's eval.sampling.tail, per set)."""
+    s = es.get("sampling") if isinstance(es, dict) else None
+    if isinstance(s, dict) and s.get("tail", "sort") == "sort":
+        return {**es, "sampling": {k: v for k, v in s.items() if k != "tail"}}
+    return es
 
 
 def analyze_identity(analyze: dict | None) -> dict:

@@ -29,7 +29,7 @@ ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "mo
              "analyze.calibration": None, "analyze.planned.seed_df": 2, "analyze.support": None,
              "task.test_split": "test", "model.base_from": None, "model.base_sha256": None,
              "eval.draw": "batch", "eval.max_rows": None, "eval.base_support": False, "analyze.base_support": None,
-             "analyze.collapse": None}
+             "analyze.collapse": None, "train.sampling.tail": "sort", "eval.sampling.tail": "sort"}
 
 # The seed report's design where it departs from the defaults (the registered study's, PLAN.md
 # change 55): the defaults before that change, so a record that lacks one of these keys was made

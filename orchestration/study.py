@@ -283,7 +283,7 @@ def eval_inputs(cfg: config.Config, adapter_sha: str | None, eval_set: str) -> d
     if eval_set == "test":
         return {"adapter_sha256": adapter_sha}
     settings = provenance.without_batching(config.to_dict(cfg))["eval_sets"][eval_set]  # its batching may change no sample
-    return {"adapter_sha256": adapter_sha, "eval_set": eval_set, "settings": settings}
+    return {"adapter_sha256": adapter_sha, "eval_set": eval_set, "settings": provenance.eval_set_as_before(settings)}
 
 
 # ============================================================================= out of memory

@@ -114,6 +114,7 @@ def _check_sampling(cfg: Config) -> None:
           f"(got temperature {ts.temperature:g}, top_p {ts.top_p:g}, top_k {ts.top_k})")
     for name, s in (("train.sampling", cfg.train.sampling), ("eval.sampling", cfg.eval.sampling)):
         _need(s.decode in ("eager", "graph", "auto"), f"{name}.decode", "must be eager, graph or auto")
+        _need(s.tail in ("sort", "cut"), f"{name}.tail", "must be sort or cut")
         _need(s.temperature >= 0, f"{name}.temperature", "must be >= 0 (0 = greedy)")
         _need(0 < s.top_p <= 1, f"{name}.top_p", "must be in (0, 1]")
         _need(s.top_k >= 0, f"{name}.top_k", "must be >= 0 (0 = off)")
@@ -180,6 +181,7 @@ def _check_eval(cfg: Config) -> None:
         sm = es.sampling or cfg.eval.sampling
         _need(sm.temperature > 0 and 0 < sm.top_p <= 1 and sm.top_k >= 0 and sm.max_new_tokens >= 1,
               f"eval_sets.{name}.sampling", "needs temperature > 0, top_p in (0, 1], top_k >= 0, max_new_tokens >= 1")
+        _need(sm.tail in ("sort", "cut"), f"eval_sets.{name}.sampling.tail", "must be sort or cut")
         _need(es.problems_per_batch >= 1, f"eval_sets.{name}.problems_per_batch", "must be >= 1")
         _need(es.seeds in ("own", "test"), f"eval_sets.{name}.seeds", "must be own or test")
     _need(cfg.eval.n >= 1, "eval.n", "must be >= 1")

@@ -100,3 +100,29 @@ def test_decoder_bytes_counts_the_decoders_buffers(fitted_dir, smoke_cfg):
     step = 6 * model.config.vocab_size * 4 + 6 * min(model.config.vocab_size, memory.TAIL_CHUNK) * 16
     assert est - step == held
     static_decode.reset_decoders()
+
+
+def test_the_readme_and_the_config_promise_the_micro_batch_the_code_picks():
+    """README's GPU section and configs/qwen05b.yaml's comment say the micro-batch memory_gb 8 gives on a GPU
+    (the decoders held, counted with the graph pool's second copy of a step's temporaries), the
+    step's estimate, and the 256-row call's estimate with graphs: each read back and compared."""
+    import re
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    root = Path(__file__).resolve().parents[1]
+    mc = SimpleNamespace(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, vocab_size=151936)
+    cfg = config.load(str(root / "configs" / "qwen05b.yaml"))
+    held = memory.decoders_held(cfg, mc, 80, rollouts=True, dev=True)
+    b, _ = memory.micro_batch_choice(cfg, mc, 80, None, held)
+    e = memory.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), 80, 384, b, 128)
+    step = (e["static"] + held + memory.MEASURED_OVER_ESTIMATE * (e["activations"] + e["logits"])) / 2**30
+    call = memory.decoder_bytes(mc, 256, 80 + 384, top_p=True, keyed=True, graphs=True) / 2**30
+    readme = (root / "README.md").read_text()
+    m = re.search(r"At `memory_gb: 8` the automatic\s+micro-batch is (\d+) .*?estimated peak is\s+([\d.]+) GiB, of which ([\d.]+) GiB"
+                  r".*?\(256 rows at `eval.max_rows: 256`\) ([\d.]+) GiB with CUDA\s+graphs", readme, re.S)
+    assert m and int(m[1]) == b == 2
+    assert (float(m[2]), float(m[3]), float(m[4])) == (round(step, 1), round(held / 2**30, 1), round(call, 1))
+    assert f"({b} here on a GPU: memory.auto_micro_batch)" in (root / "configs" / "qwen05b.yaml").read_text()
+    assert memory.decoder_bytes(mc, 256, 464, True, 2, True, graphs=True) > memory.decoder_bytes(mc, 256, 464, True, 2, True)

@@ -3,6 +3,7 @@ overrides, an unreachable model, --print-jobs, --dry-run on committed runs, GPU 
 and memory plans, help texts."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -231,6 +232,12 @@ def test_a_gpu_config_plans_without_its_weights_and_gives_hours(tmp_path):
     jobs_line = next(x for x in r.stdout.splitlines() if "jobs left" in x)
     assert "156 train/eval jobs left" in jobs_line and " h (an estimate: " in jobs_line and "at the bound" in jobs_line
     assert "the registered shape of Qwen/Qwen2.5-0.5B-Instruct" in jobs_line and "~0 s" not in r.stdout
+    assert "on the laptop GPU" in jobs_line and "on an H200's class" in jobs_line and "the sampling tail counted" in jobs_line
+    # the README's GPU section states these very hours (laptop range, its bound, the H200's range)
+    got = re.search(r"~(\d+)-(\d+) h \(an estimate: (\d+) h at the bound.*?~([\d.]+)-([\d.]+) h on an H200", jobs_line).groups()
+    readme = (ROOT / "README.md").read_text()
+    assert re.search(r"156 jobs, \*\*about (\d+)–(\d+) h\*\*.*? (\d+) h at the bound.*?about ([\d.]+)–([\d.]+) h on\s+an H200",
+                     readme, re.S).groups() == got
     r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(q), "--out", str(tmp_path / "q"), "--print-jobs"],
                        cwd=ROOT, env={**ENV, **env}, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and sum(x.startswith("python grpo.py train") for x in r.stdout.splitlines()) == 24

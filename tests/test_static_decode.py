@@ -217,7 +217,7 @@ def test_a_capture_that_raises_falls_back_with_the_same_samples(fitted_dir, smok
     """A capture that raises after it got partway (the step ran: buffers written, random numbers
     drawn) is undone: the decode goes on eagerly from the state before it, and its samples,
     random offsets included, equal those of the static decode without graphs; later calls stay
-    eager. One line on stderr says why."""
+    eager. One line on stderr per failing step (batch size) says why."""
     _, model, tok = lora_model(fitted_dir, smoke_cfg)
     calls = [(ragged_prompts(tok), 6, 0), (ragged_prompts(tok), 6, 3)]
     want = decode_calls(model, tok, graph(s), calls)
@@ -232,7 +232,46 @@ def test_a_capture_that_raises_falls_back_with_the_same_samples(fitted_dir, smok
     assert fake.captures == 0 and static_decode.StaticStep.graphs_off.startswith("capture failed (CUDA error: operation not permitted")
     assert all(same(a, b) for a, b in zip(got, want))
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "static decode runs eagerly" in err[0]
+    rows = sorted(k[0] for dec in static_decode._DECODERS["by_rows"].values() for k in dec.steps)
+    assert len(err) == len(rows) and all("static decode runs it eagerly" in x for x in err)  # once per step, not per token
+    assert sorted(int(x.split("for the ")[1].split("-row")[0]) for x in err) == rows
+
+
+def test_one_failed_capture_leaves_only_its_shape_eager_and_the_next_job_tries_again(fitted_dir, smoke_cfg, monkeypatch,
+                                                                                     capsys):
+    """The first capture fails: that batch size runs eagerly (one line naming it), every other size
+    is captured and replayed, the samples equal the decode without graphs; a new model (the next job)
+    makes new steps, and the size that failed is captured then."""
+    _, model, tok = lora_model(fitted_dir, smoke_cfg)
+    s = graph(SETTINGS[0])
+    calls = [(ragged_prompts(tok), 6, 0), (ragged_prompts(tok), 6, 3)]
+    want = decode_calls(model, tok, s, calls)
+    static_decode.reset_decoders()
+    class FirstFails(static_decode.EagerGraphs):
+        tries = 0
+
+        def capture(self, step, gen):
+            self.tries += 1
+            if self.tries == 1:
+                step()  # got partway, as a real capture does, then raised
+                raise RuntimeError("forced: one capture CUDA refused")
+            return super().capture(step, gen)
+
+    fake = FirstFails()
+    monkeypatch.setattr(static_decode, "GRAPHS", fake)
+    got = decode_calls(model, tok, s, calls)
+    assert all(same(a, b) for a, b in zip(got, want))
+    steps = [st for dec in static_decode._DECODERS["by_rows"].values() for st in dec.steps.values()]
+    off = [st for st in steps if st.off is not None]
+    assert len(off) == 1 and off[0].off.startswith("capture failed (forced") and len(steps) > 1
+    assert fake.captures == len(steps) - 1 and all(st.checked for st in steps if st.off is None)  # the others captured and replay
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"for the {off[0].rows}-row step" in err[0]
+    static_decode.reset_decoders()  # what a new model does (decoder_for): the next job
+    again = static_decode.EagerGraphs()
+    monkeypatch.setattr(static_decode, "GRAPHS", again)
+    assert all(same(a, b) for a, b in zip(decode_calls(model, tok, s, calls), want))
+    assert again.captures == len(steps)  # the shape that failed is captured this time
 
 
 def test_a_replay_that_differs_is_redone_eagerly(fitted_dir, smoke_cfg, monkeypatch, capsys):
@@ -249,7 +288,7 @@ def test_a_replay_that_differs_is_redone_eagerly(fitted_dir, smoke_cfg, monkeypa
     monkeypatch.setattr(static_decode, "GRAPHS", Wrong())
     got = decode_calls(model, tok, graph(SETTINGS[0]), calls)
     assert "first replay drew other tokens" in static_decode.StaticStep.graphs_off and same(got[0], want[0])
-    assert "static decode runs eagerly" in capsys.readouterr().err
+    assert "static decode runs it eagerly" in capsys.readouterr().err
 
 
 def test_a_changed_model_gets_new_decoders(fitted_dir, smoke_cfg, monkeypatch):
