@@ -237,6 +237,9 @@ def _check_analyze(cfg: Config) -> None:
     bs = cfg.analyze.base_support
     if bs is not None:
         _need(cfg.eval.base_support, "analyze.base_support", "needs eval.base_support: true (the evaluations record the measure)")
+    if cfg.eval.base_support:  # the measure applies decoding.filter_logits, the sort tail's rule: cut breaks ties otherwise
+        tails = [cfg.eval.sampling.tail] + [es.sampling.tail for es in cfg.eval_sets.values() if es.sampling is not None]
+        _need(all(t == "sort" for t in tails), "eval.base_support", "needs every evaluation sampler's tail: sort (the rule it applies)")
         _need(0 <= bs.tolerance < 1 and 0 < bs.kept_margin < 1, "analyze.base_support.tolerance",
               "tolerance in [0, 1) and kept_margin in (0, 1)")
         es = cfg.eval_sets.get(bs.matched) if bs.matched is not None else None

@@ -153,3 +153,9 @@ def json_copy(x):
     import json
 
     return json.loads(json.dumps(x))
+
+
+def test_the_measure_refuses_the_cut_tail():
+    """eval.base_support applies the sort tail's filter; the cut tail breaks ties at the nucleus' edge otherwise."""
+    with pytest.raises(config.ConfigError, match="eval.base_support"):
+        config.load(None, ["eval.base_support=true", "eval.sampling.tail=cut"])
