@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from analysis.document import PRINTED, Entry
-from analysis.report_base_support import base_support_section, primary_sentence as support_sentence
+from analysis.report_base_support import base_support_section, collapse_section, primary_sentence as support_sentence
 from analysis.report_format import ci3, crossover_words, f3, p4, rate, table, yn
 from analysis.report_secondary import (
     beyond_section,
@@ -137,7 +137,8 @@ def primary_section(doc: dict) -> list[str]:
     e, lv = primary_entry(doc), doc["levels"]
     L = ["## The primary question", ""]
     if doc["primary"].get("question") == "base_support":  # PLAN.md change 57: the spread reading follows as a secondary one
-        L += [support_sentence(doc), "", "*The selection-null reading (secondary):* " + primary_sentence(e, doc), ""]
+        spread = {**doc, "primary": {**doc["primary"], "label": doc["primary"]["label_selection_null"]}}
+        L += [support_sentence(doc), "", "*The selection-null reading (secondary):* " + primary_sentence(e, spread), ""]
     else:
         L += [primary_sentence(e, doc), ""]
     if e is None:

@@ -159,3 +159,17 @@ def test_the_measure_refuses_the_cut_tail():
     """eval.base_support applies the sort tail's filter; the cut tail breaks ties at the nucleus' edge otherwise."""
     with pytest.raises(config.ConfigError, match="eval.base_support"):
         config.load(None, ["eval.base_support=true", "eval.sampling.tail=cut"])
+
+
+def test_the_secondary_sentence_prints_the_selection_null_label():
+    """Where the registered question is base support, the spread reading follows with its own label."""
+    import json
+    from pathlib import Path
+
+    from analysis import report
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "results" / "tiny_v6" / "verdicts.json").read_text())
+    assert doc["primary"]["question"] == "base_support" and doc["primary"]["label"].startswith("support ")
+    text = "\n".join(report.primary_section(doc))
+    secondary = text.split("*The selection-null reading (secondary):*")[1].split("\n")[0]
+    assert f"**{doc['primary']['label_selection_null'].capitalize()}**" in secondary and "Support" not in secondary
