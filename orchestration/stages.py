@@ -85,11 +85,24 @@ class Plan:
     # ------------------------------------------------------------------ hashes
 
     def train_hash(self, cond: str, seed: int) -> str | None:
+        """None when an input is missing, unreadable or made under other settings (never read then)."""
+        if self.foreign_input("train"):
+            return None
         try:
             _, _, inputs = study.train_inputs(self.cfg, cond, seed, self.run)
         except (FileNotFoundError, ValueError):
             return None
         return provenance.stage_hash(self.cfg, "train", inputs)
+
+    def foreign_input(self, stage: str) -> Path | None:
+        """The first file an earlier stage made that `stage`'s hash reads (train: selection.json, and
+        lr_choice.json under the LR sweep) and that is unreadable or made under other settings: a hash
+        computed from it would be meaningless (its problem ids need not even be this task's)."""
+        if stage != "train":
+            return None
+        reads = [("select", self.run / "selection.json")] if study.selection_sizes(self.cfg) else []
+        reads += [("lr-sweep", self.run / "lr_choice.json")] if study.sweep_runs(self.cfg) else []
+        return next((f for s, f in reads if f.exists() and (provenance.json_problem(f) or self.other_settings(s, f))), None)
 
     def eval_hash(self, adapter: Path | None, eval_set: str = "test", stage: str = "eval") -> str | None:
         sha = None if adapter is None else self.adapter_sha256(adapter)
@@ -98,8 +111,9 @@ class Plan:
         extra = study.eval_inputs(self.cfg, sha, eval_set) if stage == "eval" else {"adapter_sha256": sha}
         return provenance.stage_hash(self.cfg, stage, extra)
 
-    def outputs(self, stage: str) -> list[tuple[Path, Path, str | None]]:
-        """(output to move aside, the file recording its provenance, the hash it should record)."""
+    def outputs(self, stage: str, hashes: bool = True) -> list[tuple[Path, Path, str | None]]:
+        """(output to move aside, the file recording its provenance, the hash it should record; None
+        without `hashes`: then nothing but the config is read)."""
         run, cfg = self.run, self.cfg
         if stage == "base":
             if not study.builds_base(cfg):
@@ -121,35 +135,50 @@ class Plan:
             for c, s in self.train_units():
                 d = study.train_dir(run, c, s)
                 marker = d / "done.json" if (d / "done.json").exists() else d / "last" / "state.json"
-                out.append((d, marker, self.train_hash(c, s)))
+                out.append((d, marker, self.train_hash(c, s) if hashes else None))
             return out
         if stage == "eval":
-            return [(f, f, self.eval_hash(a, es)) for es, f, a in self.evals()]
+            return [(f, f, self.eval_hash(a, es) if hashes else None) for es, f, a in self.evals()]
         if stage == "tokens":
-            return [(f, f, self.eval_hash(a, stage="tokens")) for f, a in self.tokens()]
+            return [(f, f, self.eval_hash(a, stage="tokens") if hashes else None) for f, a in self.tokens()]
         return []
 
     def state(self, stage: str, marker: Path, want: str | None) -> str:
         """missing | damaged (a file cut short or unreadable: redo it) | done | stale (same settings,
-        other inputs) | foreign (other settings)."""
+        other inputs) | foreign (other settings). Settings before weights: an output made under other
+        settings is foreign whether or not its weights are there (a committed run holds few)."""
         if not marker.exists():
             return "missing"
-        if self.damage(stage, marker):
+        if provenance.json_problem(marker):
             return "damaged"
         rec = provenance.read_json(marker)
-        got = (rec or {}).get("stage_hash") if stage == "base" else provenance.recorded_hash(marker)
-        if want is not None and got == want:
-            return "done"
-        if stage == "base":
-            return "foreign"  # its inputs are the config alone
-        prov = (rec or {}).get("provenance")
-        if not prov or not isinstance(prov.get("config"), dict):
-            return "foreign"
-        try:
-            same = provenance.hashed_settings(prov["config"], stage) == provenance.hashed_settings(config.to_dict(self.cfg), stage)
-        except (KeyError, TypeError):
-            same = False
-        return "stale" if same else "foreign"
+        got = rec.get("stage_hash") if stage == "base" else provenance.recorded_hash(marker)
+        if want is None or got != want:
+            if self.other_settings(stage, marker):
+                return "foreign"
+        if self.damage(stage, marker):
+            return "damaged"
+        return "done" if want is not None and got == want else "stale"
+
+    def other_settings(self, stage: str, marker: Path) -> list[str]:
+        """The settings (provenance.fix_order: model, task, the rest) on which an existing output records
+        other settings than this config's, as `key=value there, value here`; [] when they agree. Reads
+        the record alone (no hash of an input): the check before anything is written."""
+        rec = provenance.read_json(marker) or {}
+        if stage != "base":
+            return provenance.differing_settings(rec.get("provenance"), self.cfg, stage)
+        got = rec.get("stage_hash")
+        if got == provenance.stage_hash(self.cfg, "base"):
+            return []
+        manifest = provenance.read_json(self.run / "manifest.json") or {}
+        for made in [manifest, *(manifest.get("earlier") or [])]:  # build.json records its hash; a manifest, the config
+            try:
+                ok = config.digest({**provenance.hashed_settings(made["config"], "base"), "extra": None}) == got
+            except (KeyError, TypeError):
+                continue
+            if ok and (keys := provenance.differing_settings(made, self.cfg, "base")):
+                return keys
+        return ["another model build (model.build / model.qwen_shape / model.gguf / the task's splits)"]
 
     def damage(self, stage: str, marker: Path) -> str | None:
         """What is wrong with an output that exists, or None (the first of self.faults)."""
@@ -188,9 +217,8 @@ class Plan:
 
     def why(self, stage: str, marker: Path) -> str:
         rec = provenance.read_json(marker)
-        if stage == "base":
-            return "another model build (model.build / model.qwen_shape / task)"
-        return provenance.differing_setting((rec or {}).get("provenance"), self.cfg, stage)
+        return next(iter(self.other_settings(stage, marker)), None) or provenance.differing_setting(
+            (rec or {}).get("provenance"), self.cfg, stage)
 
     # ------------------------------------------------------------------ done
 
@@ -367,7 +395,7 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
             continue
         if st == "foreign" and not force:
             raise Refused(f"{marker}: made under {plan.why(stage, marker)}; refusing to overwrite it "
-                          f"(use --force to replace it and what depends on it, or --run another folder)")
+                          "(pipeline.py --force replaces it and what depends on it; or --run another folder)")
         if st in ("foreign", "stale") and stage != "base":
             aside.move(path, "made under other settings (--force)" if st == "foreign" else "made from other inputs")
         elif st == "foreign" and stage == "base":
@@ -399,7 +427,7 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
             if m.exists() and plan.state("lr-sweep", m, plan.outputs(stage)[0][2]) == "foreign":
                 if not force:
                     raise Refused(f"{m}: made under {plan.why('lr-sweep', m)}; refusing to overwrite it "
-                                  "(use --force, or --run another folder)")
+                                  "(pipeline.py --force replaces it and what depends on it; or --run another folder)")
                 aside.move(d, "made under other settings (--force)")
 
 
