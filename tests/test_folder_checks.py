@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from pipeline_runs import ROOT, pipeline
+from pipeline_runs import ROOT, grpo_cmd, pipeline
 
 import pipeline as pipeline_py
 from orchestration import config, provenance, study
@@ -69,7 +69,7 @@ def test_look_ahead_on_every_committed_folder_never_crashes(cfg_name, monkeypatc
 
 def test_a_refused_pipeline_or_command_leaves_every_byte(tmp_path):
     """The smoke config into a copy of results/smollm2_study (a weightless SmolLM2 base, other task): the
-    pipeline and one stage of it refuse in the same one line, exit 2, naming
+    pipeline, one stage of it and each grpo.py command refuse in the same one line, exit 2, naming
     model.build (the model first), and every file's bytes and the file list are as before (before: the
     base moved aside as damaged, the toy base built, probe files written, then eval.draw named)."""
     run = shutil.copytree(ROOT / "results" / "smollm2_study", tmp_path / "run")
@@ -80,6 +80,10 @@ def test_a_refused_pipeline_or_command_leaves_every_byte(tmp_path):
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
         assert r.stderr.startswith("pipeline.py: ")
         lines.add(r.stderr.strip()[len("pipeline.py: "):])
+    for cmd in (["eval"], ["probe"], ["select"], ["train", "--condition", "many"]):
+        r = grpo_cmd(cmd[0], *smoke, *cmd[1:], "--quiet", timeout=300)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+        lines.add(r.stderr.strip()[len("grpo.py: "):])
     assert len(lines) == 1, lines  # the same line from every entry script
     line = lines.pop()
     assert line.startswith(f"{run / 'base_model' / 'build.json'}: made under model.build=null there"), line
@@ -89,13 +93,30 @@ def test_a_refused_pipeline_or_command_leaves_every_byte(tmp_path):
 def test_the_refusal_names_the_task_before_the_rest(tmp_path):
     """Two settings changed on a copy of results/tiny_v5, task.prompt_style and eval.sampling.top_p: the
     refusal names the task's (before: probe's eval.sampling.top_p, the first stage's first key by name);
-    the folder is unchanged."""
+    grpo.py eval of the base refuses on the same line; the folder is unchanged."""
     run = shutil.copytree(ROOT / "results" / "tiny_v5", tmp_path / "run", ignore=shutil.ignore_patterns("figures"))
     before = folder_bytes(run)
     sets = ["--set", "task.prompt_style=instruct", "--set", "eval.sampling.top_p=0.9"]
     r = pipeline("--config", "configs/tiny_v5.yaml", "--run", str(run), *sets, "--quiet", timeout=300)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
     assert ': made under task.prompt_style="bare" there, "instruct" here' in r.stderr, r.stderr
+    g = grpo_cmd("eval", "--config", "configs/tiny_v5.yaml", "--run", str(run), *sets, timeout=300)
+    assert g.returncode == 2 and g.stderr.strip()[len("grpo.py: "):] == r.stderr.strip()[len("pipeline.py: "):], g.stderr
     assert folder_bytes(run) == before
     d = pipeline("--config", "configs/tiny_v5.yaml", "--run", str(run), *sets, "--dry-run", timeout=300)
     assert d.returncode == 0 and 'task.prompt_style="bare" there' in d.stdout, d.stdout
+
+
+def test_an_evaluation_by_hand_refuses_a_folder_of_another_config(tmp_path):
+    """grpo.py eval of the base, under the smoke config, into a copy of results/tiny_v4 (its base's weights
+    are there, so it could run): the pipeline's refusal, exit 2, eval_base.json and every other byte as
+    they were (before: the tiny base evaluated on smoke's test set, eval_base.json moved aside, exit 0)."""
+    run = shutil.copytree(ROOT / "results" / "tiny_v4", tmp_path / "run",
+                          ignore=shutil.ignore_patterns("train_*", "evalsets", "figures", "tokens_*", "eval_*_s*", "lr_sweep"))
+    before = folder_bytes(run)
+    g = grpo_cmd("eval", "--config", "configs/smoke.yaml", "--run", str(run), "--quiet", timeout=300)
+    p = pipeline("--config", "configs/smoke.yaml", "--run", str(run), "--stage", "eval", timeout=300)
+    assert g.returncode == p.returncode == 2, g.stderr[-2000:]
+    assert g.stderr.strip()[len("grpo.py: "):] == p.stderr.strip()[len("pipeline.py: "):], (g.stderr, p.stderr)
+    assert "made under model.build." in g.stderr
+    assert folder_bytes(run) == before
