@@ -62,6 +62,7 @@ from orchestration.stages import (
     Refused,
     check_inputs,
     check_stage,
+    kept_weights_note,
     registered_stages,
     remake_note,
 )
@@ -137,36 +138,31 @@ def run_single(stage: str, plan: Plan, quiet: bool, gpu: str | None = None) -> N
 # ============================================================================= main
 
 
-def shown_state(plan: Plan, stage: str, marker: Path, want: str | None) -> str:
-    """plan.state, where a damaged output whose every fault is an absent weights file (as in a committed
-    run: results/ holds no weights) is told apart as "weightless"; both are redone alike."""
-    st = plan.state(stage, marker, want)
-    faults = plan.faults(stage, marker) if st == "damaged" else []
-    absent = ("safetensors: missing", "missing (the folder holds no weights)")
-    return "weightless" if faults and all(f.endswith(absent) for f in faults) else st
-
-
 def dry_run(plan: Plan, todo: list[str], n: int) -> None:
     print(f"run folder: {plan.run}")
     found = foreign.foreign_outputs(plan)  # made under other settings: the run refuses before it writes
     refuses = []  # stages whose outputs were made under other settings: the run stops there without --force
     for s in todo:
         if s in JOB_STAGES:
-            states = [shown_state(plan, s, m, h) for _, m, h in plan.outputs(s)]
+            states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
             counts = {k: states.count(k) for k in ("done", "missing", "damaged", "weightless", "stale", "foreign") if states.count(k)}
             words = {"foreign": "made under other settings (would refuse; --force)",
                      "weightless": "without their weights (would be remade)", "stale": "out of date"}
             state = "done" if counts.get("done") == len(states) else ", ".join(f"{v} {words.get(k, k)}" for k, v in counts.items())
+            if counts.get("weightless") and counts["weightless"] + counts.get("done", 0) == len(states):
+                state = kept_weights_note(plan, s, counts["weightless"]) or state
             if counts.get("foreign"):
                 refuses.append(s)
         elif s == "analyze":
             state = "done" if plan.analyze_done() else ("out of date" if (plan.run / "verdicts.json").exists() else "to do")
         else:
-            states = [shown_state(plan, s, m, h) for _, m, h in plan.outputs(s)]
+            states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
             state = ("done" if all(x == "done" for x in states) else "made under other settings (would refuse; --force)"
                      if "foreign" in states else "damaged (would be redone)" if "damaged" in states
                      else "without its weights (would be remade)" if "weightless" in states
                      else "out of date (made from other inputs)" if "stale" in states else "to do")
+            if states == ["weightless"]:
+                state = kept_weights_note(plan, s, 1) or state
             if "foreign" in states:
                 refuses.append(s)
             if s == "lr-sweep" and state != "done" and (bad := plan.sweep_damage()):

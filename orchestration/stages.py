@@ -27,6 +27,7 @@ class Plan:
         self.cfg, self.run = cfg, run
         self.config_path, self.sets = config_path, sets
         self._sha: dict[tuple, str | None] = {}  # adapter sha256 by (path, mtime, size): each adapter read once
+        self._kept: dict[tuple, bool] = {}  # weights_not_kept by (condition, seed)
         self._cost = None
 
     def cost_model(self):
@@ -104,12 +105,42 @@ class Plan:
         reads += [("lr-sweep", self.run / "lr_choice.json")] if study.sweep_runs(self.cfg) else []
         return next((f for s, f in reads if f.exists() and (provenance.json_problem(f) or self.other_settings(s, f))), None)
 
-    def eval_hash(self, adapter: Path | None, eval_set: str = "test", stage: str = "eval") -> str | None:
+    def eval_hash(self, adapter: Path | None, eval_set: str = "test", stage: str = "eval", recorded: Path | None = None) -> str | None:
+        """The hash an evaluation (or token comparison) of `adapter` should record. An adapter whose weights
+        were not kept (weights_not_kept: a committed run) counts by the sha256 its `recorded` output names:
+        the chain is recorded, and a hash of what is not there cannot be computed."""
         sha = None if adapter is None else self.adapter_sha256(adapter)
+        if adapter is not None and sha is None and recorded is not None and self.weights_not_kept(adapter):
+            rec = provenance.read_json(recorded) or {}
+            sha = ((rec.get("provenance") or {}).get("inputs") or {}).get("adapter_sha256")
         if adapter is not None and sha is None:
             return None
         extra = study.eval_inputs(self.cfg, sha, eval_set) if stage == "eval" else {"adapter_sha256": sha}
         return provenance.stage_hash(self.cfg, stage, extra)
+
+    def weights_not_kept(self, adapter: Path) -> bool:
+        """The adapter's training run is finished, under this config, and whole but for absent weights files
+        (state "weightless": results/ keeps few weights)."""
+        identity = study.adapter_identity(adapter)
+        if identity["condition"] is None or (adapter / "adapter_model.safetensors").exists():
+            return False
+        key = (identity["condition"], identity["train_seed"])
+        if key not in self._kept:
+            d = study.train_dir(self.run, *key)
+            self._kept[key] = self.state("train", d / "done.json", self.train_hash(*key)) == "weightless"
+        return self._kept[key]
+
+    def weights_needed(self) -> set[Path]:
+        """Training runs without their weights (weights_not_kept) that an evaluation or token comparison
+        still to do reads: these are trained again; the others stay done."""
+        reads = [("eval", f, a, es) for es, f, a in self.evals()] + [("tokens", f, a, "test") for f, a in self.tokens()]
+        return {a.parent for st, f, a, es in reads if a is not None and self.weights_not_kept(a)
+                and self.state(st, f, self.eval_hash(a, es, st, recorded=f)) != "done"}
+
+    def base_needed(self) -> bool:
+        """Does a stage still to do load the base (a probe, the selection, the LR sweep, a job)?"""
+        early = [s for s in ("probe", "select", "lr-sweep") if s in registered_stages(self.cfg)]
+        return any(not self.done(s) for s in early) or bool(self.jobs([s for s in JOB_STAGES if s in registered_stages(self.cfg)]))
 
     def outputs(self, stage: str, hashes: bool = True) -> list[tuple[Path, Path, str | None]]:
         """(output to move aside, the file recording its provenance, the hash it should record; None
@@ -138,15 +169,15 @@ class Plan:
                 out.append((d, marker, self.train_hash(c, s) if hashes else None))
             return out
         if stage == "eval":
-            return [(f, f, self.eval_hash(a, es) if hashes else None) for es, f, a in self.evals()]
+            return [(f, f, self.eval_hash(a, es, recorded=f) if hashes else None) for es, f, a in self.evals()]
         if stage == "tokens":
-            return [(f, f, self.eval_hash(a, stage="tokens") if hashes else None) for f, a in self.tokens()]
+            return [(f, f, self.eval_hash(a, stage="tokens", recorded=f) if hashes else None) for f, a in self.tokens()]
         return []
 
     def state(self, stage: str, marker: Path, want: str | None) -> str:
-        """missing | damaged (a file cut short or unreadable: redo it) | done | stale (same settings,
-        other inputs) | foreign (other settings). Settings before weights: an output made under other
-        settings is foreign whether or not its weights are there (a committed run holds few)."""
+        """missing | damaged (a file cut short or unreadable: redo it) | done | weightless (train: done, its
+        weights not kept) | stale (same settings, other inputs) | foreign (other settings). Settings before
+        weights: an output made under other settings is foreign whether or not its weights are there."""
         if not marker.exists():
             return "missing"
         if provenance.json_problem(marker):
@@ -156,7 +187,10 @@ class Plan:
         if want is None or got != want:
             if self.other_settings(stage, marker):
                 return "foreign"
-        if self.damage(stage, marker):
+        faults = self.faults(stage, marker)
+        if faults and stage in ("base", "train") and want is not None and got == want and all(f.endswith(WEIGHTS_ABSENT) for f in faults):
+            return "weightless"  # made, its weights not kept (a committed run): done unless a stage still to do reads them
+        if faults:
             return "damaged"
         return "done" if want is not None and got == want else "stale"
 
@@ -244,7 +278,8 @@ class Plan:
                        for c, s in self.train_units(condition))
         if stage == "train":
             return all(self.state(stage, d / "done.json", h) == "done" for d, _, h in self.outputs(stage))
-        return all(self.state(stage, m, h) == "done" for _, m, h in self.outputs(stage))
+        ok = ("done", "weightless") if stage == "base" else ("done",)  # a base whose weights were not kept: done unless read
+        return all(self.state(stage, m, h) in ok for _, m, h in self.outputs(stage))
 
     # ------------------------------------------------------------------ jobs
 
@@ -279,9 +314,11 @@ class Plan:
     def jobs(self, stages: list[str], condition: str | None = None, done_too: bool = False) -> list[Job]:
         """The train and eval jobs not yet done (done_too: every job of the design), in the registered order."""
         out: list[Job] = []
+        needed = self.weights_needed() if "train" in stages and not done_too else set()
         if "train" in stages:
             for c, s in self.train_units(condition):
-                if done_too or self.state("train", study.train_dir(self.run, c, s) / "done.json", self.train_hash(c, s)) != "done":
+                st = self.state("train", study.train_dir(self.run, c, s) / "done.json", self.train_hash(c, s))
+                if done_too or st not in ("done", "weightless") or (st == "weightless" and study.train_dir(self.run, c, s) in needed):
                     out.append(Job("train", f"train {c} s{s}", self.base_argv("train") + ["--condition", c, "--seed", str(s)],
                                    steps=self.cfg.train.steps, output=str(study.train_dir(self.run, c, s))))
         pending = {j.name for j in out}
@@ -294,7 +331,7 @@ class Plan:
 
         if "eval" in stages:
             for es, f, adapter in self.evals():
-                if not done_too and self.state("eval", f, self.eval_hash(adapter, es)) == "done":
+                if not done_too and self.state("eval", f, self.eval_hash(adapter, es, recorded=f)) == "done":
                     continue
                 label, opt = ("eval", []) if es == "test" else (f"eval-{es}", ["--eval-set", es])
                 size = (self.cfg.task.n_test * self.cfg.eval.n if es == "test"
@@ -307,7 +344,7 @@ class Plan:
                                samples=size, output=str(f)))
         if "tokens" in stages:
             for f, adapter in self.tokens():
-                if done_too or self.state("tokens", f, self.eval_hash(adapter, stage="tokens")) != "done":
+                if done_too or self.state("tokens", f, self.eval_hash(adapter, stage="tokens", recorded=f)) != "done":
                     what, need = needs(adapter)
                     out.append(Job("tokens", f"tokens {what}", self.base_argv("tokens") + ["--adapter", str(adapter)], needs=need,
                                    samples=3 * self.cfg.tokens.n_problems, output=str(f)))  # one greedy answer, two forwards
@@ -315,6 +352,29 @@ class Plan:
 
 
 # ============================================================================= the run folder
+
+
+def kept_weights_note(plan: Plan, stage: str, weightless: int) -> str | None:
+    """--dry-run's note on a base or training runs done but whose weights are not here (a committed run:
+    results/ keeps few weights) and that no stage still to do reads: what is missing, what remaking it costs
+    (as measured when it was made). None when they are read (then they are remade)."""
+    if stage == "base" and not plan.base_needed():
+        took = (provenance.read_json(plan.run / "base_model" / "build.json") or {}).get("seconds")
+        again = "copies them again from model.base_from" if plan.cfg.model.base_from else "builds them again"
+        return (f"done; its weights are not committed: the base stage {again} when a stage reads them"
+                + (f" ({took:.0f} s when built)" if isinstance(took, (int, float)) and not plan.cfg.model.base_from else ""))
+    if stage != "train" or plan.weights_needed():
+        return None
+    jobs = (provenance.read_json(plan.run / "manifest.json") or {}).get("jobs") or {}
+    took = sum((jobs.get(f"train {c} s{s}") or {}).get("seconds") or 0 for c, s in plan.train_units()
+               if plan.weights_not_kept(study.adapter_dir(plan.run, c, s, plan.steps_of()[-1])))
+    return (f"done; the weights of {weightless} training run(s) are not committed: remaking them is {weightless} training "
+            f"job(s)" + (f", {took / 3600:.1f} h of jobs as measured when made" if took else "")
+            + ", run only when an evaluation still to do reads them")
+
+
+# the faults of a checkpoint, or a base, whose weights were not kept
+WEIGHTS_ABSENT = ("adapter_model.safetensors: missing", "missing (the folder holds no weights)")
 
 
 def log_problem(path: Path, steps) -> str | None:
@@ -352,7 +412,8 @@ def check_inputs(plan: Plan, stage: str, condition: str | None = None, group: tu
             except FileNotFoundError as e:
                 raise MissingInput(str(e))
         return
-    if study.builds_base(cfg) and stage != "analyze":  # the analysis reads JSON and CSV files only
+    kept = [plan.state("base", m, h) for _, m, h in plan.outputs("base")] == ["weightless"] and not plan.base_needed()
+    if study.builds_base(cfg) and stage != "analyze" and not kept:  # the analysis reads JSON and CSV files only
         bad = provenance.model_folder_problem(run / "base_model") or provenance.weights_problem(run / "base_model", cfg.model.base_sha256)
         if bad:
             raise MissingInput(f"{bad}; build the base: {plan.command('base')}")
@@ -364,7 +425,9 @@ def check_inputs(plan: Plan, stage: str, condition: str | None = None, group: tu
                 first = "select" if "selection.json" in str(e) else "lr-sweep"
                 raise MissingInput(f"{e} ({plan.command(first)})")
     if stage in ("eval", "tokens") and "train" not in group:
-        adapters = [a for _, _, a in plan.evals() if a is not None] if stage == "eval" else [a for _, a in plan.tokens()]
+        todo = {Path(j.output) for j in plan.jobs([stage])}  # an evaluation done by its recorded chain reads no weights
+        adapters = [a for _, f, a in plan.evals() if a is not None and f in todo] if stage == "eval" else [
+            a for f, a in plan.tokens() if f in todo]
         bad = next((b for a in adapters if (b := provenance.adapter_problem(a))), None)
         if bad:
             raise MissingInput(f"{bad}: train it (again) first: {plan.command('train')}")
@@ -388,10 +451,12 @@ def remake_note(plan: Plan, path: Path | None) -> str:
 def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
     """Before a stage runs: refuse outputs made under other settings (unless force); move aside
     outputs made from other inputs, and (train, eval) folders and files the design no longer has."""
+    needed = plan.weights_needed() if stage == "train" else {plan.run / "base_model"} if stage == "base" and plan.base_needed() else set()
     for path, marker, want in plan.outputs(stage):
         st = plan.state(stage, marker, want)
-        if st == "damaged":
-            aside.move(path, f"damaged, so it is redone: {plan.damage(stage, marker)}")
+        if st == "damaged" or (st == "weightless" and path in needed):
+            why = "damaged" if st == "damaged" else "its weights are not here and a stage still to do reads them"
+            aside.move(path, f"{why}, so it is redone: {plan.damage(stage, marker)}")
             continue
         if st == "foreign" and not force:
             raise Refused(f"{marker}: made under {plan.why(stage, marker)}; refusing to overwrite it "

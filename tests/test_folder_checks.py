@@ -120,3 +120,50 @@ def test_an_evaluation_by_hand_refuses_a_folder_of_another_config(tmp_path):
     assert g.stderr.strip()[len("grpo.py: "):] == p.stderr.strip()[len("pipeline.py: "):], (g.stderr, p.stderr)
     assert "made under model.build." in g.stderr
     assert folder_bytes(run) == before
+
+
+OWN = {"smollm2_study": "smollm2_study.yaml", "smollm2": "smollm2.yaml", "tiny_v5": "tiny_v5.yaml", "tiny_v4": "tiny_skill.yaml",
+       "tiny_v3": "tiny.yaml"}  # each committed run whose config is committed as it made it (results/README.md)
+
+
+@pytest.mark.parametrize("name", sorted(OWN))
+def test_a_committed_run_reads_done_under_its_own_config(name, monkeypatch):
+    """--dry-run on a committed run with its own config: every stage done, no job left; where weights are
+    not committed (smollm2_study's 8 training runs, its base) the row says so and what remaking them costs
+    (before: "train 8 without their weights (would be remade)", "eval 3 done, 8 out of date", 16 jobs)."""
+    monkeypatch.chdir(ROOT)
+    run = ROOT / "results" / name
+    rc, out, err = look_ahead(OWN[name], run, "--dry-run")
+    rows = dict(x.split(None, 1) for x in out.splitlines() if x.startswith("  ") and x[2] != " ")
+    assert rc == 0 and "0 train/eval jobs left" in out, out + err
+    assert all(v == "done" or v.startswith("done; ") for k, v in rows.items() if k[0].isalpha() and k != "0"), out
+    weightless = [d for d in run.glob("train_*") if d.is_dir() and not list(d.glob("step_*/adapter_model.safetensors"))]
+    assert (f"the weights of {len(weightless)} training run(s) are not committed" in rows["train"]) == bool(weightless), out
+    assert ("its weights are not committed" in rows.get("base", "")) == (not (run / "base_model" / "model.safetensors").exists())
+
+
+def test_the_pipeline_on_a_committed_run_changes_nothing_but_its_manifest(tmp_path):
+    """The pipeline with its own config on a copy of results/smollm2_study (no weights committed): every
+    stage done and skipped, exit 0, every file but manifest.json byte for byte as it was (before: the base
+    and 8 training runs moved aside and remade, 8 evaluations redone)."""
+    run = shutil.copytree(ROOT / "results" / "smollm2_study", tmp_path / "run")
+    before = folder_bytes(run)
+    r = pipeline("--config", "configs/smollm2_study.yaml", "--run", str(run), "--quiet", timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    after = folder_bytes(run)
+    assert {k: v for k, v in after.items() if k != "manifest.json"} == {k: v for k, v in before.items() if k != "manifest.json"}
+
+
+def test_the_readme_names_the_runs_whose_weights_are_committed():
+    """README's note on committed weights is `git ls-files results | grep safetensors`, folder by folder."""
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files", "results"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    weights = [f.split("/") for f in files if f.endswith(".safetensors")]
+    base = sorted({p[1] for p in weights if p[2] == "base_model"})
+    adapters = sorted({p[1] for p in weights if p[2].startswith("train_")} - set(base))
+    both = ", ".join(f"`{x}`" for x in base[:-1]) + f" and `{base[-1]}`"
+    said = (f"results/ keeps the base and adapter weights of {both}, the adapter weights of "
+            + ", ".join(f"`{x}`" for x in adapters) + ", and no weights of the other runs")
+    assert said in " ".join((ROOT / "README.md").read_text().split())
+
