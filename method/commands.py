@@ -116,6 +116,8 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
     if a.cmd == "eval" and a.eval_set != "test" and a.eval_set not in cfg.eval_sets:
         raise config.ConfigError(f"--eval-set {a.eval_set!r}: not registered "
                                  f"(test, or one of eval_sets: {', '.join(cfg.eval_sets) or 'none'})")
+    if a.cmd in ("eval", "tokens") and a.adapter and not Path(a.adapter).exists():
+        raise config.ConfigError(missing_adapter(Path(a.adapter)))
     if a.cmd in ("eval", "tokens") and a.adapter and (bad := provenance.adapter_problem(a.adapter)):
         identity = study.adapter_identity(a.adapter)
         sets = "".join(f" --set {shlex.quote(x)}" for x in a.set)
@@ -136,6 +138,18 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
             bad := provenance.model_folder_problem(base) or provenance.weights_problem(base, cfg.model.base_sha256)):
         raise config.ConfigError(f"{bad}; build the base again (python pipeline.py --config {a.config} --run {run} --stage base --force)")
     return cfg, run, base, out, seed
+
+
+def missing_adapter(adapter: Path) -> str:
+    """The line for an --adapter folder that is not there: the checkpoints its training run holds (or the
+    training runs its run folder holds), not advice to retrain what may be whole."""
+    there = sorted(d.name for d in adapter.parent.glob("step_*") if d.is_dir()) if adapter.parent.is_dir() else []
+    if there:
+        return f"--adapter {adapter}: no such checkpoint; {adapter.parent} holds {', '.join(there)}"
+    runs = sorted(d.name for d in adapter.parent.parent.glob("train_*") if d.is_dir()) if adapter.parent.parent.is_dir() else []
+    if runs:
+        return f"--adapter {adapter}: no such training run; {adapter.parent.parent} holds {', '.join(runs)}"
+    return f"--adapter {adapter}: no such folder"
 
 
 def main(training: Training, argv: list[str] | None = None) -> int:

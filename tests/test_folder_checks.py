@@ -167,3 +167,17 @@ def test_the_readme_names_the_runs_whose_weights_are_committed():
             + ", ".join(f"`{x}`" for x in adapters) + ", and no weights of the other runs")
     assert said in " ".join((ROOT / "README.md").read_text().split())
 
+
+def test_a_checkpoint_that_is_not_there_names_those_that_are(tmp_path):
+    """grpo.py eval --adapter RUN/train_many_s0/step_100 where the run saved steps 3 and 6: one line naming
+    step_003 and step_006, exit 2, nothing written (before: "adapter_config.json: missing", and advice
+    to retrain the run)."""
+    run = tmp_path / "run"
+    for step in ("step_003", "step_006"):
+        shutil.copytree(ROOT / "results" / "tiny_v5" / "train_many_s0" / "step_100", run / "train_many_s0" / step)
+    before = folder_bytes(run)
+    r = grpo_cmd("eval", "--config", "configs/smoke.yaml", "--run", str(run), "--adapter", str(run / "train_many_s0" / "step_100"),
+                 timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.strip().endswith(f"no such checkpoint; {run / 'train_many_s0'} holds step_003, step_006"), r.stderr
+    assert "retrain" not in r.stderr and folder_bytes(run) == before
