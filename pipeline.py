@@ -120,8 +120,8 @@ def run_single(stage: str, plan: Plan, quiet: bool, gpu: str | None = None) -> N
 
         try:
             out = run_analysis(run)
-        except InputError as e:
-            raise StageFailed(f"{e}; make it again: {remake_note(plan, e.path)}")
+        except InputError as e:  # an input's fault: exit 2, as analyze_b.py's
+            raise MissingInput(f"{e}; make it again: {remake_note(plan, e.path)}")
         print(report.headline(out), flush=True)
         return
     if stage == "lr-sweep" and not study.sweep_runs(cfg):
@@ -414,7 +414,7 @@ def _os_words(e: OSError, run: Path) -> str:
 ENDINGS = (
     ((KeyboardInterrupt,), 130, "interrupted", "interrupted during stage {stage}; run the same command again: {resumes}"),
     ((OSError,), 1, "failed", "stage {stage} failed: {why}"),
-    ((MissingInput,), 1, "failed", "stage {stage} cannot run: {e}"),
+    ((MissingInput,), 2, "failed", "stage {stage} cannot run: {e}"),  # an input's fault, as before any stage (README: exit codes)
     ((StageFailed, ValueError, RuntimeError, config.ConfigError), 1, "failed", "stage {stage} failed: {e}"),
     ((Exception,), 1, "failed", "stage {stage} failed with an unexpected {name} (the traceback above is for a bug report); "
                                 "{manifest} records it as failed"),

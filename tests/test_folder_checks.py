@@ -5,6 +5,7 @@ folder as it was, naming the setting a user fixes first (the model, then the tas
 import contextlib
 import hashlib
 import io
+import json
 import shutil
 from pathlib import Path
 
@@ -181,3 +182,35 @@ def test_a_checkpoint_that_is_not_there_names_those_that_are(tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert r.stderr.strip().endswith(f"no such checkpoint; {run / 'train_many_s0'} holds step_003, step_006"), r.stderr
     assert "retrain" not in r.stderr and folder_bytes(run) == before
+
+
+def test_analysis_faults_end_alike_in_every_entry_script(tmp_path):
+    """The same fault, the same exit code (README's table): an evaluation file cut short, and one whose
+    counts exceed its samples, in a copy of results/smollm2_study: `pipeline.py --stage analyze` and
+    `analyze_b.py --run` both exit 2 (before: analyze_b.py 1 for both, the pipeline 1 for the second)."""
+    import subprocess
+    import sys
+
+    from pipeline_runs import ENV
+
+    def analyze_b(*args):
+        return subprocess.run([sys.executable, str(ROOT / "analyze_b.py"), *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                              timeout=300)
+
+    codes = dict(line.split(" | ")[0:2] for line in (x.strip("| ") for x in (ROOT / "README.md").read_text().splitlines())
+                 if line.split(" | ")[0].isdigit())
+    assert sorted(map(int, codes)) == [0, 1, 2, 3, 130] and codes["2"].startswith("a fault in what was given")
+    assert study.EXIT_OUT_OF_MEMORY == 3 and codes["3"].startswith("out of memory")
+    for fault in ("cut short", "counts above n"):
+        run = shutil.copytree(ROOT / "results" / "smollm2_study", tmp_path / fault.replace(" ", "_"))
+        f = run / "eval_many_s0_030.json"
+        if fault == "cut short":
+            f.write_bytes(f.read_bytes()[:200])
+        else:
+            d = json.loads(f.read_text())
+            d["problems"][0]["correct_strict"] = 10 ** 6
+            f.write_text(json.dumps(d))
+        p = pipeline("--config", "configs/smollm2_study.yaml", "--run", str(run), "--stage", "analyze", "--quiet", timeout=300)
+        a = analyze_b("--run", str(run), "--no-figures")
+        assert (p.returncode, a.returncode) == (2, 2), (fault, p.stderr[-1500:], a.stderr[-1500:])
+        assert len(a.stderr.strip().splitlines()) == 1 and "eval_many_s0_030.json" in a.stderr

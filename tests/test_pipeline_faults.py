@@ -314,14 +314,14 @@ def test_a_truncated_evaluation_at_the_analysis_is_one_line(small_cfg, small_job
     d["problems"][0]["correct_loose"] = 999
     (run / "eval_many_s0_003.json").write_text(json.dumps(d))
     r = pipeline("--config", str(small_cfg), "--out", str(run), "--stage", "analyze", "--quiet", timeout=300)
-    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr  # an input's fault
     assert "eval_many_s0_003.json: problem" in r.stderr and "make it again: python grpo.py eval" in r.stderr
     man = json.loads((run / "manifest.json").read_text())
     assert man["stages"]["analyze"]["status"] == "failed" and ended(man)
     # analyze_b.py by hand says the same, with the command from the manifest
     r = subprocess.run([sys.executable, str(ROOT / "analyze_b.py"), "--run", str(run), "--no-figures"], cwd=ROOT, env=ENV,
                        capture_output=True, text=True, timeout=300)
-    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr  # the pipeline's code for the same fault
     assert "make it again: python grpo.py eval" in r.stderr and f"--adapter {run / 'train_many_s0' / 'step_003'}" in r.stderr
 
 
