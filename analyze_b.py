@@ -92,9 +92,13 @@ def read_json_or_none(path: Path) -> dict | None:
 
 
 def report_only(run: Path) -> int:
-    """report.md printed again from RUN/verdicts.json (the old one moved aside); one line and exit 1
-    when there is no verdicts.json, or it predates the printer or the inputs it keeps, or is malformed."""
+    """report.md printed again from RUN/verdicts.json (the old one moved aside); one line and exit 2
+    when there is no such folder or no verdicts.json, or it predates the printer or the inputs it keeps,
+    or is malformed (1: it cannot be written)."""
     src = run / "verdicts.json"
+    if not run.is_dir():
+        print(f"analyze_b.py: --report-only {run}: no such folder", file=sys.stderr)
+        return 2
     try:
         doc = json.loads(src.read_text())
         if isinstance(doc, dict) and not all(k in doc for k in ("inputs", "warnings")):
@@ -105,7 +109,7 @@ def report_only(run: Path) -> int:
         why = e.strerror if isinstance(e, OSError) else f"malformed (no {e})" if isinstance(e, KeyError) else str(e)
         print(f"analyze_b.py: {src}: {why}; analyse the run again, into a new folder if it is committed: "
               f"python analyze_b.py --run {run} --out NEW_FOLDER", file=sys.stderr)
-        return 1
+        return 2
     try:
         if (dest := provenance.move_aside(run, run / "report.md", provenance.stamp())) is not None:
             print(f"moved aside report.md -> {dest.relative_to(run)}")
@@ -170,6 +174,7 @@ def main(argv=None) -> int:
             if named is not None and a.out and named.resolve().is_relative_to(target.resolve()):
                 named = run / named.resolve().relative_to(target.resolve())  # the file in the run, not in our copy
             print(f"analyze_b.py: {msg}; {remake_hint(run, named)}", file=sys.stderr)
+            return 2  # an input's fault (README: exit codes)
         else:
             print(f"analyze_b.py: cannot write {e.filename or target}: {e.strerror or e}; analyse into a folder of your own: "
                   f"python analyze_b.py --run {run} --out NEW_FOLDER", file=sys.stderr)

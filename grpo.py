@@ -344,7 +344,7 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
     start, rows, dev_rows = resume(out, model, opt, meta)
     stops, pad = stop_ids(model, tok), pad_id(tok)
     micro_batch, mem, why = memory_plan(cfg, model, tok, run, device)
-    if progress:
+    if progress and not cfg.micro_batch:  # set in the config it is what the user wrote (done.json keeps why): not said per run
         print(f"{run.stage} {run.name} s{run.seed}: {why}", flush=True)
     normalizer = P * G * s.max_new_tokens  # [D2] a constant, not the response lengths
     params = [p for p in model.parameters() if p.requires_grad]

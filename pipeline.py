@@ -25,17 +25,20 @@ is seeded from explicit parts, never from the order in which jobs run, so `--job
 same bytes as `--jobs 1` (tested). Jobs never change the thread count: set `threads` in the
 config (the CPU configs use one torch thread per process).
 
-One folder, one study. A stage is done when its outputs record the hash of the config keys and
-input files it depends on. An output that records other *settings* was made under another
-config: every stage refuses to overwrite it (one line naming the file and the setting; exit 2)
-unless --force is given. An output whose settings agree but whose *inputs* changed (a stage
-upstream was redone) is out of date: it is moved aside to RUN/superseded/<time>/ and redone, as
-are evaluations of adapters that no longer exist. A lock file keeps a second pipeline out of
-the folder. Every output is written atomically and training resumes from its last checkpoint,
-so a run killed at any point and started again ends with the same adapters, counts and verdicts
-as one that never stopped (time stamps and timings aside). RUN/manifest.json records the config,
-PLAN.md's sha256, the code revision, package versions, and each stage's and job's status and
-wall time; a later run under another header keeps the earlier one in `earlier`.
+One folder, one study. A stage is done when its outputs record the hash of the config keys and input
+files it depends on. An output that records other *settings* was made under another config: before
+anything is written or moved, the whole folder is checked (orchestration/foreign.py) and the run
+refuses (one line naming the file and the setting a user fixes first, the model, then the task, then
+the rest; exit 2; every file as it was) unless --force is given. --dry-run and --print-jobs say so
+for every stage that reads such a file, and hash nothing from it. An output whose settings agree but
+whose *inputs* changed (a stage upstream was redone) is out of date: it is moved aside to
+RUN/superseded/<time>/ and redone, as are evaluations of adapters that no longer exist. A lock file
+keeps a second pipeline out of the folder. Every output is written atomically and training resumes
+from its last checkpoint, so a run killed at any point and started again ends with the same
+adapters, counts and verdicts as one that never stopped (time stamps and timings aside).
+RUN/manifest.json records the config, PLAN.md's sha256, the code revision, package versions, and
+each stage's and job's status and wall time; a later run under another header keeps the earlier one
+in `earlier`.
 """
 from __future__ import annotations
 
@@ -47,7 +50,7 @@ import time
 import traceback
 from pathlib import Path
 
-from orchestration import cli, config, provenance, study
+from orchestration import cli, config, foreign, provenance, study
 from orchestration.jobs import Job, Runner, assign_gpus, estimate_seconds, fmt_minutes, in_worker, log, now, run_grpo, visible_gpus
 from orchestration.stages import (
     JOB_STAGES,
@@ -59,6 +62,7 @@ from orchestration.stages import (
     Refused,
     check_inputs,
     check_stage,
+    kept_weights_note,
     registered_stages,
     remake_note,
 )
@@ -116,8 +120,8 @@ def run_single(stage: str, plan: Plan, quiet: bool, gpu: str | None = None) -> N
 
         try:
             out = run_analysis(run)
-        except InputError as e:
-            raise StageFailed(f"{e}; make it again: {remake_note(plan, e.path)}")
+        except InputError as e:  # an input's fault: exit 2, as analyze_b.py's
+            raise MissingInput(f"{e}; make it again: {remake_note(plan, e.path)}")
         print(report.headline(out), flush=True)
         return
     if stage == "lr-sweep" and not study.sweep_runs(cfg):
@@ -134,43 +138,40 @@ def run_single(stage: str, plan: Plan, quiet: bool, gpu: str | None = None) -> N
 # ============================================================================= main
 
 
-def shown_state(plan: Plan, stage: str, marker: Path, want: str | None) -> str:
-    """plan.state, where a damaged output whose every fault is an absent weights file (as in a committed
-    run: results/ holds no weights) is told apart as "weightless"; both are redone alike."""
-    st = plan.state(stage, marker, want)
-    faults = plan.faults(stage, marker) if st == "damaged" else []
-    absent = ("safetensors: missing", "missing (the folder holds no weights)")
-    return "weightless" if faults and all(f.endswith(absent) for f in faults) else st
-
-
 def dry_run(plan: Plan, todo: list[str], n: int) -> None:
     print(f"run folder: {plan.run}")
+    found = foreign.foreign_outputs(plan)  # made under other settings: the run refuses before it writes
     refuses = []  # stages whose outputs were made under other settings: the run stops there without --force
     for s in todo:
         if s in JOB_STAGES:
-            states = [shown_state(plan, s, m, h) for _, m, h in plan.outputs(s)]
+            states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
             counts = {k: states.count(k) for k in ("done", "missing", "damaged", "weightless", "stale", "foreign") if states.count(k)}
             words = {"foreign": "made under other settings (would refuse; --force)",
                      "weightless": "without their weights (would be remade)", "stale": "out of date"}
             state = "done" if counts.get("done") == len(states) else ", ".join(f"{v} {words.get(k, k)}" for k, v in counts.items())
+            if counts.get("weightless") and counts["weightless"] + counts.get("done", 0) == len(states):
+                state = kept_weights_note(plan, s, counts["weightless"]) or state
             if counts.get("foreign"):
                 refuses.append(s)
         elif s == "analyze":
             state = "done" if plan.analyze_done() else ("out of date" if (plan.run / "verdicts.json").exists() else "to do")
         else:
-            states = [shown_state(plan, s, m, h) for _, m, h in plan.outputs(s)]
+            states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
             state = ("done" if all(x == "done" for x in states) else "made under other settings (would refuse; --force)"
                      if "foreign" in states else "damaged (would be redone)" if "damaged" in states
                      else "without its weights (would be remade)" if "weightless" in states
                      else "out of date (made from other inputs)" if "stale" in states else "to do")
+            if states == ["weightless"]:
+                state = kept_weights_note(plan, s, 1) or state
             if "foreign" in states:
                 refuses.append(s)
             if s == "lr-sweep" and state != "done" and (bad := plan.sweep_damage()):
                 state += f"; {len(bad)} damaged candidate run(s) (would be moved aside and redone: {bad[0][1]})"
-        print(f"  {s:<9} {state}")
-    if refuses:
-        print(f"  the run would stop at stage {refuses[0]}, refusing to overwrite what other settings made (--force "
-              f"moves it aside and redoes it, or --out another folder); the jobs below are what --force would run")
+        reads = foreign.foreign_reads(s, found)
+        print(f"  {s:<9} {state}" + (f"; reads what {', '.join(reads)} made under other settings" if reads else ""))
+    if found:
+        print(f"  the run would refuse before writing anything: {foreign.refusal_line(plan, found)}; "
+              "the jobs below are what --force would run (it moves each such output aside and redoes it)")
     left = plan.jobs(todo)
     cost = plan.cost_model()
     eta = estimate_seconds(plan.run, left, n, cost)
@@ -187,6 +188,8 @@ def print_jobs(plan: Plan, todo: list[str], config_path: str, out: Path, sets: l
         return " ".join(shlex.quote(x) for x in ["python", "pipeline.py", "--config", config_path, "--out", str(out),
                                                     *sum((["--set", s] for s in sets), []), "--stage", stage])
 
+    for line in foreign.notes(plan, todo):
+        print(f"# {line}")
     singles = [s for s in todo if s in ("base", "probe", "select", "lr-sweep") and not plan.done(s)]
     if singles:
         print("# 1. one after another (each waits for the one before):")
@@ -285,8 +288,13 @@ def main(argv: list[str] | None = None) -> int:
     todo = [a.stage] if a.stage else registered_stages(cfg)
     if a.dry_run or a.print_jobs:
         return plan_only(plan, todo, a, unreachable)
-    try:  # the first stage's inputs come from earlier runs: check them before anything is written
+    try:  # the whole folder, then the first stage's inputs (from earlier runs): checked before anything is written
+        if not a.force:
+            foreign.check_folder(plan)
         check_inputs(plan, todo[0], a.condition, tuple(x for x in todo if x in JOB_STAGES))
+    except Refused as e:
+        print(f"pipeline.py: {e}", file=sys.stderr)
+        return 2
     except MissingInput as e:
         print(f"pipeline.py: stage {todo[0]} cannot run: {e}", file=sys.stderr)
         return 2
@@ -406,7 +414,7 @@ def _os_words(e: OSError, run: Path) -> str:
 ENDINGS = (
     ((KeyboardInterrupt,), 130, "interrupted", "interrupted during stage {stage}; run the same command again: {resumes}"),
     ((OSError,), 1, "failed", "stage {stage} failed: {why}"),
-    ((MissingInput,), 1, "failed", "stage {stage} cannot run: {e}"),
+    ((MissingInput,), 2, "failed", "stage {stage} cannot run: {e}"),  # an input's fault, as before any stage (README: exit codes)
     ((StageFailed, ValueError, RuntimeError, config.ConfigError), 1, "failed", "stage {stage} failed: {e}"),
     ((Exception,), 1, "failed", "stage {stage} failed with an unexpected {name} (the traceback above is for a bug report); "
                                 "{manifest} records it as failed"),

@@ -15,8 +15,9 @@ from typing import Callable
 
 from method import evaluate
 from method.model import bf16_problem, memory_state, out_of_memory, pick_device, setup_torch
-from orchestration import cli, config, provenance, study
+from orchestration import cli, config, foreign, provenance, study
 from orchestration.provenance import stage_hash
+from orchestration.stages import Plan, Refused
 
 
 @dataclass
@@ -94,7 +95,9 @@ def parser() -> argparse.ArgumentParser:
 
 def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None]:
     """(config, run folder, base model, output file, training seed) of a command, every argument and
-    input checked before anything is written. Raises ConfigError (one line, exit 2)."""
+    input checked before anything is written, the run folder's outputs it reads or replaces among them (made
+    under other settings: foreign.check_command, the pipeline's refusal). Raises ConfigError or Refused (one
+    line, exit 2)."""
     cfg = config.load(a.config, a.set)
     run = Path(a.run) if a.run else study.default_run(a.config)
     seed = None
@@ -110,6 +113,11 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
         if seed not in seeds:
             raise config.ConfigError(f"--seed {seed}: not a seed of condition {a.condition} {seeds} "
                                      "(train.seeds, train.seeds_by_condition)")
+    if a.cmd == "eval" and a.eval_set != "test" and a.eval_set not in cfg.eval_sets:
+        raise config.ConfigError(f"--eval-set {a.eval_set!r}: not registered "
+                                 f"(test, or one of eval_sets: {', '.join(cfg.eval_sets) or 'none'})")
+    if a.cmd in ("eval", "tokens") and a.adapter and not Path(a.adapter).exists():
+        raise config.ConfigError(missing_adapter(Path(a.adapter)))
     if a.cmd in ("eval", "tokens") and a.adapter and (bad := provenance.adapter_problem(a.adapter)):
         identity = study.adapter_identity(a.adapter)
         sets = "".join(f" --set {shlex.quote(x)}" for x in a.set)
@@ -117,14 +125,13 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
                 f"it moves that training run aside and retrains it, and redoes what reads it"
                 if identity["condition"] else "give an intact adapter folder")
         raise config.ConfigError(f"--adapter {a.adapter}: {bad}; {redo}")
-    if a.cmd == "eval" and a.eval_set != "test" and a.eval_set not in cfg.eval_sets:
-        raise config.ConfigError(f"--eval-set {a.eval_set!r}: not registered "
-                                 f"(test, or one of eval_sets: {', '.join(cfg.eval_sets) or 'none'})")
     out = None
     if a.cmd == "eval":
         out = Path(a.out) if a.out else study.eval_dir(run, a.eval_set) / study.adapter_eval_name(a.adapter)
     if a.cmd == "tokens":
         out = Path(a.out) if a.out else run / study.adapter_tokens_name(a.adapter)
+    writes = [Path(a.out) if a.out else study.train_dir(run, a.condition, seed)] if a.cmd == "train" else None if out is None else [out]
+    foreign.check_command(Plan(cfg, run, a.config, a.set), a.cmd, writes)  # what it reads and writes: before anything is written
     study.check_model_reachable(cfg)
     base = None if a.cmd == "base" else study.model_path(cfg, run)
     if base is not None and study.builds_base(cfg) and (
@@ -133,11 +140,23 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
     return cfg, run, base, out, seed
 
 
+def missing_adapter(adapter: Path) -> str:
+    """The line for an --adapter folder that is not there: the checkpoints its training run holds (or the
+    training runs its run folder holds), not advice to retrain what may be whole."""
+    there = sorted(d.name for d in adapter.parent.glob("step_*") if d.is_dir()) if adapter.parent.is_dir() else []
+    if there:
+        return f"--adapter {adapter}: no such checkpoint; {adapter.parent} holds {', '.join(there)}"
+    runs = sorted(d.name for d in adapter.parent.parent.glob("train_*") if d.is_dir()) if adapter.parent.parent.is_dir() else []
+    if runs:
+        return f"--adapter {adapter}: no such training run; {adapter.parent.parent} holds {', '.join(runs)}"
+    return f"--adapter {adapter}: no such folder"
+
+
 def main(training: Training, argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     try:
         cfg, run, base, out_eval, seed = checked(a)
-    except config.ConfigError as e:
+    except (config.ConfigError, Refused) as e:
         print(f"grpo.py: {e}", file=sys.stderr)
         return 2
     replaced = {"eval": [out_eval], "tokens": [out_eval], "select": [run / "selection.json"], "lr-sweep": [run / "lr_choice.json"],

@@ -455,29 +455,48 @@ def stage_hash(cfg: config.Config, stage: str, extra=None) -> str:
 def differing_setting(recorded: dict | None, cfg: config.Config, stage: str) -> str:
     """The first setting (dotted key=value) on which a recorded provenance differs from `cfg`,
     for the one-line refusal; 'its inputs' when the settings agree and an input file differs."""
+    return next(iter(differing_settings(recorded, cfg, stage)), None) or (
+        f"the inputs it was made from ({json.dumps((recorded or {}).get('inputs'))[:100]})")
+
+
+def fix_order(key: str) -> tuple[int, str]:
+    """The order in which a user fixes differing settings: the model, then the task, then the rest (by name)."""
+    top = key.split(".")[0].split("=")[0]
+    return ({"model": 0, "task": 1}.get(top, 2), key)
+
+
+def differing_settings(recorded: dict | None, cfg: config.Config, stage: str) -> list[str]:
+    """Every setting (dotted key=value there, value here) a stage's results depend on on which a
+    recorded provenance differs from `cfg`, in fix_order; [] when they agree; one entry saying so
+    when the record holds no config, or one this code cannot read."""
     if not recorded or not isinstance(recorded.get("config"), dict):
-        return "no readable provenance"
-    now = _flat(hashed_settings(config.to_dict(cfg), stage))
+        return ["no readable provenance"]
+    now = hashed_settings(config.to_dict(cfg), stage)
     try:
-        then = _flat(hashed_settings(recorded["config"], stage))
+        then = hashed_settings(recorded["config"], stage)
     except (KeyError, TypeError):
-        return "a config from another version of the code"
-    for k in sorted(set(now) | set(then)):
-        off = ADDED_OFF.get(k)  # a key left out of the hash at its "as before" value
-        if now.get(k, off) != then.get(k, off):
-            return f"{k}={json.dumps(then.get(k, off))} there, {json.dumps(now.get(k, off))} here"
-    return f"the inputs it was made from ({json.dumps(recorded.get('inputs'))[:100]})"
+        return ["a config from another version of the code"]
+    return [f"{k}={_short(a)} there, {_short(b)} here" for k, a, b in sorted(_diffs(then, now), key=lambda d: fix_order(d[0]))]
 
 
-def _flat(d, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
+def _diffs(then: dict, now: dict, prefix: str = "") -> list[tuple[str, object, object]]:
+    """(dotted key, value there, value here) where two settings trees differ: the deepest keys where both
+    sides hold a section, the whole section where one side holds none (model.build=null there)."""
+    out = []
+    for k in set(then) | set(now):
         key = f"{prefix}.{k}" if prefix else k
-        if isinstance(v, dict) and v:
-            out.update(_flat(v, key))
-        else:
-            out[key] = v
+        off = ADDED_OFF.get(key)  # a key left out of the hash at its "as before" value
+        a, b = then.get(k, off), now.get(k, off)
+        if isinstance(a, dict) and isinstance(b, dict) and a and b:
+            out += _diffs(a, b, key)
+        elif a != b:
+            out.append((key, a, b))
     return out
+
+
+def _short(value) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def record(cfg: config.Config, stage: str, extra=None, device: str | None = None) -> dict:

@@ -27,6 +27,7 @@ class Plan:
         self.cfg, self.run = cfg, run
         self.config_path, self.sets = config_path, sets
         self._sha: dict[tuple, str | None] = {}  # adapter sha256 by (path, mtime, size): each adapter read once
+        self._kept: dict[tuple, bool] = {}  # weights_not_kept by (condition, seed)
         self._cost = None
 
     def cost_model(self):
@@ -85,21 +86,65 @@ class Plan:
     # ------------------------------------------------------------------ hashes
 
     def train_hash(self, cond: str, seed: int) -> str | None:
+        """None when an input is missing, unreadable or made under other settings (never read then)."""
+        if self.foreign_input("train"):
+            return None
         try:
             _, _, inputs = study.train_inputs(self.cfg, cond, seed, self.run)
         except (FileNotFoundError, ValueError):
             return None
         return provenance.stage_hash(self.cfg, "train", inputs)
 
-    def eval_hash(self, adapter: Path | None, eval_set: str = "test", stage: str = "eval") -> str | None:
+    def foreign_input(self, stage: str) -> Path | None:
+        """The first file an earlier stage made that `stage`'s hash reads (train: selection.json, and
+        lr_choice.json under the LR sweep) and that is unreadable or made under other settings: a hash
+        computed from it would be meaningless (its problem ids need not even be this task's)."""
+        if stage != "train":
+            return None
+        reads = [("select", self.run / "selection.json")] if study.selection_sizes(self.cfg) else []
+        reads += [("lr-sweep", self.run / "lr_choice.json")] if study.sweep_runs(self.cfg) else []
+        return next((f for s, f in reads if f.exists() and (provenance.json_problem(f) or self.other_settings(s, f))), None)
+
+    def eval_hash(self, adapter: Path | None, eval_set: str = "test", stage: str = "eval", recorded: Path | None = None) -> str | None:
+        """The hash an evaluation (or token comparison) of `adapter` should record. An adapter whose weights
+        were not kept (weights_not_kept: a committed run) counts by the sha256 its `recorded` output names:
+        the chain is recorded, and a hash of what is not there cannot be computed."""
         sha = None if adapter is None else self.adapter_sha256(adapter)
+        if adapter is not None and sha is None and recorded is not None and self.weights_not_kept(adapter):
+            rec = provenance.read_json(recorded) or {}
+            sha = ((rec.get("provenance") or {}).get("inputs") or {}).get("adapter_sha256")
         if adapter is not None and sha is None:
             return None
         extra = study.eval_inputs(self.cfg, sha, eval_set) if stage == "eval" else {"adapter_sha256": sha}
         return provenance.stage_hash(self.cfg, stage, extra)
 
-    def outputs(self, stage: str) -> list[tuple[Path, Path, str | None]]:
-        """(output to move aside, the file recording its provenance, the hash it should record)."""
+    def weights_not_kept(self, adapter: Path) -> bool:
+        """The adapter's training run is finished, under this config, and whole but for absent weights files
+        (state "weightless": results/ keeps few weights)."""
+        identity = study.adapter_identity(adapter)
+        if identity["condition"] is None or (adapter / "adapter_model.safetensors").exists():
+            return False
+        key = (identity["condition"], identity["train_seed"])
+        if key not in self._kept:
+            d = study.train_dir(self.run, *key)
+            self._kept[key] = self.state("train", d / "done.json", self.train_hash(*key)) == "weightless"
+        return self._kept[key]
+
+    def weights_needed(self) -> set[Path]:
+        """Training runs without their weights (weights_not_kept) that an evaluation or token comparison
+        still to do reads: these are trained again; the others stay done."""
+        reads = [("eval", f, a, es) for es, f, a in self.evals()] + [("tokens", f, a, "test") for f, a in self.tokens()]
+        return {a.parent for st, f, a, es in reads if a is not None and self.weights_not_kept(a)
+                and self.state(st, f, self.eval_hash(a, es, st, recorded=f)) != "done"}
+
+    def base_needed(self) -> bool:
+        """Does a stage still to do load the base (a probe, the selection, the LR sweep, a job)?"""
+        early = [s for s in ("probe", "select", "lr-sweep") if s in registered_stages(self.cfg)]
+        return any(not self.done(s) for s in early) or bool(self.jobs([s for s in JOB_STAGES if s in registered_stages(self.cfg)]))
+
+    def outputs(self, stage: str, hashes: bool = True) -> list[tuple[Path, Path, str | None]]:
+        """(output to move aside, the file recording its provenance, the hash it should record; None
+        without `hashes`: then nothing but the config is read)."""
         run, cfg = self.run, self.cfg
         if stage == "base":
             if not study.builds_base(cfg):
@@ -121,35 +166,53 @@ class Plan:
             for c, s in self.train_units():
                 d = study.train_dir(run, c, s)
                 marker = d / "done.json" if (d / "done.json").exists() else d / "last" / "state.json"
-                out.append((d, marker, self.train_hash(c, s)))
+                out.append((d, marker, self.train_hash(c, s) if hashes else None))
             return out
         if stage == "eval":
-            return [(f, f, self.eval_hash(a, es)) for es, f, a in self.evals()]
+            return [(f, f, self.eval_hash(a, es, recorded=f) if hashes else None) for es, f, a in self.evals()]
         if stage == "tokens":
-            return [(f, f, self.eval_hash(a, stage="tokens")) for f, a in self.tokens()]
+            return [(f, f, self.eval_hash(a, stage="tokens", recorded=f) if hashes else None) for f, a in self.tokens()]
         return []
 
     def state(self, stage: str, marker: Path, want: str | None) -> str:
-        """missing | damaged (a file cut short or unreadable: redo it) | done | stale (same settings,
-        other inputs) | foreign (other settings)."""
+        """missing | damaged (a file cut short or unreadable: redo it) | done | weightless (train: done, its
+        weights not kept) | stale (same settings, other inputs) | foreign (other settings). Settings before
+        weights: an output made under other settings is foreign whether or not its weights are there."""
         if not marker.exists():
             return "missing"
-        if self.damage(stage, marker):
+        if provenance.json_problem(marker):
             return "damaged"
         rec = provenance.read_json(marker)
-        got = (rec or {}).get("stage_hash") if stage == "base" else provenance.recorded_hash(marker)
-        if want is not None and got == want:
-            return "done"
-        if stage == "base":
-            return "foreign"  # its inputs are the config alone
-        prov = (rec or {}).get("provenance")
-        if not prov or not isinstance(prov.get("config"), dict):
-            return "foreign"
-        try:
-            same = provenance.hashed_settings(prov["config"], stage) == provenance.hashed_settings(config.to_dict(self.cfg), stage)
-        except (KeyError, TypeError):
-            same = False
-        return "stale" if same else "foreign"
+        got = rec.get("stage_hash") if stage == "base" else provenance.recorded_hash(marker)
+        if want is None or got != want:
+            if self.other_settings(stage, marker):
+                return "foreign"
+        faults = self.faults(stage, marker)
+        if faults and stage in ("base", "train") and want is not None and got == want and all(f.endswith(WEIGHTS_ABSENT) for f in faults):
+            return "weightless"  # made, its weights not kept (a committed run): done unless a stage still to do reads them
+        if faults:
+            return "damaged"
+        return "done" if want is not None and got == want else "stale"
+
+    def other_settings(self, stage: str, marker: Path) -> list[str]:
+        """The settings (provenance.fix_order: model, task, the rest) on which an existing output records
+        other settings than this config's, as `key=value there, value here`; [] when they agree. Reads
+        the record alone (no hash of an input): the check before anything is written."""
+        rec = provenance.read_json(marker) or {}
+        if stage != "base":
+            return provenance.differing_settings(rec.get("provenance"), self.cfg, stage)
+        got = rec.get("stage_hash")
+        if got == provenance.stage_hash(self.cfg, "base"):
+            return []
+        manifest = provenance.read_json(self.run / "manifest.json") or {}
+        for made in [manifest, *(manifest.get("earlier") or [])]:  # build.json records its hash; a manifest, the config
+            try:
+                ok = config.digest({**provenance.hashed_settings(made["config"], "base"), "extra": None}) == got
+            except (KeyError, TypeError):
+                continue
+            if ok and (keys := provenance.differing_settings(made, self.cfg, "base")):
+                return keys
+        return ["another model build (model.build / model.qwen_shape / model.gguf / the task's splits)"]
 
     def damage(self, stage: str, marker: Path) -> str | None:
         """What is wrong with an output that exists, or None (the first of self.faults)."""
@@ -188,9 +251,8 @@ class Plan:
 
     def why(self, stage: str, marker: Path) -> str:
         rec = provenance.read_json(marker)
-        if stage == "base":
-            return "another model build (model.build / model.qwen_shape / task)"
-        return provenance.differing_setting((rec or {}).get("provenance"), self.cfg, stage)
+        return next(iter(self.other_settings(stage, marker)), None) or provenance.differing_setting(
+            (rec or {}).get("provenance"), self.cfg, stage)
 
     # ------------------------------------------------------------------ done
 
@@ -216,7 +278,8 @@ class Plan:
                        for c, s in self.train_units(condition))
         if stage == "train":
             return all(self.state(stage, d / "done.json", h) == "done" for d, _, h in self.outputs(stage))
-        return all(self.state(stage, m, h) == "done" for _, m, h in self.outputs(stage))
+        ok = ("done", "weightless") if stage == "base" else ("done",)  # a base whose weights were not kept: done unless read
+        return all(self.state(stage, m, h) in ok for _, m, h in self.outputs(stage))
 
     # ------------------------------------------------------------------ jobs
 
@@ -251,9 +314,11 @@ class Plan:
     def jobs(self, stages: list[str], condition: str | None = None, done_too: bool = False) -> list[Job]:
         """The train and eval jobs not yet done (done_too: every job of the design), in the registered order."""
         out: list[Job] = []
+        needed = self.weights_needed() if "train" in stages and not done_too else set()
         if "train" in stages:
             for c, s in self.train_units(condition):
-                if done_too or self.state("train", study.train_dir(self.run, c, s) / "done.json", self.train_hash(c, s)) != "done":
+                st = self.state("train", study.train_dir(self.run, c, s) / "done.json", self.train_hash(c, s))
+                if done_too or st not in ("done", "weightless") or (st == "weightless" and study.train_dir(self.run, c, s) in needed):
                     out.append(Job("train", f"train {c} s{s}", self.base_argv("train") + ["--condition", c, "--seed", str(s)],
                                    steps=self.cfg.train.steps, output=str(study.train_dir(self.run, c, s))))
         pending = {j.name for j in out}
@@ -266,7 +331,7 @@ class Plan:
 
         if "eval" in stages:
             for es, f, adapter in self.evals():
-                if not done_too and self.state("eval", f, self.eval_hash(adapter, es)) == "done":
+                if not done_too and self.state("eval", f, self.eval_hash(adapter, es, recorded=f)) == "done":
                     continue
                 label, opt = ("eval", []) if es == "test" else (f"eval-{es}", ["--eval-set", es])
                 size = (self.cfg.task.n_test * self.cfg.eval.n if es == "test"
@@ -279,7 +344,7 @@ class Plan:
                                samples=size, output=str(f)))
         if "tokens" in stages:
             for f, adapter in self.tokens():
-                if done_too or self.state("tokens", f, self.eval_hash(adapter, stage="tokens")) != "done":
+                if done_too or self.state("tokens", f, self.eval_hash(adapter, stage="tokens", recorded=f)) != "done":
                     what, need = needs(adapter)
                     out.append(Job("tokens", f"tokens {what}", self.base_argv("tokens") + ["--adapter", str(adapter)], needs=need,
                                    samples=3 * self.cfg.tokens.n_problems, output=str(f)))  # one greedy answer, two forwards
@@ -287,6 +352,29 @@ class Plan:
 
 
 # ============================================================================= the run folder
+
+
+def kept_weights_note(plan: Plan, stage: str, weightless: int) -> str | None:
+    """--dry-run's note on a base or training runs done but whose weights are not here (a committed run:
+    results/ keeps few weights) and that no stage still to do reads: what is missing, what remaking it costs
+    (as measured when it was made). None when they are read (then they are remade)."""
+    if stage == "base" and not plan.base_needed():
+        took = (provenance.read_json(plan.run / "base_model" / "build.json") or {}).get("seconds")
+        again = "copies them again from model.base_from" if plan.cfg.model.base_from else "builds them again"
+        return (f"done; its weights are not committed: the base stage {again} when a stage reads them"
+                + (f" ({took:.0f} s when built)" if isinstance(took, (int, float)) and not plan.cfg.model.base_from else ""))
+    if stage != "train" or plan.weights_needed():
+        return None
+    jobs = (provenance.read_json(plan.run / "manifest.json") or {}).get("jobs") or {}
+    took = sum((jobs.get(f"train {c} s{s}") or {}).get("seconds") or 0 for c, s in plan.train_units()
+               if plan.weights_not_kept(study.adapter_dir(plan.run, c, s, plan.steps_of()[-1])))
+    return (f"done; the weights of {weightless} training run(s) are not committed: remaking them is {weightless} training "
+            f"job(s)" + (f", {took / 3600:.1f} h of jobs as measured when made" if took else "")
+            + ", run only when an evaluation still to do reads them")
+
+
+# the faults of a checkpoint, or a base, whose weights were not kept
+WEIGHTS_ABSENT = ("adapter_model.safetensors: missing", "missing (the folder holds no weights)")
 
 
 def log_problem(path: Path, steps) -> str | None:
@@ -324,7 +412,8 @@ def check_inputs(plan: Plan, stage: str, condition: str | None = None, group: tu
             except FileNotFoundError as e:
                 raise MissingInput(str(e))
         return
-    if study.builds_base(cfg) and stage != "analyze":  # the analysis reads JSON and CSV files only
+    kept = [plan.state("base", m, h) for _, m, h in plan.outputs("base")] == ["weightless"] and not plan.base_needed()
+    if study.builds_base(cfg) and stage != "analyze" and not kept:  # the analysis reads JSON and CSV files only
         bad = provenance.model_folder_problem(run / "base_model") or provenance.weights_problem(run / "base_model", cfg.model.base_sha256)
         if bad:
             raise MissingInput(f"{bad}; build the base: {plan.command('base')}")
@@ -336,7 +425,9 @@ def check_inputs(plan: Plan, stage: str, condition: str | None = None, group: tu
                 first = "select" if "selection.json" in str(e) else "lr-sweep"
                 raise MissingInput(f"{e} ({plan.command(first)})")
     if stage in ("eval", "tokens") and "train" not in group:
-        adapters = [a for _, _, a in plan.evals() if a is not None] if stage == "eval" else [a for _, a in plan.tokens()]
+        todo = {Path(j.output) for j in plan.jobs([stage])}  # an evaluation done by its recorded chain reads no weights
+        adapters = [a for _, f, a in plan.evals() if a is not None and f in todo] if stage == "eval" else [
+            a for f, a in plan.tokens() if f in todo]
         bad = next((b for a in adapters if (b := provenance.adapter_problem(a))), None)
         if bad:
             raise MissingInput(f"{bad}: train it (again) first: {plan.command('train')}")
@@ -360,14 +451,16 @@ def remake_note(plan: Plan, path: Path | None) -> str:
 def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
     """Before a stage runs: refuse outputs made under other settings (unless force); move aside
     outputs made from other inputs, and (train, eval) folders and files the design no longer has."""
+    needed = plan.weights_needed() if stage == "train" else {plan.run / "base_model"} if stage == "base" and plan.base_needed() else set()
     for path, marker, want in plan.outputs(stage):
         st = plan.state(stage, marker, want)
-        if st == "damaged":
-            aside.move(path, f"damaged, so it is redone: {plan.damage(stage, marker)}")
+        if st == "damaged" or (st == "weightless" and path in needed):
+            why = "damaged" if st == "damaged" else "its weights are not here and a stage still to do reads them"
+            aside.move(path, f"{why}, so it is redone: {plan.damage(stage, marker)}")
             continue
         if st == "foreign" and not force:
             raise Refused(f"{marker}: made under {plan.why(stage, marker)}; refusing to overwrite it "
-                          f"(use --force to replace it and what depends on it, or --run another folder)")
+                          "(pipeline.py --force replaces it and what depends on it; or --run another folder)")
         if st in ("foreign", "stale") and stage != "base":
             aside.move(path, "made under other settings (--force)" if st == "foreign" else "made from other inputs")
         elif st == "foreign" and stage == "base":
@@ -399,7 +492,7 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
             if m.exists() and plan.state("lr-sweep", m, plan.outputs(stage)[0][2]) == "foreign":
                 if not force:
                     raise Refused(f"{m}: made under {plan.why('lr-sweep', m)}; refusing to overwrite it "
-                                  "(use --force, or --run another folder)")
+                                  "(pipeline.py --force replaces it and what depends on it; or --run another folder)")
                 aside.move(d, "made under other settings (--force)")
 
 

@@ -239,6 +239,8 @@ def condition_pool(cfg: config.Config, cond: config.ConditionCfg, run: Path) -> 
         raise ValueError(f"{sel_path}: no problems for {cond.problems} (the base solved none of the first "
                          f"{cfg.select.n_problems} train problems sometimes-but-not-always)")
     by_id = {p.id: p for p in train_set}
+    if (alien := next((i for i in ids if i not in by_id), None)) is not None:
+        raise ValueError(f"{sel_path}: {alien} is not a train problem of task {cfg.task.name} (made under other settings?)")
     return [by_id[i] for i in ids], {"problems": cond.problems, "ids": ids}
 
 

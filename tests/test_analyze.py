@@ -328,7 +328,7 @@ def test_partial_run_says_so_in_its_first_line(tmp_path):
     assert entry(out, "many", 5)["seeds"] == [1] and entry(out, "16-kl", 10)["seeds"] == [0]
     assert report.headline(out).startswith("PARTIAL: missing eval_many_s0_005.json")
     r = analyze_cli("--run", str(run), "--no-figures")
-    assert r.returncode == 1 and "eval_many_s0_005.json" in r.stderr
+    assert r.returncode == 2 and "eval_many_s0_005.json" in r.stderr
     r = analyze_cli("--run", str(run), "--no-figures", "--partial")
     assert r.returncode == 0 and "PARTIAL" in r.stdout
 

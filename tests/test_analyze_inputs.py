@@ -62,14 +62,14 @@ def test_broken_inputs_raise_input_error_and_write_nothing(tmp_path, name):
 
 
 @pytest.mark.parametrize("name", ["missing_base", "count_above_n"])
-def test_cli_broken_inputs_exit_1_with_one_line(tmp_path, name):
+def test_cli_broken_inputs_exit_2_with_one_line(tmp_path, name):
     run = _good_run(tmp_path)
     assemble.run_analysis(run, make_figures=False)
     before = (run / "verdicts.json").read_bytes()
     breaker, fname = BREAKAGES[name]
     breaker(run)
     r = analyze_cli("--run", str(run), "--no-figures")
-    assert r.returncode == 1, r.stderr
+    assert r.returncode == 2, r.stderr  # an input's fault, as the pipeline's (README: exit codes)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("analyze_b.py: ") and fname in lines[0] and "Traceback" not in r.stderr
     assert (run / "verdicts.json").read_bytes() == before
@@ -148,7 +148,7 @@ def test_out_analyses_a_copy_and_leaves_the_run_as_it_was(tmp_path):
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     BREAKAGES["count_above_n"][0](run)
     r = analyze_cli("--run", str(run), "--out", str(tmp_path / "other"), "--no-figures")
-    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert f"{run / M}: problem" in r.stderr and "python pipeline.py --config" in r.stderr  # the run's file, the command
     assert not (tmp_path / "other").exists()  # the copy, holding no result, is gone
 

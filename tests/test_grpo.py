@@ -539,3 +539,18 @@ def test_a_read_only_run_folder_ends_in_one_line(fitted_dir, smoke_cfg, tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1, err
     assert err[0].startswith("grpo.py eval: Permission denied (") and "eval_base.json" in err[0] and "must be writable" in err[0]
+
+
+def test_the_micro_batch_is_said_only_when_computed(fitted_dir, smoke_cfg, tmp_path, capsys):
+    """A training run says its micro-batch when it sized it from memory_gb (micro_batch 0), not when the
+    config sets it (before: the smoke run's 18 training runs each printed "micro_batch 16, set in the
+    config (it wins: ...)"); done.json records the reason either way."""
+    pool, _ = countdown.make_splits(smoke_cfg.task.name, smoke_cfg.task.n_train, smoke_cfg.task.n_test, smoke_cfg.task.seed)
+    said = {}
+    for mb in (16, 0):
+        cfg = cfg_for(smoke_cfg, **{"train.dev_every": 0, "micro_batch": mb})
+        run = grpo.TrainingRun("many", config.ConditionCfg(), 0, pool, 0.01, 1, [1], dev_every=0)
+        out = grpo.train(cfg, run, tmp_path / f"mb{mb}", str(fitted_dir), progress=True)
+        said[mb] = [x for x in capsys.readouterr().out.splitlines() if "micro_batch" in x]
+        assert "micro_batch" in json.loads((out / "done.json").read_text())["micro_batch_why"]
+    assert said[16] == [] and len(said[0]) == 1 and said[0][0].startswith("train many s0: micro_batch "), said

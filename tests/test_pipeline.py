@@ -38,6 +38,15 @@ def smoke_run(tmp_path_factory):
     return run
 
 
+def test_the_readme_quotes_the_smoke_runs_label(smoke_run):
+    """README's quick start quotes the first line the smoke run ends with (before: `undecided`, where the
+    run prints `degradation; calibrated`)."""
+    from analysis import report
+
+    first = report.headline(json.loads((smoke_run / "verdicts.json").read_text())).splitlines()[0]
+    assert f"(`{first}`, …)" in " ".join((ROOT / "README.md").read_text().split()), first
+
+
 def test_end_to_end_writes_every_file(smoke_run):
     missing = [str(p) for p in expected_files(smoke_run) if not p.exists() or p.stat().st_size == 0]
     assert not missing

@@ -218,37 +218,44 @@ def test_an_interrupt_during_eval_after_this_runs_training_names(small_cfg, smal
 
 
 def test_weightless_only_when_every_fault_is_absent_weights(small_cfg, small_jobs2, tmp_path):
-    """--dry-run's "without their weights" needs every fault of a training run to be an absent weights
-    file: one checkpoint's weights absent and another's cut short read "damaged" (before, only the
+    """Plan.state's "weightless" (a training run done but for absent weights) needs every fault of a
+    training run to be an absent weights file: one checkpoint's weights absent and another's cut short read "damaged" (before, only the
     first checkpoint's fault was read)."""
-    import pipeline as pipeline_module
     from orchestration import config, stages
 
     run = copy_run(small_jobs2, tmp_path / "run")
     cfg = config.load(str(small_cfg))
     plan = stages.Plan(cfg, run, str(small_cfg), [])
     [(_, marker, want)] = [o for o in plan.outputs("train") if o[1].parent.name == "train_many_s0"]
-    assert pipeline_module.shown_state(plan, "train", marker, want) == "done"
+    assert plan.state("train", marker, want) == "done"
     (marker.parent / "step_003" / "adapter_model.safetensors").unlink()
-    assert pipeline_module.shown_state(plan, "train", marker, want) == "weightless"
+    assert plan.state("train", marker, want) == "weightless"
     (marker.parent / "step_006" / "adapter_model.safetensors").unlink()
-    assert pipeline_module.shown_state(plan, "train", marker, want) == "weightless"
+    assert plan.state("train", marker, want) == "weightless"
     (marker.parent / "step_006" / "adapter_model.safetensors").write_bytes(b"cut")
-    assert len(plan.faults("train", marker)) == 2 and pipeline_module.shown_state(plan, "train", marker, want) == "damaged"
+    assert len(plan.faults("train", marker)) == 2 and plan.state("train", marker, want) == "damaged"
 
 
 def test_a_run_committed_without_its_base_weights_moves_nothing(small_cfg, small_jobs2, fitted_dir,
                                                                                                      tmp_path):
-    """A run committed without its base weights moves nothing and its base stage rebuilds them.
+    """A run committed without its base weights reads done, and its base stage rebuilds them once a stage reads them.
 
     results/smollm2 is committed without base_model's weights: before, the base counted as done,
-    training folders and evaluations were moved aside, then every job died on the missing weights."""
+    training folders and evaluations were moved aside, then every job died on the missing weights;
+    then, the whole study moved the weightless base aside and rebuilt it though nothing read it."""
     run = copy_run(small_jobs2, tmp_path / "run")
     (run / "base_model" / "model.safetensors").unlink()
     before = snapshot(run)
     r = grpo_cmd("eval", "--config", str(small_cfg), "--run", str(run), timeout=120)  # the base's evaluation by hand
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "base_model/model.safetensors: missing" in r.stderr and "--stage base" in r.stderr
+    d = pipeline("--config", str(small_cfg), "--out", str(run), "--dry-run", timeout=120)
+    assert "  base      done; its weights are not committed" in d.stdout and "  train     done" in d.stdout, d.stdout
+    r = pipeline("--config", str(small_cfg), "--out", str(run), "--quiet", timeout=600)  # everything done: nothing reads the base
+    assert r.returncode == 0 and r.stdout.count("done, skipped") == 7, r.stdout + r.stderr[-3000:]
+    assert {k: v for k, v in snapshot(run).items() if k != "manifest.json"} == {k: v for k, v in before.items() if k != "manifest.json"}
+    (run / "eval_base.json").unlink()  # now a stage still to do reads the base
+    before = snapshot(run)
     for stage in ("train", "eval"):  # a later stage alone: one line naming the base and the command, nothing moved
         r = pipeline("--config", str(small_cfg), "--out", str(run), "--stage", stage, "--quiet", timeout=120)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -261,8 +268,8 @@ def test_a_run_committed_without_its_base_weights_moves_nothing(small_cfg, small
     assert r.returncode == 0, r.stderr[-3000:]
     assert (run / "base_model" / "model.safetensors").read_bytes() == (fitted_dir / "model.safetensors").read_bytes()
     moved = sorted({p.relative_to(run / "superseded").parts[1] for p in (run / "superseded").rglob("*") if p.is_file()})
-    assert moved == ["base_model"]  # the weightless folder; every training run, evaluation and the analysis were still done
-    assert r.stdout.count("done, skipped") == 6  # probe, select, lr-sweep, train, eval, analyze: still done
+    assert moved == ["base_model"]  # the weightless folder; every training run and evaluation was still done
+    assert "train: done, skipped" in r.stdout and (run / "eval_base.json").exists()
 
 
 def test_a_stage_whose_inputs_are_missing_writes_nothing(small_cfg, small_jobs2, tmp_path):
@@ -307,14 +314,14 @@ def test_a_truncated_evaluation_at_the_analysis_is_one_line(small_cfg, small_job
     d["problems"][0]["correct_loose"] = 999
     (run / "eval_many_s0_003.json").write_text(json.dumps(d))
     r = pipeline("--config", str(small_cfg), "--out", str(run), "--stage", "analyze", "--quiet", timeout=300)
-    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr  # an input's fault
     assert "eval_many_s0_003.json: problem" in r.stderr and "make it again: python grpo.py eval" in r.stderr
     man = json.loads((run / "manifest.json").read_text())
     assert man["stages"]["analyze"]["status"] == "failed" and ended(man)
     # analyze_b.py by hand says the same, with the command from the manifest
     r = subprocess.run([sys.executable, str(ROOT / "analyze_b.py"), "--run", str(run), "--no-figures"], cwd=ROOT, env=ENV,
                        capture_output=True, text=True, timeout=300)
-    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr  # the pipeline's code for the same fault
     assert "make it again: python grpo.py eval" in r.stderr and f"--adapter {run / 'train_many_s0' / 'step_003'}" in r.stderr
 
 

@@ -281,7 +281,7 @@ def test_dry_run_says_the_run_would_refuse_what_other_settings(tmp_path):
     """Dry run says the run would refuse what other settings made.
 
     --dry-run on a committed run with a setting changed: the stages made under the old setting
-    say the run would refuse them, and one line says where the run would stop, before the ETA that only
+    say the run would refuse them, and one line says what it would refuse before writing anything, before the ETA that only
     --force would spend. Nothing is written (the run folder is the committed results/tiny_v5)."""
     run = ROOT / "results" / "tiny_v5"
     before = sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*") if p.is_file())
@@ -290,7 +290,8 @@ def test_dry_run_says_the_run_would_refuse_what_other_settings(tmp_path):
     rows = dict(line.split(None, 1) for line in d.stdout.splitlines()[1:] if line.startswith("  ") and line[2] != " ")
     assert rows["train"] == "done" and rows["eval"] == "23 made under other settings (would refuse; --force)", d.stdout
     assert rows["probe"].startswith("made under other settings (would refuse; --force)")
-    assert "the run would stop at stage probe" in d.stdout and "what --force would run" in d.stdout
+    assert ("the run would refuse before writing anything: " + str(run / "probe_countdown.json")
+            + ": made under eval.sampling.top_p=0.95 there, 0.9 here") in d.stdout and "what --force would run" in d.stdout
     assert sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*") if p.is_file()) == before
 
 

@@ -62,3 +62,23 @@ def test_every_flag_the_readme_names_is_a_cli_flag(clis):
         for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", line):
             ok = flag in known or flag in outside or (flag == "--dry" and '"--dry"' in gpu_check)
             assert ok, f"README.md names {flag} in: {line.strip()[:120]}"
+
+
+def test_the_registered_studys_plan_is_what_dry_run_prints(tmp_path, monkeypatch):
+    """The README's job count and hours at the bound for configs/qwen05b.yaml are the ones --dry-run
+    prints on a new folder (before: 155 jobs and 9.6 h written, 156 and 9.7 h printed)."""
+    monkeypatch.chdir(ROOT)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert pipeline.main(["--config", "configs/qwen05b.yaml", "--run", str(tmp_path / "new"), "--dry-run"]) == 0
+    jobs, hours = re.search(r"(\d+) train/eval jobs left.*?([\d.]+) h at the bound", buf.getvalue()).groups()
+    text = " ".join(README.split())
+    assert f"the model's registered shape: {jobs} jobs, **about" in text and f"bf16: {hours} h at the bound" in text, (jobs, hours)
+
+
+def test_every_committed_run_has_a_row_in_results_readme():
+    """results/README.md's table names every folder under results/ (before: smollm2_study, the headline
+    real-model run, was missing)."""
+    table = (ROOT / "results" / "README.md").read_text()
+    rows = set(re.findall(r"^\| `([\w-]+)/` \|", table, flags=re.M))
+    assert rows == {p.name for p in (ROOT / "results").iterdir() if p.is_dir()}

@@ -111,12 +111,15 @@ def test_report_only_refuses_in_one_line(analysed, tmp_path):
         d = json.loads(json.dumps(doc))
         edit(d)
         (tmp_path / name / "verdicts.json").write_text(json.dumps(d))
-    for folder, why in [(tmp_path / "old", "predates the report's printer"), (tmp_path / "none", "No such file"),
+    (tmp_path / "empty").mkdir()
+    for folder, why in [(tmp_path / "old", "predates the report's printer"), (tmp_path / "empty", "No such file"),
                         (tmp_path / "no_inputs", "would lose those sections"), (tmp_path / "broken", "malformed (no 'pass1_ci')")]:
         r = _cli("--report-only", str(folder))
         lines = r.stderr.strip().splitlines()
-        assert r.returncode == 1 and len(lines) == 1 and why in lines[0] and "--run" in lines[0], r.stderr
+        assert r.returncode == 2 and len(lines) == 1 and why in lines[0] and "--run" in lines[0], r.stderr
         assert not (folder / "report.md").exists()
+    r = _cli("--report-only", str(tmp_path / "none"))  # not there: said so, not advice to analyse it again
+    assert r.returncode == 2 and r.stderr.strip() == f"analyze_b.py: --report-only {tmp_path / 'none'}: no such folder", r.stderr
     r = _cli("--run", str(tmp_path / "old"), "--report-only", str(tmp_path / "old"))
     assert r.returncode == 2 and "one of the two" in r.stderr
 
