@@ -168,13 +168,14 @@ def analyze(design, base: dict, rl: dict, sets: dict, inf) -> dict:
             "per_seed": [shares({k: v[i : i + 1] for k, v in c.items()}, n, everyone, inf.draws, level) for i in range(len(seeds))],
             "strata": {str(s): shares(c, n, strata == s, inf.draws, level) for s in sorted(set(strata.tolist()), key=str) if s is not None},
         }
-    out["train"] = training_sampler(design, base, rl, sets, spec, sc, last, z, inf)
+    out["train"] = training_sampler(design, base, rl, sets, spec, sc, last, z, strata, inf)
     prim = out["conditions"].get(design.primary_condition)
     out["answer"] = prim["test"]["answer"] if prim and not prim.get("skipped") else None
     return out
 
 
-def training_sampler(design, base: dict, rl: dict, sets: dict, spec, sc: str, last: int, z: np.ndarray, inf) -> dict:
+def training_sampler(design, base: dict, rl: dict, sets: dict, spec, sc: str, last: int, z: np.ndarray, strata: np.ndarray,
+                     inf) -> dict:
     """At the training sampler (untruncated: nothing is outside): the base log-probabilities at T 1 of the
     trained models' correct responses drawn there (the matched set) beside the base's own (its untruncated
     base-only set), and change 42's tilt test as a curve over w*, trained and base draws both at T 1."""
@@ -197,5 +198,41 @@ def training_sampler(design, base: dict, rl: dict, sets: dict, spec, sc: str, la
         curve = tilt_curve(cb, pc, pool["sampling"]["n"], cr, docs[0]["sampling"]["n"], spec.w_grid, inf.levels.one_sided,
                            inf.draws.resamples, inf.draws.seed, f"evalsets/{pool_name}")
         res["conditions"][cond] = {"seeds": len(docs), "all": describe_logp(lp_all), "z": describe_logp(lp_z),
-                                   "pass1": float(cr.mean() / docs[0]["sampling"]["n"]), "tilt_curve": curve}
+                                   "pass1": float(cr.mean() / docs[0]["sampling"]["n"]), "tilt_curve": curve,
+                                   "tilt_law": tilt_law(pc, pool["sampling"]["n"], cr, docs[0]["sampling"]["n"], z, strata)}
     return res
+
+
+def odds_tilts(base_counts, n_base: int, rl_counts, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per problem, the odds ratio of the trained rate (pooled over seeds) to the base's: the tilt w a
+    selection would need, w = [r / (1 - r)] / [p / (1 - p)], each rate with +0.5 / +1 (continuity), so
+    a problem solved every time is kept as a lower bound (censored: True) rather than dropped."""
+    b = np.asarray(base_counts, float)
+    rl = np.atleast_2d(np.asarray(rl_counts, float))
+    x, m = rl.sum(axis=0), rl.shape[0] * n
+    r, p = (x + 0.5) / (m + 1), (b + 0.5) / (n_base + 1)
+    return (r / (1 - r)) / (p / (1 - p)), x == m
+
+
+def tilt_law(pool_counts, n_pool: int, rl_counts, n: int, z: np.ndarray, strata: np.ndarray,
+             rare: float = 0.05) -> dict:
+    """RL's own tilts at one sampler (the base's fresh pool against the trained draws, both at it) on
+    Z and outside it, every problem kept: the quantiles per stratum outside Z, and the share of the
+    comparable problems outside Z (Z's strata, base rate at most `rare`) whose tilt reaches Z's pooled
+    tilt. Descriptive (post hoc for tiny_v6: change 57 left the tilt law to a later change)."""
+    w, censored = odds_tilts(pool_counts, n_pool, rl_counts, n)
+    rl = np.atleast_2d(np.asarray(rl_counts))
+    pooled = odds_tilts([np.asarray(pool_counts)[z].sum()], n_pool * int(z.sum()), [rl[:, z].sum(axis=1)], n * int(z.sum()))[0][0]
+    rate = np.asarray(pool_counts) / n_pool
+    comparable = ~z & np.isin(strata, list(set(strata[z].tolist()))) & (rate <= rare)
+    per = {}
+    for s in sorted({x for x in strata.tolist() if x is not None}, key=str):
+        k = ~z & (strata == s)
+        if k.any():
+            per[str(s)] = {"problems": int(k.sum()), "censored": int(censored[k].sum()),
+                           "quantiles": dict(zip(("0.5", "0.9", "0.95"), np.quantile(w[k], [0.5, 0.9, 0.95]).tolist()))}
+    z_tilts = dict(zip(("0.5", "0.9"), np.quantile(w[z], [0.5, 0.9]).tolist())) if z.any() else None
+    return {"z_pooled_tilt": float(pooled), "z_tilts": z_tilts,
+            "outside_z": per, "comparable": int(comparable.sum()), "rare": rare,
+            "comparable_reaching_z": float(np.mean(w[comparable] >= pooled)) if comparable.any() else None,
+            "comparable_censored": int(censored[comparable].sum())}

@@ -104,7 +104,24 @@ def training_sampler_lines(tr: dict) -> list[str]:
             + table(["responses of", "all problems", "on Z", "tilt test (change 42) at matched samplers", "its flips over w*"], rows)
             + ["", "> k draws: the share of responses whose exact token sequence the base draws with probability below 1/k. The tilt "
                "test compares the trained models' draws at T 1 with the base's fresh draws at T 1 (both untruncated); no w* "
-               "decides: its answer is given at every w* of the grid where it changes.", ""])
+               "decides: its answer is given at every w* of the grid where it changes.", ""]
+            + tilt_law_lines(tr))
+
+
+def tilt_law_lines(tr: dict) -> list[str]:
+    """RL's own tilts at T 1 outside Z beside the one Z needs (descriptive)."""
+    L = []
+    for cond, c in tr["conditions"].items():
+        law = c.get("tilt_law")
+        if not law:
+            continue
+        strata = "; ".join(f"{s} {q['quantiles']['0.5']:.3g} / {q['quantiles']['0.9']:.3g} ({q['censored']} of {q['problems']} "
+                           f"censored)" for s, q in law["outside_z"].items())
+        reach = "—" if law["comparable_reaching_z"] is None else f"{law['comparable_reaching_z']:.3f}"
+        L.append(f"- `{cond}`: RL's own tilts at T 1 outside Z (odds ratios against the base's pool, median / 90%): {strata}. "
+                 f"Z needs {law['z_pooled_tilt']:.3g} pooled. Of the {law['comparable']} comparable problems (Z's strata, base "
+                 f"rate ≤ {law['rare']:g} at T 1), a share {reach} reach that tilt ({law['comparable_censored']} censored).")
+    return (["RL's own tilt law (descriptive; a problem solved every time is a lower bound, kept):", ""] + L + [""]) if L else []
 
 
 def collapse_section(doc: dict) -> list[str]:

@@ -173,3 +173,27 @@ def test_the_secondary_sentence_prints_the_selection_null_label():
     text = "\n".join(report.primary_section(doc))
     secondary = text.split("*The selection-null reading (secondary):*")[1].split("\n")[0]
     assert f"**{doc['primary']['label_selection_null'].capitalize()}**" in secondary and "Support" not in secondary
+
+
+def test_the_tilt_law_finds_a_z_tilt_beyond_rls_own():
+    """RL's own tilts outside Z (every problem kept, a solved-every-time one as a lower bound) against
+    the tilt Z needs: with RL's tilts spread from 2 to 10 on comparable problems, Z at 5 is reached by
+    about 5/8 of them; Z at 500 by none."""
+    from analysis.reweight import reweighted
+
+    n_pool, n, S = 10_000, 10_000, 2
+    strata = np.array(["borrows-2"] * 40 + ["borrows-0"] * 20, dtype=object)
+    p = np.r_[np.full(10, 0.01), np.linspace(0.005, 0.04, 30), np.linspace(0.3, 0.9, 20)]
+    z = np.zeros(60, bool)
+    z[:10] = True
+    pool = np.round(p * n_pool).astype(int)
+    own = np.r_[np.zeros(10), np.linspace(2, 10, 30), np.full(20, 5.0)]
+    for w_z, reach in [(5.0, (0.5, 0.75)), (500.0, (0.0, 0.0))]:
+        w = np.where(z, w_z, own)
+        rl = np.tile(np.round(reweighted(p, w) * n).astype(int), (S, 1))
+        rl[:, -1] = n  # a problem solved every time: kept, censored
+        law = base_support.tilt_law(pool, n_pool, rl, n, z, strata)
+        assert law["z_pooled_tilt"] == pytest.approx(w_z, rel=0.1)
+        assert reach[0] <= law["comparable_reaching_z"] <= reach[1]
+        assert law["outside_z"]["borrows-2"]["quantiles"]["0.5"] == pytest.approx(6.0, rel=0.1)
+        assert law["outside_z"]["borrows-0"]["censored"] == 1

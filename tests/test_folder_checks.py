@@ -163,9 +163,11 @@ def test_the_readme_names_the_runs_whose_weights_are_committed():
     weights = [f.split("/") for f in files if f.endswith(".safetensors")]
     base = sorted({p[1] for p in weights if p[2] == "base_model"})
     adapters = sorted({p[1] for p in weights if p[2].startswith("train_")} - set(base))
-    both = ", ".join(f"`{x}`" for x in base[:-1]) + f" and `{base[-1]}`"
-    said = (f"results/ keeps the base and adapter weights of {both}, the adapter weights of "
-            + ", ".join(f"`{x}`" for x in adapters) + ", and no weights of the other runs")
+    def listed(xs):
+        return ", ".join(f"`{x}`" for x in xs[:-1]) + (" and " if len(xs) > 1 else "") + f"`{xs[-1]}`"
+
+    said = (f"results/ keeps the base and adapter weights of {listed(base)}, the adapter weights of {listed(adapters)}, "
+            "and no weights of the other runs")
     assert said in " ".join((ROOT / "README.md").read_text().split())
 
 

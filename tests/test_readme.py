@@ -82,3 +82,11 @@ def test_every_committed_run_has_a_row_in_results_readme():
     table = (ROOT / "results" / "README.md").read_text()
     rows = set(re.findall(r"^\| `([\w-]+)/` \|", table, flags=re.M))
     assert rows == {p.name for p in (ROOT / "results").iterdir() if p.is_dir()}
+
+
+def test_the_first_screen_is_use():
+    """The README's first 40 lines hold the install, the main job, one stage by hand and the test command."""
+    head = "\n".join((ROOT / "README.md").read_text().splitlines()[:40])
+    for line in ("pip install -r requirements.txt", "python pipeline.py --config configs/qwen05b.yaml",
+                 "--stage", "python -m pytest -q -n 2 --dist loadfile tests"):
+        assert line in head, line

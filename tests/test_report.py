@@ -16,7 +16,7 @@ from orchestration import config
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = sorted(ROOT.glob("results/*/verdicts.json"))
-LABEL = re.compile(r"^Does RL on `[^`]+` select \([^)]*\)\? \*\*([^*]+)\*\*")
+LABEL = re.compile(r"^Does RL on `[^`]+` (?:select|give correct answers [^(]*) \([^)]*\)\? \*\*([^*]+)\*\*")
 
 
 def label_sentence(text: str) -> str:
