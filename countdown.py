@@ -11,11 +11,11 @@ Tasks (each a generator seeded by an explicit argument, identical on every machi
   add-2x2     a + b, 2-digit each                          (likewise)
 
 Splits (draw_splits): test, train, pretrain (the CPU world's base), dev (checks during training),
-confirm (a confirmatory run's fresh test set, task.test_split), drawn in that order from one
-generator seeded by (task, task seed), never sharing a question.
+confirm and confirm2 (confirmatory runs' fresh test sets, task.test_split), drawn in that order from
+one generator seeded by (task, task seed), never sharing a question.
   countdown   three numbers and a target reachable with + - * / using each number once
 
-Scoring decisions (every one is tested in tests/test_countdown.py):
+Scoring decisions (every one is tested in tests/test_scoring.py):
   * An integer is a run of ASCII digits 0-9. Other Unicode digits ("١٦") are not digits: the
     prompt asks for an integer and the tokenizer sees them as other symbols.
   * Thousands separators count only in the exact form 1,234 or 16,051,000 (groups of three);

@@ -185,7 +185,7 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
 def print_jobs(plan: Plan, todo: list[str], config_path: str, out: Path, sets: list[str]) -> None:
     """What is left, as shell commands, grouped by what they wait for."""
     def pipe(stage: str) -> str:
-        return " ".join(shlex.quote(x) for x in ["python", "pipeline.py", "--config", config_path, "--out", str(out),
+        return " ".join(shlex.quote(x) for x in ["python", "pipeline.py", "--config", config_path, "--run", str(out),
                                                     *sum((["--set", s] for s in sets), []), "--stage", stage])
 
     for line in foreign.notes(plan, todo):
@@ -212,7 +212,7 @@ def print_jobs(plan: Plan, todo: list[str], config_path: str, out: Path, sets: l
             print(j.command())
     if "analyze" in todo and not plan.done("analyze"):
         print("# 4. then the analysis and report (it skips everything done):")
-        print(" ".join(shlex.quote(x) for x in ["python", "pipeline.py", "--config", config_path, "--out", str(out),
+        print(" ".join(shlex.quote(x) for x in ["python", "pipeline.py", "--config", config_path, "--run", str(out),
                                                  *sum((["--set", s] for s in sets), [])]))
 
 

@@ -45,6 +45,8 @@ def test_print_jobs_lists_every_job_as_a_command(tmp_path):
     assert any("--condition 4-kl --seed 1" in x for x in train)
     assert any(x.endswith("train_1_s1/step_006") for x in evals)
     assert not (tmp_path / "new").exists()  # printing writes nothing
+    # every printed pipeline command names the folder as the jobs' own commands do (before: --out)
+    assert all(" --run " in x and " --out " not in x for x in lines if x.startswith("python pipeline.py"))
 
 
 def test_print_jobs_trains_a_condition_on_its_own_seeds(tmp_path):
