@@ -72,7 +72,7 @@ def main():
         keep = last_positions(ids.shape[1], cmask.shape[1] + 1, ids.device)
 
         def logits():
-            return model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=keep).logits[:, :-1]
+            return model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=keep).logits[:, :-1]  # noqa: F821
 
         with torch.no_grad():
             exact = logits()

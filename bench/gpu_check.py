@@ -454,7 +454,7 @@ def device_speed(ctx: Ctx) -> dict:
         return min(times)
 
     x = torch.randn(m, m, dtype=torch.bfloat16, device=device)
-    out = {"copy_gb_per_s": round(2 * n * 2 / best(lambda: b.copy_(a)) / 1e9, 1), "copy_bytes": 2 * n, "matmul_size": m,
+    out = {"copy_gb_per_s": round(2 * n * 2 / best(lambda: b.copy_(a)) / 1e9, 1), "copy_bytes": 2 * n, "matmul_size": m,  # noqa: F821
            "bf16_tflops": round(2 * m**3 / best(lambda: x @ x) / 1e12, 3)}
     del a, b
     y = torch.randn(m, m, device=device)

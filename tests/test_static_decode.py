@@ -54,7 +54,7 @@ def reference_static(model, prompts, n, s, seed, stops, pad, entropy=False, chun
                 keep = keep[:fit]
                 cache.batch_select_indices(torch.tensor(keep))
                 alive, done = [alive[i] for i in keep], [done[i] for i in keep]
-                mask, nxt, tok = mask[keep], nxt[keep], tok[keep]
+                mask, nxt, tok = mask[keep], nxt[keep], tok[keep]  # noqa: F821
         if t:
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=nxt, cache=cache, use_cache=True).logits[:, -1]
