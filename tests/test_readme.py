@@ -90,3 +90,12 @@ def test_the_first_screen_is_use():
     for line in ("pip install -r requirements.txt", "python pipeline.py --config configs/qwen05b.yaml",
                  "--stage", "python -m pytest -q -n 2 --dist loadfile tests"):
         assert line in head, line
+
+
+def test_ci_runs_the_readmes_commands_line_for_line():
+    """Every command .ci/run runs after its installs is a line of the README as written, comment-free."""
+    ci = [x.strip() for x in (ROOT / ".ci" / "run").read_text().splitlines()]
+    commands = [x for x in ci if x and not x.startswith(("#", "set ", "cd ", "python -m pip"))]
+    lines = {x.strip() for x in (ROOT / "README.md").read_text().splitlines()}
+    assert commands == ["ruff check .", "python -m pytest -q -n 2 --dist loadfile tests"]
+    assert all(c in lines for c in commands), commands
