@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 import analyze_b  # noqa: E402
 import countdown  # noqa: E402
+from orchestration import config  # noqa: E402
 from orchestration.provenance import atomic_write_json, code_revision, file_sha256  # noqa: E402
 
 POSTHOC_ANALYSIS = {"primary": False, "tolerance": 0.0001, "kept_margin": 0.005, "matched": None}
@@ -58,33 +59,23 @@ def drawn_ids(tok, text: str, stop: int, max_new: int) -> list[int]:
 
 
 def measure_file(f: Path, model, tok, cfg, whole: list[str]) -> int:
-    """Add base_support to every row of one evaluation file, as eval.base_support writes it. Returns the responses measured."""
-    from method import base_support
-    from method.model import pad_id, render_prompts
+    """Add base_support to every row of one evaluation file through evaluate.add_base_support, as
+    eval.base_support writes it, from the re-encoded responses. Returns the correct responses measured."""
+    from method.evaluate import add_base_support
 
     doc = json.loads(f.read_text())
     s = doc["sampling"]
     if len(s["stop_ids"]) != 1:
         raise ValueError(f"{f}: {len(s['stop_ids'])} stop tokens: which one ended a response is not recorded")
     problems = [countdown.Problem.from_row(p, doc.get("task")) for p in doc["problems"]]
-    prompts = render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
-    picked = [(i, j) for i, (p, row) in enumerate(zip(problems, doc["problems"])) for j, r in enumerate(row["responses"])
-              if countdown.score(p, r)["loose"]]
-    ids = [drawn_ids(tok, doc["problems"][i]["responses"][j], s["stop_ids"][0], s["max_new_tokens"]) for i, j in picked]
-    measured = base_support.measure(model, [prompts[i] for i, _ in picked], ids, s["temperature"], s["top_k"], s["top_p"], pad_id(tok))
-    for row in doc["problems"]:
-        row["base_support"] = {"index": [], "strict": [], "outside": [], "excess": [], "logp_t1": []}
-    for (i, j), m in zip(picked, measured):
-        b = doc["problems"][i]["base_support"]
-        b["index"].append(j)
-        b["strict"].append(bool(countdown.score(problems[i], doc["problems"][i]["responses"][j])["strict"]))
-        for key in ("outside", "excess", "logp_t1"):
-            b[key].append(m[key])
+    tokens = [[drawn_ids(tok, r, s["stop_ids"][0], s["max_new_tokens"]) for r in row["responses"]] for row in doc["problems"]]
+    sampling = config.SamplingCfg(temperature=s["temperature"], top_p=s["top_p"], top_k=s["top_k"], max_new_tokens=s["max_new_tokens"])
+    add_base_support(model, tok, cfg, problems, tokens, doc["problems"], sampling)
     doc["provenance"]["post_hoc"] = {"measure": "eval.base_support (PLAN.md change 57), re-encoded from the stored text",
                                      "added_tokens_taken_whole": whole, "tool": "bench/support_posthoc.py",
                                      "revision": code_revision()}
     atomic_write_json(f, doc)
-    return len(picked)
+    return sum(len(row["base_support"]["index"]) for row in doc["problems"])
 
 
 def main(argv=None) -> int:
@@ -102,7 +93,7 @@ def main(argv=None) -> int:
     import torch
 
     from method.model import load_model
-    from orchestration import config, records
+    from orchestration import records
 
     manifest = json.loads((run / "manifest.json").read_text())
     want = manifest["config"]["model"].get("base_sha256")
