@@ -20,6 +20,14 @@ from dataclasses import dataclass, field
 import yaml
 
 import countdown
+from orchestration.analysis_settings import (  # noqa: F401  (the analyze section's blocks, readable as config.X)
+    BaseSupportCfg,
+    CalibrationCfg,
+    CollapseCfg,
+    MixedArmCfg,
+    PlannedCfg,
+    SupportCfg,
+)
 from orchestration.validation import (  # noqa: F401  (the checks; these names stay readable as config.X)
     BUILDS,
     CONDITION_NAME,
@@ -306,67 +314,6 @@ class ProbeCfg:
     samples: int = 16  # Countdown pass@16 on 32 x 16; the arithmetic probes use arith_* below
     arith_problems: int = 128
     arith_samples: int = 32
-
-
-@dataclass
-class PlannedCfg:
-    """The power analysis a design was planned with (PLAN.md section 7, "Planned power"): the effect
-    it names and the variance components of the primary Delta pass@1 it assumed (problem, seed,
-    residual), from a pilot. The report states the design's power at them beside what it measured."""
-    effect: float = 0.04
-    problem_var: float = 0.0187
-    seed_var: float = 0.00038
-    residual_var: float = 0.0222
-    seed_df: int = 2  # the degrees of freedom the pilot's seed variance was estimated on (its upper limit is reported)
-
-
-@dataclass
-class MixedArmCfg:
-    w: float = 2.0
-    eps: float = 0.01
-
-
-@dataclass
-class CalibrationCfg:
-    """The calibration arms (PLAN.md section 7): conditions whose truth is known, made from a pool of
-    base samples (the test set's base evaluation and the `pool_set` evaluation set's) and judged by the
-    same code as the trained models, outside the Holm families."""
-    pool_set: str = "pool"  # the registered evaluation set (models: base) holding the pool's extra samples
-    resplits: int = 100  # re-splits of the pool per arm
-    resamples: int = 2000  # bootstrap replicates per re-split
-    selection_w: list[float] = field(default_factory=lambda: [2.0, 5.0])  # selection arms: the base reweighted by w
-    teaching_eps: list[float] = field(default_factory=lambda: [0.01, 0.05])  # teaching arms: a share eps of gold answers
-    mixed: list[MixedArmCfg] = field(default_factory=lambda: [MixedArmCfg()])  # selection plus teaching
-    taught: str | None = None  # a condition trained on one stratum's written solutions (problems: stratum:<name>): the taught arm
-
-
-@dataclass
-class SupportCfg:
-    """The support test (PLAN.md change 42): the base's rate on the test problems it never solves,
-    measured on fresh draws of base-only evaluation sets, one per sampler, against the trained model's."""
-    w_star: float = 94.0  # the largest tilt a selection may apply (change 42: tiny_v4's 95th percentile outside Z)
-    pools: dict[str, str] = field(default_factory=lambda: {"eval": "pool"})  # sampler name -> eval set (models: base, seeds: own)
-
-
-@dataclass
-class BaseSupportCfg:
-    """Support from the base's own probabilities (PLAN.md change 57; needs eval.base_support): the share of
-    correct responses outside the base's kept set at the sampler that drew them, and at an untruncated
-    sampler their base log-probabilities; `matched` names the evaluation set of the trained models at the
-    training sampler, so each sampler's comparison is of draws made alike."""
-    primary: bool = False  # the registered primary question is this test at the evaluation sampler
-    tolerance: float = 1e-4  # outside when a token lies beyond the nucleus by at least this much probability mass
-    kept_margin: float = 0.005  # "kept": the outside rate per sample shown below this
-    matched: str | None = None  # eval set: the trained models at the training sampler (models: final)
-    w_grid: list[float] = field(default_factory=lambda: [1, 2, 5, 10, 14, 20, 50, 94, 119, 200, 355, 500, 1000, 2000])
-
-
-@dataclass
-class CollapseCfg:
-    """A collapsed training run, on its log alone (PLAN.md change 59): no signal on >= share of the steps
-    after late_from x its last step. Reported with the rate over seeds; every seed still counts."""
-    late_from: float = 0.5
-    share: float = 0.9
 
 
 @dataclass
