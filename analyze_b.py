@@ -3,13 +3,16 @@ secondary analyses, the report and the figures of one run; analysis/assemble.py 
 
     python analyze_b.py --run results/tiny_v4 [--partial] [--out DIR]
     python analyze_b.py --report-only results/tiny_v4
+    python analyze_b.py --run RUN --config configs/tiny.yaml    # checks the folder as the pipeline does first
 
 Reads the run's evaluations, token files, logs and manifest (analysis/assemble.py says which); writes
 RUN/verdicts.json, RUN/report.md and RUN/figures/*.png, or with --out into a new folder holding a copy
 of the run's inputs, the run left as it is. report.md is printed from verdicts.json alone
 (analysis/report.py); --report-only prints it again from a run's verdicts.json, computing nothing
 (the report it replaces is moved aside). An input error ends in one line with the command that
-makes the file again.
+makes the file again. With --config (and --set) the whole folder is first checked against that config as
+pipeline.py checks it (orchestration/foreign.py): a folder holding outputs made under other settings is
+refused in the pipeline's line, exit 2, before anything is written.
 """
 from __future__ import annotations
 
@@ -122,6 +125,19 @@ def report_only(run: Path) -> int:
     return 0
 
 
+def folder_refusal(run: Path, config_path: str, sets: list[str]) -> str | None:
+    """The pipeline's one line when the config is bad or `run` holds outputs made under other settings
+    than it (orchestration/foreign.py), else None. Reads records only; writes nothing."""
+    from orchestration import config, foreign
+    from orchestration.stages import Plan
+
+    try:
+        cfg = config.load(config_path, sets)
+    except config.ConfigError as e:
+        return str(e)
+    return foreign.refusal_line(Plan(cfg, run, config_path, sets))
+
+
 def main(argv=None) -> int:
     p = cli.Parser(description="The registered verdicts, calibration, secondary analyses, figures and report of one run.")
     p.add_argument("--run", help="the run folder holding eval_*.json")
@@ -130,6 +146,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, metavar="DIR",
                    help="a new folder for verdicts.json, report.md and figures/: the run's inputs are copied there (weights left "
                         "out) and analysed, leaving --run untouched (a committed run, a read-only one)")
+    p.add_argument("--config", default=None, help="the config the run was made with: the folder is checked against it first, "
+                   "as the pipeline checks it (refused, exit 2, when an output was made under other settings)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="with --config: an override, as the pipeline's")
     p.add_argument("--resamples", type=int, default=None, help="bootstrap resamples (default: the run's config, analyze.resamples)")
     p.add_argument("--seed", type=int, default=None, help="bootstrap seed (default: the run's config, analyze.seed)")
     p.add_argument("--partial", action="store_true", help="analyse a run with expected evaluations missing (the report says so)")
@@ -148,6 +167,11 @@ def main(argv=None) -> int:
         return 2
     if a.support_post_hoc is not None and not a.support_post_hoc >= 1:
         print(f"analyze_b.py: --support-post-hoc {a.support_post_hoc}: w* must be >= 1 (a tilt towards correct answers)", file=sys.stderr)
+        return 2
+    if a.set and a.config is None:
+        p.error("--set needs --config")
+    if a.config is not None and (line := folder_refusal(run, a.config, a.set)):
+        print(f"analyze_b.py: {line}", file=sys.stderr)
         return 2
     target, made = run, False
     if a.out:

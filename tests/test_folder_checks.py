@@ -7,6 +7,8 @@ import hashlib
 import io
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,10 @@ RUNS = sorted(p for p in (ROOT / "results").iterdir() if p.is_dir())
 def folder_bytes(run: Path) -> dict[str, str]:
     """Every file under `run` (the file list) with its sha256."""
     return {p.relative_to(run).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+def analyze_b(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "analyze_b.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 def look_ahead(cfg_name: str, run: Path, mode: str) -> tuple[int, str, str]:
@@ -85,6 +91,9 @@ def test_a_refused_pipeline_or_command_leaves_every_byte(tmp_path):
         r = grpo_cmd(cmd[0], *smoke, *cmd[1:], "--quiet", timeout=300)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
         lines.add(r.stderr.strip()[len("grpo.py: "):])
+    r = analyze_b("--run", str(run), "--config", "configs/smoke.yaml")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    lines.add(r.stderr.strip()[len("analyze_b.py: "):])
     assert len(lines) == 1, lines  # the same line from every entry script
     line = lines.pop()
     assert line.startswith(f"{run / 'base_model' / 'build.json'}: made under model.build=null there"), line
@@ -121,6 +130,17 @@ def test_an_evaluation_by_hand_refuses_a_folder_of_another_config(tmp_path):
     assert g.stderr.strip()[len("grpo.py: "):] == p.stderr.strip()[len("pipeline.py: "):], (g.stderr, p.stderr)
     assert "made under model.build." in g.stderr
     assert folder_bytes(run) == before
+
+
+def test_an_analysis_by_hand_checks_against_the_config_it_is_given(tmp_path):
+    """analyze_b.py --config with the run's own config analyses (the check passes a folder made under it);
+    --set without --config is a usage error, exit 2, nothing written."""
+    run = shutil.copytree(ROOT / "results" / "smollm2_study", tmp_path / "run", ignore=shutil.ignore_patterns("figures"))
+    (run / "verdicts.json").unlink()
+    r = analyze_b("--run", str(run), "--set", "analyze.resamples=50")
+    assert r.returncode == 2 and "--set needs --config" in r.stderr and not (run / "verdicts.json").exists()
+    r = analyze_b("--run", str(run), "--config", "configs/smollm2_study.yaml", "--resamples", "50", "--no-figures")
+    assert r.returncode == 0 and (run / "verdicts.json").exists(), r.stderr[-2000:]
 
 
 OWN = {"smollm2_study": "smollm2_study.yaml", "smollm2": "smollm2.yaml", "tiny_v5": "tiny_v5.yaml", "tiny_v4": "tiny_skill.yaml",
