@@ -479,12 +479,10 @@ def verdicts_json(res: dict) -> dict:
     """What verdicts.json holds: every number and label of the result (the bulky per-k band stays in;
     the raw replicates and the loaded files do not)."""
     d, inf, prim = res["design"], res["inference"], res["primary"]
-    bs = res["base_support"]
-    support_first = bool(bs.get("registered")) and bs.get("answer") is not None  # change 57: the registered question
-    label = verdict.registered_label(prim, d.analyze["ceiling_null"]) if prim else None
+    label, question = registered_question(res, d)
     doc = {
         "primary": {"condition": d.primary_condition, "scoring": d.primary_scoring, "step": d.checkpoints[-1],
-                    "label": f"support {bs['answer']}" if support_first else label,
+                    "label": label,
                     "label_selection_null": prim["label"] if prim else None,
                     "label_base_null": verdict.base_null_label(prim) if prim else None,
                     "reason": prim["reason"] if prim else None, "ceiling_null": d.analyze["ceiling_null"],
@@ -519,9 +517,24 @@ def verdicts_json(res: dict) -> dict:
     for key in ("base_support", "collapse"):  # only where registered, so the runs made before keep their documents
         if not res[key].get("skipped"):
             doc[key] = res[key]
-    if support_first:
-        doc["primary"]["question"] = "base_support"
+    if question:
+        doc["primary"]["question"] = question
     return doc
+
+
+def registered_question(res: dict, design) -> tuple[str | None, str | None]:
+    """(primary.label, primary.question) by what the config registers as the primary question: support from
+    the base's own probabilities (change 57: analyze.base_support.primary), change 42's support test at the
+    evaluation sampler (analyze.support.primary, tiny_v5's), else the spread reading (question None)."""
+    bs, prim = res["base_support"], res["primary"]
+    if bs.get("registered") and bs.get("answer") is not None:
+        return f"support {bs['answer']}", "base_support"
+    spec = design.cfg.analyze.support
+    if spec is not None and spec.primary and not res["support"].get("skipped"):
+        test = res["support"]["conditions"].get(design.primary_condition, {}).get("tests", {}).get("eval", {})
+        if test.get("answer") and not test.get("skipped"):
+            return f"support {test['answer']}", "support"
+    return (verdict.registered_label(prim, design.analyze["ceiling_null"]) if prim else None), None
 
 
 def run_analysis(run: Path, resamples: int | None = None, seed: int | None = None, make_figures: bool = True,

@@ -72,7 +72,8 @@ class _Primary(TypedDict):
 
 class Primary(_Primary, total=False):
     # "base_support" where the registered question is support from the base's own probabilities (PLAN.md
-    # change 57): label is then its answer ("support expanded", ...) and label_selection_null the secondary reading
+    # change 57), "support" where it is change 42's support test at the evaluation sampler (analyze.support.primary):
+    # label is then its answer ("support expanded", ...) and label_selection_null the secondary reading
     question: str
 
 

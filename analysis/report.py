@@ -132,13 +132,29 @@ def calibration_section(doc: dict) -> list[str]:
     return L
 
 
+def tilt_sentence(doc: dict) -> str:
+    """The registered question of change 42 (analyze.support.primary) and its answer at the evaluation sampler."""
+    pr, sup = doc["primary"], doc["support"]
+    t = sup["conditions"][pr["condition"]]["tests"]["eval"]
+    deciding = t["below"] if t["answer"] == "kept" else t["above"]
+    ci, by = deciding_interval(t), f" by the {t['decided_by']} part, which decided" if "decided_by" in t else ""
+    return (f"Does RL on `{pr['condition']}` solve the test problems the base never solved (Z, {t['n_z']} problems) more often than "
+            f"any selection with tilt at most w* = {t['w_star']:g} could ({pr['scoring']} scoring, step {pr['step']}, the evaluation "
+            f"sampler)? **{pr['label'][0].upper() + pr['label'][1:]}**: RL's rate on Z {t['rl_rate']:.3f} "
+            f"({t['rl_ci_level']:.1%} interval {ci3(ci)}{by})"
+            f" against the selection bound {t['bound']:.3f}; one-sided p = {p4(deciding['p'])} against {t['alpha']:g} / 2. "
+            f"(Secondary readings: the selection-null label is *{pr['label_selection_null']}*.)")
+
+
 def primary_section(doc: dict) -> list[str]:
     """PLAN.md section 7: the primary entry's tests."""
     e, lv = primary_entry(doc), doc["levels"]
     L = ["## The primary question", ""]
-    if doc["primary"].get("question") == "base_support":  # PLAN.md change 57: the spread reading follows as a secondary one
+    question = doc["primary"].get("question")
+    if question in ("base_support", "support"):  # changes 57 and 42: the spread reading follows as a secondary one
         spread = {**doc, "primary": {**doc["primary"], "label": doc["primary"]["label_selection_null"]}}
-        L += [support_sentence(doc), "", "*The selection-null reading (secondary):* " + primary_sentence(e, spread), ""]
+        first = support_sentence(doc) if question == "base_support" else tilt_sentence(doc)
+        L += [first, "", "*The selection-null reading (secondary):* " + primary_sentence(e, spread), ""]
     else:
         L += [primary_sentence(e, doc), ""]
     if e is None:
@@ -398,6 +414,8 @@ def headline(doc: dict) -> str:
     cal = doc["calibration"]
     lines.append(f"primary ({pr['condition']}, {pr['scoring']}, step {pr['step']}): {pr['label']}"
                  + ("" if not cal.get("arms") else "; calibrated" if cal["calibrated"] else "; NOT CALIBRATED in this world"))
+    if pr.get("question"):
+        lines.append(f"secondary: the selection-null label {pr['label_selection_null']}")
     rows = [("condition", "step", "Δpass@1 [95% CI]", f"Δpass@{k}", "vs null [95% CI]", "label")]
     for e in doc["entries"]:
         if e["scoring"] == pr["scoring"]:

@@ -45,6 +45,9 @@ class SupportCfg:
     measured on fresh draws of base-only evaluation sets, one per sampler, against the trained model's."""
     w_star: float = 94.0  # the largest tilt a selection may apply (change 42: tiny_v4's 95th percentile outside Z)
     pools: dict[str, str] = field(default_factory=lambda: {"eval": "pool"})  # sampler name -> eval set (models: base, seeds: own)
+    # The registered primary question is this test at the evaluation sampler (tiny_v5's, change 42): verdicts.json's
+    # primary.label is then its answer ("support expanded", ...) and the selection-null label a secondary reading.
+    primary: bool = False
 
 
 @dataclass

@@ -26,7 +26,7 @@ ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "mo
              "model.build.p_borrow_slip": [], "model.build.n_drill": 0,
              "model.build.wrong_offsets": [1, 2, 5, 10, 20, 100], "eval.n_base": None,
              "analyze.ceiling_null": "base", "analyze.selection_margin": 0.05, "analyze.coverage_sims": 2000,
-             "analyze.calibration": None, "analyze.planned.seed_df": 2, "analyze.support": None,
+             "analyze.calibration": None, "analyze.planned.seed_df": 2, "analyze.support": None, "analyze.support.primary": False,
              "task.test_split": "test", "model.base_from": None, "model.base_sha256": None,
              "eval.draw": "batch", "eval.max_rows": None, "eval.base_support": False, "analyze.base_support": None,
              "analyze.collapse": None, "train.sampling.tail": "sort", "eval.sampling.tail": "sort"}

@@ -229,6 +229,9 @@ def _check_analyze(cfg: Config) -> None:
     sup = cfg.analyze.support
     if sup is not None:
         _need(sup.w_star >= 1, "analyze.support.w_star", "must be >= 1 (a tilt towards correct answers)")
+        _need(not sup.primary or "eval" in sup.pools, "analyze.support.primary", "needs a pool at the evaluation sampler (pools.eval)")
+        _need(not (sup.primary and cfg.analyze.base_support is not None and cfg.analyze.base_support.primary),
+              "analyze.support.primary", "one registered primary question: analyze.base_support.primary is set too")
         for sampler, name in sup.pools.items():
             es = cfg.eval_sets.get(name)
             _need(es is not None and es.models == "base" and es.seeds == "own" and es.task in (None, cfg.task.name)
@@ -240,10 +243,11 @@ def _check_analyze(cfg: Config) -> None:
     if cfg.eval.base_support:  # the measure applies decoding.filter_logits, the sort tail's rule: cut breaks ties otherwise
         tails = [cfg.eval.sampling.tail] + [es.sampling.tail for es in cfg.eval_sets.values() if es.sampling is not None]
         _need(all(t == "sort" for t in tails), "eval.base_support", "needs every evaluation sampler's tail: sort (the rule it applies)")
-        _need(0 <= bs.tolerance < 1 and 0 < bs.kept_margin < 1, "analyze.base_support.tolerance",
+        _need(bs is None or 0 <= bs.tolerance < 1 and 0 < bs.kept_margin < 1, "analyze.base_support.tolerance",
               "tolerance in [0, 1) and kept_margin in (0, 1)")
-        es = cfg.eval_sets.get(bs.matched) if bs.matched is not None else None
-        _need(bs.matched is None or (es is not None and es.models == "final" and es.seeds == "own" and es.task in (None, cfg.task.name)
+        es = cfg.eval_sets.get(bs.matched) if bs is not None and bs.matched is not None else None
+        _need(bs is None or bs.matched is None
+              or (es is not None and es.models == "final" and es.seeds == "own" and es.task in (None, cfg.task.name)
                                      and es.n_problems == cfg.task.n_test), "analyze.base_support.matched",
               "must be null or name an eval set of the trained task with models: final, seeds: own and n_problems = task.n_test")
     col = cfg.analyze.collapse

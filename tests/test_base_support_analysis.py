@@ -197,3 +197,43 @@ def test_the_tilt_law_finds_a_z_tilt_beyond_rls_own():
         assert reach[0] <= law["comparable_reaching_z"] <= reach[1]
         assert law["outside_z"]["borrows-2"]["quantiles"]["0.5"] == pytest.approx(6.0, rel=0.1)
         assert law["outside_z"]["borrows-0"]["censored"] == 1
+
+
+def tiny_v5_doc():
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).resolve().parents[1] / "results" / "tiny_v5" / "verdicts.json").read_text())
+
+
+def test_change_42s_test_is_the_primary_where_the_config_registers_it():
+    """analyze.support.primary (tiny_v5's registration, change 42): primary.label is the support test's answer at
+    the evaluation sampler and question 'support'; without it, or with the test skipped, the spread label stays."""
+    from analysis import assemble
+
+    v5 = tiny_v5_doc()
+    res = {"base_support": {"skipped": "not registered"}, "support": v5["support"],
+           "primary": {"label": "selection", "reason": None}}
+    on = SimpleNamespace(cfg=config.load(None, ["analyze.support.primary=true"]), primary_condition="many",
+                         analyze={"ceiling_null": "selection"})
+    off = SimpleNamespace(cfg=config.load(None), primary_condition="many", analyze={"ceiling_null": "selection"})
+    assert assemble.registered_question(res, on) == (f"support {v5['support']['conditions']['many']['tests']['eval']['answer']}", "support")
+    assert assemble.registered_question(res, on)[0] == "support expanded"
+    assert assemble.registered_question(res, off) == ("selection", None)
+    assert assemble.registered_question({**res, "support": {"skipped": "no pool"}}, on) == ("selection", None)
+    with pytest.raises(config.ConfigError, match="analyze.support.primary"):
+        config.load(None, ["analyze.support.primary=true", "eval.base_support=true", "analyze.base_support={primary: true}"])
+
+
+def test_the_report_and_the_terminal_print_change_42s_primary_first():
+    from analysis import report
+
+    doc = tiny_v5_doc()
+    doc["primary"] = {**doc["primary"], "label": "support expanded", "question": "support"}
+    text = "\n".join(report.primary_section(doc))
+    first, secondary = text.split("*The selection-null reading (secondary):*")
+    t = doc["support"]["conditions"]["many"]["tests"]["eval"]
+    assert "**Support expanded**" in first and f"{t['rl_rate']:.3f}" in first and f"{t['bound']:.3f}" in first
+    assert "**Selection**" in secondary.split("\n")[0]
+    head = report.headline(doc).splitlines()
+    assert head[0].startswith("primary (many, loose, step 100): support expanded") and head[1] == "secondary: the selection-null label selection"
