@@ -9,10 +9,11 @@ Reads the run's evaluations, token files, logs and manifest (analysis/assemble.p
 RUN/verdicts.json, RUN/report.md and RUN/figures/*.png, or with --out into a new folder holding a copy
 of the run's inputs, the run left as it is. report.md is printed from verdicts.json alone
 (analysis/report.py); --report-only prints it again from a run's verdicts.json, computing nothing
-(the report it replaces is moved aside). An input error ends in one line with the command that
-makes the file again. With --config (and --set) the whole folder is first checked against that config as
-pipeline.py checks it (orchestration/foreign.py): a folder holding outputs made under other settings is
-refused in the pipeline's line, exit 2, before anything is written.
+and drawing no figure (the report it replaces is moved aside; an earlier layout of verdicts.json is
+read by analysis/compat.py). An input error ends in one line with the command that makes the file
+again. With --config (and --set) the whole folder is first checked against that config as pipeline.py
+checks it (orchestration/foreign.py): a folder holding outputs made under other settings is refused in
+the pipeline's line, exit 2, before anything is written.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from analysis import report
+from analysis import compat, report
 from analysis.assemble import run_analysis
 from analysis.run_files import InputError
 from orchestration import cli, provenance
@@ -95,18 +96,15 @@ def read_json_or_none(path: Path) -> dict | None:
 
 
 def report_only(run: Path) -> int:
-    """report.md printed again from RUN/verdicts.json (the old one moved aside); one line and exit 2
-    when there is no such folder or no verdicts.json, or it predates the printer or the inputs it keeps,
-    or is malformed (1: it cannot be written)."""
+    """report.md printed again from RUN/verdicts.json (the old one moved aside), an earlier layout
+    through analysis/compat.py; one line and exit 2 when there is no such folder or no verdicts.json,
+    or its layout is unknown or it is malformed (1: it cannot be written)."""
     src = run / "verdicts.json"
     if not run.is_dir():
         print(f"analyze_b.py: --report-only {run}: no such folder", file=sys.stderr)
         return 2
     try:
-        doc = json.loads(src.read_text())
-        if isinstance(doc, dict) and not all(k in doc for k in ("inputs", "warnings")):
-            raise ValueError("written before verdicts.json kept the run's inputs and warnings: printed again, its report would lose "
-                             "those sections")
+        doc = compat.upgrade(json.loads(src.read_text()))  # an earlier layout: read into what the printer needs
         text = report.render(doc)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         why = e.strerror if isinstance(e, OSError) else f"malformed (no {e})" if isinstance(e, KeyError) else str(e)

@@ -78,5 +78,6 @@ class Primary(_Primary, total=False):
 
 
 # The top-level keys the printer needs; a verdicts.json without them predates it (results/tiny,
-# tiny_first_run, tiny_seeds, tiny_v3, smollm2) and is refused, never printed wrong.
+# tiny_first_run, tiny_seeds, tiny_v3, smollm2): analysis/compat.py reads it for report_legacy.py,
+# and the printer refuses it unread, never printing it wrong.
 PRINTED = ("primary", "entries", "sizes", "levels", "bootstrap", "design", "calibration")

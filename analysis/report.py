@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 
+from analysis import report_legacy
+from analysis.compat import LEGACY
 from analysis.document import PRINTED, Entry
 from analysis.report_base_support import base_support_section, collapse_section, primary_sentence as support_sentence
 from analysis.report_format import ci3, crossover_words, f3, p4, rate, table, yn
@@ -84,6 +86,9 @@ def header(doc: dict) -> list[str]:
     d, sz, inp = doc["design"], doc["sizes"], doc.get("inputs") or {}
     note = (doc.get("provenance", {}).get("analyze") or {}).get("note")
     L = [f"**{note}**", ""] if note else []
+    if doc.get("absent"):  # an earlier layout, upgraded by analysis/compat.py
+        L += [f"*Printed again from a verdicts.json of an earlier layout ({doc['layout']}, see analysis/compat.py); not recorded by "
+              f"this run: {'; '.join(doc['absent'])}.*", ""]
     if doc["missing"]:
         of = f" of {inp['n_expected']}" if "n_expected" in inp else ""
         L += [f"**PARTIAL REPORT: {len(doc['missing'])}{of} expected evaluations are missing: {', '.join(doc['missing'])}.**", ""]
@@ -388,7 +393,10 @@ def warnings_section(doc: dict) -> list[str]:
 
 def render(doc: dict) -> str:
     """report.md from verdicts.json alone: the calibration first, then the primary answer, then every
-    section in PLAN.md's order. Raises OldDocument for a verdicts.json of an earlier layout."""
+    section in PLAN.md's order; the two oldest layouts, upgraded by analysis/compat.py, by
+    analysis/report_legacy.py. Raises OldDocument for a verdicts.json of an earlier layout not upgraded."""
+    if doc.get("layout") in LEGACY:
+        return report_legacy.render(doc)
     missing = [k for k in PRINTED if k not in doc]
     if missing:
         raise OldDocument(f"its layout predates the report's printer (no {', '.join(missing)})")
@@ -408,6 +416,8 @@ def render(doc: dict) -> str:
 def headline(doc: dict) -> str:
     """A short plain-text summary for the terminal, from verdicts.json's content: the primary label,
     the calibration, and per condition and checkpoint on the primary scoring Delta pass@1 and the label."""
+    if doc.get("layout") in LEGACY:
+        return report_legacy.headline(doc)
     pr = doc["primary"]
     k = doc["sizes"]["k_max"]
     lines = [f"PARTIAL: missing {', '.join(doc['missing'])}"] if doc.get("partial") else []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from analysis.compat import NO_FIGURES
 from analysis.report_format import ci3, crossover_words, f3, ids, opt, p4, table, yn
 from analysis.secondary import MODEL_BASED
 from countdown import SCORINGS
@@ -276,6 +277,8 @@ def provenance_section(doc: dict) -> list[str]:
     """The figures drawn, and each input file's hash and what made it."""
     figs = doc.get("figures") or []
     L = (["## Figures", ""] + [f"![{f.rsplit('.', 1)[0]}](figures/{f})" for f in figs] + [""]) if figs else []
+    if "figures" not in doc:  # an earlier layout: the figures are drawn from the run's files, never from this document
+        L = ["## Figures", "", NO_FIGURES, ""]
     if "files" not in doc.get("provenance", {}):
         return L + ["## Provenance of the inputs", "", OLD[0].upper() + OLD[1:] + "."]
     rows = [[f["file"], f["sha256"][:12], f["stage_hash"], (f["plan_sha256"] or "")[:12], f["revision"], f["made"]]

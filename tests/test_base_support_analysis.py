@@ -236,4 +236,5 @@ def test_the_report_and_the_terminal_print_change_42s_primary_first():
     assert "**Support expanded**" in first and f"{t['rl_rate']:.3f}" in first and f"{t['bound']:.3f}" in first
     assert "**Selection**" in secondary.split("\n")[0]
     head = report.headline(doc).splitlines()
-    assert head[0].startswith("primary (many, loose, step 100): support expanded") and head[1] == "secondary: the selection-null label selection"
+    assert head[0].startswith("primary (many, loose, step 100): support expanded")
+    assert head[1] == "secondary: the selection-null label selection"

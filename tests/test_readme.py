@@ -85,11 +85,28 @@ def test_every_committed_run_has_a_row_in_results_readme():
 
 
 def test_the_first_screen_is_use():
-    """The README's first 40 lines hold the install, the main job, one stage by hand and the test command."""
-    head = "\n".join((ROOT / "README.md").read_text().splitlines()[:40])
-    for line in ("pip install -r requirements.txt", "python pipeline.py --config configs/qwen05b.yaml",
-                 "--stage", "python -m pytest -q -n 2 --dist loadfile tests"):
-        assert line in head, line
+    """The README's first 40 lines hold what it is, the install, the main job, one stage by hand and the
+    test command, each as a line to type, before anything the runs found; the whole is at most 250 lines."""
+    lines = README.splitlines()
+    assert len(lines) <= 250, len(lines)
+    head = lines[:40]
+    commands = [x.split("#")[0].strip() for x in head]
+    found = lines.index("## What the runs here decide")
+    wanted = {"install": lambda c: c.startswith("pip install -r requirements.txt"),
+              "main job": lambda c: c.startswith("python pipeline.py --config configs/qwen05b.yaml") and "--jobs" in c,
+              "one stage": lambda c: c.startswith("python pipeline.py ") and " --stage " in c,
+              "tests": lambda c: c == "python -m pytest -q -n 2 --dist loadfile tests"}
+    for what, is_it in wanted.items():
+        at = [i for i, c in enumerate(commands) if is_it(c)]
+        assert at and at[0] < found, what
+    assert "PLAN.md" in "\n".join(lines[1:found]) and "](results/" not in "\n".join(lines[:found])
+
+
+def test_no_count_or_time_that_goes_stale():
+    """Test counts, commits and measured run times live in bench/README.md with their command, machine and
+    date, not in the README (nine commits once only updated a pinned count and commit)."""
+    for pattern in (r"\b\d+ passed\b", r"\bat [0-9a-f]{7,12}\b", r"\b\d+ min \d+ s\b", r"\b20\d\d-\d\d-\d\d\b"):
+        assert not re.search(pattern, README), pattern
 
 
 def test_ci_runs_the_readmes_commands_line_for_line():

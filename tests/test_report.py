@@ -70,7 +70,8 @@ def test_the_inputs_and_warnings_are_in_the_document(analysed):
 def test_every_committed_run_prints_its_label_sentence_again(path):
     """Every committed verdicts.json of the printer's layout prints the label it holds, under the
     ceiling null of every config in configs/ (the printer reads the document's label, not the
-    config's rule); an older layout is refused with a reason, never printed wrong."""
+    config's rule); an older layout not read by analysis/compat.py is refused with a reason, never
+    printed wrong (tests/test_reprint.py prints every one through it)."""
     doc = json.loads(path.read_text())
     if any(k not in doc for k in document.PRINTED):
         with pytest.raises(report.OldDocument, match="predates"):
@@ -102,18 +103,18 @@ def test_report_only_prints_the_same_report_again(analysed, tmp_path):
 
 
 def test_report_only_refuses_in_one_line(analysed, tmp_path):
-    """A missing, old, partial or malformed verdicts.json is one line naming it, and nothing is written."""
+    """A missing, unknown or malformed verdicts.json is one line naming it, and nothing is written."""
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "verdicts.json").write_text(json.dumps({"entries": [], "n": 8, "inputs": {}, "warnings": []}))
     doc = json.loads((analysed[0] / "verdicts.json").read_text())
-    for name, edit in [("no_inputs", lambda d: d.pop("inputs")), ("broken", lambda d: d["entries"][0].pop("pass1_ci"))]:
+    for name, edit in [("broken", lambda d: d["entries"][0].pop("pass1_ci"))]:
         (tmp_path / name).mkdir()
         d = json.loads(json.dumps(doc))
         edit(d)
         (tmp_path / name / "verdicts.json").write_text(json.dumps(d))
     (tmp_path / "empty").mkdir()
-    for folder, why in [(tmp_path / "old", "predates the report's printer"), (tmp_path / "empty", "No such file"),
-                        (tmp_path / "no_inputs", "would lose those sections"), (tmp_path / "broken", "malformed (no 'pass1_ci')")]:
+    for folder, why in [(tmp_path / "old", "a layout neither the report's printer nor analysis/compat.py reads"),
+                        (tmp_path / "empty", "No such file"), (tmp_path / "broken", "malformed (no 'pass1_ci')")]:
         r = _cli("--report-only", str(folder))
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and why in lines[0] and "--run" in lines[0], r.stderr
@@ -122,6 +123,25 @@ def test_report_only_refuses_in_one_line(analysed, tmp_path):
     assert r.returncode == 2 and r.stderr.strip() == f"analyze_b.py: --report-only {tmp_path / 'none'}: no such folder", r.stderr
     r = _cli("--run", str(tmp_path / "old"), "--report-only", str(tmp_path / "old"))
     assert r.returncode == 2 and "one of the two" in r.stderr
+
+
+def test_report_only_says_what_an_earlier_layout_did_not_record(analysed, tmp_path):
+    """A verdicts.json written before it kept the run's inputs and warnings prints (analysis/compat.py),
+    saying in each of those sections that this run did not record it, and drawing no figure."""
+    run = tmp_path / "no_inputs"
+    run.mkdir()
+    doc = json.loads((analysed[0] / "verdicts.json").read_text())
+    for key in ("inputs", "warnings", "figures"):
+        doc.pop(key)
+    (run / "verdicts.json").write_text(json.dumps(doc))
+    r = _cli("--report-only", str(run))
+    assert r.returncode == 0, r.stderr
+    text = (run / "report.md").read_text()
+    assert "earlier layout (no-inputs" in text and "not recorded by this run: the warnings; the run's inputs" in text
+    assert "## Warnings\n\n- this verdicts.json was written before the analysis kept its warnings" in text
+    assert "## The run's inputs\n\nNot in this verdicts.json" in text
+    assert "## Figures\n\nNot listed in this verdicts.json, and not drawn again" in text and "![" not in text
+    assert label_sentence(text) == doc["primary"]["label"]
 
 
 class Reading(dict):
