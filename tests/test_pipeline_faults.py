@@ -359,7 +359,7 @@ def test_out_of_memory_is_one_line_naming_the_job_the_memory(small_cfg, small_jo
 
     import grpo
     import pipeline as pl
-    from method import evaluate, model
+    from method import evaluate, training
 
     def oom(*a, **kw):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 7.63 GiB")
@@ -380,7 +380,7 @@ def test_out_of_memory_is_one_line_naming_the_job_the_memory(small_cfg, small_jo
     shutil.rmtree(run / "train_many_s0")
     for f in run.glob("eval_many_s0_*.json"):
         f.unlink()
-    monkeypatch.setattr(model, "load_model", oom)  # what grpo.py's training imports: the job's first step needs memory
+    monkeypatch.setattr(training, "load_model", oom)  # what the training loop loads: the job's first step needs memory
     monkeypatch.chdir(ROOT)
     assert pl.main(["--config", str(small_cfg), "--out", str(run), "--quiet"]) == 3  # out of memory: 3, as the README says
     cap = capsys.readouterr()
