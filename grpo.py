@@ -8,11 +8,11 @@
 The method is Dr. GRPO (Liu et al., arXiv 2503.20783): its departures from GRPO, numbered [D1]..[D5]
 and tagged at the lines that make them, head method/objective.py (advantages, the loss, the controls' terms);
 method/training.py holds the loop and the learning-rate sweep. The commands' arguments, checks and
-faults are method/commands.py's.
+faults are runner/commands.py's.
 """
 import sys
 
-from method import commands
+from runner import commands
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ import socket
 from pathlib import Path
 
 from orchestration import config, provenance, study
-from orchestration.jobs import Job, log, now
+from runner.jobs import Job, log, now
 
 STAGES = ["base", "probe", "select", "lr-sweep", "train", "eval", "tokens", "analyze"]
 JOB_STAGES = ("train", "eval", "tokens")
@@ -34,7 +34,7 @@ class Plan:
         """cost_model.CostModel for a GPU config whose model's shape is known (the config and a local
         config.json, or the registered shape: no weights needed); None on a CPU config."""
         if self._cost is None:
-            from orchestration import cost_model
+            from runner import cost_model
 
             self._cost = (cost_model.for_config(self.cfg, self.run),)
         return self._cost[0]

@@ -13,9 +13,10 @@ from pathlib import Path
 
 from method import evaluate, training
 from method.model import bf16_problem, memory_state, out_of_memory, pick_device, setup_torch
-from orchestration import cli, config, foreign, provenance, study
+from orchestration import cli, config, provenance, study
 from orchestration.provenance import stage_hash
-from orchestration.stages import Plan, Refused
+from runner import foreign
+from runner.stages import Plan, Refused
 
 COMMANDS = {
     "base": "build the base model of a config that builds its own (the CPU world, the rehearsal, a GGUF file converted) -> RUN/base_model/",
