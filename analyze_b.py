@@ -62,8 +62,7 @@ def remake_hint(run: Path, named: Path | None) -> str:
                 and (run / output).resolve() == named.resolve()):
             return "make it again: " + shlex.join(str(run) + x[len(then):] if x == then or x.startswith(then + "/") else x for x in argv)
     if config is not None:
-        sets = sum((["--set", x] for x in config[1]), [])
-        return ("redo what is damaged: " + shlex.join(["python", "pipeline.py", "--config", config[0], "--run", str(run), *sets])
+        return ("redo what is damaged: " + cli.pipeline_command(config[0], run, config[1])
                 + " (the pipeline moves a damaged output aside and makes it again)")
     return f"redo what is damaged: python pipeline.py --config <the config {run} was made with> --run {shlex.quote(str(run))}"
 

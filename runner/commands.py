@@ -7,7 +7,6 @@ and the bases'.
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
@@ -110,8 +109,7 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
         raise config.ConfigError(missing_adapter(Path(a.adapter)))
     if a.cmd in ("eval", "tokens") and a.adapter and (bad := provenance.adapter_problem(a.adapter)):
         identity = study.adapter_identity(a.adapter)
-        sets = "".join(f" --set {shlex.quote(x)}" for x in a.set)
-        redo = (f"run the pipeline on its folder (python pipeline.py --config {a.config} --run {Path(a.adapter).parent.parent}{sets}): "
+        redo = (f"run the pipeline on its folder ({cli.pipeline_command(a.config, Path(a.adapter).parent.parent, a.set)}): "
                 f"it moves that training run aside and retrains it, and redoes what reads it"
                 if identity["condition"] else "give an intact adapter folder")
         raise config.ConfigError(f"--adapter {a.adapter}: {bad}; {redo}")
@@ -126,7 +124,7 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
     base = None if a.cmd == "base" else study.model_path(cfg, run)
     if base is not None and study.builds_base(cfg) and (
             bad := provenance.model_folder_problem(base) or provenance.weights_problem(base, cfg.model.base_sha256)):
-        raise config.ConfigError(f"{bad}; build the base again (python pipeline.py --config {a.config} --run {run} --stage base --force)")
+        raise config.ConfigError(f"{bad}; build the base again ({cli.pipeline_command(a.config, run, stage='base', force=True)})")
     return cfg, run, base, out, seed
 
 

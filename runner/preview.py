@@ -5,9 +5,7 @@ what is left as the shell commands a user or a scheduler runs, grouped by what t
 from __future__ import annotations
 
 import os
-import shlex
 import sys
-from pathlib import Path
 
 from runner import foreign
 from runner.jobs import estimate_seconds, fmt_minutes
@@ -58,19 +56,15 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
         print(f"  {', '.join(singles)} before them: {cost.describe(cost.both(lambda c: sum(c.single(s) for s in singles)))}")
 
 
-def print_jobs(plan: Plan, todo: list[str], config_path: str, out: Path, sets: list[str]) -> None:
+def print_jobs(plan: Plan, todo: list[str]) -> None:
     """What is left, as shell commands, grouped by what they wait for."""
-    def pipe(stage: str) -> str:
-        return " ".join(shlex.quote(x) for x in ["python", "pipeline.py", "--config", config_path, "--run", str(out),
-                                                    *sum((["--set", s] for s in sets), []), "--stage", stage])
-
     for line in foreign.notes(plan, todo):
         print(f"# {line}")
     singles = [s for s in todo if s in ("base", "probe", "select", "lr-sweep") and not plan.done(s)]
     if singles:
         print("# 1. one after another (each waits for the one before):")
         for s in singles:
-            print(pipe(s))
+            print(plan.command(s))
     jobs = plan.jobs([s for s in todo if s in JOB_STAGES])
     if jobs and plan.cfg.device != "cpu":
         print("# every job wants one GPU of its own: a scheduler's one-GPU slot (Slurm --gres=gpu:1), or "
@@ -88,8 +82,7 @@ def print_jobs(plan: Plan, todo: list[str], config_path: str, out: Path, sets: l
             print(j.command())
     if "analyze" in todo and not plan.done("analyze"):
         print("# 4. then the analysis and report (it skips everything done):")
-        print(" ".join(shlex.quote(x) for x in ["python", "pipeline.py", "--config", config_path, "--run", str(out),
-                                                 *sum((["--set", s] for s in sets), [])]))
+        print(plan.command())
 
 
 def plan_only(plan: Plan, todo: list[str], a, unreachable: str | None) -> int:
@@ -102,7 +95,7 @@ def plan_only(plan: Plan, todo: list[str], a, unreachable: str | None) -> int:
         if a.dry_run:
             dry_run(plan, todo, a.jobs)
         else:
-            print_jobs(plan, todo, a.config, plan.run, a.set)
+            print_jobs(plan, todo)
         sys.stdout.flush()
     except BrokenPipeError:  # the reader stopped early (`| head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -338,3 +338,28 @@ def test_a_later_run_appends_its_header_and_keeps(tmp_path, monkeypatch):
     e = man["earlier"][0]
     assert e["revision"] == "aaaa" and e["config"] == config.to_dict(first) and e["config_hash"] == config.digest(config.to_dict(first))
     assert e["stages_done"] == ["base"] and e["jobs_done"] == []
+
+
+def test_the_remake_command_is_one_pipeline_command_the_cli_reads_back(tmp_path):
+    """cli.pipeline_command is the one builder of `python pipeline.py ...` in every message (Plan.command,
+    --print-jobs, grpo.py's refusals, analyze_b's hint): its words, quoted, are pipeline.py's own flags
+    and read back as the values given; grpo.py's default config is written as the file of those defaults."""
+    import shlex
+    from pathlib import Path
+
+    import pipeline as pl
+    from orchestration import cli, config
+    from runner.stages import Plan
+
+    run = tmp_path / "a run"
+    cmd = cli.pipeline_command("configs/smoke.yaml", run, ["train.steps=4", "eval.n=2"], "train", force=True)
+    assert cmd == (f"python pipeline.py --config configs/smoke.yaml --run {shlex.quote(str(run))} --set train.steps=4 "
+                   "--set eval.n=2 --stage train --force")
+    words = shlex.split(cmd)
+    assert words[:2] == ["python", "pipeline.py"]
+    a = pl.parse_args(words[2:])
+    assert (a.config, Path(a.run), a.set, a.stage, a.force) == ("configs/smoke.yaml", run, ["train.steps=4", "eval.n=2"], "train", True)
+    plan = Plan(config.load(str(SMOKE)), run, str(SMOKE), ["eval.n=2"])
+    assert plan.command("probe") == cli.pipeline_command(str(SMOKE), run, ["eval.n=2"], "probe")
+    assert shlex.split(cli.pipeline_command(None, run))[3] == cli.REGISTERED_CONFIG
+    assert config.to_dict(config.load(cli.REGISTERED_CONFIG)) == config.to_dict(config.load(None))
