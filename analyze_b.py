@@ -12,7 +12,7 @@ of the run's inputs, the run left as it is. report.md is printed from verdicts.j
 and drawing no figure (the report it replaces is moved aside; an earlier layout of verdicts.json is
 read by analysis/compat.py). An input error ends in one line with the command that makes the file
 again. With --config (and --set) the whole folder is first checked against that config as pipeline.py
-checks it (orchestration/foreign.py): a folder holding outputs made under other settings is refused in
+checks it (runner/foreign.py): a folder holding outputs made under other settings is refused in
 the pipeline's line, exit 2, before anything is written.
 """
 from __future__ import annotations
@@ -66,8 +66,7 @@ def remake_hint(run: Path, named: Path | None) -> str:
                 and (run / output).resolve() == named.resolve()):
             return "make it again: " + shlex.join(str(run) + x[len(then):] if x == then or x.startswith(then + "/") else x for x in argv)
     if config is not None:
-        sets = sum((["--set", x] for x in config[1]), [])
-        return ("redo what is damaged: " + shlex.join(["python", "pipeline.py", "--config", config[0], "--run", str(run), *sets])
+        return ("redo what is damaged: " + cli.pipeline_command(config[0], run, config[1])
                 + " (the pipeline moves a damaged output aside and makes it again)")
     return f"redo what is damaged: python pipeline.py --config <the config {run} was made with> --run {shlex.quote(str(run))}"
 
@@ -125,9 +124,10 @@ def report_only(run: Path) -> int:
 
 def folder_refusal(run: Path, config_path: str, sets: list[str]) -> str | None:
     """The pipeline's one line when the config is bad or `run` holds outputs made under other settings
-    than it (orchestration/foreign.py), else None. Reads records only; writes nothing."""
-    from orchestration import config, foreign
-    from orchestration.stages import Plan
+    than it (runner/foreign.py), else None. Reads records only; writes nothing."""
+    from orchestration import config
+    from runner import foreign
+    from runner.stages import Plan
 
     try:
         cfg = config.load(config_path, sets)

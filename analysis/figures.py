@@ -94,7 +94,7 @@ def training_figure(run: Path, checkpoints: list[int], dev: bool = True, out: Pa
             ax.plot([r["step"] for r in rows], [r[col] for r in rows], color=color, lw=1, alpha=0.8,
                     label=None if c in labelled else c)
             labelled.add(c)
-        if col == "zero_signal_frac":  # grpo.no_signal_warning's threshold
+        if col == "zero_signal_frac":  # training.no_signal_warning's threshold
             ax.axhline(study.NO_SIGNAL_WARN, color="black", ls=":", lw=0.8)
             ax.set_ylim(-0.02, 1.02)
         _step_axes(ax, title, checkpoints)

@@ -33,7 +33,7 @@ none starts once --budget-s has passed):
                       capture made to fail (torch.cuda.synchronize inside it, which CUDA refuses while
                       capturing); the samples of two calls against the no-graph decode's, random offsets
                       included, and whether the process still works on its default stream.
-  03 train_memory     a Dr. GRPO step as grpo.train runs it (the rollouts through the config's decode,
+  03 train_memory     a Dr. GRPO step as training.train runs it (the rollouts through the config's decode,
                       completions of the full length, every other one a token shorter so micro-batches
                       are padded: ragged), at the automatic micro-batch for memory_gb 8 (the static
                       decoders' memory taken from the budget), then at memory_gb auto with the free
@@ -119,8 +119,7 @@ from gpu_sampling import batch_invariance, tail_timing
 
 from common import ROOT  # noqa: F401  (puts the repo on sys.path)
 
-import grpo
-from method import sampler, static_decode
+from method import objective, sampler, static_decode, training
 from method.model import completion_logprobs, free_memory_gib, lora_folded, pack, set_determinism, setup_torch
 from orchestration import config, memory, provenance, study
 
@@ -209,7 +208,7 @@ def capture_failure_child(ctx: Ctx) -> dict:
 
 
 def train_step(ctx: Ctx, opt, micro_batch: int, seed: int) -> dict:
-    """One Dr. GRPO step as grpo.train runs it, forced to full length and padded (see the docstring)."""
+    """One Dr. GRPO step as training.train runs it, forced to full length and padded (see the docstring)."""
     t = ctx.cfg.train
     G, s, device = t.group_size, t.sampling, ctx.device
     t0 = time.perf_counter()
@@ -219,8 +218,8 @@ def train_step(ctx: Ctx, opt, micro_batch: int, seed: int) -> dict:
     n = len(smp.tokens)
     completions = [x[:-1] if i % 2 else x for i, x in enumerate(smp.tokens)]  # (n,) ragged by one token
     adv = torch.randn(n, generator=torch.Generator().manual_seed(seed)).clamp(min=0.1)  # (n,) non-zero: every row trains
-    grpo.policy_gradient(ctx.model, [ctx.prompts[i // G] for i in range(n)], completions, adv, n * s.max_new_tokens, micro_batch, ctx.pad,
-                         sort_by_length=t.sort_by_length)
+    objective.policy_gradient(ctx.model, [ctx.prompts[i // G] for i in range(n)], completions, adv, n * s.max_new_tokens, micro_batch,
+                              ctx.pad, sort_by_length=t.sort_by_length)
     opt.step()
     opt.zero_grad(set_to_none=True)
     sync(device)
@@ -241,7 +240,7 @@ def train_memory(ctx: Ctx) -> dict:
     n = t.problems_per_step * t.group_size
     wb = 2 if cfg.model.dtype != "float32" else 4
     est = memory.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), prompt_len, t.sampling.max_new_tokens, mb, n, wb)
-    opt = grpo.make_optimizer(ctx.model, cfg, 1e-5)
+    opt = training.make_optimizer(ctx.model, cfg, 1e-5)
     log(f"train step: {t.problems_per_step} x {t.group_size} x {t.sampling.max_new_tokens}, micro-batch {mb}; "
         "step 1 (warm-up: AdamW's state, the graphs)")
     warm = train_step(ctx, opt, mb, 1)
@@ -406,7 +405,7 @@ def gap_stats(ctx: Ctx, smp: sampler.Samples, G: int, micro_batch: int = 8) -> d
             idx = list(range(a, min(a + micro_batch, n)))
             ids, attn, pos, cmask = pack([ctx.prompts[i // G] for i in idx], [smp.tokens[i] for i in idx], ctx.pad)
             lp, _ = completion_logprobs(ctx.model, ids.to(ctx.device), attn.to(ctx.device), pos.to(ctx.device), cmask.shape[1])
-            d = (lp.cpu() - grpo.pack_logprobs([smp.logprobs[i] for i in idx], cmask.shape[1]))[cmask.bool()]
+            d = (lp.cpu() - objective.pack_logprobs([smp.logprobs[i] for i in idx], cmask.shape[1]))[cmask.bool()]
             gaps.append(d.abs())
             ratios.append(d.exp())
     g, r = torch.cat(gaps), torch.cat(ratios)

@@ -22,8 +22,7 @@ import torch
 
 from common import ROOT  # noqa: F401  (puts the repo on sys.path)
 
-import grpo
-from method import sampler
+from method import objective, sampler, training
 from method.model import apply_lora
 from orchestration import config, memory
 
@@ -94,7 +93,7 @@ def measure(cfg, mc, prompt_len: int, mb: int) -> None:
     for q in model.parameters():
         q.requires_grad_(False)
     apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, 0)
-    opt = grpo.make_optimizer(model, cfg, 1e-5)
+    opt = training.make_optimizer(model, cfg, 1e-5)
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, 150000, (prompt_len,), generator=g).tolist() for _ in range(t.problems_per_step)]
     for q in model.parameters():  # AdamW's moments exist from the second step on: make them now
@@ -113,7 +112,7 @@ def measure(cfg, mc, prompt_len: int, mb: int) -> None:
     t0 = time.perf_counter()
     adv = torch.randn(n)
     comps = [x[:-1] if i % 2 else x for i, x in enumerate(smp.tokens)]  # ragged by one token: the masked attention path
-    grpo.policy_gradient(model, [prompts[i // t.group_size] for i in range(n)], comps, adv, n * t.sampling.max_new_tokens, mb, 0)
+    objective.policy_gradient(model, [prompts[i // t.group_size] for i in range(n)], comps, adv, n * t.sampling.max_new_tokens, mb, 0)
     opt.step()
     opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
@@ -162,7 +161,7 @@ def cpu_check(a) -> None:
     with open("/proc/self/statm") as f:  # resident pages now (ru_maxrss would be the peak so far)
         before = int(f.read().split()[1]) * resource.getpagesize()
     t0 = time.perf_counter()
-    grpo.policy_gradient(model, prompts, comps, torch.ones(b), b * Lc, b, 0)
+    objective.policy_gradient(model, prompts, comps, torch.ones(b), b * Lc, b, 0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     args = (mc, cfg.lora.r, len(cfg.lora.targets), a.prompt_len, Lc, b, b)
     new = memory.estimate_memory(*args, ragged=ragged)

@@ -32,7 +32,7 @@ from pathlib import Path
 from common import ROOT
 
 from orchestration import config, provenance, study
-from orchestration.stages import JOB_STAGES, Plan
+from runner.stages import JOB_STAGES, Plan
 
 UNTIMED = ("sec_", "peak_")  # training-log columns that measure the machine (seconds, peak memory), not the run
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from common import ROOT, median
 
 import countdown
-import grpo
+from method import training
 from method.model import pick_device
 from orchestration import config, study
 
@@ -31,10 +31,10 @@ def main():
     base = study.model_path(cfg, run)
     train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
     with tempfile.TemporaryDirectory() as tmp:
-        out = grpo.train(cfg, grpo.TrainingRun("many", config.ConditionCfg(), 0, train_set, a.lr, a.steps, [],
-                                               dev_every=cfg.train.dev_every),
-                         Path(tmp) / "t", base, progress=False)
-        rows = grpo.read_log(out / "train_log.csv")[1:]
+        out = training.train(cfg, training.TrainingRun("many", config.ConditionCfg(), 0, train_set, a.lr, a.steps, [],
+                                                       dev_every=cfg.train.dev_every),
+                             Path(tmp) / "t", base, progress=False)
+        rows = training.read_log(out / "train_log.csv")[1:]
     t = cfg.train
     print(f"config {a.config}: {t.problems_per_step} x {t.group_size}, max {t.sampling.max_new_tokens} new tokens, "
           f"LoRA r {cfg.lora.r}, micro-batch {cfg.micro_batch or 'auto (memory_gb)'}, {cfg.threads or 'default'} thread(s), "

@@ -22,7 +22,7 @@ import torch
 from common import median, model_dir
 
 import countdown
-import grpo
+from method import training
 from method.model import load_tokenizer
 from orchestration import config
 
@@ -34,10 +34,10 @@ def ours(path: Path, a, tmp: Path, round_: int) -> list[float]:
                         "train.problems_per_step=16", "train.group_size=8", f"train.sampling.max_new_tokens={a.max_new}",
                         "lora.r=32", "lora.alpha=64", f"micro_batch={a.micro_batch}", *a.set])
     train_set, _ = countdown.make_splits(a.task, 200, 16, 0)
-    out = grpo.train(cfg, grpo.TrainingRun("many", config.ConditionCfg(), round_, train_set, a.lr, a.steps, [],
-                                           dev_every=cfg.train.dev_every),
-                     tmp / f"ours_{round_}", str(path), progress=False)
-    rows = grpo.read_log(out / "train_log.csv")
+    out = training.train(cfg, training.TrainingRun("many", config.ConditionCfg(), round_, train_set, a.lr, a.steps, [],
+                                                   dev_every=cfg.train.dev_every),
+                         tmp / f"ours_{round_}", str(path), progress=False)
+    rows = training.read_log(out / "train_log.csv")
     return [r["sec_sampling"] + r["sec_fwd_bwd"] for r in rows][1:]
 
 

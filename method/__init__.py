@@ -1,1 +1,2 @@
-"""The method: model loading and LoRA, the sampler and its static decode, evaluation, checkpoints (torch)."""
+"""The method: Dr. GRPO's objective and training loop, model loading and LoRA, the sampler and its static decode,
+evaluation, checkpoints (torch)."""

@@ -1,1 +1,2 @@
-"""The run around the method: config, provenance, run-folder names, the stages and their jobs, cost and memory. No torch."""
+"""The study's definition: config, records, provenance, run-folder names and seeds, memory, validation. No torch.
+method/, analysis/, bases/ and runner/ import it; it imports none of them."""

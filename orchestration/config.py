@@ -35,6 +35,7 @@ from orchestration.validation import (  # noqa: F401  (the checks; these names s
     METHODS,
     REWARDS,
     ConfigError,
+    seeds_of,
     validate,
 )
 
@@ -554,11 +555,6 @@ def load(path: str | None, overrides: list[str] | None = None) -> Config:
     cfg = _build(Config, data)
     validate(cfg)
     return cfg
-
-
-def seeds_of(cfg: Config, condition: str) -> list[int]:
-    """The training seeds of one condition: train.seeds_by_condition's list, else train.seeds."""
-    return cfg.train.seeds_by_condition.get(condition, cfg.train.seeds)
 
 
 def selection_size(c: ConditionCfg) -> int | None:

@@ -1,5 +1,5 @@
 """How much accelerator memory a training step and the sampler need, counted from this code's own
-path (method/model.py's LoRA and log-probs, grpo.py's micro-batches, method/sampler.py's cache), and the
+path (method/model.py's LoRA and log-probs, method/training.py's micro-batches, method/sampler.py's cache), and the
 automatic micro-batch that fits a budget. No torch: it reads only the model's config numbers, so
 `pipeline.py --dry-run` and the benches can ask it before a model is loaded.
 """

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BASE_SAVE_EVERY = 100  # steps between the CPU world's base build's resume points (bases/tiny_base.py; said by pipeline.py)
 
 
-# The training warning's rule (grpo.no_signal_warning) and the line the training figure draws: over a
+# The training warning's rule (method/training.py's no_signal_warning) and the line the training figure draws: over a
 # run's first steps, the mean share of groups whose samples all scored alike above this. 0.9 (PLAN.md change 45):
 # at 0.5 it fired on every `many` and `rft` seed of results/tiny_v4, all of which learned (0.70-0.85),
 # while tiny_v3's seeds that did not learn sit at 0.95-1.00.

@@ -1,7 +1,8 @@
 """Every setting of a config checked, section by section (`validate`, which config.load calls):
 the first problem is a ConfigError naming the key and what would be right, printed by the scripts
-on one line before any work starts. The names a check accepts (BUILDS, REWARDS, ...) are here too;
-orchestration/config.py holds the settings themselves and re-exports these.
+on one line before any work starts. The names a check accepts (BUILDS, REWARDS, ...) and a condition's
+seeds (seeds_of) are here too; orchestration/config.py holds the settings themselves and re-exports
+these. Config is imported for its type only: config imports this module, never the reverse.
 """
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ CONDITION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
 REWARDS = ("strict", "loose", "format")
 METHODS = ("grpo", "rft", "sft")
 EVAL_MODELS = ("all", "final", "final-first-seed", "base")
+
+
+def seeds_of(cfg: Config, condition: str) -> list[int]:
+    """The training seeds of one condition: train.seeds_by_condition's list, else train.seeds (here, where
+    the checks read it, and re-exported as config.seeds_of)."""
+    return cfg.train.seeds_by_condition.get(condition, cfg.train.seeds)
 
 
 def _need(ok: bool, key: str, msg: str) -> None:
@@ -258,8 +265,6 @@ def _check_analyze(cfg: Config) -> None:
         _need(cal.pool_set in cfg.eval_sets and cfg.eval_sets[cal.pool_set].models == "base"
               and cfg.eval_sets[cal.pool_set].task in (None, cfg.task.name) and cfg.eval_sets[cal.pool_set].n_problems == cfg.task.n_test,
               "analyze.calibration.pool_set", "must name an eval set of the trained task with models: base and n_problems = task.n_test")
-        from orchestration.config import seeds_of  # here, not at the top: config imports this module
-
         primary_seeds = len(seeds_of(cfg, cfg.analyze.primary_condition))
         _need(cfg.eval_sets[cal.pool_set].n >= primary_seeds * cfg.eval.n, f"eval_sets.{cal.pool_set}.n",
               f"the null arm takes disjoint slices of the pool: needs >= {primary_seeds} primary seeds x eval.n ({cfg.eval.n})")

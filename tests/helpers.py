@@ -3,8 +3,7 @@ a LoRA model with a non-zero update, and a short training run. No fixtures here 
 import torch
 
 import countdown
-import grpo
-from method import sampler
+from method import sampler, training
 from method.model import apply_lora, load_model, pad_id, render_prompts
 from orchestration import config
 
@@ -58,5 +57,5 @@ def train_smoke(cfg, fitted_dir, out, steps, condition=("many", config.Condition
     if pool is None:
         pool, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
     name, cond = condition
-    run = grpo.TrainingRun(name, cond, 0, pool, 0.01, steps, [2], dev_every=cfg.train.dev_every, **kw)
-    return grpo.train(cfg, run, out, str(fitted_dir), progress=False)
+    run = training.TrainingRun(name, cond, 0, pool, 0.01, steps, [2], dev_every=cfg.train.dev_every, **kw)
+    return training.train(cfg, run, out, str(fitted_dir), progress=False)

@@ -21,7 +21,8 @@ import countdown  # noqa: E402
 from analysis import secondary  # noqa: E402
 from bases import reuse  # noqa: E402
 from method import evaluate  # noqa: E402
-from orchestration import config, provenance, stages, study  # noqa: E402
+from orchestration import config, provenance, study  # noqa: E402
+from runner import stages  # noqa: E402
 
 
 @pytest.fixture(scope="module")

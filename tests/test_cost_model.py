@@ -1,4 +1,4 @@
-"""orchestration/cost_model.py: the sampling tail's bytes enter every decoded token's bound, by
+"""runner/cost_model.py: the sampling tail's bytes enter every decoded token's bound, by
 settings (greedy, plain, top-p sorted or cut, keyed or one generator), and the same model gives the
 laptop's and an H200's hours."""
 from dataclasses import replace
@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestration import config, cost_model
+from orchestration import config
+from runner import cost_model
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""A run folder is checked against the config before anything is written (orchestration/foreign.py):
+"""A run folder is checked against the config before anything is written (runner/foreign.py):
 the look-ahead (--dry-run, --print-jobs) on every committed folder under every committed config ends
 without a traceback, and a refused command (pipeline.py, grpo.py's commands) leaves every byte of the
 folder as it was, naming the setting a user fixes first (the model, then the task, then the rest)."""

@@ -1,5 +1,6 @@
-"""grpo.py: advantages, the Dr. GRPO loss and the control terms, the micro-batched policy gradient,
-and training with resume for every condition of the smoke registry (one test, parametrized over it)."""
+"""method/objective.py and method/training.py (what grpo.py runs): advantages, the Dr. GRPO loss and the
+control terms, the micro-batched policy gradient, and training with resume for every condition of the
+smoke registry (one test, parametrized over it)."""
 import json
 import math
 from pathlib import Path
@@ -10,7 +11,7 @@ import torch
 import countdown
 import grpo
 from helpers import CPU, cfg_for, model_with_lora, prompts_for, train_smoke
-from method import evaluate, sampler
+from method import evaluate, objective, sampler, training
 from method.model import LoRALinear, apply_lora, completion_logprobs, load_model, lora_disabled, pack, pad_id, render_prompts
 from orchestration import config, provenance, study
 
@@ -19,12 +20,12 @@ from orchestration import config, provenance, study
 
 def test_advantages_and_loss_by_hand():
     rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
-    adv = grpo.group_advantages(rewards)
+    adv = objective.group_advantages(rewards)
     assert adv.tolist() == [[0.5, -0.5, -0.5, 0.5], [0.0, 0.0, 0.0, 0.0]]  # no std division; equal group -> 0
     logp = torch.tensor([[-1.0, -2.0], [-0.5, 0.0], [-3.0, -1.0], [-1.0, -1.0]], requires_grad=True)
     cmask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
     a = torch.tensor([0.5, -0.5, 0.0, 0.25])
-    loss = grpo.drgrpo_loss(logp, cmask, a, normalizer=10.0)
+    loss = objective.drgrpo_loss(logp, cmask, a, normalizer=10.0)
     # -(0.5*(-3) + -0.5*(-0.5) + 0 + 0.25*(-2)) / 10 = -(-1.5 + 0.25 - 0.5)/10 = 0.175
     assert loss.item() == pytest.approx(0.175)
     loss.backward()
@@ -48,14 +49,14 @@ def test_k3_gradient_matches_autograd_of_the_hand_written(fitted_dir, smoke_cfg)
         ref, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])
     logp, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])
     assert torch.equal(logp, ref)  # B = 0: the adapter changes nothing yet
-    assert grpo.k3(logp, ref).abs().max().item() == 0.0
+    assert objective.k3(logp, ref).abs().max().item() == 0.0
     with torch.no_grad():  # move the adapter away from the base
         for n, p in model.named_parameters():
             if ".lora_B." in n:
                 p.normal_(0, 0.05, generator=torch.Generator().manual_seed(2))
     params = [p for p in model.parameters() if p.requires_grad]
     logp, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])
-    ours = grpo.control_terms(logp, cmask, 30.0, ref, kl=0.5)
+    ours = objective.control_terms(logp, cmask, 30.0, ref, kl=0.5)
     g_ours = torch.autograd.grad(ours, params)
     logp2, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])
     r = ref - logp2
@@ -74,7 +75,7 @@ def test_entropy_bonus_sign_and_value():
     p = logits.softmax(-1)
     assert torch.allclose(ent, -(p * p.log()).sum(-1))
     cmask = torch.tensor([[1.0, 0.0]])
-    term = grpo.control_terms(torch.zeros(1, 2), cmask, 4.0, ent=ent, entropy=0.2)
+    term = objective.control_terms(torch.zeros(1, 2), cmask, 4.0, ent=ent, entropy=0.2)
     assert term.item() == pytest.approx(-0.2 * ent[0, 0].item() / 4.0)
     term.backward()
     step = logits - 1.0 * logits.grad  # one gradient step on the loss
@@ -93,11 +94,11 @@ def test_format_reward_ignores_the_value():
 
 def test_method_batches():
     rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
-    assert grpo.METHODS["grpo"].rollouts and grpo.METHODS["grpo"].advantages(rewards).tolist() == [0.5, -0.5, -0.5, 0.5]
+    assert objective.METHODS["grpo"].rollouts and objective.METHODS["grpo"].advantages(rewards).tolist() == [0.5, -0.5, -0.5, 0.5]
     # the correct, weight 1
-    assert grpo.METHODS["rft"].rollouts and grpo.METHODS["rft"].advantages(rewards).tolist() == [1.0, 0.0, 0.0, 1.0]
+    assert objective.METHODS["rft"].rollouts and objective.METHODS["rft"].advantages(rewards).tolist() == [1.0, 0.0, 0.0, 1.0]
     # gold solutions: one per problem, weight G (the gradient of G copies: next test)
-    assert not grpo.METHODS["sft"].rollouts and grpo.METHODS["sft"].advantages(rewards).tolist() == [4.0]
+    assert not objective.METHODS["sft"].rollouts and objective.METHODS["sft"].advantages(rewards).tolist() == [4.0]
 
 
 def test_sft_one_gold_copy_of_weight_g_is_the_gradient_of_g(fitted_dir, smoke_cfg):
@@ -113,7 +114,7 @@ def test_sft_one_gold_copy_of_weight_g_is_the_gradient_of_g(fitted_dir, smoke_cf
         gold = [[7, 8, 9], [10, tok.eos_token_id]]
         P = [prompts[i] for i in range(2) for _ in range(copies)]
         comps = [gold[i] for i in range(2) for _ in range(copies)]
-        loss = grpo.policy_gradient(model, P, comps, torch.full((2 * copies,), weight), 8 * 10, 3, pad_id(tok))["loss"]
+        loss = objective.policy_gradient(model, P, comps, torch.full((2 * copies,), weight), 8 * 10, 3, pad_id(tok))["loss"]
         grads.append((loss, torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad])))
     assert grads[1][0] == pytest.approx(grads[0][0], rel=1e-5)
     torch.testing.assert_close(grads[1][1], grads[0][1], rtol=1e-4, atol=1e-7)
@@ -136,12 +137,12 @@ def test_policy_gradient_is_microbatch_invariant_and_skips_zero(fitted_dir, smok
         comps = [[7, 8, tok.eos_token_id], [9], [10, 11, 12, 13], [7], [8, 8], [tok.eos_token_id]]
         adv = torch.tensor([0.5, -0.25, -0.25, 0.0, 0.0, 0.0])
         packed = []
-        real_pack = grpo.pack
-        grpo.pack = lambda p, c, pad: packed.append(len(c)) or real_pack(p, c, pad)
+        real_pack = objective.pack
+        objective.pack = lambda p, c, pad: packed.append(len(c)) or real_pack(p, c, pad)
         try:
-            loss = grpo.policy_gradient(model, P, comps, adv, 6 * 5, mb, pad_id(tok))["loss"]
+            loss = objective.policy_gradient(model, P, comps, adv, 6 * 5, mb, pad_id(tok))["loss"]
         finally:
-            grpo.pack = real_pack
+            objective.pack = real_pack
         assert sum(packed) == 3  # only the three rows with a nonzero advantage go through the model
         grads.append((loss, torch.cat([p.grad.flatten() for n, p in model.named_parameters() if p.requires_grad])))
         # the same loss computed in one go, by hand, including the zero-advantage rows
@@ -167,9 +168,10 @@ def test_length_sorted_micro_batches_give_the_same_gradient(fitted_dir, smoke_cf
         adv = torch.tensor([0.5, -0.5, 0.25, -0.25, 0.5, -0.5, 0.25, -0.25])
         real = pack
         pads = []
-        monkeypatch.setattr(grpo, "pack", lambda p, c, pad: pads.append(len(c) * max(map(len, c)) - sum(map(len, c))) or real(p, c, pad))
-        grpo.policy_gradient(model, P, comps, adv, 8 * 10, 2, pad_id(tok), sort_by_length=sort)
-        monkeypatch.setattr(grpo, "pack", real)
+        monkeypatch.setattr(objective, "pack",
+                            lambda p, c, pad: pads.append(len(c) * max(map(len, c)) - sum(map(len, c))) or real(p, c, pad))
+        objective.policy_gradient(model, P, comps, adv, 8 * 10, 2, pad_id(tok), sort_by_length=sort)
+        monkeypatch.setattr(objective, "pack", real)
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad]))
         padding.append(sum(pads))
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-5, atol=1e-7)
@@ -181,18 +183,18 @@ def test_length_sorted_micro_batches_give_the_same_gradient(fitted_dir, smoke_cf
 
 def test_step_problems_cycles_and_shuffles():
     pool = list(range(10))
-    many = [grpo.step_problems(pool, s, 4, seed=1, shuffle=True) for s in (1, 2, 3)]
+    many = [training.step_problems(pool, s, 4, seed=1, shuffle=True) for s in (1, 2, 3)]
     flat = many[0] + many[1] + many[2][:2]
     assert sorted(flat) == pool  # the first epoch is a permutation of the pool
     assert flat != pool
-    assert grpo.step_problems(pool, 2, 4, seed=1, shuffle=True) == many[1]  # depends only on (seed, step)
-    assert grpo.step_problems([42], 3, 4, seed=0, shuffle=False) == [42] * 4  # copies of one problem
+    assert training.step_problems(pool, 2, 4, seed=1, shuffle=True) == many[1]  # depends only on (seed, step)
+    assert training.step_problems([42], 3, 4, seed=0, shuffle=False) == [42] * 4  # copies of one problem
 
 
 def test_training_learns_something_and_resume_is_bit_identical(fitted_dir, smoke_cfg, tmp_path):
     cfg = cfg_for(smoke_cfg, **{"train.save_last_every": 1, "train.dev_every": 0})  # count rollouts only
     straight = train_smoke(cfg, fitted_dir, tmp_path / "straight", steps=4)
-    rows = grpo.read_log(straight / "train_log.csv")
+    rows = training.read_log(straight / "train_log.csv")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert min(r["zero_signal_frac"] for r in rows) < 1.0  # some group had signal...
     assert any(r["grad_norm"] > 0 for r in rows)  # ...so the adapter really moved
@@ -207,12 +209,12 @@ def test_training_learns_something_and_resume_is_bit_identical(fitted_dir, smoke
     calls = []
     real_sample = sampler.sample
     with pytest.MonkeyPatch.context() as mp:  # count steps actually run: a resume runs 2, a restart 4
-        mp.setattr(grpo, "sample", lambda *a, **k: calls.append(1) or real_sample(*a, **k))
+        mp.setattr(training, "sample", lambda *a, **k: calls.append(1) or real_sample(*a, **k))
         train_smoke(cfg, fitted_dir, tmp_path / "resumed", steps=4)
     assert len(calls) == 2
     for f in ("last/adapter_model.safetensors", "step_002/adapter_model.safetensors"):
         assert (straight / f).read_bytes() == (tmp_path / "resumed" / f).read_bytes(), f
-    a, b = grpo.read_log(straight / "train_log.csv"), grpo.read_log(tmp_path / "resumed" / "train_log.csv")
+    a, b = training.read_log(straight / "train_log.csv"), training.read_log(tmp_path / "resumed" / "train_log.csv")
     keys = ["step", "reward_mean", "loss", "grad_norm", "tokens"]
     assert [[r[k] for k in keys] for r in a] == [[r[k] for k in keys] for r in b]
 
@@ -221,9 +223,9 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(fitted_dir, smoke_cfg, tm
     cfg = cfg_for(smoke_cfg, **{"train.save_last_every": 1})
     out = train_smoke(cfg, fitted_dir, tmp_path / "run", steps=1)
     good = (out / "last" / "adapter_model.safetensors").read_bytes()
-    real = grpo.drgrpo_loss
-    monkeypatch.setattr(grpo, "drgrpo_loss", lambda *a: real(*a) * float("nan"))
-    with pytest.raises(grpo.Diverged, match="not finite"):
+    real = objective.drgrpo_loss
+    monkeypatch.setattr(objective, "drgrpo_loss", lambda *a: real(*a) * float("nan"))
+    with pytest.raises(training.Diverged, match="not finite"):
         train_smoke(cfg, fitted_dir, out, steps=3)
     assert (out / "last" / "adapter_model.safetensors").read_bytes() == good
     assert json.loads((out / "last" / "state.json").read_text())["step"] == 1
@@ -254,7 +256,7 @@ def test_every_condition_trains_and_resumes_bit_identically(name, fitted_dir, sm
     train_smoke(cfg, fitted_dir, tmp_path / "resumed", steps=3, condition=(name, cond), pool=pool)
     for f in ("last/adapter_model.safetensors", "step_002/adapter_model.safetensors", "train_eval.csv"):
         assert (straight / f).read_bytes() == (tmp_path / "resumed" / f).read_bytes(), f
-    rows = grpo.read_log(straight / "train_log.csv")
+    rows = training.read_log(straight / "train_log.csv")
     assert any(r["grad_norm"] > 0 for r in rows)  # the condition really trained
     assert all(math.isfinite(r["kl_mean"]) for r in rows)  # measured every step (log_kl_every 1)
     if cond.kl > 0:
@@ -272,12 +274,12 @@ def test_grad_clip_is_logged_before_and_after(fitted_dir, smoke_cfg, tmp_path, m
     switched off it is the norm before, which would fail the test."""
     cfg = cfg_for(smoke_cfg, **{"train.dev_every": 0, "train.grad_clip": 1e-4})
     out = train_smoke(cfg, fitted_dir, tmp_path / "clip", steps=2)
-    rows = grpo.read_log(out / "train_log.csv")
+    rows = training.read_log(out / "train_log.csv")
     moved = [r for r in rows if r["grad_norm"] > 1e-4]
     assert moved and all(r["grad_norm_clipped"] == pytest.approx(1e-4, rel=1e-3) for r in moved)
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda params, max_norm: None)  # a clip that does nothing
     out = train_smoke(cfg, fitted_dir, tmp_path / "noclip", steps=2)
-    rows = grpo.read_log(out / "train_log.csv")
+    rows = training.read_log(out / "train_log.csv")
     assert all(r["grad_norm_clipped"] == pytest.approx(r["grad_norm"]) for r in rows)
 
 
@@ -290,7 +292,7 @@ def test_fold_for_sampling_reaches_training_and_evaluation(fitted_dir, smoke_cfg
         seen.append(all(not x.enabled for x in m.modules() if isinstance(x, LoRALinear)))
         return real(m, *a, **k)
     monkeypatch.setattr(evaluate, "sample", spy)  # evaluation and dev checks
-    monkeypatch.setattr(grpo, "sample", spy)  # training rollouts
+    monkeypatch.setattr(training, "sample", spy)  # training rollouts
     _, test = countdown.make_splits("arith-1x1", 10, 3, 0)
     evaluate.sample_problems(model, tok, cfg, test, 2, cfg.eval.sampling, "t", 8, progress=False)
     cfg.lora.fold_for_sampling = False
@@ -300,35 +302,35 @@ def test_fold_for_sampling_reaches_training_and_evaluation(fitted_dir, smoke_cfg
     train_set, _ = countdown.make_splits("arith-1x1", 20, 2, 0)
     cfg.model.path = str(fitted_dir)
     seen.clear()
-    grpo.train(cfg, grpo.TrainingRun("many", config.ConditionCfg(), 0, train_set, 1e-3, 1, [], dev_every=cfg.train.dev_every),
-               tmp_path / "t", str(fitted_dir), progress=False)
+    training.train(cfg, training.TrainingRun("many", config.ConditionCfg(), 0, train_set, 1e-3, 1, [], dev_every=cfg.train.dev_every),
+                   tmp_path / "t", str(fitted_dir), progress=False)
     assert seen and all(seen)
 
 
 def test_k3_is_its_formula_up_to_the_cap_and_its_tangent_beyond():
     ref = torch.tensor([0.0, 0.0, 0.0, 0.0], requires_grad=False)
     logp = torch.tensor([0.0, -1.0, -5.0, -14.0], requires_grad=True)  # r = ref - logp = 0, 1, 5, 14
-    k = grpo.k3(logp, ref)
+    k = objective.k3(logp, ref)
     r = (ref - logp).detach()
     assert torch.allclose(k[:3], torch.exp(r[:3]) - r[:3] - 1)
-    R = grpo.K3_LOG_RATIO_MAX
+    R = objective.K3_LOG_RATIO_MAX
     assert k[3].item() == pytest.approx(math.exp(R) - R - 1 + (math.exp(R) - 1) * (14 - R))  # continuous, linear above R
     k.sum().backward()
     weight = -logp.grad  # d k3 / d log pi = -(exp(r) - 1)
     assert weight[:3].tolist() == pytest.approx((torch.exp(r[:3]) - 1).tolist())
     assert weight[3].item() == pytest.approx(math.exp(R) - 1)  # capped: one token cannot outweigh the batch
-    assert torch.allclose(grpo.k3(torch.tensor([-0.3]), torch.tensor([-0.3 + 5.0 - 1e-6])),
-                          grpo.k3(torch.tensor([-0.3]), torch.tensor([-0.3 + 5.0 + 1e-6])), atol=1e-3)  # no jump at the cap
+    assert torch.allclose(objective.k3(torch.tensor([-0.3]), torch.tensor([-0.3 + 5.0 - 1e-6])),
+                          objective.k3(torch.tensor([-0.3]), torch.tensor([-0.3 + 5.0 + 1e-6])), atol=1e-3)  # no jump at the cap
 
 
 def test_the_policy_gap_is_logged_and_is_rounding_in_fp32(fitted_dir, smoke_cfg, tmp_path):
     cfg = cfg_for(smoke_cfg, **{"train.dev_every": 0})
     out = train_smoke(cfg, fitted_dir, tmp_path / "run", steps=2)
-    rows = grpo.read_log(out / "train_log.csv")
+    rows = training.read_log(out / "train_log.csv")
     assert any(r["grad_norm"] > 0 for r in rows), rows  # some step went through the trainer
     assert all(0 <= r["logp_gap_mean"] <= r["logp_gap_max"] < 1e-4 for r in rows if r["grad_norm"] > 0), rows
     sft = train_smoke(cfg, fitted_dir, tmp_path / "sft", steps=1, condition=("sft", config.ConditionCfg(method="sft")))
-    assert math.isnan(grpo.read_log(sft / "train_log.csv")[0]["logp_gap_mean"])  # no rollouts: nothing sampled to compare
+    assert math.isnan(training.read_log(sft / "train_log.csv")[0]["logp_gap_mean"])  # no rollouts: nothing sampled to compare
 
 
 def test_the_gap_is_measured_against_what_the_sampler_reported(fitted_dir, smoke_cfg):
@@ -337,7 +339,7 @@ def test_the_gap_is_measured_against_what_the_sampler_reported(fitted_dir, smoke
     _, prompts = prompts_for(tok, n=2)
     comps = [[7, 8, tok.eos_token_id], [9, 10]]
     adv = torch.tensor([0.5, -0.5])
-    exact = grpo.policy_gradient(model, prompts, comps, adv, 10.0, 2, pad_id(tok), sampled_logp=None)
+    exact = objective.policy_gradient(model, prompts, comps, adv, 10.0, 2, pad_id(tok), sampled_logp=None)
     assert math.isnan(exact["logp_gap_mean"])
     ids, attn, pos, cmask = pack(prompts, comps, pad_id(tok))
     with torch.no_grad():
@@ -345,7 +347,7 @@ def test_the_gap_is_measured_against_what_the_sampler_reported(fitted_dir, smoke
     true = [lp[0, :3].tolist(), lp[1, :2].tolist()]
     off = [[x + 0.25 for x in true[0]], true[1]]  # one sample's log-probs off by 0.25 nats
     model.zero_grad()
-    g = grpo.policy_gradient(model, prompts, comps, adv, 10.0, 2, pad_id(tok), sampled_logp=off)
+    g = objective.policy_gradient(model, prompts, comps, adv, 10.0, 2, pad_id(tok), sampled_logp=off)
     assert g["logp_gap_max"] == pytest.approx(0.25, abs=1e-5) and g["logp_gap_mean"] == pytest.approx(0.25 * 3 / 5, abs=1e-5)
 
 
@@ -379,9 +381,9 @@ def test_lr_sweep_rule_dev_ignores_the_training_reward(tmp_path, monkeypatch, ru
         (out / "train_log.csv").write_text("step,reward_mean\n" + "".join(f"{s},{reward[run.lr]}\n" for s in range(1, 5)))
         (out / "train_eval.csv").write_text(f"step,loose_pass1\n0,0.05\n4,{dev[run.lr]}\n")
         (out / "done.json").write_text("{}")
-    monkeypatch.setattr(grpo, "train", fake_train)
-    monkeypatch.setattr(grpo.study, "condition_pool", lambda cfg, cond, run: ([], {"problems": "all"}))
-    res = grpo.lr_sweep(cfg, "base", tmp_path, progress=False)
+    monkeypatch.setattr(training, "train", fake_train)
+    monkeypatch.setattr(training.study, "condition_pool", lambda cfg, cond, run: ([], {"problems": "all"}))
+    res = training.lr_sweep(cfg, "base", tmp_path, progress=False)
     assert res["chosen"] == chosen and res["rule_name"] == rule
     assert seen == ([4, 4] if rule == "dev" else [0, 0])  # the dev check runs after the sweep's last step, only under dev
     assert ("dev_loose_pass1" in res) == (rule == "dev")
@@ -405,7 +407,7 @@ def test_importance_weights_correct_a_bf16_sampler_against(fitted_dir, smoke_cfg
     P = [prompts[i // 4] for i in range(12)]
     adv = torch.linspace(-1.0, 1.0, 12)
     ids, attn, pos, cmask = pack(P, smp.tokens, pad_id(tok))
-    sampled = grpo.pack_logprobs(smp.logprobs, cmask.shape[1])
+    sampled = objective.pack_logprobs(smp.logprobs, cmask.shape[1])
     with torch.no_grad():
         lp, _ = completion_logprobs(trainer, ids, attn, pos, cmask.shape[1])
     ratio = torch.exp(lp - sampled)[cmask.bool()]
@@ -414,7 +416,7 @@ def test_importance_weights_correct_a_bf16_sampler_against(fitted_dir, smoke_cfg
 
     def grad(**kw):
         trainer.zero_grad()
-        out = grpo.policy_gradient(trainer, P, smp.tokens, adv, 12 * 12, 12, pad_id(tok), sampled_logp=smp.logprobs, **kw)
+        out = objective.policy_gradient(trainer, P, smp.tokens, adv, 12 * 12, 12, pad_id(tok), sampled_logp=smp.logprobs, **kw)
         return out, torch.cat([p.grad.flatten() for p in params])
 
     plain, g_plain = grad()
@@ -451,7 +453,7 @@ def test_a_policy_gap_above_the_limit_stops_the_run_in_one_line(fitted_dir, smok
     assert rc == 1 and len(err) == 1, err
     assert f"exceeds train.{key} 1e-09" in err[0] and f"({what} |log pi" in err[0] and "stopped before this step's update" in err[0]
     step = int(err[0].split("step ")[1].split(":")[0])
-    rows = grpo.read_log(run / "train_many_s0" / "train_log.csv") if step > 1 else []
+    rows = training.read_log(run / "train_many_s0" / "train_log.csv") if step > 1 else []
     assert [r["step"] for r in rows] == list(range(1, step)) and all(math.isnan(r["logp_gap_mean"]) for r in rows)
     assert not (run / "train_many_s0" / "done.json").exists()
     limit = config.load(str(cfg_file))
@@ -461,20 +463,20 @@ def test_a_policy_gap_above_the_limit_stops_the_run_in_one_line(fitted_dir, smok
 
 def test_no_signal_warning_reads_the_first_steps():
     rows = [{"step": s, "zero_signal_frac": z} for s, z in enumerate([1.0, 1.0, 0.875, 0.875, 0.875, 0.0, 0.0], start=1)]
-    w = grpo.no_signal_warning(rows, "train many s0")
+    w = training.no_signal_warning(rows, "train many s0")
     assert w.startswith("warning: train many s0: 92% of groups") and "steps 1-5" in w and "\n" not in w
     # 0.9 (PLAN.md change 45): tiny_v4's seeds that learned started at 0.70-0.85, tiny_v3's that did not at 0.95-1.00
-    assert grpo.no_signal_warning([{**r, "zero_signal_frac": 0.85} for r in rows], "x") is None
-    assert grpo.no_signal_warning([{**r, "zero_signal_frac": 0.9} for r in rows], "x") is None  # above it, not at it
-    assert "steps 1-2" in grpo.no_signal_warning(rows[:2], "x")  # a shorter run: all its steps
-    assert grpo.no_signal_warning([{"step": 1, "zero_signal_frac": float("nan")}], "x") is None  # sft: no groups
+    assert training.no_signal_warning([{**r, "zero_signal_frac": 0.85} for r in rows], "x") is None
+    assert training.no_signal_warning([{**r, "zero_signal_frac": 0.9} for r in rows], "x") is None  # above it, not at it
+    assert "steps 1-2" in training.no_signal_warning(rows[:2], "x")  # a shorter run: all its steps
+    assert training.no_signal_warning([{"step": 1, "zero_signal_frac": float("nan")}], "x") is None  # sft: no groups
 
 
 def test_training_prints_the_no_signal_warning_by_its_rule(fitted_dir, smoke_cfg, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(grpo, "NO_SIGNAL_STEPS", 2)
+    monkeypatch.setattr(training, "NO_SIGNAL_STEPS", 2)
     cfg = cfg_for(smoke_cfg, **{"train.dev_every": 0})
     out = train_smoke(cfg, fitted_dir, tmp_path / "run", steps=3)
-    rows = grpo.read_log(out / "train_log.csv")
+    rows = training.read_log(out / "train_log.csv")
     share = (rows[0]["zero_signal_frac"] + rows[1]["zero_signal_frac"]) / 2
     err = [x for x in capsys.readouterr().out.splitlines() if x.startswith("warning:")]
     assert err == ([f"warning: train many s0: {share:.0%} of groups carried no reward signal over steps 1-2 (all samples of a problem "
@@ -493,7 +495,7 @@ def test_the_training_figure_draws_the_no_signal_share(fitted_dir, smoke_cfg, tm
     monkeypatch.setattr(figures, "_save", lambda fig, path: drawn.append(fig) or real(fig, path))
     assert figures.training_figure(run, [2], dev=False) == run / "figures" / "training.png"
     ax = next(a for a in drawn[0].axes if a.get_ylabel() == "groups with no signal (share)")
-    rows = grpo.read_log(run / "train_many_s0" / "train_log.csv")
+    rows = training.read_log(run / "train_many_s0" / "train_log.csv")
     assert list(ax.lines[0].get_ydata()) == [r["zero_signal_frac"] for r in rows]
     assert any(list(line.get_ydata()) == [0.9, 0.9] for line in ax.lines)  # the threshold of no_signal_warning
 
@@ -509,14 +511,14 @@ def test_a_zero_gradient_steps_or_not_by_the_registered_rule(rule):
     tc = config.TrainCfg(no_signal_update=rule)
     grad = {"loss": 0.0, "logp_gap_mean": float("nan"), "logp_gap_max": float("nan")}
     w.grad = torch.ones(4)
-    assert grpo.update(opt, [w], grad, 1, tc, Path("."))[2] is True
+    assert training.update(opt, [w], grad, 1, tc, Path("."))[2] is True
     before, state = w.detach().clone(), opt.state_dict()["state"][0]["step"].item()
-    gnorm, _, updated = grpo.update(opt, [w], grad, 2, tc, Path("."))  # no .grad: every advantage was 0
+    gnorm, _, updated = training.update(opt, [w], grad, 2, tc, Path("."))  # no .grad: every advantage was 0
     assert gnorm == 0.0 and updated is (rule == "step")
     assert torch.equal(w.detach(), before) is (rule == "skip")
     assert opt.state_dict()["state"][0]["step"].item() == state + (rule == "step")
-    samples = grpo.Samples([[1, 2]], [False], [0.5])
-    row = grpo.log_row(2, 0.1, grpo.METHODS["grpo"], torch.zeros(1, 1), [{"format": 1.0}], samples, [[1, 2]],
+    samples = sampler.Samples([[1, 2]], [False], [0.5])
+    row = training.log_row(2, 0.1, objective.METHODS["grpo"], torch.zeros(1, 1), [{"format": 1.0}], samples, [[1, 2]],
                        {**grad, "kl_mean": 0.0}, gnorm, gnorm, (0.0, 0.0), (0.0, 0.0), updated)
     assert (row["no_signal"], row["updated"]) == (1, int(rule == "step"))
 
@@ -549,8 +551,8 @@ def test_the_micro_batch_is_said_only_when_computed(fitted_dir, smoke_cfg, tmp_p
     said = {}
     for mb in (16, 0):
         cfg = cfg_for(smoke_cfg, **{"train.dev_every": 0, "micro_batch": mb})
-        run = grpo.TrainingRun("many", config.ConditionCfg(), 0, pool, 0.01, 1, [1], dev_every=0)
-        out = grpo.train(cfg, run, tmp_path / f"mb{mb}", str(fitted_dir), progress=True)
+        run = training.TrainingRun("many", config.ConditionCfg(), 0, pool, 0.01, 1, [1], dev_every=0)
+        out = training.train(cfg, run, tmp_path / f"mb{mb}", str(fitted_dir), progress=True)
         said[mb] = [x for x in capsys.readouterr().out.splitlines() if "micro_batch" in x]
         assert "micro_batch" in json.loads((out / "done.json").read_text())["micro_batch_why"]
     assert said[16] == [] and len(said[0]) == 1 and said[0][0].startswith("train many s0: micro_batch "), said

@@ -4,9 +4,8 @@ import peft
 import pytest
 import torch
 
-import grpo
 from helpers import CPU, cfg_for, model_with_lora, prompts_for
-from method import sampler
+from method import sampler, training
 from method.model import (
     LoRALinear,
     SharedCast,
@@ -40,7 +39,7 @@ def test_lora_starts_equal_to_base_and_only_lora_trains(fitted_dir, smoke_cfg):
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
     # one optimizer step on a nonzero loss changes LoRA tensors and nothing else
-    opt = grpo.make_optimizer(model, cfg, 1e-2)
+    opt = training.make_optimizer(model, cfg, 1e-2)
     model(input_ids=ids, attention_mask=mask, position_ids=pos).logits.pow(2).mean().backward()
     opt.step()
     for k, v in model.state_dict().items():

@@ -228,7 +228,7 @@ def test_a_read_only_folder_is_one_line_naming_it(smoke_run, tmp_path, monkeypat
     import analyze_b
     import pipeline as pl
     from analysis import assemble
-    from orchestration import stages
+    from runner import stages
 
     run = copy_run(smoke_run, tmp_path / "run")
     before = snapshot(run)

@@ -13,9 +13,9 @@ pytestmark = pytest.mark.slow  # whole pipelines or real weights: left out of th
 
 
 INTERRUPTS = {  # where a Ctrl-C lands: (what raises it, the stage it interrupts)
-    "in a single stage": ("pipeline.run_grpo", "probe"),
-    "mid-job": ("orchestration.jobs.run_grpo", "eval"),
-    "between jobs": ("orchestration.jobs.log", "eval"),
+    "in a single stage": ("runner.session.run_grpo", "probe"),
+    "mid-job": ("runner.jobs.run_grpo", "eval"),
+    "between jobs": ("runner.jobs.log", "eval"),
     "in the analysis": ("analysis.assemble.run_analysis", "analyze"),
 }
 
@@ -195,7 +195,7 @@ def test_an_interrupt_during_eval_after_this_runs_training_names(small_cfg, smal
     Training ran in this invocation and finished; a Ctrl-C during the next evaluation is eval's,
     and the finished stage stays done: a group of job stages is not all train's."""
     import pipeline as pl
-    from orchestration import jobs
+    from runner import jobs
 
     run = copy_run(small_jobs2, tmp_path / "run")
     shutil.rmtree(run / "train_many_s0")
@@ -221,7 +221,8 @@ def test_weightless_only_when_every_fault_is_absent_weights(small_cfg, small_job
     """Plan.state's "weightless" (a training run done but for absent weights) needs every fault of a
     training run to be an absent weights file: one checkpoint's weights absent and another's cut short read "damaged" (before, only the
     first checkpoint's fault was read)."""
-    from orchestration import config, stages
+    from orchestration import config
+    from runner import stages
 
     run = copy_run(small_jobs2, tmp_path / "run")
     cfg = config.load(str(small_cfg))
@@ -359,7 +360,7 @@ def test_out_of_memory_is_one_line_naming_the_job_the_memory(small_cfg, small_jo
 
     import grpo
     import pipeline as pl
-    from method import evaluate, model
+    from method import evaluate, training
 
     def oom(*a, **kw):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 7.63 GiB")
@@ -380,7 +381,7 @@ def test_out_of_memory_is_one_line_naming_the_job_the_memory(small_cfg, small_jo
     shutil.rmtree(run / "train_many_s0")
     for f in run.glob("eval_many_s0_*.json"):
         f.unlink()
-    monkeypatch.setattr(model, "load_model", oom)  # what grpo.py's training imports: the job's first step needs memory
+    monkeypatch.setattr(training, "load_model", oom)  # what the training loop loads: the job's first step needs memory
     monkeypatch.chdir(ROOT)
     assert pl.main(["--config", str(small_cfg), "--out", str(run), "--quiet"]) == 3  # out of memory: 3, as the README says
     cap = capsys.readouterr()

@@ -131,7 +131,7 @@ def test_help_texts_list_choices_and_subcommands():
 def test_one_gpu_per_job_from_a_fake_device_list(monkeypatch):
     import functools
 
-    from orchestration import jobs
+    from runner import jobs
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7,9")
     assert jobs.visible_gpus() == ["7", "9"]
@@ -158,13 +158,13 @@ def test_single_stages_run_in_a_worker_on_the_first_assigned_gpu(monkeypatch, tm
     """base, probe, select and lr-sweep run before the jobs; with GPUs they run in a worker that sees
     only the first assigned one (a fake device list), so the pipeline's own process never starts CUDA."""
     import pipeline as pl
-    from orchestration import jobs
+    from runner import jobs, session
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert jobs.in_worker(env_after, 0.0, gpu="9") == "9"  # the worker sees exactly that GPU
     assert jobs.in_worker(env_after, 0.0) is None and "CUDA_VISIBLE_DEVICES" not in os.environ  # no GPU: here, unchanged
     seen = []
-    monkeypatch.setattr(pl, "in_worker", lambda fn, argv, gpu=None: seen.append((fn, argv[0], gpu)) or 0)
+    monkeypatch.setattr(session, "in_worker", lambda fn, argv, gpu=None: seen.append((fn, argv[0], gpu)) or 0)
     monkeypatch.chdir(ROOT)
     shutil.copytree(fitted_dir, tmp_path / "run" / "base_model")  # the probe reads the base (stages.check_inputs)
     args = ["--config", str(SMOKE), "--out", str(tmp_path / "run"), "--set", "device=auto", "--stage", "probe", "--quiet"]
@@ -209,7 +209,7 @@ def test_a_model_folder_without_weights_is_not_a_model(tmp_path, fitted_dir):
 
 
 def test_the_eta_is_said_again_as_jobs_finish(tmp_path, monkeypatch, capsys):
-    from orchestration import jobs
+    from runner import jobs
 
     calls = []
     monkeypatch.setattr(jobs, "run_grpo", lambda argv: calls.append(argv) or 0)
@@ -252,7 +252,7 @@ def test_a_gpu_config_plans_without_its_weights_and_gives_hours(tmp_path):
 
 def test_the_cost_models_shape_is_qwens():
     from bases import qwen_shape
-    from orchestration import cost_model
+    from runner import cost_model
 
     shape = cost_model.REGISTERED_SHAPES["Qwen/Qwen2.5-0.5B-Instruct"]
     assert shape == {k: qwen_shape.ARCH[k] for k in cost_model.SHAPE_KEYS}
@@ -318,23 +318,48 @@ def test_a_later_run_appends_its_header_and_keeps(tmp_path, monkeypatch):
     A stage run into an existing run by other code or another config record: the manifest's
     header is the current run's, and the header the files on disk were made under is kept in
     `earlier` with the stages and jobs done under it; a rewrite under the same header adds nothing."""
-    import pipeline
-    from orchestration import config
+    from orchestration import config, provenance
+    from runner import manifest
 
     run = tmp_path / "run"
     run.mkdir()
     first = config.load(str(SMOKE))
-    monkeypatch.setattr(pipeline.provenance, "code_revision", lambda: "aaaa")
-    pipeline.write_manifest(run, first, {"base": {"status": "done"}, "probe": {"status": "failed"}}, {"train many s0": {"status": "done"}})
-    pipeline.write_manifest(run, first, {"base": {"status": "done"}}, {})
+    monkeypatch.setattr(provenance, "code_revision", lambda: "aaaa")
+    manifest.write_manifest(run, first, {"base": {"status": "done"}, "probe": {"status": "failed"}}, {"train many s0": {"status": "done"}})
+    manifest.write_manifest(run, first, {"base": {"status": "done"}}, {})
     assert "earlier" not in json.loads((run / "manifest.json").read_text())
-    monkeypatch.setattr(pipeline.provenance, "code_revision", lambda: "bbbb")
+    monkeypatch.setattr(provenance, "code_revision", lambda: "bbbb")
     later = config.load(str(SMOKE), ["analyze.resamples=300"])
-    pipeline.write_manifest(run, later, {"base": {"status": "done"}, "analyze": {"status": "done"}}, {})
-    pipeline.write_manifest(run, later, {"base": {"status": "done"}, "analyze": {"status": "done"}}, {})
+    manifest.write_manifest(run, later, {"base": {"status": "done"}, "analyze": {"status": "done"}}, {})
+    manifest.write_manifest(run, later, {"base": {"status": "done"}, "analyze": {"status": "done"}}, {})
     man = json.loads((run / "manifest.json").read_text())
     assert man["revision"] == "bbbb" and man["config"]["analyze"]["resamples"] == 300
     assert len(man["earlier"]) == 1
     e = man["earlier"][0]
     assert e["revision"] == "aaaa" and e["config"] == config.to_dict(first) and e["config_hash"] == config.digest(config.to_dict(first))
     assert e["stages_done"] == ["base"] and e["jobs_done"] == []
+
+
+def test_the_remake_command_is_one_pipeline_command_the_cli_reads_back(tmp_path):
+    """cli.pipeline_command is the one builder of `python pipeline.py ...` in every message (Plan.command,
+    --print-jobs, grpo.py's refusals, analyze_b's hint): its words, quoted, are pipeline.py's own flags
+    and read back as the values given; grpo.py's default config is written as the file of those defaults."""
+    import shlex
+    from pathlib import Path
+
+    import pipeline as pl
+    from orchestration import cli, config
+    from runner.stages import Plan
+
+    run = tmp_path / "a run"
+    cmd = cli.pipeline_command("configs/smoke.yaml", run, ["train.steps=4", "eval.n=2"], "train", force=True)
+    assert cmd == (f"python pipeline.py --config configs/smoke.yaml --run {shlex.quote(str(run))} --set train.steps=4 "
+                   "--set eval.n=2 --stage train --force")
+    words = shlex.split(cmd)
+    assert words[:2] == ["python", "pipeline.py"]
+    a = pl.parse_args(words[2:])
+    assert (a.config, Path(a.run), a.set, a.stage, a.force) == ("configs/smoke.yaml", run, ["train.steps=4", "eval.n=2"], "train", True)
+    plan = Plan(config.load(str(SMOKE)), run, str(SMOKE), ["eval.n=2"])
+    assert plan.command("probe") == cli.pipeline_command(str(SMOKE), run, ["eval.n=2"], "probe")
+    assert shlex.split(cli.pipeline_command(None, run))[3] == cli.REGISTERED_CONFIG
+    assert config.to_dict(config.load(cli.REGISTERED_CONFIG)) == config.to_dict(config.load(None))

@@ -9,8 +9,8 @@ import pytest
 
 import analyze_b
 import pipeline
-from method import commands
-from orchestration.stages import STAGES
+from runner import commands
+from runner.stages import STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

@@ -11,9 +11,8 @@ import pytest
 import torch
 
 import countdown
-import grpo
 from bases import gguf_base
-from method import sampler
+from method import objective, sampler
 from method.model import apply_lora, completion_logprobs, load_model, pack, pad_id, render_prompts, save_adapter, stop_ids
 from orchestration import config, provenance
 
@@ -94,7 +93,7 @@ def test_pad_is_eos_and_the_masks_come_from_lengths(smol):
     assert cmask.tolist() == [[1, 1, 1], [1, 0, 0]] and ids[1, -1].item() == 2 and ids[0, -1].item() == 2
     apply_lora(model, 4, 8, ["q_proj", "v_proj"], 0)
     logp, _ = completion_logprobs(model, ids, attn, pos, 3)
-    loss = grpo.drgrpo_loss(logp, cmask, torch.tensor([1.0, 1.0]), 6.0)
+    loss = objective.drgrpo_loss(logp, cmask, torch.tensor([1.0, 1.0]), 6.0)
     loss.backward()
     expected = -(logp[0].sum() + logp[1, 0]) / 6.0  # the emitted EOS counts; the padding does not
     assert loss.item() == pytest.approx(expected.item(), rel=1e-6)

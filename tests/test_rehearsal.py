@@ -13,9 +13,8 @@ import torch
 import yaml
 
 import countdown
-import grpo
 from bases import qwen_shape
-from method import sampler
+from method import sampler, training
 from method.model import load_model, load_tokenizer, render_prompts, stop_ids
 from orchestration import config
 
@@ -194,7 +193,7 @@ def test_rehearsal_runs_every_stage_on_the_real_code_path(rehearsal):
         assert done["micro_batch_auto"] is True and done["micro_batch"] >= 1  # micro_batch: 0 -> from memory_gb
         assert 0 < done["memory_estimate_gib"] < 8
         assert {151643, 151645} <= set(done["stop_ids"]) and done["dtype"] == "bfloat16"
-        rows = grpo.read_log(rehearsal / f"train_{cond}_s0" / "train_log.csv")
+        rows = training.read_log(rehearsal / f"train_{cond}_s0" / "train_log.csv")
         assert len(rows) == 1
         trained += sum(r["grad_norm"] > 0 for r in rows)  # a zero-advantage step leaves every gradient exactly 0
         if cond == "1":

@@ -1,32 +1,21 @@
 """The model stages' command line (`python grpo.py <command>`): each command's arguments, their checks
 before anything is written, moving aside what a rerun replaces, and one line for every fault (exit
 2 a wrong argument or input, 1 a failed command, study.EXIT_OUT_OF_MEMORY out of memory). The
-method's own commands, `train` and `lr-sweep`, are grpo.py's and are handed in by it (no module of
-the pipeline imports grpo; tests and two benches do); the others are method/evaluate.py's and the bases'.
+method's own commands, `train` and `lr-sweep`, run method/training.py; the others method/evaluate.py
+and the bases'.
 """
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from method import evaluate
+from method import evaluate, training
 from method.model import bf16_problem, memory_state, out_of_memory, pick_device, setup_torch
-from orchestration import cli, config, foreign, provenance, study
+from orchestration import cli, config, provenance, study
 from orchestration.provenance import stage_hash
-from orchestration.stages import Plan, Refused
-
-
-@dataclass
-class Training:
-    """grpo.py's two commands: train(cfg, condition, seed, run, out, base, progress) and
-    lr_sweep(cfg, base, run, progress) -> lr_choice."""
-    train: Callable
-    lr_sweep: Callable
-
+from runner import foreign
+from runner.stages import Plan, Refused
 
 COMMANDS = {
     "base": "build the base model of a config that builds its own (the CPU world, the rehearsal, a GGUF file converted) -> RUN/base_model/",
@@ -120,8 +109,7 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
         raise config.ConfigError(missing_adapter(Path(a.adapter)))
     if a.cmd in ("eval", "tokens") and a.adapter and (bad := provenance.adapter_problem(a.adapter)):
         identity = study.adapter_identity(a.adapter)
-        sets = "".join(f" --set {shlex.quote(x)}" for x in a.set)
-        redo = (f"run the pipeline on its folder (python pipeline.py --config {a.config} --run {Path(a.adapter).parent.parent}{sets}): "
+        redo = (f"run the pipeline on its folder ({cli.pipeline_command(a.config, Path(a.adapter).parent.parent, a.set)}): "
                 f"it moves that training run aside and retrains it, and redoes what reads it"
                 if identity["condition"] else "give an intact adapter folder")
         raise config.ConfigError(f"--adapter {a.adapter}: {bad}; {redo}")
@@ -136,7 +124,7 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
     base = None if a.cmd == "base" else study.model_path(cfg, run)
     if base is not None and study.builds_base(cfg) and (
             bad := provenance.model_folder_problem(base) or provenance.weights_problem(base, cfg.model.base_sha256)):
-        raise config.ConfigError(f"{bad}; build the base again (python pipeline.py --config {a.config} --run {run} --stage base --force)")
+        raise config.ConfigError(f"{bad}; build the base again ({cli.pipeline_command(a.config, run, stage='base', force=True)})")
     return cfg, run, base, out, seed
 
 
@@ -152,7 +140,7 @@ def missing_adapter(adapter: Path) -> str:
     return f"--adapter {adapter}: no such folder"
 
 
-def main(training: Training, argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     try:
         cfg, run, base, out_eval, seed = checked(a)
@@ -175,7 +163,7 @@ def main(training: Training, argv: list[str] | None = None) -> int:
         return 1
     rc = 1
     try:
-        rc = run_command(training, a, cfg, run, base, out_eval, not a.quiet, seed)
+        rc = run_command(a, cfg, run, base, out_eval, not a.quiet, seed)
     except KeyboardInterrupt:
         rc = 130
         raise
@@ -185,7 +173,7 @@ def main(training: Training, argv: list[str] | None = None) -> int:
     return rc
 
 
-def run_command(training: Training, a, cfg: config.Config, run: Path, base: str | None, out_eval: Path | None, progress: bool,
+def run_command(a, cfg: config.Config, run: Path, base: str | None, out_eval: Path | None, progress: bool,
                 seed: int | None) -> int:
     """The command's work, once its arguments and inputs are checked; its exit status (0, 1, or
     study.EXIT_OUT_OF_MEMORY with one line naming the job, the memory and the settings that lower it)."""
@@ -194,7 +182,7 @@ def run_command(training: Training, a, cfg: config.Config, run: Path, base: str 
             print(build_base(cfg, run, progress))
         elif a.cmd == "train":
             out = Path(a.out) if a.out else study.train_dir(run, a.condition, seed)
-            training.train(cfg, a.condition, seed, run, out, base, progress)
+            training.train_command(cfg, a.condition, seed, run, out, base, progress)
         elif a.cmd == "tokens":
             r = evaluate.token_compare(cfg, base, a.adapter, out_eval, progress)["summary"]
             print(f"{out_eval}: {r['positions']} positions, reranked {r['share_reranked'] or 0:.4f}, shifted {r['share_shifted'] or 0:.4f}")
@@ -212,7 +200,7 @@ def run_command(training: Training, a, cfg: config.Config, run: Path, base: str 
         elif a.cmd == "probe":
             for path in evaluate.probe(cfg, base, run, progress):
                 print(path)
-    except (FileNotFoundError, ValueError, RuntimeError) as e:  # grpo.Diverged is a RuntimeError
+    except (FileNotFoundError, ValueError, RuntimeError) as e:  # training.Diverged is a RuntimeError
         if out_of_memory(e):
             job = study.job_label(a.cmd, getattr(a, "condition", None), seed, getattr(a, "adapter", None), getattr(a, "eval_set", None))
             print(f"grpo.py: {job} ran out of memory {memory_state(pick_device(cfg))}; "

@@ -12,8 +12,8 @@ import shlex
 import socket
 from pathlib import Path
 
-from orchestration import config, provenance, study
-from orchestration.jobs import Job, log, now
+from orchestration import cli, config, provenance, study
+from runner.jobs import Job, log, now
 
 STAGES = ["base", "probe", "select", "lr-sweep", "train", "eval", "tokens", "analyze"]
 JOB_STAGES = ("train", "eval", "tokens")
@@ -34,7 +34,7 @@ class Plan:
         """cost_model.CostModel for a GPU config whose model's shape is known (the config and a local
         config.json, or the registered shape: no weights needed); None on a CPU config."""
         if self._cost is None:
-            from orchestration import cost_model
+            from runner import cost_model
 
             self._cost = (cost_model.for_config(self.cfg, self.run),)
         return self._cost[0]
@@ -285,8 +285,7 @@ class Plan:
 
     def command(self, stage: str | None = None, force: bool = False) -> str:
         """The pipeline command on this run folder and config: the whole study, or one stage."""
-        argv = ["python", "pipeline.py", "--config", self.config_path, "--run", str(self.run), *sum((["--set", s] for s in self.sets), [])]
-        return shlex.join(argv + (["--stage", stage] if stage else []) + (["--force"] if force else []))
+        return cli.pipeline_command(self.config_path, self.run, self.sets, stage, force)
 
     def remake(self, path: Path) -> str:
         """The command that makes `path` again, when it is damaged: an evaluation or token file's own

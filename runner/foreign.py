@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestration import provenance, study
-from orchestration.stages import STAGES, Plan, Refused, registered_stages
+from runner.stages import STAGES, Plan, Refused, registered_stages
 
 # What each stage reads that an earlier stage made (the base's folder, selection.json, lr_choice.json,
 # the adapters): a stage reading a file made under other settings is reported as such, never hashed.

@@ -1,0 +1,102 @@
+"""--dry-run and --print-jobs: the plan from the config alone, nothing written. --dry-run says each
+stage's state (done, to do, out of date, made under other settings) and the time left; --print-jobs
+what is left as the shell commands a user or a scheduler runs, grouped by what they wait for.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from runner import foreign
+from runner.jobs import estimate_seconds, fmt_minutes
+from runner.stages import JOB_STAGES, Plan, kept_weights_note
+
+
+def dry_run(plan: Plan, todo: list[str], n: int) -> None:
+    print(f"run folder: {plan.run}")
+    found = foreign.foreign_outputs(plan)  # made under other settings: the run refuses before it writes
+    refuses = []  # stages whose outputs were made under other settings: the run stops there without --force
+    for s in todo:
+        if s in JOB_STAGES:
+            states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
+            counts = {k: states.count(k) for k in ("done", "missing", "damaged", "weightless", "stale", "foreign") if states.count(k)}
+            words = {"foreign": "made under other settings (would refuse; --force)",
+                     "weightless": "without their weights (would be remade)", "stale": "out of date"}
+            state = "done" if counts.get("done") == len(states) else ", ".join(f"{v} {words.get(k, k)}" for k, v in counts.items())
+            if counts.get("weightless") and counts["weightless"] + counts.get("done", 0) == len(states):
+                state = kept_weights_note(plan, s, counts["weightless"]) or state
+            if counts.get("foreign"):
+                refuses.append(s)
+        elif s == "analyze":
+            state = "done" if plan.analyze_done() else ("out of date" if (plan.run / "verdicts.json").exists() else "to do")
+        else:
+            states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
+            state = ("done" if all(x == "done" for x in states) else "made under other settings (would refuse; --force)"
+                     if "foreign" in states else "damaged (would be redone)" if "damaged" in states
+                     else "without its weights (would be remade)" if "weightless" in states
+                     else "out of date (made from other inputs)" if "stale" in states else "to do")
+            if states == ["weightless"]:
+                state = kept_weights_note(plan, s, 1) or state
+            if "foreign" in states:
+                refuses.append(s)
+            if s == "lr-sweep" and state != "done" and (bad := plan.sweep_damage()):
+                state += f"; {len(bad)} damaged candidate run(s) (would be moved aside and redone: {bad[0][1]})"
+        reads = foreign.foreign_reads(s, found)
+        print(f"  {s:<9} {state}" + (f"; reads what {', '.join(reads)} made under other settings" if reads else ""))
+    if found:
+        print(f"  the run would refuse before writing anything: {foreign.refusal_line(plan, found)}; "
+              "the jobs below are what --force would run (it moves each such output aside and redoes it)")
+    left = plan.jobs(todo)
+    cost = plan.cost_model()
+    eta = estimate_seconds(plan.run, left, n, cost)
+    print(f"  {len(left)} train/eval jobs left, with --jobs {n}: {fmt_minutes(eta, cost)}"
+          + (" (from this run's measured step and evaluation times)" if not eta[1] else ""))
+    singles = [s for s in todo if s in ("probe", "select", "lr-sweep") and not plan.done(s)]
+    if cost is not None and singles:
+        print(f"  {', '.join(singles)} before them: {cost.describe(cost.both(lambda c: sum(c.single(s) for s in singles)))}")
+
+
+def print_jobs(plan: Plan, todo: list[str]) -> None:
+    """What is left, as shell commands, grouped by what they wait for."""
+    for line in foreign.notes(plan, todo):
+        print(f"# {line}")
+    singles = [s for s in todo if s in ("base", "probe", "select", "lr-sweep") and not plan.done(s)]
+    if singles:
+        print("# 1. one after another (each waits for the one before):")
+        for s in singles:
+            print(plan.command(s))
+    jobs = plan.jobs([s for s in todo if s in JOB_STAGES])
+    if jobs and plan.cfg.device != "cpu":
+        print("# every job wants one GPU of its own: a scheduler's one-GPU slot (Slurm --gres=gpu:1), or "
+              "CUDA_VISIBLE_DEVICES=<one id> before the command")
+    train = [j for j in jobs if j.stage == "train"]
+    evals = [j for j in jobs if j.stage != "train"]
+    if train:
+        print(f"# 2. training runs: each waits for {'step 1' if singles else 'nothing'}; independent of each other")
+        for j in train:
+            print(j.command())
+    if evals:
+        print("# 3. evaluations (and token-level comparisons): each waits for its training run (the base's for nothing "
+              "but the base); independent of each other")
+        for j in evals:
+            print(j.command())
+    if "analyze" in todo and not plan.done("analyze"):
+        print("# 4. then the analysis and report (it skips everything done):")
+        print(plan.command())
+
+
+def plan_only(plan: Plan, todo: list[str], a, unreachable: str | None) -> int:
+    """--dry-run and --print-jobs: the plan from the config alone, nothing written."""
+    if unreachable:
+        print(f"# not here yet, and every stage needs it: {unreachable}")
+    try:
+        if not plan.run.exists():
+            print(f"# run folder {plan.run} does not exist yet: every stage is to do")
+        if a.dry_run:
+            dry_run(plan, todo, a.jobs)
+        else:
+            print_jobs(plan, todo)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader stopped early (`| head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
