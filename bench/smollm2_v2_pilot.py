@@ -24,7 +24,7 @@ from analysis.run_files import DEV_COLUMNS, DEV_REQUIRED, read_csv  # noqa: E402
 from orchestration import config  # noqa: E402
 
 TIE = 1 / 256  # change 61: dev means within this read as tied (one sample in 32 x 8)
-JOB_DONE = re.compile(r"done train (\S+) s(\d+) in ([\d,.]+) s")
+JOB_DONE = re.compile(r"done\s+train (\S+) s(\d+) \(([\d,.]+) s\)")  # the pipeline's "done  train lr1e-4 s100 (3258 s)"
 
 
 def mean(xs):
@@ -85,6 +85,11 @@ def choose(runs: dict, cfg: config.Config) -> dict:
     return {"by_rate": by_rate, "chosen": chosen, "lr": pool[chosen]["lr"], "tied": sorted(tied)}
 
 
+def job_walls(log: str) -> dict:
+    """{(condition, seed): wall seconds} of every training job the pipeline's terminal output says is done."""
+    return {(m.group(1), int(m.group(2))): float(m.group(3).replace(",", "")) for m in JOB_DONE.finditer(log)}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run", type=Path)
@@ -93,10 +98,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args(argv)
     cfg = config.load(a.config)
-    walls = {}
-    if a.log is not None:
-        for m in JOB_DONE.finditer(a.log.read_text()):
-            walls[(m.group(1), int(m.group(2)))] = float(m.group(3).replace(",", ""))
+    walls = job_walls(a.log.read_text()) if a.log is not None else {}
     runs = {}
     for name in cfg.conditions:
         for seed in cfg.train.seeds:

@@ -75,3 +75,9 @@ def test_read_run_counts_skipped_steps_and_reads_collapse(cfg, tmp_path):
     assert r["skipped_steps"] == 27 and r["no_signal_steps"] == 27 and r["collapse"]["collapsed"] is True
     assert r["dev"][30]["loose_pass1"] == 0.1 and sorted(r["kl"]) == [10, 20, 30]
     assert r["sec_per_dev_check"] == pytest.approx((130.0 - 90.0) / 2)
+
+
+def test_job_walls_reads_the_pipelines_done_lines():
+    log = ("[pipeline 18:09:24] jobs: running train lr1e-4 s100; done 0/4\n"
+           "[pipeline 18:10:41] done  train lr1e-4 s100 (3258 s)\n[pipeline 19:01:02] done  train lr3e-4 s101 (1,204.5 s)\n")
+    assert pilot.job_walls(log) == {("lr1e-4", 100): 3258.0, ("lr3e-4", 101): 1204.5}
