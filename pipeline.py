@@ -70,7 +70,7 @@ from orchestration.stages import (
 ROOT = Path(__file__).resolve().parent
 
 
-MANIFEST_HEADER = ("config", "config_hash", "plan_sha256", "revision", "versions")  # what made the files
+MANIFEST_HEADER = ("config", "config_hash", "plan_sha256", "changes_sha256", "revision", "versions")  # what made the files
 
 
 def write_manifest(run: Path, cfg: config.Config, stages: dict, jobs: dict) -> None:
@@ -80,7 +80,7 @@ def write_manifest(run: Path, cfg: config.Config, stages: dict, jobs: dict) -> N
     record, revision, PLAN.md or versions: a stage run into an existing run by later code), that
     header is appended to `earlier`, with the stages and jobs that were done under it."""
     here = {"config": config.to_dict(cfg), "config_hash": config.digest(config.to_dict(cfg)),
-            "plan_sha256": provenance.file_sha256(ROOT / "PLAN.md"), "revision": provenance.code_revision(),
+            **provenance.plan_hashes(), "revision": provenance.code_revision(),
             "versions": provenance.versions()}
     old = provenance.read_json(run / "manifest.json") or {}
     earlier = list(old.get("earlier", []))

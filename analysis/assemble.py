@@ -59,9 +59,7 @@ from analysis.stats import (
 )
 from countdown import SCORINGS
 from orchestration import provenance
-from orchestration.provenance import atomic_write_text, content_sha256, file_sha256, move_aside
-
-ROOT = Path(__file__).resolve().parents[1]
+from orchestration.provenance import atomic_write_text, content_sha256, move_aside
 
 TESTS = ("rises", "falls", "above", "below", "equivalence")  # the registered tests of an entry (PLAN.md section 7)
 
@@ -549,7 +547,7 @@ def run_analysis(run: Path, resamples: int | None = None, seed: int | None = Non
     # what each input computed (provenance.content_sha256: no timings, no time stamps), so that a rerun
     # that computes the same counts leaves the analysis done
     doc["provenance"] = {"inputs": {f.relative_to(run).as_posix(): content_sha256(f) for f in computed},
-                         "analyze": res["design"].config.get("analyze"), "plan_sha256": file_sha256(ROOT / "PLAN.md"),
+                         "analyze": res["design"].config.get("analyze"), **provenance.plan_hashes(),
                          "config_hash": res["base"].get("provenance", {}).get("config_hash"),
                          "time": provenance.now(), "run": run.name, "files": inputs.files(run)}
     when = provenance.stamp()

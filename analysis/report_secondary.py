@@ -281,6 +281,9 @@ def provenance_section(doc: dict) -> list[str]:
         L = ["## Figures", "", NO_FIGURES, ""]
     if "files" not in doc.get("provenance", {}):
         return L + ["## Provenance of the inputs", "", OLD[0].upper() + OLD[1:] + "."]
-    rows = [[f["file"], f["sha256"][:12], f["stage_hash"], (f["plan_sha256"] or "")[:12], f["revision"], f["made"]]
-            for f in doc["provenance"]["files"]]
-    return L + ["## Provenance of the inputs", ""] + table(["file", "sha256", "stage hash", "PLAN.md sha256", "revision", "made"], rows)
+    files = doc["provenance"]["files"]
+    logged = any(f.get("changes_sha256") for f in files)  # the change log's hash, recorded since it has a file of its own
+    head = ["file", "sha256", "stage hash", "PLAN.md sha256"] + (["PLAN_CHANGES.md sha256"] if logged else []) + ["revision", "made"]
+    rows = [[f["file"], f["sha256"][:12], f["stage_hash"], (f["plan_sha256"] or "")[:12]]
+            + ([(f.get("changes_sha256") or "")[:12]] if logged else []) + [f["revision"], f["made"]] for f in files]
+    return L + ["## Provenance of the inputs", ""] + table(head, rows)
