@@ -333,7 +333,7 @@ def calibrate(design, base: dict, rl: dict, sets: dict, entries: list[dict], inf
             "calibrated": all(a["passed"] is not False for a in arms)}
 
 
-# ============================================================================= support (PLAN.md change 42)
+# ============================================================================= support (PLAN_CHANGES.md change 42)
 
 
 def support_tests(design, base: dict, rl: dict, sets: dict, entries: list[dict], inf: Inference, post_hoc_w: float | None = None) -> dict:
@@ -376,7 +376,7 @@ def support_tests(design, base: dict, rl: dict, sets: dict, entries: list[dict],
 
 def stratum_nulls(design, base: dict, rl: dict, entries: list[dict], inf: Inference, nulls: dict) -> dict:
     """verdict.stratum_null for every condition at the last checkpoint on the primary scoring: the selection
-    null with one tilt per difficulty stratum (PLAN.md change 46), descriptive. Skipped for tasks without strata."""
+    null with one tilt per difficulty stratum (PLAN_CHANGES.md change 46), descriptive. Skipped for tasks without strata."""
     strata = secondary.problem_strata(base)
     if not any(x is not None for x in strata):
         return {"skipped": "the task has no difficulty strata"}

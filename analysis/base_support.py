@@ -1,4 +1,4 @@
-"""Support from the base's own probabilities (PLAN.md change 57), read from the evaluation files.
+"""Support from the base's own probabilities (PLAN_CHANGES.md change 57), read from the evaluation files.
 
 Each evaluation under eval.base_support records, for every correct (loose) response, whether the base's
 own sampler at the drawing sampler's settings could have drawn it (method/base_support.py): `excess`,

@@ -19,7 +19,7 @@ SHOWN_RESPONSES = 3  # responses per model in the side-by-side view
 def compared_settings(d: dict) -> dict:
     """What must match between an evaluation file and the base's (the adapter may not): the seed,
     model, task and eval settings, but the base's own sample count and, under eval.draw: sample, the
-    batching settings, which change no sample (PLAN.md change 52)."""
+    batching settings, which change no sample (PLAN_CHANGES.md change 52)."""
     c = d.get("provenance", {}).get("config", {})
     c = without_batching(c) if isinstance(c.get("eval"), dict) else c
     return {"seed": c.get("seed"), "model": c.get("model"), "task": c.get("task"),

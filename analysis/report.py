@@ -195,7 +195,7 @@ def primary_section(doc: dict) -> list[str]:
 
 
 def support_section(doc: dict) -> list[str]:
-    """PLAN.md change 42: the two axes and the support test of every condition at each sampler."""
+    """PLAN_CHANGES.md change 42: the two axes and the support test of every condition at each sampler."""
     sz, a1 = doc["sizes"], doc["levels"]["one_sided"]
     sp = doc.get("support") or {"skipped": "no support test"}
     L = ["## Two axes: sharpening and support" + ("" if sp.get("skipped") or sp["registered"] else " (post hoc)"), ""]
@@ -238,7 +238,7 @@ def deciding_interval(t: dict) -> list[float]:
 
 
 def stratum_null_lines(doc: dict) -> list[str]:
-    """PLAN.md change 46: the selection null with one tilt per stratum beside the uniform one (descriptive)."""
+    """PLAN_CHANGES.md change 46: the selection null with one tilt per stratum beside the uniform one (descriptive)."""
     sn = doc.get("stratum_null") or {"skipped": "not computed"}
     if sn.get("skipped") or not sn["conditions"]:
         return []

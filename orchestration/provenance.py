@@ -331,7 +331,7 @@ STAGE_KEYS = {
     "eval": ["task", "model", "eval", "lora.fold_for_sampling", "lora.tf32", "determinism"],
     "tokens": ["task", "model", "tokens", "eval.sampling", "eval.problems_per_batch", "determinism"],
 }
-# Under eval.draw: sample (PLAN.md change 52) these only split the sampling into calls: no sample
+# Under eval.draw: sample (PLAN_CHANGES.md change 52) these only split the sampling into calls: no sample
 # depends on them, so they are left out of the sampling stages' hashes (a run may lower them to fit
 # memory). The token stage's greedy decode and teacher-forced reads keep problems_per_batch in theirs.
 BATCHING_KEYS = ("eval.problems_per_batch", "eval.max_rows")
