@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.compat import NO_FIGURES
+from analysis.document import MODEL_BASED
 from analysis.report_format import ci3, crossover_words, f3, ids, opt, p4, table, yn
-from analysis.secondary import MODEL_BASED
 from countdown import SCORINGS
 
 OLD = "not in this verdicts.json (written before the analysis kept the run's inputs in it): `analyze_b.py --run RUN` reads them again"

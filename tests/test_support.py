@@ -213,8 +213,9 @@ def test_the_config_refuses_a_support_pool_that_is_not_fresh():
 def _design(seeds="own"):
     from types import SimpleNamespace
 
-    return SimpleNamespace(analyze={"calibration": {"pool_set": "pool"}}, primary_scoring="loose", checkpoints=[10],
-                           cfg=SimpleNamespace(eval_sets={"pool": SimpleNamespace(seeds=seeds)}))
+    analyze = SimpleNamespace(support=None, calibration=SimpleNamespace(pool_set="pool"))
+    return SimpleNamespace(primary_scoring="loose", checkpoints=[10],
+                           cfg=SimpleNamespace(analyze=analyze, eval_sets={"pool": SimpleNamespace(seeds=seeds)}))
 
 
 def test_the_analysis_runs_the_post_hoc_test_on_the_pool():
