@@ -74,7 +74,8 @@ def beyond_section(doc: dict) -> list[str]:
     src = "the test set" if bz["set"] == "test" else f"set {bz['set']} (evalsets/{bz['set']}/)"
     L = [f"## pass@k beyond n = {n}: {MODEL_BASED}", "",
          f"Fitted by maximum likelihood to each model's per-problem counts in {src} (the base and each condition's last checkpoint); "
-         f"pass@k = 1 − B(α, β + k) / B(α, β). The plain beta-binomial is the registered model (PLAN.md change 29); AIC's preference "
+         "pass@k = 1 − B(α, β + k) / B(α, β). "
+         "The plain beta-binomial is the registered model (PLAN_CHANGES.md change 29); AIC's preference "
          f"between it and the zero-inflated one is shown, not used. Every value in the last column is **{MODEL_BASED}**; its interval "
          f"is the parametric bootstrap's ({bz['resamples']} refits). *at bound*: the fit ran to the edge of its search box.", ""]
     L += table(["model", "scoring", "α", "β", "AIC plain / zero-inflated (prefers)", "measured pass@n", "model pass@n",
@@ -260,7 +261,7 @@ def inputs_section(doc: dict) -> list[str]:
     if inp["probes"]:
         rows = [[d["task"], f"{d['n_problems']} × {d['n']}", f3(d["strict_pass1"]), f3(d["loose_pass1"]), f3(d["strict_passn"]),
                  f3(d["loose_passn"]), f3(d["format_rate"])] for d in inp["probes"]]
-        L += ["## Base-rate probes (the checks behind PLAN.md's change log)", ""]
+        L += ["## Base-rate probes (the checks behind PLAN_CHANGES.md's entries)", ""]
         L += table(["task", "samples", "strict pass@1", "loose pass@1", "strict pass@n", "loose pass@n", "format"], rows) + [""]
     if (fp := inp["first_problem"]) is not None:
         L += [f"## The first test problem side by side: `{fp['question']}` = {fp['answer']}", ""]
