@@ -152,7 +152,7 @@ def main(argv=None) -> int:
     p.add_argument("--partial", action="store_true", help="analyse a run with expected evaluations missing (the report says so)")
     p.add_argument("--no-figures", action="store_true")
     p.add_argument("--support-post-hoc", type=float, default=None, metavar="W_STAR",
-                   help="for a run registered before PLAN.md change 42: the support test at this w* on its calibration pool, "
+                   help="for a run registered before PLAN_CHANGES.md change 42: the support test at this w* on its calibration pool, "
                         "labelled post hoc in verdicts.json and report.md (use with --out)")
     a = p.parse_args(argv)
     if (a.run is None) == (a.report_only is None):

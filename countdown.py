@@ -156,7 +156,7 @@ SPLITS = ("test", "train", "pretrain", "dev", "confirm", "confirm2")  # the orde
 def draw_splits(task: str, seed: int, counts: dict[str, int]) -> dict[str, list[Problem]]:
     """Problems of every split from one generator seeded by (task, seed), drawn in the order of
     SPLITS: test, train, pretrain (the CPU world's base is pre-trained on it), dev (held-out
-    checks during training), confirm (a fresh test set for a confirmatory run, PLAN.md change 44),
+    checks during training), confirm (a fresh test set for a confirmatory run, PLAN_CHANGES.md change 44),
     confirm2 (a second one, drawn after confirm: change 57).
     No question is repeated within or across splits. Each split depends
     only on the splits drawn before it, so adding a later split (or changing its size) leaves
@@ -228,7 +228,7 @@ def stratum(problem: Problem) -> str | None:
 
 # ----------------------------------------------------------------------------- prompts
 
-# Qwen2.5-Instruct's own default system message, sent explicitly (PLAN.md change 16): the rendered
+# Qwen2.5-Instruct's own default system message, sent explicitly (PLAN_CHANGES.md change 16): the rendered
 # ChatML is then the same under Qwen2.5's template (which inserts it when none is given) and under
 # any other ChatML template (the rehearsal's Qwen tokenizer adds no default).
 SYSTEM_PROMPT = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."

@@ -22,7 +22,7 @@ only in JSON and CSV files.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,7 @@ from scipy import stats as st
 
 from analysis import base_support, calibration, collapse, figures, inputs, report, secondary, stats, support, verdict
 from analysis.document import Entry
+from analysis.inference import Inference, counts
 from analysis.power import (
     count_coverage,
     design_se,
@@ -59,22 +60,9 @@ from analysis.stats import (
 )
 from countdown import SCORINGS
 from orchestration import provenance
-from orchestration.provenance import atomic_write_text, content_sha256, file_sha256, move_aside
-
-ROOT = Path(__file__).resolve().parents[1]
+from orchestration.provenance import atomic_write_text, content_sha256, move_aside
 
 TESTS = ("rises", "falls", "above", "below", "equivalence")  # the registered tests of an entry (PLAN.md section 7)
-
-
-@dataclass
-class Inference:
-    """What every test of one analysis shares: its levels and margins, the bootstrap's draws, and the
-    sizes of the evaluations (trained models' n, the base's n_base, k_max, N problems)."""
-    levels: verdict.Levels
-    draws: verdict.Draws
-    n: int
-    n_base: int
-    k: int
 
 
 def inference(design, base: dict, rl: dict, resamples: int | None, seed: int | None) -> Inference:
@@ -92,10 +80,6 @@ def inference(design, base: dict, rl: dict, resamples: int | None, seed: int | N
     levels = verdict.Levels(ci=an.ci, margin=an.equivalence_margin, selection_margin=an.selection_margin,
                             headroom_fraction=an.margin_headroom_fraction)
     return Inference(levels, verdict.Draws(N, resamples or an.resamples, an.seed if seed is None else seed), n, n_base, k)
-
-
-def counts(doc: dict, sc: str) -> np.ndarray:
-    return np.array([p[f"correct_{sc}"] for p in doc["problems"]])
 
 
 # ============================================================================= entries (PLAN.md section 7)
@@ -282,15 +266,15 @@ def primary_checks(prim: dict, curves: dict, design, base: dict, inf: Inference)
              "mde_passk": float((tq(1 - a1, vck["df"]) + tq(pw, vck["df"])) * vck["se"]),
              "tost_power_at_zero": _finite(power_equivalence(0.0, vck["se"], vck["df"], m, at)),
              "equivalence_up_to": equivalence_up_to(vck["se"], vck["df"], m, at, pw), "margin": m}
-    plan = design.analyze.get("planned")
-    if plan:
-        se, df = design_se(plan["problem_var"], plan["seed_var"], plan["residual_var"], N, S)
-        upper = seed_var_upper(plan["seed_var"], plan["seed_df"], 0.8)
-        se_u, df_u = design_se(plan["problem_var"], upper, plan["residual_var"], N, S)
-        power["planned"] = {**plan, "N": N, "S": S, "se": se, "df": df,
-                            "power": power_one_sided(plan["effect"], se, df, a1),
-                            "seed_var_upper80": upper, "power_at_seed_var_upper80": power_one_sided(plan["effect"], se_u, df_u, a1),
-                            "power_at_measured_components": power_one_sided(plan["effect"], vc1["se"], vc1["df"], a1)}
+    plan = design.cfg.analyze.planned
+    if plan is not None:
+        se, df = design_se(plan.problem_var, plan.seed_var, plan.residual_var, N, S)
+        upper = seed_var_upper(plan.seed_var, plan.seed_df, 0.8)
+        se_u, df_u = design_se(plan.problem_var, upper, plan.residual_var, N, S)
+        power["planned"] = {**asdict(plan), "N": N, "S": S, "se": se, "df": df,
+                            "power": power_one_sided(plan.effect, se, df, a1),
+                            "seed_var_upper80": upper, "power_at_seed_var_upper80": power_one_sided(plan.effect, se_u, df_u, a1),
+                            "power_at_measured_components": power_one_sided(plan.effect, vc1["se"], vc1["df"], a1)}
     return sens, power
 
 
@@ -301,24 +285,24 @@ def calibrate(design, base: dict, rl: dict, sets: dict, entries: list[dict], inf
     """The calibration arms on the primary scoring at the primary entry's design (its seeds, n, the
     base's n_base): the pool arms and the seed split (analysis/calibration.py) and the taught arm where a
     condition is registered for it. Skipped, with the reason, without a pool set or a primary entry."""
-    cal = design.analyze.get("calibration")
-    if not cal:
+    cal = design.cfg.analyze.calibration
+    if cal is None:
         return {"skipped": "no calibration registered (analyze.calibration)", "arms": []}
     prim = next((e for e in entries if e["primary"]), None)
-    pool_doc = (sets.get(cal["pool_set"]) or (None,))[0]
+    pool_doc = (sets.get(cal.pool_set) or (None,))[0]
     if prim is None or pool_doc is None:
-        return {"skipped": f"{'the primary entry' if prim is None else 'evalsets/' + cal['pool_set'] + '/eval_base.json'} is missing",
+        return {"skipped": f"{'the primary entry' if prim is None else 'evalsets/' + cal.pool_set + '/eval_base.json'} is missing",
                 "arms": []}
     sc = design.primary_scoring
     if [p["id"] for p in pool_doc["problems"]] != [p["id"] for p in base["problems"]]:
-        raise InputError(f"evalsets/{cal['pool_set']}/eval_base.json: its problems must be the test set's, all of them")
+        raise InputError(f"evalsets/{cal.pool_set}/eval_base.json: its problems must be the test set's, all of them")
     pool, n_pool = counts(pool_doc, sc), pool_doc["sampling"]["n"]
     S = len(prim["seeds"])
     arms = calibration.pool_arms(counts(base, sc), inf.n_base, pool, n_pool, S, inf.n, inf.k, inf.levels, cal, inf.draws.seed)
     prim_counts = np.stack([counts(rl[(prim["condition"], s, prim["step"])], sc) for s in prim["seeds"]])
-    split = calibration.seed_split_arm(prim_counts, inf.n, inf.k, inf.levels, cal["resplits"], cal["resamples"], inf.draws.seed)
+    split = calibration.seed_split_arm(prim_counts, inf.n, inf.k, inf.levels, cal.resplits, cal.resamples, inf.draws.seed)
     arms += [split] if split else []
-    taught = cal.get("taught")
+    taught = cal.taught
     if taught:
         from countdown import Problem, stratum
 
@@ -329,13 +313,13 @@ def calibrate(design, base: dict, rl: dict, sets: dict, entries: list[dict], inf
         if seeds:
             tc = np.stack([counts(rl[(taught, s, prim["step"])], sc) for s in seeds])
             arms.append(calibration.taught_arm(taught, want, (strata == want) & (pool == 0), counts(base, sc), inf.n_base, tc, inf.n,
-                                               inf.k, inf.levels, verdict.Draws(len(pool), cal["resamples"], inf.draws.seed)))
-    return {"skipped": None, "scoring": sc, "pool_set": cal["pool_set"], "n_pool": n_pool, "n_base": inf.n_base, "seeds": S,
-            "n": inf.n, "resplits": cal["resplits"], "resamples": cal["resamples"], "arms": arms,
+                                               inf.k, inf.levels, verdict.Draws(len(pool), cal.resamples, inf.draws.seed)))
+    return {"skipped": None, "scoring": sc, "pool_set": cal.pool_set, "n_pool": n_pool, "n_base": inf.n_base, "seeds": S,
+            "n": inf.n, "resplits": cal.resplits, "resamples": cal.resamples, "arms": arms,
             "calibrated": all(a["passed"] is not False for a in arms)}
 
 
-# ============================================================================= support (PLAN.md change 42)
+# ============================================================================= support (PLAN_CHANGES.md change 42)
 
 
 def support_tests(design, base: dict, rl: dict, sets: dict, entries: list[dict], inf: Inference, post_hoc_w: float | None = None) -> dict:
@@ -343,15 +327,18 @@ def support_tests(design, base: dict, rl: dict, sets: dict, entries: list[dict],
     checkpoint on the primary scoring, at each registered sampler (analyze.support.pools: a base-only
     evaluation set of fresh draws). post_hoc_w: for a run registered before change 42, the test at that
     w* on its calibration pool, labelled post hoc. Skipped, with the reason, without either."""
-    spec, registered = design.analyze.get("support"), True
-    if post_hoc_w is not None:
-        pool = (design.analyze.get("calibration") or {}).get("pool_set", "pool")
-        spec, registered = {"pools": {"eval": pool}, **(spec or {}), "w_star": post_hoc_w}, False
-    if not spec:
+    spec, cal = design.cfg.analyze.support, design.cfg.analyze.calibration
+    if post_hoc_w is not None:  # the registered samplers if any, else the calibration pool at the evaluation sampler
+        pools, w_star, registered = {"eval": "pool" if cal is None else cal.pool_set}, post_hoc_w, False
+        if spec is not None:
+            pools = spec.pools
+    elif spec is None:
         return {"skipped": "no support test registered (analyze.support)"}
+    else:
+        pools, w_star, registered = spec.pools, spec.w_star, True
     sc, last = design.primary_scoring, design.checkpoints[-1]
-    pools = {}
-    for sampler, name in spec["pools"].items():
+    drawn = {}
+    for sampler, name in pools.items():
         doc = (sets.get(name) or (None,))[0]
         if doc is None:
             return {"skipped": f"evalsets/{name}/eval_base.json is missing"}
@@ -360,17 +347,17 @@ def support_tests(design, base: dict, rl: dict, sets: dict, entries: list[dict],
         if name in design.cfg.eval_sets and design.cfg.eval_sets[name].seeds != "own":
             raise InputError(f"evalsets/{name}: sampled with the test set's seeds, so its draws are the ones Z is chosen on; the "
                              "support test needs a base-only set with seeds: own")
-        pools[sampler] = (name, counts(doc, sc), doc["sampling"]["n"], doc.get("sampling"))
-    out = {"skipped": None, "registered": registered, "w_star": float(spec["w_star"]), "scoring": sc, "step": last,
-           "samplers": {k: {"set": spec["pools"][k], "sampling": v[3]} for k, v in pools.items()}, "conditions": {}}
+        drawn[sampler] = (name, counts(doc, sc), doc["sampling"]["n"], doc.get("sampling"))
+    out = {"skipped": None, "registered": registered, "w_star": float(w_star), "scoring": sc, "step": last,
+           "samplers": {k: {"set": pools[k], "sampling": v[3]} for k, v in drawn.items()}, "conditions": {}}
     cb = counts(base, sc)
     for e in entries:
         if e["scoring"] != sc or e["step"] != last:
             continue
         cr = np.stack([counts(rl[(e["condition"], s, last)], sc) for s in e["seeds"]])
-        tests = {k: support.support_test(cb, pc, n_pool, cr, inf.n, spec["w_star"], inf.levels.one_sided, inf.draws.resamples,
+        tests = {k: support.support_test(cb, pc, n_pool, cr, inf.n, w_star, inf.levels.one_sided, inf.draws.resamples,
                                          inf.draws.seed, "test", measured)
-                 for k, (measured, pc, n_pool, _) in pools.items()}
+                 for k, (measured, pc, n_pool, _) in drawn.items()}
         out["conditions"][e["condition"]] = {"primary": e["primary"], "tests": tests, "changes": support.support_changes(cb, cr),
                                              "axes": support.two_axes(e, tests, inf.levels.one_sided)}
     return out
@@ -378,7 +365,7 @@ def support_tests(design, base: dict, rl: dict, sets: dict, entries: list[dict],
 
 def stratum_nulls(design, base: dict, rl: dict, entries: list[dict], inf: Inference, nulls: dict) -> dict:
     """verdict.stratum_null for every condition at the last checkpoint on the primary scoring: the selection
-    null with one tilt per difficulty stratum (PLAN.md change 46), descriptive. Skipped for tasks without strata."""
+    null with one tilt per difficulty stratum (PLAN_CHANGES.md change 46), descriptive. Skipped for tasks without strata."""
     strata = secondary.problem_strata(base)
     if not any(x is not None for x in strata):
         return {"skipped": "the task has no difficulty strata"}
@@ -413,7 +400,7 @@ def analyze(run: Path, resamples: int | None = None, seed: int | None = None, pa
         raise InputError(f"{run}: {len(missing)} of {design.n_expected()} expected evaluations are missing "
                          f"({', '.join(missing)}); rerun the eval stage, or analyse what is there with --partial", path=run)
     inf = inference(design, base, rl, resamples, seed)
-    taught = (design.analyze.get("calibration") or {}).get("taught")
+    taught = design.cfg.analyze.calibration.taught if design.cfg.analyze.calibration is not None else None
     studied = [c for c in design.conditions if c != taught]
     last = design.checkpoints[-1]
     curves = {sc: {"base": pass_at_k_curves(counts(base, sc), inf.n_base, inf.k)} for sc in SCORINGS}
@@ -444,10 +431,8 @@ def analyze(run: Path, resamples: int | None = None, seed: int | None = None, pa
             "base_support": base_support.analyze(design, base, rl, sets, inf), "collapse": collapse.analyze(run, design),
             "stratum_null": stratum_nulls(design, base, rl, entries, inf, nulls),
             "h3": narrowing(design, curves, inf), "power": power, "sensitivity": sensitivity,
-            "strata": secondary.analyze_strata(design, base, rl, studied, inf.n_base, inf.n, inf.k, inf.draws, inf.levels.ci, last),
-            "controls": secondary.analyze_controls(design, base, rl, entries, inf.draws.resamples, inf.draws.seed, inf.levels.ci, last,
-                                                   inf.k,
-                                                   inf.n_base, inf.n),
+            "strata": secondary.analyze_strata(design, base, rl, studied, inf, last),
+            "controls": secondary.analyze_controls(design, base, rl, entries, inf, last),
             "beyond": secondary.analyze_beyond(design, base, rl, sets, last, inf.n_base, inf.n, inf.levels.ci),
             "diversity": secondary.analyze_diversity(design, base, rl, sets),
             "ood": secondary.analyze_ood(design, sets, entries, curves, inf.draws.resamples, inf.draws.seed, inf.levels.ci, draws, last,
@@ -485,7 +470,7 @@ def verdicts_json(res: dict) -> dict:
                     "label": label,
                     "label_selection_null": prim["label"] if prim else None,
                     "label_base_null": verdict.base_null_label(prim) if prim else None,
-                    "reason": prim["reason"] if prim else None, "ceiling_null": d.analyze["ceiling_null"],
+                    "reason": prim["reason"] if prim else None, "ceiling_null": d.cfg.analyze.ceiling_null,
                     "answer_base_null": prim["base_null"]["selection"] if prim else None,
                     "calibrated": res["calibration"].get("calibrated")},
         "calibration": res["calibration"],
@@ -534,7 +519,7 @@ def registered_question(res: dict, design) -> tuple[str | None, str | None]:
         test = res["support"]["conditions"].get(design.primary_condition, {}).get("tests", {}).get("eval", {})
         if test.get("answer") and not test.get("skipped"):
             return f"support {test['answer']}", "support"
-    return (verdict.registered_label(prim, design.analyze["ceiling_null"]) if prim else None), None
+    return (verdict.registered_label(prim, design.cfg.analyze.ceiling_null) if prim else None), None
 
 
 def run_analysis(run: Path, resamples: int | None = None, seed: int | None = None, make_figures: bool = True,
@@ -549,7 +534,7 @@ def run_analysis(run: Path, resamples: int | None = None, seed: int | None = Non
     # what each input computed (provenance.content_sha256: no timings, no time stamps), so that a rerun
     # that computes the same counts leaves the analysis done
     doc["provenance"] = {"inputs": {f.relative_to(run).as_posix(): content_sha256(f) for f in computed},
-                         "analyze": res["design"].config.get("analyze"), "plan_sha256": file_sha256(ROOT / "PLAN.md"),
+                         "analyze": res["design"].config.get("analyze"), **provenance.plan_hashes(),
                          "config_hash": res["base"].get("provenance", {}).get("config_hash"),
                          "time": provenance.now(), "run": run.name, "files": inputs.files(run)}
     when = provenance.stamp()

@@ -1,4 +1,4 @@
-"""Support from the base's own probabilities (PLAN.md change 57), read from the evaluation files.
+"""Support from the base's own probabilities (PLAN_CHANGES.md change 57), read from the evaluation files.
 
 Each evaluation under eval.base_support records, for every correct (loose) response, whether the base's
 own sampler at the drawing sampler's settings could have drawn it (method/base_support.py): `excess`,
@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from analysis import power, stats, support, verdict
+from analysis.inference import counts
 
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 DRAWS_AGAINST = (256, 1024)  # the k the study's pass@k curves reach
@@ -114,10 +115,6 @@ def measured(doc: dict) -> bool:
     return all("base_support" in p for p in doc["problems"])
 
 
-def _counts(doc: dict, sc: str) -> np.ndarray:
-    return np.array([p[f"correct_{sc}"] for p in doc["problems"]])
-
-
 def _untruncated(s: dict | None) -> bool:
     return bool(s) and s["temperature"] == 1.0 and s["top_p"] >= 1.0 and s["top_k"] == 0
 
@@ -141,7 +138,7 @@ def analyze(design, base: dict, rl: dict, sets: dict, inf) -> dict:
     gate_rows = {k: {"correct": int(g["correct"].sum()), "outside": int(g["outside"].sum()), "exact": int(g["exact"].sum()),
                      "truncated": g["truncated"]} for k, g in gate.items()}
     passed = all(g["outside"] == 0 for g in gate_rows.values())
-    z = _counts(base, sc) == 0
+    z = counts(base, sc) == 0
     strata = problem_strata(base)
     out = {"skipped": None, "registered": spec.primary, "tolerance": tol, "kept_margin": spec.kept_margin, "scoring": sc,
            "step": last, "n_z": int(z.sum()), "sampling": base["sampling"],
@@ -187,14 +184,14 @@ def training_sampler(design, base: dict, rl: dict, sets: dict, spec, sc: str, la
     matched = sets[spec.matched][1]
     res = {"skipped": None, "matched": spec.matched, "pool": pool_name, "sampling": pool["sampling"],
            "base": {"all": describe_logp(log_probs(pool, sc)), "z": describe_logp(log_probs(pool, sc, z))}, "conditions": {}}
-    cb, pc = _counts(base, sc), _counts(pool, sc)
+    cb, pc = counts(base, sc), counts(pool, sc)
     for cond in design.conditions:
         docs = [matched[(cond, s, last)] for s in design.seeds_of(cond) if (cond, s, last) in matched]
         if not docs or not all(measured(d) for d in docs):
             continue
         lp_all = np.concatenate([log_probs(d, sc) for d in docs])
         lp_z = np.concatenate([log_probs(d, sc, z) for d in docs])
-        cr = np.stack([_counts(d, sc) for d in docs])
+        cr = np.stack([counts(d, sc) for d in docs])
         curve = tilt_curve(cb, pc, pool["sampling"]["n"], cr, docs[0]["sampling"]["n"], spec.w_grid, inf.levels.one_sided,
                            inf.draws.resamples, inf.draws.seed, f"evalsets/{pool_name}")
         res["conditions"][cond] = {"seeds": len(docs), "all": describe_logp(lp_all), "z": describe_logp(lp_z),

@@ -36,13 +36,13 @@ FORBIDDEN = {"null": {"selection": 0.025, "beyond selection": 0.025, "degradatio
 EXPECTED = {"null": "undecided", "selection": "selection", "teaching": "beyond selection", "mixed": "beyond selection"}
 
 
-def arm_list(cal: dict) -> list[dict]:
+def arm_list(cal) -> list[dict]:
     """The pool arms a config registers (analyze.calibration), in the report's order."""
     out = [{"arm": "null", "kind": "null"}]
-    out += [{"arm": f"selection w={w:g}", "kind": "selection", "w": float(w)} for w in cal["selection_w"]]
-    out += [{"arm": f"teaching ε={e:g}", "kind": "teaching", "eps": float(e)} for e in cal["teaching_eps"]]
-    out += [{"arm": f"selection w={m['w']:g} + teaching ε={m['eps']:g}", "kind": "mixed", "w": float(m["w"]), "eps": float(m["eps"])}
-            for m in cal["mixed"]]
+    out += [{"arm": f"selection w={w:g}", "kind": "selection", "w": float(w)} for w in cal.selection_w]
+    out += [{"arm": f"teaching ε={e:g}", "kind": "teaching", "eps": float(e)} for e in cal.teaching_eps]
+    out += [{"arm": f"selection w={m.w:g} + teaching ε={m.eps:g}", "kind": "mixed", "w": float(m.w), "eps": float(m.eps)}
+            for m in cal.mixed]
     return out
 
 
@@ -72,15 +72,16 @@ def clopper_pearson(x: int, m: int, level: float = 0.95) -> list[float]:
 
 
 def pool_arms(base_counts, n_base: int, pool_counts, n_pool: int, seeds: int, n: int, k: int, levels: verdict.Levels,
-              cal: dict, seed: int) -> list[dict]:
-    """Every pool arm, cal["resplits"] re-splits each: how often each label (and each test) was
-    declared, with Clopper-Pearson intervals, and whether a forbidden label's rate is shown above its
-    level (the lower end of its 95% interval above it: the arm fails)."""
+              cal, seed: int) -> list[dict]:
+    """Every pool arm of cal (config.CalibrationCfg: analyze.calibration), cal.resplits re-splits each:
+    how often each label (and each test) was declared, with Clopper-Pearson intervals, and whether a
+    forbidden label's rate is shown above its level (the lower end of its 95% interval above it: the
+    arm fails)."""
     if seeds * n > n_pool:
         raise ValueError(f"the pool set has {n_pool} samples per problem; the null arm needs {seeds} seeds x {n} = {seeds * n}")
     pool = np.asarray(base_counts, int) + np.asarray(pool_counts, int)
-    size, N, R = n_base + n_pool, len(pool), cal["resplits"]  # the pool: n_base + n_pool samples per problem
-    draws = verdict.Draws(N, cal["resamples"], seed)
+    size, N, R = n_base + n_pool, len(pool), cal.resplits  # the pool: n_base + n_pool samples per problem
+    draws = verdict.Draws(N, cal.resamples, seed)
     arms = arm_list(cal)
     tally = {a["arm"]: {"labels": dict.fromkeys(verdict.LABELS, 0), "tests": dict.fromkeys(("rises", "falls", "above", "below"), 0),
                         "pass1_diff": [], "vs_null_diff": []} for a in arms}

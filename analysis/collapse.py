@@ -1,4 +1,4 @@
-"""A collapsed training run, defined on its training log alone (PLAN.md change 59), and the collapse
+"""A collapsed training run, defined on its training log alone (PLAN_CHANGES.md change 59), and the collapse
 rate as an estimand of its own. A run is collapsed when no step of its late part had a learning
 signal: `no_signal` (every group of the step had one reward, so every advantage was 0) on at least
 `share` of the steps after `late_from` x its last step. The primary analysis stays intention-to-treat

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+MODEL_BASED = "model-based (beta-binomial)"  # what every value the beta-binomial fit predicts is called where it is shown
+
 
 class Entry(TypedDict):
     """One entry of verdicts.json's `entries`: verdict.compare's tests and label, then what

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.document import MODEL_BASED
 from analysis.run_files import DEV_COLUMNS, DEV_REQUIRED, TRAIN_COLUMNS, Design, InputError, read_csv, read_design
-from analysis.secondary import DIVERSITY, MODEL_BASED, model_label
+from analysis.secondary import DIVERSITY, model_label
 from countdown import SCORINGS
 from orchestration import study
 

@@ -11,16 +11,15 @@ from analysis.run_files import read_json
 from analysis.strategies import classify_strategy
 from countdown import ARITH_DIGITS, Problem
 from orchestration import study
-from orchestration.provenance import file_sha256, same_config, without_batching
+from orchestration.provenance import file_sha256, plan_hashes, same_config, without_batching
 
-ROOT = Path(__file__).resolve().parents[1]
 SHOWN_RESPONSES = 3  # responses per model in the side-by-side view
 
 
 def compared_settings(d: dict) -> dict:
     """What must match between an evaluation file and the base's (the adapter may not): the seed,
     model, task and eval settings, but the base's own sample count and, under eval.draw: sample, the
-    batching settings, which change no sample (PLAN.md change 52)."""
+    batching settings, which change no sample (PLAN_CHANGES.md change 52)."""
     c = d.get("provenance", {}).get("config", {})
     c = without_batching(c) if isinstance(c.get("eval"), dict) else c
     return {"seed": c.get("seed"), "model": c.get("model"), "task": c.get("task"),
@@ -28,24 +27,28 @@ def compared_settings(d: dict) -> dict:
 
 
 def warnings(run: Path, res: dict) -> list[str]:
-    """Inputs made under another PLAN.md, other evaluation settings or another config, and optional
-    inputs that are missing (res: assemble.analyze's result)."""
+    """Inputs made under another PLAN.md or PLAN_CHANGES.md (the latter only where both files record
+    it: older files do not), other evaluation settings or another config, and optional inputs that are
+    missing (res: assemble.analyze's result)."""
     base, rl, design = res["base"], res["rl"], res["design"]
     prov = base.get("provenance", {})
-    plan_now = file_sha256(ROOT / "PLAN.md")
+    now = plan_hashes()
     out = []
 
     for d in rl.values():
         p = d.get("provenance", {})
         if p.get("plan_sha256") != prov.get("plan_sha256"):
             out.append(f"{d['_file']} was made under a different PLAN.md than eval_base.json")
+        if p.get("changes_sha256") and prov.get("changes_sha256") and p["changes_sha256"] != prov["changes_sha256"]:
+            out.append(f"{d['_file']} was made under a different PLAN_CHANGES.md than eval_base.json")
         if compared_settings(d) != compared_settings(base):
             out.append(f"{d['_file']} records other evaluation settings (seed, model, task or eval) than eval_base.json")
         if not same_config(p, prov):
             out.append(f"{d['_file']} was made with another config (hash {p.get('config_hash')}) "
                        f"than eval_base.json ({prov.get('config_hash')})")
-    if prov.get("plan_sha256") and plan_now and prov["plan_sha256"] != plan_now:
-        out.append("PLAN.md has changed since the base was evaluated")
+    for key, name in (("plan_sha256", "PLAN.md"), ("changes_sha256", "PLAN_CHANGES.md")):
+        if prov.get(key) and now[key] and prov[key] != now[key]:
+            out.append(f"{name} has changed since the base was evaluated")
     cfg = design.cfg
     expected = ["selection.json"] + (["lr_choice.json"] if study.sweep_runs(cfg) else [])
     expected += [f"probe_{t}.json" for t in cfg.probe.tasks]
@@ -135,7 +138,8 @@ def files(run: Path) -> list[dict]:
     for f in found:
         p = read_json(f).get("provenance", {})
         out.append({"file": f.relative_to(run).as_posix(), "sha256": file_sha256(f), "stage_hash": p.get("stage_hash"),
-                    "plan_sha256": p.get("plan_sha256"), "revision": p.get("revision"), "made": p.get("time")})
+                    "plan_sha256": p.get("plan_sha256"), "changes_sha256": p.get("changes_sha256"), "revision": p.get("revision"),
+                    "made": p.get("time")})
     return out
 
 

@@ -124,7 +124,7 @@ def fit_betabinom(counts, n: int, zero_inflated: bool = False, plain: dict | Non
     return out
 
 
-REGISTERED = "beta-binomial"  # PLAN.md change 29: the plain model, not a choice by AIC on 32 samples
+REGISTERED = "beta-binomial"  # PLAN_CHANGES.md change 29: the plain model, not a choice by AIC on 32 samples
 
 
 def fit_pass_model(counts, n: int) -> dict:

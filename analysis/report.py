@@ -195,7 +195,7 @@ def primary_section(doc: dict) -> list[str]:
 
 
 def support_section(doc: dict) -> list[str]:
-    """PLAN.md change 42: the two axes and the support test of every condition at each sampler."""
+    """PLAN_CHANGES.md change 42: the two axes and the support test of every condition at each sampler."""
     sz, a1 = doc["sizes"], doc["levels"]["one_sided"]
     sp = doc.get("support") or {"skipped": "no support test"}
     L = ["## Two axes: sharpening and support" + ("" if sp.get("skipped") or sp["registered"] else " (post hoc)"), ""]
@@ -218,8 +218,9 @@ def support_section(doc: dict) -> list[str]:
                 "support", "retained / lost / gained"], rows)
     samplers = "; ".join(f"{k}: evalsets/{v['set']} at T {v['sampling']['temperature']:g}, top-p {v['sampling']['top_p']:g}"
                          for k, v in sp["samplers"].items() if v.get("sampling"))
-    L += ["", ("" if sp["registered"] else "*Post hoc*: this run was registered before PLAN.md change 42, so these rows describe it and "
-          "confirm nothing. ") + f"Z: the test problems the base never solves in its {sz['n_base']} test samples; the base's rate on Z "
+    L += ["", ("" if sp["registered"] else "*Post hoc*: this run was registered before PLAN_CHANGES.md change 42, "
+                                           "so these rows describe it and confirm nothing. ")
+          + f"Z: the test problems the base never solves in its {sz['n_base']} test samples; the base's rate on Z "
           f"from fresh draws ({samplers}), its exact one-sided upper bound at {a1 / 2:g}; a selection of tilt ≤ w* = "
           f"{sp['w_star']:.3g} reaches at most f_w*(bound) there. *expanded*: the trained rate on Z above it; *kept*: below it; "
           f"*not shown*: neither (each at {a1 / 2:g}, the larger of bootstrap and t p; the interval is that of the part that decided). "
@@ -238,7 +239,7 @@ def deciding_interval(t: dict) -> list[float]:
 
 
 def stratum_null_lines(doc: dict) -> list[str]:
-    """PLAN.md change 46: the selection null with one tilt per stratum beside the uniform one (descriptive)."""
+    """PLAN_CHANGES.md change 46: the selection null with one tilt per stratum beside the uniform one (descriptive)."""
     sn = doc.get("stratum_null") or {"skipped": "not computed"}
     if sn.get("skipped") or not sn["conditions"]:
         return []
@@ -364,7 +365,8 @@ def earlier_section(doc: dict) -> list[str]:
                      yn(b["selection_v2"]), yn(v["pass1_rises_v1"]), yn(v["ceiling_unchanged_v1"]), yn(v["ceiling_falls_v1"]),
                      ci3(v["third_clause_ci"]) if v["third_clause_ci"] else "not asked", yn(v["third_clause"]), e["label"]])
     return (["## Earlier versions of the verdicts (for comparison)", "",
-             f"*v3* (PLAN.md change 29, the seed report's criterion made a test): selection ⇔ pass@1 rises and the ceiling is equivalent "
+             "*v3* (PLAN_CHANGES.md change 29, the seed report's criterion made a test): "
+             "selection ⇔ pass@1 rises and the ceiling is equivalent "
              f"to the base's within ±{doc['levels']['margin']:g} (asked only where the margin is at most a third of the base's "
              f"headroom) or lower, "
              f"Holm within a family of those three tests per scoring. *v2*: every test asked, no tie tolerance. *v1*: the first "

@@ -1,4 +1,4 @@
-"""report.md's section on support from the base's own probabilities (PLAN.md change 57), printed from
+"""report.md's section on support from the base's own probabilities (PLAN_CHANGES.md change 57), printed from
 verdicts.json's `base_support` alone, and the primary sentence where it is the registered question."""
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def tilt_law_lines(tr: dict) -> list[str]:
 
 
 def collapse_section(doc: dict) -> list[str]:
-    """PLAN.md change 59: which seeds collapsed, by their training logs, and the rate with its exact interval."""
+    """PLAN_CHANGES.md change 59: which seeds collapsed, by their training logs, and the rate with its exact interval."""
     co = doc.get("collapse")
     if not co:
         return []

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.compat import NO_FIGURES
+from analysis.document import MODEL_BASED
 from analysis.report_format import ci3, crossover_words, f3, ids, opt, p4, table, yn
-from analysis.secondary import MODEL_BASED
 from countdown import SCORINGS
 
 OLD = "not in this verdicts.json (written before the analysis kept the run's inputs in it): `analyze_b.py --run RUN` reads them again"
@@ -74,7 +74,8 @@ def beyond_section(doc: dict) -> list[str]:
     src = "the test set" if bz["set"] == "test" else f"set {bz['set']} (evalsets/{bz['set']}/)"
     L = [f"## pass@k beyond n = {n}: {MODEL_BASED}", "",
          f"Fitted by maximum likelihood to each model's per-problem counts in {src} (the base and each condition's last checkpoint); "
-         f"pass@k = 1 − B(α, β + k) / B(α, β). The plain beta-binomial is the registered model (PLAN.md change 29); AIC's preference "
+         "pass@k = 1 − B(α, β + k) / B(α, β). "
+         "The plain beta-binomial is the registered model (PLAN_CHANGES.md change 29); AIC's preference "
          f"between it and the zero-inflated one is shown, not used. Every value in the last column is **{MODEL_BASED}**; its interval "
          f"is the parametric bootstrap's ({bz['resamples']} refits). *at bound*: the fit ran to the edge of its search box.", ""]
     L += table(["model", "scoring", "α", "β", "AIC plain / zero-inflated (prefers)", "measured pass@n", "model pass@n",
@@ -260,7 +261,7 @@ def inputs_section(doc: dict) -> list[str]:
     if inp["probes"]:
         rows = [[d["task"], f"{d['n_problems']} × {d['n']}", f3(d["strict_pass1"]), f3(d["loose_pass1"]), f3(d["strict_passn"]),
                  f3(d["loose_passn"]), f3(d["format_rate"])] for d in inp["probes"]]
-        L += ["## Base-rate probes (the checks behind PLAN.md's change log)", ""]
+        L += ["## Base-rate probes (the checks behind PLAN_CHANGES.md's entries)", ""]
         L += table(["task", "samples", "strict pass@1", "loose pass@1", "strict pass@n", "loose pass@n", "format"], rows) + [""]
     if (fp := inp["first_problem"]) is not None:
         L += [f"## The first test problem side by side: `{fp['question']}` = {fp['answer']}", ""]
@@ -281,6 +282,9 @@ def provenance_section(doc: dict) -> list[str]:
         L = ["## Figures", "", NO_FIGURES, ""]
     if "files" not in doc.get("provenance", {}):
         return L + ["## Provenance of the inputs", "", OLD[0].upper() + OLD[1:] + "."]
-    rows = [[f["file"], f["sha256"][:12], f["stage_hash"], (f["plan_sha256"] or "")[:12], f["revision"], f["made"]]
-            for f in doc["provenance"]["files"]]
-    return L + ["## Provenance of the inputs", ""] + table(["file", "sha256", "stage hash", "PLAN.md sha256", "revision", "made"], rows)
+    files = doc["provenance"]["files"]
+    logged = any(f.get("changes_sha256") for f in files)  # the change log's hash, recorded since it has a file of its own
+    head = ["file", "sha256", "stage hash", "PLAN.md sha256"] + (["PLAN_CHANGES.md sha256"] if logged else []) + ["revision", "made"]
+    rows = [[f["file"], f["sha256"][:12], f["stage_hash"], (f["plan_sha256"] or "")[:12]]
+            + ([(f.get("changes_sha256") or "")[:12]] if logged else []) + [f["revision"], f["made"]] for f in files]
+    return L + ["## Provenance of the inputs", ""] + table(head, rows)

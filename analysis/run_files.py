@@ -55,10 +55,6 @@ class Design:
         return dict(self.cfg.train.seeds_by_condition)
 
     @property
-    def analyze(self) -> dict:
-        return config.to_dict(self.cfg.analyze)
-
-    @property
     def settings(self) -> dict[str, dict]:  # condition -> its recipe
         return {c: config.to_dict(x) for c, x in self.cfg.conditions.items()}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from analysis.inference import Inference, counts
 from analysis.passmodel import (
     boundary,
     boundary_null,
@@ -41,19 +42,12 @@ PAPER_TABLE2 = {"source": "arXiv 2605.06241, Table 2 (a different model and task
                 "share_shifted": [0.0001, 0.0012], "entropy_ratio": [7.6, 12.6], "mean_rank_changed": [2.1, 2.4]}
 
 
-MODEL_BASED = "model-based (beta-binomial)"
-
-
 def _key_fields(key) -> dict:
     return {"condition": "base", "seed": None, "step": None} if key is None else {"condition": key[0], "seed": key[1], "step": key[2]}
 
 
 def model_label(key) -> str:
     return "base" if key is None else f"{key[0]} s{key[1]} step {key[2]}"
-
-
-def _counts(doc: dict, sc: str) -> np.ndarray:
-    return np.array([p[f"correct_{sc}"] for p in doc["problems"]])
 
 
 def _ordered(design: Design, docs: dict, step: int | None = None) -> list[tuple]:
@@ -83,13 +77,12 @@ def find_twins(settings: dict[str, dict], varied: str, is_treated) -> list[tuple
 # ============================================================================= controls: H4-H6
 
 
-def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], B: int, bseed: int, ci: float, last: int,
-                     k_max: int, n_base: int, n: int) -> dict:
+def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], inf: Inference, last: int) -> dict:
     """H4-H6 (PLAN.md section 7b), each asked of every registered pair its settings define
     (find_twins), at the last checkpoint; a hypothesis whose conditions are not registered, or whose
     evaluations are missing, is listed as skipped with the reason. Seeds of the two conditions are
     drawn independently (compare_conditions), problems shared."""
-    c = Controls(design, base, rl, {(e["condition"], e["step"], e["scoring"]): e for e in entries}, B, bseed, ci, last, k_max, n_base, n)
+    c = Controls(design, base, rl, {(e["condition"], e["step"], e["scoring"]): e for e in entries}, inf, last)
     st = design.settings
     for h, varied, treated, ask, none in (
             ("H4", "kl", lambda s: s["kl"] > 0, c.h4, "no registered condition with a KL anchor (kl > 0) and an unanchored twin"),
@@ -107,9 +100,8 @@ def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], 
 class Controls:
     """What H4-H6 share: the run's evaluations at the last checkpoint, the entries, the bootstrap."""
 
-    def __init__(self, design, base, rl, by_key, B, bseed, ci, last, k_max, n_base, n):
-        self.design, self.base, self.rl, self.by_key = design, base, rl, by_key
-        self.B, self.bseed, self.ci, self.last, self.k_max, self.n_base, self.n = B, bseed, ci, last, k_max, n_base, n
+    def __init__(self, design: Design, base: dict, rl: dict, by_key: dict, inf: Inference, last: int):
+        self.design, self.base, self.rl, self.by_key, self.inf, self.last = design, base, rl, by_key, inf, last
         self.out = {"step": last, "scorings": dict(CONTROL_SCORING), "h4": [], "h5": [], "h6": [], "skipped": []}
 
     def seeds_of(self, c: str) -> list[int]:
@@ -117,9 +109,10 @@ class Controls:
 
     def contrast(self, sc: str, a: str, b: str):
         sa, sb = self.seeds_of(a), self.seeds_of(b)
-        summ, ra, rb = compare_conditions([_counts(self.rl[(a, s, self.last)], sc) for s in sa],
-                                          [_counts(self.rl[(b, s, self.last)], sc) for s in sb], _counts(self.base, sc), self.n,
-                                          self.k_max, self.B, self.bseed, self.ci, self.n_base)
+        inf = self.inf
+        summ, ra, rb = compare_conditions([counts(self.rl[(a, s, self.last)], sc) for s in sa],
+                                          [counts(self.rl[(b, s, self.last)], sc) for s in sb], counts(self.base, sc), inf.n,
+                                          inf.k, inf.draws.resamples, inf.draws.seed, inf.levels.ci, inf.n_base)
         return summ, ra, rb, sa, sb
 
     def ready(self, h: str, a: str, b: str) -> bool:
@@ -136,7 +129,7 @@ class Controls:
         summ, _, _, sa, sb = self.contrast(sc, anchored, plain)
         bn_a, bn_b = ea["base_null"], eb["base_null"]  # H4 is about the base: the base-null reading's adjusted tests
         return {"anchored": anchored, "unanchored": plain, "kl": self.design.settings[anchored]["kl"], "step": last, "scoring": sc,
-                "k_max": self.k_max, "anchored_passk_diff": ea["passk_diff"], "anchored_passk_ci90": ea["passk_ci90"],
+                "k_max": self.inf.k, "anchored_passk_diff": ea["passk_diff"], "anchored_passk_ci90": ea["passk_ci90"],
                 "anchored_p_equiv_adj": bn_a["p_equiv_adj"], "anchored_ceiling_equivalent": bn_a["ceiling_equivalent"],
                 "unanchored_passk_diff": eb["passk_diff"], "unanchored_passk_ci": eb["passk_ci"],
                 "unanchored_p_falls_adj": bn_b["p_falls_adj"], "unanchored_ceiling_falls": bn_b["ceiling_falls"],
@@ -153,7 +146,7 @@ class Controls:
         d_ref, d_fmt = summ["delta_a"][0], summ["delta_b"][0]
         return {"condition": fmt, "reference": ref, "step": self.last, "scoring": sc, "gain": d_fmt, "gain_ci": summ["delta_b_ci_pass1"],
                 "reference_gain": d_ref, "reference_gain_ci": summ["delta_a_ci_pass1"],
-                **ratio_estimate(d_fmt, d_ref, rb[:, 0], ra[:, 0], self.ci), "seeds_condition": sb, "seeds_reference": sa}
+                **ratio_estimate(d_fmt, d_ref, rb[:, 0], ra[:, 0], self.inf.levels.ci), "seeds_condition": sb, "seeds_reference": sa}
 
     def h6(self, other: str, rlc: str) -> dict:
         """GRPO's pass@k curve against RFT's or SFT's: the contrast curve, its band, where they cross."""
@@ -224,7 +217,7 @@ def fits_and_boundary(models: list, bdoc: dict, base: dict, prefix: str, sub, n_
         nd = d["sampling"]["n"]
         ks = np.unique(np.geomspace(nd, max(ext, nd), 64).round().astype(int))
         for sc in SCORINGS:
-            c = _counts(d, sc)
+            c = counts(d, sc)
             f = fit_pass_model(c, nd)
             reps = parametric_replicates(f, nd, len(c), ks, B, seed + 7919 * j + (sc == "loose"))
             lo, hi = np.quantile(reps, [(1 - ci) / 2, (1 + ci) / 2], axis=0)
@@ -240,9 +233,9 @@ def fits_and_boundary(models: list, bdoc: dict, base: dict, prefix: str, sub, n_
             if key is None:
                 continue
             row = {**_key_fields(key), "model": model_label(key), "scoring": sc, "n": nd, "file": prefix + d["_file"],
-                   "base_file": prefix + bdoc["_file"], **boundary(_counts(bdoc, sc), c, [p["id"] for p in d["problems"]])}
+                   "base_file": prefix + bdoc["_file"], **boundary(counts(bdoc, sc), c, [p["id"] for p in d["problems"]])}
             if sub is not None:
-                row["null"] = boundary_null(_counts(bdoc, sc), c, nd, _counts(base, sc)[sub], n_base, seed=seed + 31 * j)
+                row["null"] = boundary_null(counts(bdoc, sc), c, nd, counts(base, sc)[sub], n_base, seed=seed + 31 * j)
             bound.append(row)
     return fits, curves_out, bound
 
@@ -260,11 +253,11 @@ def checks(models: list, base: dict, rl: dict, sub: list, prefix: str, n_base: i
             continue
         n_small = n_base if key is None else n_test
         for sc in SCORINGS:
-            r = extrapolation_check(_counts(td, sc)[sub], n_small, _counts(d, sc), n)
+            r = extrapolation_check(counts(td, sc)[sub], n_small, counts(d, sc), n)
             check.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "fit_file": td["_file"],
                           "target_file": prefix + d["_file"], "n_problems": len(sub), **r})
             if key is not None:
-                r = contrast_check(_counts(base, sc)[sub], n_base, _counts(td, sc)[sub], n_test, _counts(bdoc, sc), _counts(d, sc), n,
+                r = contrast_check(counts(base, sc)[sub], n_base, counts(td, sc)[sub], n_test, counts(bdoc, sc), counts(d, sc), n,
                                    B, seed, ci)
                 contrasts.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "fit_file": td["_file"],
                                   "target_file": prefix + d["_file"], "n_problems": len(sub), **r})
@@ -321,7 +314,7 @@ def analyze_ood(design: Design, sets: dict, entries: list[dict], curves: dict, B
         idx = resample_indices(len(b["problems"]), B, bseed)
         rows, figure = [], {}
         for sc in SCORINGS:
-            bc = pass_at_k_curves(_counts(b, sc), n, K)  # (N, K)
+            bc = pass_at_k_curves(counts(b, sc), n, K)  # (N, K)
             figure[(sc, "base")] = (curves[sc]["base"].mean(axis=0), bc.mean(axis=0))
             rows.append({"condition": "base", "step": None, "scoring": sc, "seeds": [],
                          "test_pass1": float(curves[sc]["base"][:, 0].mean()), "test_passk": float(curves[sc]["base"][:, -1].mean()),
@@ -331,7 +324,7 @@ def analyze_ood(design: Design, sets: dict, entries: list[dict], curves: dict, B
                 e = by_key.get((c, last, sc))
                 if not keys or e is None:
                     continue
-                pr = np.stack([pass_at_k_curves(_counts(docs[k], sc), n, K) for k in keys])  # (S, N, K)
+                pr = np.stack([pass_at_k_curves(counts(docs[k], sc), n, K) for k in keys])  # (S, N, K)
                 point, _, reps = boot_curves(pr[..., [0, K - 1]], bc[:, [0, K - 1]], idx, draws(len(keys)))
                 figure[(sc, c)] = (curves[sc][(c, last)][1].mean(axis=1).mean(axis=0), pr.mean(axis=1).mean(axis=0))
                 rows.append({"condition": c, "step": last, "scoring": sc, "seeds": [k[1] for k in keys],
@@ -429,9 +422,9 @@ def analyze_strategies(design: Design, base: dict, rl: dict, idx: np.ndarray, dr
         return {"skipped": "the test set's files keep no responses, or its task (a + b, Countdown) has no strategies", "models": [],
                 "conditions": [], "reading": []}
     n_base = base["sampling"]["n"]  # the base may have more samples per problem than the trained models
-    counts = {k: strategy_counts(d) for k, d in rl.items()}
+    by_model = {k: strategy_counts(d) for k, d in rl.items()}
     models = [{**_key_fields(None), "file": base["_file"], **_model_strategies(bc)}]
-    models += [{**_key_fields(k), "file": rl[k]["_file"], **_model_strategies(counts[k])} for k in _ordered(design, rl)]
+    models += [{**_key_fields(k), "file": rl[k]["_file"], **_model_strategies(by_model[k])} for k in _ordered(design, rl)]
     conds, reading = [], []
     base_m = models[0]  # the base row: its shares and accuracies
     for c in design.conditions:
@@ -441,11 +434,11 @@ def analyze_strategies(design: Design, base: dict, rl: dict, idx: np.ndarray, dr
                 continue
             row = {"condition": c, "step": st, "seeds": [k[1] for k in keys], "share": {}, "delta": {}, "delta_ci": {}}
             for s in STRATEGIES:
-                per = np.stack([counts[k][s] / rl[k]["sampling"]["n"] for k in keys])  # (S, N) each seed's per-problem share
+                per = np.stack([by_model[k][s] / rl[k]["sampling"]["n"] for k in keys])  # (S, N) each seed's per-problem share
                 row["share"][s] = float(per.mean())
                 row["delta"][s] = float(per.mean() - (bc[s] / n_base).mean())
                 row["delta_ci"][s] = list(percentile_interval(crossed_replicates(per, bc[s] / n_base, idx, draws(len(keys))), ci))
-            pooled = {f: sum(counts[k][f] for k in keys) for f in counts[keys[0]]}
+            pooled = {f: sum(by_model[k][f] for k in keys) for f in by_model[keys[0]]}
             m = _model_strategies(pooled)
             row.update(accuracy=m["accuracy"], correct_share=m["correct_share"], subtraction_share=m["subtraction_share"])
             conds.append(row)
@@ -456,7 +449,7 @@ def analyze_strategies(design: Design, base: dict, rl: dict, idx: np.ndarray, dr
     for c in design.conditions:
         keys = [k for k in _ordered(design, rl, design.checkpoints[-1]) if k[0] == c]
         if keys:
-            comps += computation_table(c, {f: sum(counts[k][f] for k in keys) for f in COMPUTATION_ROWS}, strata)
+            comps += computation_table(c, {f: sum(by_model[k][f] for k in keys) for f in COMPUTATION_ROWS}, strata)
     return {"skipped": None, "strategies": list(STRATEGIES), "floor": STRATEGY_FLOOR, "nonnegligible": STRATEGY_NONNEGLIGIBLE,
             "models": models, "conditions": conds, "reading": reading, "computation_rows": list(COMPUTATION_ROWS),
             "computations": comps}
@@ -485,13 +478,13 @@ def problem_strata(doc: dict) -> np.ndarray:
                      if operands(p["question"]) else None for p in doc["problems"]], dtype=object)
 
 
-def analyze_strata(design: Design, base: dict, rl: dict, conditions: list[str], n_base: int, n: int, k: int, draws, ci: float,
-                   last: int) -> dict:
+def analyze_strata(design: Design, base: dict, rl: dict, conditions: list[str], inf: Inference, last: int) -> dict:
     """Per stratum and scoring: pass@1 and pass@k of the base and of each condition at the last
     checkpoint (mean over seeds), Delta vs the base with the crossed bootstrap's percentile interval
     over the stratum's own problems (its problems redrawn within it). Secondary and descriptive."""
     from analysis.verdict import Draws
 
+    n_base, n, k, draws, ci = inf.n_base, inf.n, inf.k, inf.draws, inf.levels.ci
     labels = problem_strata(base)
     if all(x is None for x in labels):
         return {"skipped": "the test set's task has no strata", "strata": []}
@@ -501,14 +494,14 @@ def analyze_strata(design: Design, base: dict, rl: dict, conditions: list[str], 
         d = Draws(len(pos), draws.resamples, draws.seed)
         row = {"stratum": name, "n_problems": int(pos.size), "scorings": {}}
         for sc in SCORINGS:
-            bc = pass_at_k_curves(_counts(base, sc)[pos], n_base, k)[:, [0, k - 1]]  # (N_s, 2)
+            bc = pass_at_k_curves(counts(base, sc)[pos], n_base, k)[:, [0, k - 1]]  # (N_s, 2)
             rows = {"base": {"pass1": float(bc[:, 0].mean()), "passk": float(bc[:, 1].mean()),
-                             "never_solved": int(np.count_nonzero(_counts(base, sc)[pos] == 0))}}
+                             "never_solved": int(np.count_nonzero(counts(base, sc)[pos] == 0))}}
             for c in conditions:
                 keys = [x for x in _ordered(design, rl, last) if x[0] == c]
                 if not keys:
                     continue
-                pr = np.stack([pass_at_k_curves(_counts(rl[x], sc)[pos], n, k)[:, [0, k - 1]] for x in keys])  # (S, N_s, 2)
+                pr = np.stack([pass_at_k_curves(counts(rl[x], sc)[pos], n, k)[:, [0, k - 1]] for x in keys])  # (S, N_s, 2)
                 reps = d.means(pr, per_seed=True) - d.means(bc, per_seed=False)  # (B, 2)
                 rows[c] = {"seeds": [x[1] for x in keys], "pass1": float(pr[:, :, 0].mean()), "passk": float(pr[:, :, 1].mean()),
                            "pass1_diff": float(pr[:, :, 0].mean() - bc[:, 0].mean()), "pass1_ci": list(percentile_interval(reps[:, 0], ci)),

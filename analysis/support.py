@@ -1,4 +1,4 @@
-"""The support test (PLAN.md change 42): did the trained model reach answers the base could not, at a
+"""The support test (PLAN_CHANGES.md change 42): did the trained model reach answers the base could not, at a
 named sampler? And the two-axis answer it belongs to: sharpening (pass@1 up, the ceiling narrower than
 uniform reweighting) and support (expanded / kept / not shown), each said on its own.
 

@@ -162,7 +162,7 @@ def stratum_null(base_counts, n_base: int, rl_counts, n: int, k: int, null: Sele
     against it (D_strata), with the same crossed bootstrap as compare (each replicate refits every
     stratum's w on its drawn problems) and the one-sided tests of D_strata above and below 0. A wider null
     than the uniform one: a model that tilts the hard stratum more than the easy ones is inside it.
-    Descriptive beside the registered label (PLAN.md change 46); it changes no label."""
+    Descriptive beside the registered label (PLAN_CHANGES.md change 46); it changes no label."""
     base = np.asarray(base_counts, int)
     rl = np.atleast_2d(np.asarray(rl_counts, int))
     strata = np.asarray(strata, dtype=object)
@@ -219,7 +219,7 @@ def label_from(e: dict, a1: float, at: float, p: dict | None = None) -> tuple[st
 
 
 def base_null_label(e: dict) -> str:
-    """The label of the base-null reading (PLAN.md change 29, the seed report's criterion)."""
+    """The label of the base-null reading (PLAN_CHANGES.md change 29, the seed report's criterion)."""
     s = e["base_null"]["selection"]
     return "selection (base null)" if s else "undecided (base null)" if s is None else "no selection (base null)"
 

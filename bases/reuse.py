@@ -1,4 +1,4 @@
-"""A base already built, reused (model.base_from, PLAN.md change 44): the `base` stage copies a committed
+"""A base already built, reused (model.base_from, PLAN_CHANGES.md change 44): the `base` stage copies a committed
 base into RUN/base_model instead of training it again, after two checks, each refused in one line: the
 folder's build.json records this config's base stage hash (the same recipe, task and splits), and its
 model.safetensors has the sha256 the config names. Every later stage checks the run's copy by the same

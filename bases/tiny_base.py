@@ -12,7 +12,7 @@ and four endings, of which only one uses the tags:
 
     <answer>243</answer>  |  The answer is 243.  |  So it is 243  |  = 243
 
-Two knobs build a skill to select into the corpus (PLAN.md change 33; both off by default, and the
+Two knobs build a skill to select into the corpus (PLAN_CHANGES.md change 33; both off by default, and the
 corpus is then the one before they existed): the subtraction can forget a borrow, more often the
 more borrows it needs (`p_borrow_slip`), so some problems are solved only by rare correct traces;
 and drill traces practise the decomposed method under another prompt (`n_drill`, "work: 57 * 5 - 42"),
@@ -150,7 +150,7 @@ def trace(p: countdown.Problem, rng: random.Random, b: config.TinyBaseCfg, drill
 
 def pretrain_problems(task: str, n_train: int, n_test: int, seed: int, n_pretrain: int) -> list[countdown.Problem]:
     """The `pretrain` split: drawn by the task seed after test and train, disjoint from both, so
-    the problems RL trains on are as new to the base as the test problems (PLAN.md change 11)."""
+    the problems RL trains on are as new to the base as the test problems (PLAN_CHANGES.md change 11)."""
     return countdown.draw_splits(task, seed, {"test": n_test, "train": n_train, "pretrain": n_pretrain})["pretrain"]
 
 

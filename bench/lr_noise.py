@@ -1,4 +1,4 @@
-"""The learning-rate choice's noise (PLAN.md change 44 (e)): from a run whose conditions train one recipe
+"""The learning-rate choice's noise (PLAN_CHANGES.md change 44 (e)): from a run whose conditions train one recipe
 at several rates (`many`, `many-lr3e-4`, `many-lr3e-3` in configs/tiny_v5.yaml), each seed's held-out dev
 loose pass@1 (train_eval.csv: 64 dev problems x 8 samples) at each dev step, and the rate the dev rule
 (the highest dev pass@1, ties to the smaller rate) would pick on that seed at that step.

@@ -1,4 +1,4 @@
-"""The real-model study's design (PLAN.md changes 49-50): each candidate design's power on synthetic
+"""The real-model study's design (PLAN_CHANGES.md changes 49-50): each candidate design's power on synthetic
 worlds built on SmolLM2-135M's measured base (results/smollm2_pilot: add-2x2, loose pass@1 0.103, pass@32
 0.507 on 128 x 64) and the training pilot's trained target, beside its CPU cost from the pilot's measured
 rates. The worlds are tests/test_support.py's (the support test's calibration arms); each data set is

@@ -1,4 +1,4 @@
-"""The recipe pilot's reading (PLAN.md change 61): per training run the dev checks, the training signal
+"""The recipe pilot's reading (PLAN_CHANGES.md change 61): per training run the dev checks, the training signal
 and the costs; the collapse rate over the runs (change 59's rule); and the rule's choice of rate.
 
     python bench/smollm2_v2_pilot.py RUN [--log PIPELINE_LOG] [--json OUT.json]

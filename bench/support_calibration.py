@@ -1,4 +1,4 @@
-"""What the base-support test (PLAN.md change 57, analysis/base_support.decide) answers on worlds whose
+"""What the base-support test (PLAN_CHANGES.md change 57, analysis/base_support.decide) answers on worlds whose
 truth is built in: per arm, SIMS simulated studies of S seeds x N problems x n samples, each judged by the
 registered test; the rate of each answer with its 95% Clopper-Pearson interval. Then, exactly, what a
 selection of the untempered base does at the evaluation sampler (a one-token toy): where its tilt puts

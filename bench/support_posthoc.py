@@ -1,4 +1,4 @@
-"""Re-analyse a committed run of the CPU world under PLAN.md change 57, post hoc, into a new folder,
+"""Re-analyse a committed run of the CPU world under PLAN_CHANGES.md change 57, post hoc, into a new folder,
 leaving the run as it is: its inputs are copied (analyze_b.copy_inputs), every correct response of every
 evaluation file is teacher-forced through the base as eval.base_support does (method/base_support.py),
 the recorded config gains eval.base_support and a descriptive analyze.base_support (primary: false), and
@@ -79,7 +79,7 @@ def measure_file(f: Path, model, tok, cfg, whole: list[str]) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="Re-analyse a committed run under PLAN.md change 57 (post hoc), into a new folder.")
+    p = argparse.ArgumentParser(description="Re-analyse a committed run under PLAN_CHANGES.md change 57 (post hoc), into a new folder.")
     p.add_argument("--run", required=True)
     p.add_argument("--base", required=True, help="the run's base model folder, with its weights")
     p.add_argument("--out", required=True, help="a new (or empty) folder")

@@ -1,4 +1,4 @@
-"""The support test's power table (PLAN.md change 42): how often each answer is given on synthetic
+"""The support test's power table (PLAN_CHANGES.md change 42): how often each answer is given on synthetic
 worlds whose truth is built in, at the CPU world's design and the Qwen design, for each w*. The worlds
 are tests/test_support.py's (a Beta of base rates matched to a pass@1 / pass@32, counts at the design's
 sizes); this runs more data sets than the tests do.

@@ -1,4 +1,4 @@
-"""The real-model study's task rule (PLAN.md change 47), read from a folder's probe files.
+"""The real-model study's task rule (PLAN_CHANGES.md change 47), read from a folder's probe files.
 
 Among the ladder tasks measured at the rule's size (>= 128 test problems x >= 64 samples, the
 evaluation sampler), the candidates are those whose base has loose pass@1 in [0.10, 0.40] and loose

@@ -1,4 +1,4 @@
-"""Is a trial base admissible as a CPU world with a skill to select? PLAN.md change 33's rules R1-R6 (R2 as
+"""Is a trial base admissible as a CPU world with a skill to select? PLAN_CHANGES.md change 33's rules R1-R6 (R2 as
 change 39 replaced it),
 read from a trial folder's base evaluation (eval_base.json, the test set at >= 128 samples per
 problem) and its select stage (selection.json: 128 train problems x 16 samples at T 1.0, strict).
@@ -25,7 +25,7 @@ from analysis.stats import per_problem  # noqa: E402
 
 
 def admission(base: dict, selection: dict) -> dict:
-    """The six rules with their measured values (PLAN.md change 33)."""
+    """The six rules with their measured values (PLAN_CHANGES.md change 33)."""
     n = base["sampling"]["n"]
     probs = base["problems"]
     p = np.array([q["correct_loose"] / n for q in probs])
@@ -56,7 +56,7 @@ def admission(base: dict, selection: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="PLAN.md change 33's admission rules on a trial base.")
+    ap = argparse.ArgumentParser(description="PLAN_CHANGES.md change 33's admission rules on a trial base.")
     ap.add_argument("--run", required=True, help="the trial folder (eval_base.json and selection.json)")
     a = ap.parse_args(argv)
     run = Path(a.run)

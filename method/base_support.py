@@ -1,4 +1,4 @@
-"""Support from the base's own probabilities (PLAN.md change 57): is a response one the base could have
+"""Support from the base's own probabilities (PLAN_CHANGES.md change 57): is a response one the base could have
 drawn at the sampler that drew it?
 
 Each response is teacher-forced through the base (LoRA off), from the token ids the sampler drew (never

@@ -134,7 +134,7 @@ def multinomial(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 
 def stream_uniforms(seeds: list[int], T: int, device: torch.device) -> torch.Tensor:
     """(B, T) float64 uniforms in [0, 1): row i is the first T draws of a CPU generator seeded by
-    seeds[i], so a sample's stream is the same on every device and in every batch (PLAN.md change 52)."""
+    seeds[i], so a sample's stream is the same on every device and in every batch (PLAN_CHANGES.md change 52)."""
     out = torch.empty((len(seeds), max(T, 1)), dtype=torch.float64)
     g = torch.Generator()
     for i, seed in enumerate(seeds):

@@ -61,7 +61,7 @@ def sample_problem_tokens(model, tok, cfg: config.Config, problems, n: int, s: c
     untempered policy over all its response tokens; the prompts, seed, LoRA folding
     (lora.fold_for_sampling) and draw as cfg says. Under eval.draw: sample each sample draws from its
     own stream, seeded by (task.seed, tag, problem id, sample index), and the calls (sampling_calls:
-    per_batch problems, at most eval.max_rows rows) change no sample (PLAN.md change 52). Under
+    per_batch problems, at most eval.max_rows rows) change no sample (PLAN_CHANGES.md change 52). Under
     eval.draw: batch (the runs before it), each call's generator is seeded by (task.seed, tag, its
     first problem id), so the samples depend on per_batch; neither depends on what ran before."""
     from tqdm import tqdm
@@ -130,7 +130,7 @@ def seed_tag(cfg: config.Config, eval_set: str) -> str:
 
 def draw_record(cfg: config.Config, per_batch: int) -> dict:
     """How an evaluation file's samples were drawn: under eval.draw: batch the problems per call, which
-    decide them (as every file before PLAN.md change 52 records); under sample only the draw, since
+    decide them (as every file before PLAN_CHANGES.md change 52 records); under sample only the draw, since
     the batching settings change no sample (they stay in the provenance's config)."""
     return {"draw": "sample"} if cfg.eval.draw == "sample" else {"problems_per_batch": per_batch}
 
@@ -193,7 +193,7 @@ def add_base_support(model, tok, cfg: config.Config, problems, tokens: list[list
                      s: config.SamplingCfg) -> None:
     """Each row gains `base_support`: for every correct (loose) response, by its index, whether it lies
     outside the base's kept set at the sampler `s` that drew it, by how much, its base log-probability at
-    T 1 and whether it is strictly correct (method/base_support.py; PLAN.md change 57). Teacher-forced
+    T 1 and whether it is strictly correct (method/base_support.py; PLAN_CHANGES.md change 57). Teacher-forced
     from the drawn token ids through the base: the adapter's LoRA switched off."""
     prompts = render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
     scores = [[countdown.score(p, text) for text in texts] for p, texts in zip(problems, decode_texts(tok, tokens))]
@@ -291,7 +291,7 @@ def token_compare(cfg: config.Config, base: str, adapter: str, out_file: Path, p
 
 
 def probe(cfg: config.Config, base: str, run: Path, progress: bool = True) -> list[Path]:
-    """The base-rate checks behind PLAN.md's change log: Countdown pass@k on probe.n_problems x
+    """The base-rate checks behind PLAN_CHANGES.md: Countdown pass@k on probe.n_problems x
     probe.samples, and strict/loose pass@1, pass@k and format rate on each arithmetic task."""
     setup_torch(cfg)
     device = pick_device(cfg)

@@ -176,6 +176,6 @@ METHODS = {
     "grpo": Method(True, lambda rewards: group_advantages(rewards).view(-1)),  # [D1]
     "rft": Method(True, lambda rewards: rewards.view(-1).clone()),  # the correct samples, weight 1; the rest 0
     # each problem's gold solution once, with weight G: the gradient of G identical copies (the same
-    # examples per step as GRPO's P x G), at 1/G of the work (PLAN.md change 29)
+    # examples per step as GRPO's P x G), at 1/G of the work (PLAN_CHANGES.md change 29)
     "sft": Method(False, lambda rewards: torch.full((rewards.shape[0],), float(rewards.shape[1]))),
 }

@@ -46,7 +46,7 @@ def sample(model, prompts: list[list[int]], n: int, s: config.SamplingCfg, seed:
     depends on the whole batch: training's rollouts, and evaluations under eval.draw: batch); a list
     of P*n seeds, one per sample in prompt-major order, gives each sample its own stream of uniforms,
     drawn by decoding.keyed_draw: a sample's tokens then depend on its prompt and seed alone, not on
-    what shares its call (evaluations under eval.draw: sample; PLAN.md change 52)."""
+    what shares its call (evaluations under eval.draw: sample; PLAN_CHANGES.md change 52)."""
     device = next(model.parameters()).device
     if isinstance(seed, list) and len(seed) != len(prompts) * n:
         raise ValueError(f"sample: {len(seed)} seeds for {len(prompts)} prompts x {n} samples (one per sample, prompt-major)")

@@ -1,5 +1,5 @@
 """The analysis' own settings blocks (the `analyze` section's nested entries): the planned effect for
-the power statement, the calibration arms, the support tests (PLAN.md changes 42 and 57) and the
+the power statement, the calibration arms, the support tests (PLAN_CHANGES.md changes 42 and 57) and the
 collapse rule (change 59). Defined here and read through orchestration/config.py, where AnalyzeCfg
 holds them; config.py re-exports every name."""
 from __future__ import annotations
@@ -41,7 +41,7 @@ class CalibrationCfg:
 
 @dataclass
 class SupportCfg:
-    """The support test (PLAN.md change 42): the base's rate on the test problems it never solves,
+    """The support test (PLAN_CHANGES.md change 42): the base's rate on the test problems it never solves,
     measured on fresh draws of base-only evaluation sets, one per sampler, against the trained model's."""
     w_star: float = 94.0  # the largest tilt a selection may apply (change 42: tiny_v4's 95th percentile outside Z)
     pools: dict[str, str] = field(default_factory=lambda: {"eval": "pool"})  # sampler name -> eval set (models: base, seeds: own)
@@ -52,7 +52,7 @@ class SupportCfg:
 
 @dataclass
 class BaseSupportCfg:
-    """Support from the base's own probabilities (PLAN.md change 57; needs eval.base_support): the share of
+    """Support from the base's own probabilities (PLAN_CHANGES.md change 57; needs eval.base_support): the share of
     correct responses outside the base's kept set at the sampler that drew them, and at an untruncated
     sampler their base log-probabilities; `matched` names the evaluation set of the trained models at the
     training sampler, so each sampler's comparison is of draws made alike."""
@@ -65,7 +65,7 @@ class BaseSupportCfg:
 
 @dataclass
 class CollapseCfg:
-    """A collapsed training run, on its log alone (PLAN.md change 59): no signal on >= share of the steps
+    """A collapsed training run, on its log alone (PLAN_CHANGES.md change 59): no signal on >= share of the steps
     after late_from x its last step. Reported with the rate over seeds; every seed still counts."""
     late_from: float = 0.5
     share: float = 0.9

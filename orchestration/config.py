@@ -68,7 +68,7 @@ class TinyBaseCfg:
     wrong_offsets: list[int] = field(default_factory=lambda: [1, 2, 5, 10, 20, 100])
     # Distinct problems of the `pretrain` split the traces cycle over: drawn by task.seed after the
     # test and train splits and disjoint from both, so RL's problems are as new to the base as the
-    # test problems are (PLAN.md change 11).
+    # test problems are (PLAN_CHANGES.md change 11).
     n_pretrain: int = 4000
 
 
@@ -120,7 +120,7 @@ class TaskCfg:
     # change 16); null sends none, so the model's chat template supplies its own default, if any.
     system_prompt: str | None = countdown.SYSTEM_PROMPT
     # Which split is the test set: test, or confirm, a fresh split drawn after test, train, pretrain and dev
-    # by the same task seed, so a confirmatory run measures new problems on the same base (PLAN.md change 44).
+    # by the same task seed, so a confirmatory run measures new problems on the same base (PLAN_CHANGES.md change 44).
     test_split: str = "test"
 
 
@@ -131,7 +131,7 @@ class LoraCfg:
     targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     # Sample (training rollouts, dev checks, evaluations) with W + (alpha/r) B A folded into one
     # weight in the base's dtype: no LoRA kernels per decoded token, at the cost of rounding the
-    # sum (bench/fold_kl.py measures the policy mismatch; PLAN.md change 21). Off: the exact policy.
+    # sum (bench/fold_kl.py measures the policy mismatch; PLAN_CHANGES.md change 21). Off: the exact policy.
     fold_for_sampling: bool = False
     # On CUDA, LoRA's fp32 matrix products (its weights and the fp32 copies of its inputs) in TF32: about
     # 8x the fp32 throughput at a 10-bit mantissa, finer than the bf16 output the update is added to.
@@ -195,13 +195,13 @@ class TrainCfg:
     # rollout sampling). They never change the problems, the selection or the base evaluation.
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     # Conditions trained on other seeds than train.seeds, e.g. {many: [0, 1, 2, 3, 4, 5]}: the primary
-    # condition gets the seeds its planned power needs (PLAN.md change 29) without multiplying the rest.
+    # condition gets the seeds its planned power needs (PLAN_CHANGES.md change 29) without multiplying the rest.
     seeds_by_condition: dict[str, list[int]] = field(default_factory=lambda: {"many": [0, 1, 2, 3, 4, 5]})
     log_kl_every: int = 10  # log the k3 KL to the base every this many steps when no KL term is trained (0 = never)
     grad_clip: float | None = None  # clip the gradient's global norm to this (None = off, as the report ran)
     # Micro-batches of completions of similar length (sorted by length before they are cut), so
     # less of each is padding. The gradient is the same sum in another order: equal up to float
-    # rounding, not bit for bit, so it is a setting (PLAN.md change 21).
+    # rounding, not bit for bit, so it is a setting (PLAN_CHANGES.md change 21).
     sort_by_length: bool = True
     # Held-out checks during training: pass@1 and pass@n on `dev` problems (a split disjoint from
     # train and test), sampled like the evaluation, every dev_every steps -> train_eval.csv.
@@ -218,7 +218,7 @@ class TrainCfg:
     # A step whose gradient is exactly zero (every group without reward signal, no KL or entropy term):
     # step, AdamW steps anyway, its momentum and second moment moving the weights (TRL's and the
     # Dr. GRPO code's behaviour, and every run made before the key existed); skip, no optimizer step
-    # (PLAN.md change 45). train_log.csv's no_signal and updated columns say which steps were which.
+    # (PLAN_CHANGES.md change 45). train_log.csv's no_signal and updated columns say which steps were which.
     no_signal_update: str = "step"
     # Stop the run (one line, exit 1) at the first step whose mean |log pi_trainer - log pi_sampler| over
     # the trained tokens (train_log.csv's logp_gap_mean) exceeds this; None: no limit. Stops only, so it
@@ -239,7 +239,7 @@ class EvalCfg:
     sampling: SamplingCfg = field(default_factory=lambda: SamplingCfg(temperature=0.6, top_p=0.95, decode="auto"))
     problems_per_batch: int = 4  # problems decoded together (each with its n samples)
     # How every evaluation sampling call (this section's, eval_sets', the dev checks', probe's, select's)
-    # draws (PLAN.md change 52): sample, each sample from its own stream keyed by (task.seed, tag,
+    # draws (PLAN_CHANGES.md change 52): sample, each sample from its own stream keyed by (task.seed, tag,
     # problem id, sample index), so problems_per_batch and max_rows change no sample; batch, one
     # generator per call seeded by its first problem (the runs made before change 52).
     draw: str = "sample"
@@ -250,7 +250,7 @@ class EvalCfg:
     keep_responses: bool = True
     # Teacher-force every correct response through the base (LoRA off) and record, from the token ids the
     # sampler drew, whether a token lies outside the base's kept set at the sampler that drew it, and the
-    # response's base log-probability at T 1, untruncated (method/base_support.py; PLAN.md change 57).
+    # response's base log-probability at T 1, untruncated (method/base_support.py; PLAN_CHANGES.md change 57).
     base_support: bool = False
 
 
@@ -291,7 +291,7 @@ class SelectCfg:
     samples: int = 16
     temperature: float = 1.0
     # the pass rate the rule reads: strict (the report's; the reward the conditions train on) or
-    # loose, for a model trained on the loose reward because it never writes the tags (PLAN.md change 31)
+    # loose, for a model trained on the loose reward because it never writes the tags (PLAN_CHANGES.md change 31)
     scoring: str = "strict"
 
 
@@ -302,7 +302,7 @@ class LrSweepCfg:
     # How the rate is chosen (PLAN.md section 5): dev, the highest loose pass@1 on the held-out dev
     # problems after `steps` steps (train.dev_problems x train.dev_samples); reward, the report's rule,
     # the highest mean training reward over the last `last` steps (the effect under test, in sample).
-    # The registered rule is dev (PLAN.md change 29); the report's, reward.
+    # The registered rule is dev (PLAN_CHANGES.md change 29); the report's, reward.
     rule: str = "dev"
     last: int = 10
     per_condition: bool = False  # True: sweep every condition with its own recipe and use its own rate
@@ -328,7 +328,7 @@ class AnalyzeCfg:
     ceiling_null: str = "selection"
     selection_margin: float = 0.05  # TOST margin for "within the selection null's ceiling"
     # The equivalence test is asked only when the margin is at most this share of the base's headroom,
-    # 1 - its pass@k_max on the set (PLAN.md change 29): otherwise it could hardly fail
+    # 1 - its pass@k_max on the set (PLAN_CHANGES.md change 29): otherwise it could hardly fail
     margin_headroom_fraction: float = 1 / 3
     # the report's effect (loose pass@1 0.25 -> 0.66) at the CPU pilot's variance components
     planned: PlannedCfg | None = field(default_factory=lambda: PlannedCfg(effect=0.41))

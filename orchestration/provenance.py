@@ -103,6 +103,13 @@ def file_sha256(path: str | Path) -> str | None:
         return None
 
 
+def plan_hashes() -> dict:
+    """The registration an output was made under: PLAN.md's sha256 (the rules in force) and
+    PLAN_CHANGES.md's (the dated change log), so the chain of registrations stays checkable. Neither
+    enters a stage hash: a new entry in the log changes no computation."""
+    return {"plan_sha256": file_sha256(ROOT / "PLAN.md"), "changes_sha256": file_sha256(ROOT / "PLAN_CHANGES.md")}
+
+
 def read_json(path: str | Path) -> dict | None:
     """A JSON file's content, or None when it is missing or unreadable."""
     try:
@@ -324,7 +331,7 @@ STAGE_KEYS = {
     "eval": ["task", "model", "eval", "lora.fold_for_sampling", "lora.tf32", "determinism"],
     "tokens": ["task", "model", "tokens", "eval.sampling", "eval.problems_per_batch", "determinism"],
 }
-# Under eval.draw: sample (PLAN.md change 52) these only split the sampling into calls: no sample
+# Under eval.draw: sample (PLAN_CHANGES.md change 52) these only split the sampling into calls: no sample
 # depends on them, so they are left out of the sampling stages' hashes (a run may lower them to fit
 # memory). The token stage's greedy decode and teacher-forced reads keep problems_per_batch in theirs.
 BATCHING_KEYS = ("eval.problems_per_batch", "eval.max_rows")
@@ -501,14 +508,15 @@ def _short(value) -> str:
 
 def record(cfg: config.Config, stage: str, extra=None, device: str | None = None) -> dict:
     """What an output records about how it was made (its "provenance" field): the stage, its hash, the
-    config and its hash, the inputs, PLAN.md's sha256, the code revision, package versions, device, time."""
+    config and its hash, the inputs, PLAN.md's and PLAN_CHANGES.md's sha256, the code revision, package
+    versions, device, time."""
     return {
         "stage": stage,
         "stage_hash": stage_hash(cfg, stage, extra),
         "config_hash": config.digest(config.to_dict(cfg)),
         "config": config.to_dict(cfg),
         "inputs": extra,
-        "plan_sha256": file_sha256(ROOT / "PLAN.md"),
+        **plan_hashes(),
         "revision": code_revision(),
         "versions": versions(),
         "device": device,

@@ -4,7 +4,7 @@ back as today's typed Config: `from_record`, the one compatibility layer for old
 A record holds every key its code had. A key added since reads the value that means "as before"
 (ADDED_OFF, which the stage hashes read too: at that value a key is left out of the hash, so the
 runs made before it existed keep theirs); any other key a record lacks reads the seed report's
-design (REPORT_DESIGN), which the defaults were until PLAN.md change 55. The oldest layout (a
+design (REPORT_DESIGN), which the defaults were until PLAN_CHANGES.md change 55. The oldest layout (a
 top-level `seed`, the conditions as a list of names under `train`) is upgraded first.
 """
 from __future__ import annotations

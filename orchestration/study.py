@@ -26,7 +26,7 @@ BASE_SAVE_EVERY = 100  # steps between the CPU world's base build's resume point
 
 
 # The training warning's rule (method/training.py's no_signal_warning) and the line the training figure draws: over a
-# run's first steps, the mean share of groups whose samples all scored alike above this. 0.9 (PLAN.md change 45):
+# run's first steps, the mean share of groups whose samples all scored alike above this. 0.9 (PLAN_CHANGES.md change 45):
 # at 0.5 it fired on every `many` and `rft` seed of results/tiny_v4, all of which learned (0.70-0.85),
 # while tiny_v3's seeds that did not learn sit at 0.95-1.00.
 NO_SIGNAL_WARN = 0.9
@@ -299,7 +299,7 @@ def memory_advice(cfg: config.Config, stage: str, eval_set: str = "test", base: 
     micro_batch sequences at once (micro_batch 0: the largest whose estimate fits memory_gb);
     sampling (eval, tokens, probe, select, the dev checks) holds one call's rows at once. The
     training settings enter its stage's hash (micro-batches sum a gradient in another order); under
-    eval.draw: sample the sampling's eval.max_rows changes no sample and no hash (PLAN.md change 52),
+    eval.draw: sample the sampling's eval.max_rows changes no sample and no hash (PLAN_CHANGES.md change 52),
     under draw: batch problems_per_batch changes both. base: the evaluation is the base's (eval.n_base
     samples a test problem), not an adapter's (eval.n)."""
     tries, floor, rehashed = [], [], False
@@ -324,7 +324,7 @@ def memory_advice(cfg: config.Config, stage: str, eval_set: str = "test", base: 
     if not tries:
         return f"nothing left to lower: {'; '.join(floor)}; this needs a device with more memory"
     if not rehashed:
-        return "lower it: " + "; ".join(tries) + ", on this command and the pipeline's (it changes no sample: PLAN.md change 52)"
+        return "lower it: " + "; ".join(tries) + ", on this command and the pipeline's (it changes no sample: PLAN_CHANGES.md change 52)"
     return ("lower it: " + "; ".join(tries) + ", on this command and the pipeline's (what was made at the old value is then "
             "refused as made under other settings: add --force, or --run a new folder)")
 

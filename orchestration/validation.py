@@ -196,7 +196,7 @@ def _check_eval(cfg: Config) -> None:
     _need(cfg.eval.n_base is None or cfg.eval.n_base >= cfg.eval.n, "eval.n_base", f"must be null or >= eval.n ({cfg.eval.n})")
     _need(cfg.eval.problems_per_batch >= 1, "eval.problems_per_batch", "must be >= 1")
     _need(cfg.eval.draw in ("sample", "batch"), "eval.draw",
-          "must be sample (each sample its own stream: PLAN.md change 52) or batch (one generator per call, as before)")
+          "must be sample (each sample its own stream: PLAN_CHANGES.md change 52) or batch (one generator per call, as before)")
     _need(cfg.eval.max_rows is None or cfg.eval.max_rows >= 1, "eval.max_rows", "must be null (no cap) or >= 1")
     _need(cfg.eval.max_rows is None or cfg.eval.draw == "sample", "eval.max_rows",
           "needs eval.draw: sample (under draw: batch, splitting a call changes its samples)")

@@ -13,17 +13,17 @@ from runner.stages import registered_stages
 ROOT = Path(__file__).resolve().parents[1]
 
 
-MANIFEST_HEADER = ("config", "config_hash", "plan_sha256", "revision", "versions")  # what made the files
+MANIFEST_HEADER = ("config", "config_hash", "plan_sha256", "changes_sha256", "revision", "versions")  # what made the files
 
 
 def write_manifest(run: Path, cfg: config.Config, stages: dict, jobs: dict) -> None:
-    """RUN/manifest.json: this pipeline run's config, PLAN.md's sha256, the code revision and the
+    """RUN/manifest.json: this pipeline run's config, the sha256 of PLAN.md and PLAN_CHANGES.md, the code revision and the
     versions, with every stage's and job's state. The record of what made the files already there is
     never rewritten: when the manifest on disk was written under another header (another config
     record, revision, PLAN.md or versions: a stage run into an existing run by later code), that
     header is appended to `earlier`, with the stages and jobs that were done under it."""
     here = {"config": config.to_dict(cfg), "config_hash": config.digest(config.to_dict(cfg)),
-            "plan_sha256": provenance.file_sha256(ROOT / "PLAN.md"), "revision": provenance.code_revision(),
+            **provenance.plan_hashes(), "revision": provenance.code_revision(),
             "versions": provenance.versions()}
     old = provenance.read_json(run / "manifest.json") or {}
     earlier = list(old.get("earlier", []))

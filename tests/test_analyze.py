@@ -13,6 +13,7 @@ from analysis_runs import FAST, B, analyze_cli, axes_drawn, entry, set_json, wri
 from test_stats import ref_pass1
 
 from analysis import assemble, figures, report, run_files, stats
+from orchestration import provenance
 
 pytestmark = pytest.mark.slow  # whole pipelines or real weights: left out of the fast loop
 
@@ -107,7 +108,7 @@ def test_end_to_end_layout_order_and_families(main_run):
 
 
 def test_end_to_end_holm_adjusted_p_values_by_hand(main_run):
-    """The base-null reading (v3, PLAN.md change 29) on the loose family: 5 entries x 3 tests. Six
+    """The base-null reading (v3, PLAN_CHANGES.md change 29) on the loose family: 5 entries x 3 tests. Six
     p-values are the smallest possible, 1/2001 (every replicate on one side): the equivalence of
     many/75, 16/75, 1/75, 1/150 (Delta pass@8 is 0 in every replicate) and the rise of many/75 and
     16/150. On the scale p / level the four TOSTs (level 0.05) come first: 15, 14, 13, 12 times
@@ -229,7 +230,7 @@ def test_primary_answer_undecided_when_pass1_does_not_rise(tmp_path):
 def test_the_base_null_cannot_be_decided_when_its_ceiling_test(tmp_path):
     """The base null cannot be decided when its ceiling test cannot fail.
 
-    PLAN.md change 29's base-null reading: the base solves every problem at pass@4 but for 1/70
+    PLAN_CHANGES.md change 29's base-null reading: the base solves every problem at pass@4 but for 1/70
     (headroom 0.014 < 3 x the 0.10 margin), pass@1 rises and the ceiling does not fall: undecided
     (the second version said yes). With a margin of 0.004 the equivalence test is asked again and
     fails: RL gained the whole headroom, 1/70 > 0.004. Under analyze.ceiling_null: base (the report's
@@ -498,6 +499,22 @@ def test_report_warns_on_mismatched_provenance(tmp_path):
     rep = (run / "report.md").read_text()
     assert "eval_many_s0_075.json was made under a different PLAN.md" in rep
     assert "eval_many_s0_075.json records other evaluation settings" in rep
+
+
+def test_report_warns_on_another_change_log_only_where_both_record_it(tmp_path):
+    """PLAN_CHANGES.md's hash is compared like PLAN.md's, but only where both files record it (older
+    files do not): its absence is no warning; the inputs table shows its column once a file records it."""
+    run = write_run(tmp_path / "run", BASE_MAIN, {("many", 75): DESIGN[("many", 75)]}, resamples=FAST)
+    f = run / "eval_many_s0_075.json"
+    set_json(f, "provenance", "changes_sha256", "c" * 64)  # the base records none
+    doc = assemble.run_analysis(run, make_figures=False)
+    assert not any("PLAN_CHANGES.md" in w for w in doc["warnings"])
+    assert "| PLAN_CHANGES.md sha256 |" in (run / "report.md").read_text() and "| " + "c" * 12 + " |" in (run / "report.md").read_text()
+    set_json(run / "eval_base.json", "provenance", "changes_sha256", "d" * 64)
+    doc = assemble.run_analysis(run, make_figures=False)
+    assert "eval_many_s0_075.json was made under a different PLAN_CHANGES.md than eval_base.json" in doc["warnings"]
+    assert "PLAN_CHANGES.md has changed since the base was evaluated" in doc["warnings"]
+    assert doc["provenance"]["changes_sha256"] == provenance.file_sha256(provenance.ROOT / "PLAN_CHANGES.md")
 
 
 def test_report_says_which_inputs_are_missing_or_from_another(tmp_path):

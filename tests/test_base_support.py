@@ -1,4 +1,4 @@
-"""Support from the base's own probabilities (method/base_support.py, PLAN.md change 57): the rule is the
+"""Support from the base's own probabilities (method/base_support.py, PLAN_CHANGES.md change 57): the rule is the
 sampler's own filter, a token outside a hand-built nucleus reads outside, the base's own draws at that
 sampler never do, and an untruncated sampler puts nothing outside."""
 import pytest

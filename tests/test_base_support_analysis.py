@@ -1,4 +1,4 @@
-"""The analysis of support from the base's own probabilities (analysis/base_support.py, PLAN.md change
+"""The analysis of support from the base's own probabilities (analysis/base_support.py, PLAN_CHANGES.md change
 57) on worlds whose truth is built in: a taught unreachable subset beside reachable problems in Z reads
 expanded; a selection of the base (nothing outside, some within rounding of the edge) reads kept; one
 seed's stray answers do not read expanded; a failed gate answers nothing; the report prints it."""

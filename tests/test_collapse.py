@@ -1,4 +1,4 @@
-"""The collapse rule (analysis/collapse.py, PLAN.md change 59) on hand-made training logs, and the
+"""The collapse rule (analysis/collapse.py, PLAN_CHANGES.md change 59) on hand-made training logs, and the
 collapse rate's exact interval against scipy's binomial test."""
 import pytest
 from scipy import stats as st

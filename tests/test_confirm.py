@@ -1,4 +1,4 @@
-"""The confirmatory run's pieces (PLAN.md change 44): the fresh test split, the reused base (copied only
+"""The confirmatory run's pieces (PLAN_CHANGES.md change 44): the fresh test split, the reused base (copied only
 when its stage hash and sha256 agree, and checked by that sha256 before any stage loads it), the
 evaluation sets' sampling seeds, and the computation table."""
 from __future__ import annotations
@@ -46,7 +46,7 @@ def test_confirm_split_shares_no_problem_with_tiny_v4(v5):
 
 
 def test_confirm2_split_is_fresh_against_every_earlier_split(v5):
-    """tiny_v6's test problems (PLAN.md change 57): drawn after tiny_v5's confirm split, they share no
+    """tiny_v6's test problems (PLAN_CHANGES.md change 57): drawn after tiny_v5's confirm split, they share no
     problem with it nor with the test, train, pretrain and dev splits, and tiny_v5's set is unchanged."""
     v6 = config.load(str(ROOT / "configs/tiny_v6.yaml"))
     t = v6.task

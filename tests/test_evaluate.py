@@ -97,7 +97,7 @@ def test_choose_sets_rule():
 
 @pytest.mark.parametrize("scoring", ["strict", "loose"])
 def test_select_reads_the_pass_rate_of_its_scoring(scoring, tmp_path, monkeypatch):
-    """select.scoring (PLAN.md change 31): a model that answers right but never writes the tags has
+    """select.scoring (PLAN_CHANGES.md change 31): a model that answers right but never writes the tags has
     strict pass rate 0 everywhere, so only the loose rule finds informative problems."""
     import countdown
 

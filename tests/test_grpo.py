@@ -104,7 +104,7 @@ def test_method_batches():
 def test_sft_one_gold_copy_of_weight_g_is_the_gradient_of_g(fitted_dir, smoke_cfg):
     """Sft one gold copy of weight g is the gradient of g copies.
 
-    PLAN.md change 29: SFT trains each gold solution once with advantage G instead of G identical
+    PLAN_CHANGES.md change 29: SFT trains each gold solution once with advantage G instead of G identical
     copies with advantage 1; the loss is linear in the advantage, so the gradient is the same."""
     grads = []
     for copies, weight in ((4, 1.0), (1, 4.0)):
@@ -367,7 +367,7 @@ def test_resume_loads_the_optimizer_state_as_an_uninterrupted(fitted_dir, smoke_
 
 @pytest.mark.parametrize("rule,chosen", [("dev", 0.001), ("reward", 0.003)])
 def test_lr_sweep_rule_dev_ignores_the_training_reward(tmp_path, monkeypatch, rule, chosen):
-    """PLAN.md change 29: with lr_sweep.rule dev the rate with the best held-out dev pass@1 wins even
+    """PLAN_CHANGES.md change 29: with lr_sweep.rule dev the rate with the best held-out dev pass@1 wins even
     where another has the higher training reward (the effect under test); rule reward is the
     report's choice. The sweep's training is replaced by one that writes the two logs."""
     cfg = config.load(None, ["lr_sweep.candidates=[0.001, 0.003]", "lr_sweep.steps=4", "lr_sweep.last=2", f"lr_sweep.rule={rule}"])
@@ -465,7 +465,7 @@ def test_no_signal_warning_reads_the_first_steps():
     rows = [{"step": s, "zero_signal_frac": z} for s, z in enumerate([1.0, 1.0, 0.875, 0.875, 0.875, 0.0, 0.0], start=1)]
     w = training.no_signal_warning(rows, "train many s0")
     assert w.startswith("warning: train many s0: 92% of groups") and "steps 1-5" in w and "\n" not in w
-    # 0.9 (PLAN.md change 45): tiny_v4's seeds that learned started at 0.70-0.85, tiny_v3's that did not at 0.95-1.00
+    # 0.9 (PLAN_CHANGES.md change 45): tiny_v4's seeds that learned started at 0.70-0.85, tiny_v3's that did not at 0.95-1.00
     assert training.no_signal_warning([{**r, "zero_signal_frac": 0.85} for r in rows], "x") is None
     assert training.no_signal_warning([{**r, "zero_signal_frac": 0.9} for r in rows], "x") is None  # above it, not at it
     assert "steps 1-2" in training.no_signal_warning(rows[:2], "x")  # a shorter run: all its steps
@@ -502,7 +502,7 @@ def test_the_training_figure_draws_the_no_signal_share(fitted_dir, smoke_cfg, tm
 
 @pytest.mark.parametrize("rule", ["step", "skip"])
 def test_a_zero_gradient_steps_or_not_by_the_registered_rule(rule):
-    """train.no_signal_update (PLAN.md change 45): after a step with signal, a step whose gradient is
+    """train.no_signal_update (PLAN_CHANGES.md change 45): after a step with signal, a step whose gradient is
     exactly zero (every group scored alike) still moves the weights under `step` (AdamW's momentum), and
     leaves weights and optimizer state as they were under `skip`; the log says which."""
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""Each evaluation sample from its own stream (PLAN.md change 52): the inverse-CDF draw against the
+"""Each evaluation sample from its own stream (PLAN_CHANGES.md change 52): the inverse-CDF draw against the
 closed form and scipy's chi-square, streams that read nothing of their batch, one evaluation at
 several batchings giving the same samples and hash, the per-batch draw of the earlier runs kept
 exactly, and the registered Qwen design's largest sampling call within an 8 GB GPU by the estimate."""

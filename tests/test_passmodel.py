@@ -95,7 +95,7 @@ def test_aic_prefers_the_zero_inflated_model_when_some_problems():
     10 simulated sets each: with 30% unsolvable problems (Beta(2, 2) elsewhere, which rarely gives
     zeros) AIC prefers the zero-inflated model every time and its fit recovers pi within 0.1; with
     none it prefers it at most 3 times in 10 (by chance about 8%: half of a chi-square(1) beyond 2).
-    Either way the registered plain model is the one used (PLAN.md change 29)."""
+    Either way the registered plain model is the one used (PLAN_CHANGES.md change 29)."""
     rng = np.random.default_rng(3)
     chosen_zi = []
     for zero_share in (0.3, 0.0):

@@ -50,7 +50,7 @@ def test_print_jobs_lists_every_job_as_a_command(tmp_path):
 
 
 def test_print_jobs_trains_a_condition_on_its_own_seeds(tmp_path):
-    """train.seeds_by_condition (PLAN.md change 29): many on seeds 0-3, the rest on train.seeds
+    """train.seeds_by_condition (PLAN_CHANGES.md change 29): many on seeds 0-3, the rest on train.seeds
     [0, 1]: two more training jobs, each with its two test evaluations and its ood one; the wide
     set still evaluates the first seed only (the calibration's pool grows to 4 seeds x 8 samples)."""
     r = pipeline("--config", str(SMOKE), "--out", str(tmp_path / "new"), "--print-jobs",
@@ -338,6 +338,8 @@ def test_a_later_run_appends_its_header_and_keeps(tmp_path, monkeypatch):
     e = man["earlier"][0]
     assert e["revision"] == "aaaa" and e["config"] == config.to_dict(first) and e["config_hash"] == config.digest(config.to_dict(first))
     assert e["stages_done"] == ["base"] and e["jobs_done"] == []
+    changes = provenance.file_sha256(ROOT / "PLAN_CHANGES.md")  # the change log's hash, in both headers
+    assert changes and man["changes_sha256"] == e["changes_sha256"] == changes
 
 
 def test_the_remake_command_is_one_pipeline_command_the_cli_reads_back(tmp_path):

@@ -1,4 +1,4 @@
-"""PLAN.md's body (sections 1-11, above the change log) states the code's defaults: each sentence
+"""PLAN.md (sections 1-11; its change log is PLAN_CHANGES.md) states the code's defaults: each sentence
 that states a setting's value is found by a small regex anchored on its words, and its numbers are
 held against the dataclass defaults of orchestration/config.py (and analysis_settings.py through it),
 or against the config file the sentence names. A stated value that drifts from the code fails here;
@@ -11,7 +11,8 @@ import pytest
 from orchestration import config
 
 ROOT = Path(__file__).resolve().parents[1]
-BODY = (ROOT / "PLAN.md").read_text().split("\n## Change log")[0]
+BODY = (ROOT / "PLAN.md").read_text()
+CHANGES = (ROOT / "PLAN_CHANGES.md").read_text()
 D = config.Config()
 TINY_SKILL = config.load(str(ROOT / "configs/tiny_skill.yaml"))
 
@@ -142,3 +143,15 @@ def test_the_stale_resamples_statement_fails():
     for stale in ("(10,000 registered; 2,000 by default)", "(2,000 by default)"):
         m = re.search(STATED[0][1], BODY.replace("(10,000 by default)", stale), re.S)
         assert m is None or [parse(g) for g in m.groups()] != STATED[0][2]()
+
+
+def test_the_rules_and_the_change_log_are_two_files():
+    """PLAN.md holds the rules (sections 1-11) and no change log; PLAN_CHANGES.md holds the entries,
+    numbered 1, 2, ... in order, each dated, and every change PLAN.md cites by number is among them."""
+    assert "## Change log" not in BODY and "## 11. " in BODY
+    entries = re.findall(r"^(\d+)\. \*\*(\d{4}-\d\d-\d\d)", CHANGES, re.M)
+    assert [int(n) for n, _ in entries] == list(range(1, len(entries) + 1)) and len(entries) >= 61
+    cited = set()
+    for a, b in re.findall(r"\bchanges? (\d+)(?:[–-](\d+))?", BODY):
+        cited |= set(range(int(a), int(b or a) + 1))
+    assert cited and max(cited) <= len(entries)

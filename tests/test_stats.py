@@ -232,7 +232,7 @@ def test_selection_answer_branches(rises, falls, equivalent, answer):
 
 def test_tie_tolerance_counts_rounding_error_replicates_as_ties():
     """Replicates that equal the null value in exact arithmetic but come out 1e-17 above it count
-    against the alternative with the tolerance (PLAN.md change 29) and for it without (tie = 0)."""
+    against the alternative with the tolerance (PLAN_CHANGES.md change 29) and for it without (tie = 0)."""
     reps = np.array([1e-17] * 5 + [0.1] * 5)
     assert stats.p_above(reps) == pytest.approx(6 / 11) and stats.p_above(reps, tie=0.0) == pytest.approx(1 / 11)
     assert stats.p_below(-reps) == pytest.approx(6 / 11) and stats.p_below(-reps, tie=0.0) == pytest.approx(1 / 11)

@@ -107,6 +107,22 @@ def test_learning_rate_sources(tmp_path):
             and study.read_lr(config.load(None, ["train.lr=0.003"]), tmp_path, "1") == 0.003)
 
 
+def test_an_output_records_both_plan_files_and_no_stage_hash_reads_them(smoke_cfg, tmp_path, monkeypatch):
+    """provenance.record holds PLAN.md's sha256 (plan_sha256) and PLAN_CHANGES.md's (changes_sha256), each
+    the file's bytes hash; a new change-log entry or rule text changes them and no stage hash."""
+    rec = provenance.record(smoke_cfg, "eval")
+    assert rec["plan_sha256"] == hashlib.sha256((ROOT / "PLAN.md").read_bytes()).hexdigest()
+    assert rec["changes_sha256"] == hashlib.sha256((ROOT / "PLAN_CHANGES.md").read_bytes()).hexdigest()
+    hashes = {st: provenance.stage_hash(smoke_cfg, st) for st in provenance.STAGE_KEYS}
+    (tmp_path / "PLAN.md").write_text("rules\n")
+    (tmp_path / "PLAN_CHANGES.md").write_text("1. **2026-01-01 — a change.**\n")
+    monkeypatch.setattr(provenance, "ROOT", tmp_path)
+    other = provenance.record(smoke_cfg, "eval")
+    assert other["plan_sha256"] == hashlib.sha256(b"rules\n").hexdigest() != rec["plan_sha256"]
+    assert other["changes_sha256"] != rec["changes_sha256"] and other["stage_hash"] == rec["stage_hash"]
+    assert {st: provenance.stage_hash(smoke_cfg, st) for st in provenance.STAGE_KEYS} == hashes
+
+
 def test_new_switches_left_off_keep_old_hashes_and_turned(smoke_cfg):
     """New switches left off keep old hashes and turned on change them."""
     d = config.to_dict(smoke_cfg)

@@ -1,4 +1,4 @@
-"""The support test and the two-axis answer (analysis/support.py, PLAN.md change 42), on synthetic
+"""The support test and the two-axis answer (analysis/support.py, PLAN_CHANGES.md change 42), on synthetic
 worlds whose truth is built in (analysis/synthetic.py) at the CPU world's design and Qwen's."""
 from collections import Counter
 
@@ -8,12 +8,12 @@ from scipy import stats as st
 
 from analysis import reweight, support, synthetic as sy, verdict
 
-W_STAR = 94.0  # PLAN.md change 42: tilt_quantile on results/tiny_v4's many, step 100, loose
+W_STAR = 94.0  # PLAN_CHANGES.md change 42: tilt_quantile on results/tiny_v4's many, step 100, loose
 LEVELS = verdict.Levels()
 CPU = {"N": 384, "S": 6, "n_base": 256, "n_pool": 192, "world": (0.27, 0.874), "target": (0.657, 0.863)}
 
 
-# The calibration arms of the support answer (PLAN.md change 46): truths that select (no rate on Z can pass what a
+# The calibration arms of the support answer (PLAN_CHANGES.md change 46): truths that select (no rate on Z can pass what a
 # tilt of at most w* gives, so *expanded* is forbidden) and truths that teach (*kept* is forbidden).
 SELECTING = ("sharpened", "tilt-at-w*", "stratum-tilts", "hard-tilt", "gamma-2", "uniform-to-target", "pool-support")
 TEACHING = ("sharpen+teach-hard", "gold")
@@ -101,8 +101,8 @@ def test_sharpening_alone_never_reads_support_expanded():
     The two cases that broke the old rule, at the CPU world's design: sharpening every problem (no
     new support) is never 'expanded' and nearly always 'kept'; sharpening everything and teaching the
     base's near-never problems (rate < 0.005 raised to 0.45; the old rule called it selection 71%) is
-    'expanded' with power 0.90 at w* = 14 and only 0.28 at the registered w* = 94 (40 data sets; a gold mixture 0.78) (PLAN.md change
-    42's power table: Z holds problems whose rates the pool cannot tell from 0.01, and f_94(0.005) = 0.32)."""
+    'expanded' with power 0.90 at w* = 14 and only 0.28 at the registered w* = 94 (40 data sets; a gold mixture 0.78)
+    (PLAN_CHANGES.md change 42's power table: Z holds problems whose rates the pool cannot tell from 0.01, and f_94(0.005) = 0.32)."""
     sharp = _answers("sharpened", 40, CPU, seed=2)
     assert sharp["expanded"] == 0 and sharp["kept"] >= 38, sharp
     low = _answers("sharpen+teach-hard", 40, CPU, seed=3, w_star=14.0)
@@ -129,7 +129,7 @@ def test_a_gold_mixture_never_reads_support_kept_and_teach_hard():
     Sharpen + teach-hard can: the test reads Z's mean, and Z also holds problems of base rate 0.005-0.02 that
     the truth sharpens towards 0, so the taught ones' 0.45 can average below f_94(bound). Measured: 3 of 40
     at w* 94 (seed 12), 0 at w* 14; a *kept* on the mean does not exclude that some problems were taught
-    (PLAN.md change 46)."""
+    (PLAN_CHANGES.md change 46)."""
     assert _answers("gold", 40, CPU, seed=12)["kept"] == 0
     high, low = _answers("sharpen+teach-hard", 40, CPU, seed=12), _answers("sharpen+teach-hard", 40, CPU, seed=12, w_star=14.0)
     assert high["kept"] <= 6 and low["kept"] == 0, (high, low)
@@ -213,8 +213,9 @@ def test_the_config_refuses_a_support_pool_that_is_not_fresh():
 def _design(seeds="own"):
     from types import SimpleNamespace
 
-    return SimpleNamespace(analyze={"calibration": {"pool_set": "pool"}}, primary_scoring="loose", checkpoints=[10],
-                           cfg=SimpleNamespace(eval_sets={"pool": SimpleNamespace(seeds=seeds)}))
+    analyze = SimpleNamespace(support=None, calibration=SimpleNamespace(pool_set="pool"))
+    return SimpleNamespace(primary_scoring="loose", checkpoints=[10],
+                           cfg=SimpleNamespace(analyze=analyze, eval_sets={"pool": SimpleNamespace(seeds=seeds)}))
 
 
 def test_the_analysis_runs_the_post_hoc_test_on_the_pool():

@@ -1,4 +1,4 @@
-"""The real-model study's task rule (PLAN.md change 47, bench/task_rule.py) on hand-made ladder rates,
+"""The real-model study's task rule (PLAN_CHANGES.md change 47, bench/task_rule.py) on hand-made ladder rates,
 and on the committed pilot's probe files (change 48's reading)."""
 import json
 import sys

@@ -4,6 +4,7 @@ takes the larger of the bootstrap and t p-values. Simulations are seeded and siz
 their bounds leave room for Monte-Carlo noise but would fail for a biased test."""
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from scipy import integrate, stats as st
 
 from analysis import calibration, power, reweight, synthetic as sy, verdict
+from orchestration import config
 
 LEVELS = verdict.Levels()
 
@@ -179,7 +181,7 @@ def _pool(seed=0, N=384):
     return p, sy.counts(rng, p, 256), sy.counts(rng, p, 384), rng
 
 
-CAL = {"resplits": 12, "resamples": 1000, "selection_w": [2, 5], "teaching_eps": [0.01], "mixed": [{"w": 2, "eps": 0.01}]}
+CAL = config.CalibrationCfg(resplits=12, resamples=1000, selection_w=[2, 5], teaching_eps=[0.01], mixed=[config.MixedArmCfg(w=2, eps=0.01)])
 
 
 def test_every_pool_arm_gets_a_label_it_may_get():
@@ -205,7 +207,8 @@ def test_an_arm_fails_when_the_test_it_checks_is_biased(monkeypatch):
         return real(base_counts, n_base, np.minimum(np.asarray(rl_counts) + 1, 32), *a, **kw)
 
     monkeypatch.setattr(verdict, "compare", biased)
-    arms = calibration.pool_arms(base, 256, pool, 384, 12, 32, 32, LEVELS, {**CAL, "selection_w": [], "teaching_eps": [], "mixed": []}, 0)
+    null_only = dataclasses.replace(CAL, selection_w=[], teaching_eps=[], mixed=[])
+    arms = calibration.pool_arms(base, 256, pool, 384, 12, 32, 32, LEVELS, null_only, 0)
     assert not arms[0]["passed"] and arms[0]["failed"]
 
 
