@@ -1,18 +1,21 @@
 """An evaluation stopped between sampling calls and run again ends with the file an uncut run writes
-(orchestration/eval_resume.py), in this process and across processes; a resume folder made for
-another evaluation is never read."""
+(orchestration/eval_resume.py): in this process, across processes, and through the pipeline; a resume
+folder made for another evaluation is never read; the pipeline keeps a matching one and moves aside
+the rest."""
 import json
 import subprocess
 import sys
 
 import pytest
 import torch
-from pipeline_runs import ENV, ROOT
+from pipeline_runs import ENV, ROOT, copy_run, pipeline
 
 from helpers import CPU, cfg_for
 from method import evaluate
 from method.model import apply_lora, load_model, save_adapter
-from orchestration import eval_resume, provenance
+from orchestration import config, eval_resume, provenance
+from runner import preview
+from runner.stages import Aside, Plan, check_stage
 
 SAMPLE = evaluate.sample  # the sampler itself, whatever a test has patched in since
 
@@ -140,3 +143,72 @@ def test_an_evaluation_cut_in_one_process_finishes_in_another(fitted_dir, smoke_
     assert resumed["resumed_from_calls"] == 2 and resumed["problems"] == uncut["problems"]
     assert computed(resumed) == computed(uncut)
     assert not eval_resume.folder_of(out).exists()
+
+
+def partial(out, stage_hash: str, calls: int = 4, done: int = 1) -> None:
+    """A resume folder as an evaluation stopped after `done` of `calls` calls leaves it."""
+    folder = eval_resume.folder_of(out)
+    folder.mkdir(parents=True)
+    spans = [[4 * i, 4 * i + 4, 0, 16] for i in range(calls)]
+    (folder / "identity.json").write_text(json.dumps({"stage_hash": stage_hash, "n": 16, "seed_tag": "eval", "calls": spans}))
+    for i in range(done):
+        (folder / eval_resume.call_name(i)).write_text(json.dumps({"span": spans[i], "seconds": 1.0, "tokens": [], "entropy": []}))
+
+
+def test_the_pipeline_keeps_a_matching_resume_folder_and_moves_aside_the_rest(smoke_cfg, tmp_path, capsys):
+    run = tmp_path / "run"
+    plan = Plan(smoke_cfg, run, str(ROOT / "configs" / "smoke.yaml"), [])
+    base = run / "eval_base.json"
+    want = plan.eval_hash(None)
+    partial(base, want)
+    partial(run / "evalsets" / "pool" / "eval_base.json", "0" * 64)  # another evaluation's settings
+    partial(run / "eval_gone_s0_003.json", "1" * 64)  # an evaluation this design does not have
+    preview.dry_run(plan, ["eval"], 1)
+    said = capsys.readouterr().out
+    assert "under way, resumed by the next run: eval_base.json 1 of 4 sampling calls done" in said
+    assert "evalsets/pool" not in said
+    check_stage(plan, "eval", False, Aside(run))
+    assert eval_resume.progress(base) == (1, 4)  # kept: the next run continues it
+    assert not eval_resume.folder_of(run / "evalsets" / "pool" / "eval_base.json").exists()
+    assert not eval_resume.folder_of(run / "eval_gone_s0_003.json").exists()
+    moved = sorted(p.relative_to(run).as_posix() for p in run.glob("superseded/*/**/identity.json"))
+    assert [m.split("/", 2)[2] for m in moved] == ["eval_gone_s0_003.json.partial/identity.json",
+                                                   "evalsets/pool/eval_base.json.partial/identity.json"]
+    # an evaluation that is done (a run stopped after writing it) leaves nothing to continue
+    base.write_text(json.dumps({"provenance": {"stage_hash": want, "config": config.to_dict(smoke_cfg)}}))
+    check_stage(plan, "eval", False, Aside(run))
+    assert not eval_resume.folder_of(base).exists() and len(list(run.glob("superseded/*/eval_base.json.partial"))) == 1
+
+
+def test_force_moves_an_evaluations_resume_folder_aside_with_it(smoke_cfg, tmp_path):
+    run = tmp_path / "run"
+    base = run / "eval_base.json"
+    partial(base, Plan(smoke_cfg, run, "smoke.yaml", []).eval_hash(None))
+    base.write_text("{}")
+    Aside(run).move(base, "--force")
+    assert not base.exists() and not eval_resume.folder_of(base).exists()
+    assert len(list(run.glob("superseded/*/eval_base.json.partial/identity.json"))) == 1
+
+
+@pytest.mark.slow
+def test_a_study_cut_during_an_evaluation_and_continued_in_a_copy_equals_the_uncut_one(small_cfg, small_jobs2, tmp_path, monkeypatch):
+    """The pipeline interrupted (Ctrl-C, exit 130) inside the base's evaluation, its folder copied, and the
+    same command run again on the copy in a fresh process: bench/same_run.py finds the uncut run's files."""
+    import pipeline as pl
+
+    run = copy_run(small_jobs2, tmp_path / "part1")
+    for f in ["eval_base.json", "eval_many_s0_006.json"]:
+        (run / f).unlink()
+    sets = ["--set", "eval.problems_per_batch=4"]  # 4 calls each; under eval.draw: sample no sample changes (PLAN.md change 52)
+    cut_after(monkeypatch, 2)
+    monkeypatch.chdir(ROOT)
+    assert pl.main(["--config", str(small_cfg), "--out", str(run), "--quiet", *sets]) == 130
+    assert eval_resume.progress(run / "eval_base.json") == (2, 4)
+    clone = copy_run(run, tmp_path / "part2")
+    r = pipeline("--config", str(small_cfg), "--out", str(clone), "--quiet", *sets, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((clone / "eval_base.json").read_text())["resumed_from_calls"] == 2
+    assert not list(clone.rglob("*.partial")) and not (clone / "superseded").exists()
+    same = subprocess.run([sys.executable, str(ROOT / "bench" / "same_run.py"), str(small_jobs2), str(clone)], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert same.returncode == 0, same.stdout[-3000:]
