@@ -192,14 +192,18 @@ def test_force_moves_an_evaluations_resume_folder_aside_with_it(smoke_cfg, tmp_p
 
 @pytest.mark.slow
 def test_a_study_cut_during_an_evaluation_and_continued_in_a_copy_equals_the_uncut_one(small_cfg, small_jobs2, tmp_path, monkeypatch):
-    """The pipeline interrupted (Ctrl-C, exit 130) inside the base's evaluation, its folder copied, and the
-    same command run again on the copy in a fresh process: bench/same_run.py finds the uncut run's files."""
+    """The pipeline interrupted (Ctrl-C, exit 130) inside an evaluation, its folder copied, and the same command
+    run again on the copy in a fresh process: bench/same_run.py finds the files of the same command run uncut."""
     import pipeline as pl
 
-    run = copy_run(small_jobs2, tmp_path / "part1")
-    for f in ["eval_base.json", "eval_many_s0_006.json"]:
+    sets = ["--set", "eval.problems_per_batch=4"]  # 4 calls per evaluation (the hashes leave it out: draw sample)
+    redo = ["eval_base.json", "eval_many_s0_006.json"]
+    uncut, run = copy_run(small_jobs2, tmp_path / "uncut"), copy_run(small_jobs2, tmp_path / "part1")
+    for f in redo:
+        (uncut / f).unlink()
         (run / f).unlink()
-    sets = ["--set", "eval.problems_per_batch=4"]  # 4 calls each; under eval.draw: sample no sample changes (PLAN.md change 52)
+    r = pipeline("--config", str(small_cfg), "--out", str(uncut), "--quiet", *sets, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
     cut_after(monkeypatch, 2)
     monkeypatch.chdir(ROOT)
     assert pl.main(["--config", str(small_cfg), "--out", str(run), "--quiet", *sets]) == 130
@@ -208,7 +212,7 @@ def test_a_study_cut_during_an_evaluation_and_continued_in_a_copy_equals_the_unc
     r = pipeline("--config", str(small_cfg), "--out", str(clone), "--quiet", *sets, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads((clone / "eval_base.json").read_text())["resumed_from_calls"] == 2
-    assert not list(clone.rglob("*.partial")) and not (clone / "superseded").exists()
-    same = subprocess.run([sys.executable, str(ROOT / "bench" / "same_run.py"), str(small_jobs2), str(clone)], cwd=ROOT,
+    assert not list(clone.rglob("*.partial"))  # removed once written; none moved aside (superseded/ included)
+    same = subprocess.run([sys.executable, str(ROOT / "bench" / "same_run.py"), str(uncut), str(clone)], cwd=ROOT,
                           capture_output=True, text=True)
     assert same.returncode == 0, same.stdout[-3000:]
