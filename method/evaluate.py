@@ -163,8 +163,8 @@ def evaluate(cfg: config.Config, base: str, adapter: str | None, out_file: Path,
     """Sample n answers per problem of an evaluation set from the base (or base + adapter), score
     them three ways, measure diversity, and write one JSON file (atomically). Resumable: each finished
     sampling call is kept in OUT.partial/ (orchestration/eval_resume.py) until the file is written, and
-    a run stopped before then continues from its calls: the file equals an uncut run's, its `seconds`
-    the sum over the parts, `resumed_from_calls` the number of calls an earlier part made."""
+    a run stopped before then continues from its calls: the file equals an uncut run's, but `seconds` is
+    this part's plus those of the calls earlier parts kept, and `resumed_from_calls` counts those calls."""
     setup_torch(cfg)
     device = pick_device(cfg)
     model, tok = load_policy(cfg, base, adapter, device)
