@@ -4,7 +4,7 @@
 
 Every file both folders hold is compared after the parts that measure the machine or name the
 folder are set aside: the run folder's own path (written into adapter configs and evaluations),
-JSON keys that time or describe a process (`seconds`, `time`, `provenance`, ...; the stage hash
+JSON keys that time or describe a process (`seconds`, `time`, `resumed_from_calls`, `provenance`, ...; the stage hash
 inside `provenance` is kept and compared), training-log columns `sec_*` and `peak_*`, and in
 report.md its title, time stamp and the inputs table's bytes hashes, revisions and times. Weights
 (.safetensors, .pt) are compared byte for byte. Prints one line per file that differs, then a
@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 UNTIMED = ("sec_", "peak_")  # training-log columns that measure the machine
-TIMING_KEYS = {"seconds", "time", "wall_s", "started", "finished", "first_call_seconds", "micro_batch_why"}  # the last: free memory
+# the last two: free memory, and how many sampling calls an earlier part of an evaluation made (it resumed)
+TIMING_KEYS = {"seconds", "time", "wall_s", "started", "finished", "first_call_seconds", "micro_batch_why", "resumed_from_calls"}
 SKIP = {"manifest.json"}  # the pipeline's own log of when and how long: it differs by construction
 
 

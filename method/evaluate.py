@@ -34,7 +34,8 @@ from method.model import (
 )
 from method.sampler import sample
 from orchestration import config, memory, study
-from orchestration.provenance import atomic_write_json, file_sha256, record
+from orchestration.eval_resume import Resume
+from orchestration.provenance import atomic_write_json, file_sha256, record, stage_hash
 
 # ============================================================================= sampling and scoring
 
@@ -56,32 +57,41 @@ def decode_texts(tok, tokens: list[list[list[int]]]) -> list[list[str]]:
 
 
 def sample_problem_tokens(model, tok, cfg: config.Config, problems, n: int, s: config.SamplingCfg, tag: str, per_batch: int,
-                          progress: bool = True) -> tuple[list[list[list[int]]], list[float]]:
+                          progress: bool = True, resume: Resume | None = None) -> tuple[list[list[list[int]]], list[float]]:
     """n responses' token ids per problem (as drawn, EOS included), and per problem the mean full-vocabulary entropy of the
     untempered policy over all its response tokens; the prompts, seed, LoRA folding
     (lora.fold_for_sampling) and draw as cfg says. Under eval.draw: sample each sample draws from its
     own stream, seeded by (task.seed, tag, problem id, sample index), and the calls (sampling_calls:
     per_batch problems, at most eval.max_rows rows) change no sample (PLAN_CHANGES.md change 52). Under
     eval.draw: batch (the runs before it), each call's generator is seeded by (task.seed, tag, its
-    first problem id), so the samples depend on per_batch; neither depends on what ran before."""
+    first problem id), so the samples depend on per_batch; neither depends on what ran before, so with
+    `resume` (orchestration/eval_resume.py) the calls it holds are taken from it, not sampled again, and
+    each call sampled is recorded there as it finishes."""
     from tqdm import tqdm
 
     stops, pad = stop_ids(model, tok), pad_id(tok)
     prompts = render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
     keyed, seed = cfg.eval.draw == "sample", cfg.task.seed
     calls = memory.sampling_calls(len(problems), n, per_batch, cfg.eval.max_rows if keyed else None)
+    done = resume.load(calls) if resume is not None else {}  # call index -> its recorded tokens and entropies
     tokens: list[list[list[int]]] = [[] for _ in problems]  # per problem, its samples' token ids in sample order
     sample_ent: list[list[float]] = [[] for _ in problems]
     with tqdm(total=len(problems) * n, desc=tag, unit="sample", disable=not progress, leave=False) as bar, \
             (lora_folded(model) if cfg.lora.fold_for_sampling else nullcontext()):
-        for ps, js in calls:
-            seeds = ([study.seed_for(seed, tag, problems[i].id, j) for i in ps for j in js] if keyed
-                     else study.seed_for(seed, tag, problems[ps[0]].id))
-            samples = sample(model, [prompts[i] for i in ps], len(js), s, seeds, stops, pad, entropy=True)
+        for c, (ps, js) in enumerate(calls):
+            if c in done:
+                got, ent = done[c]["tokens"], done[c]["entropy"]
+            else:
+                seeds = ([study.seed_for(seed, tag, problems[i].id, j) for i in ps for j in js] if keyed
+                         else study.seed_for(seed, tag, problems[ps[0]].id))
+                samples = sample(model, [prompts[i] for i in ps], len(js), s, seeds, stops, pad, entropy=True)
+                got, ent = samples.tokens, samples.entropy
+                if resume is not None:
+                    resume.save(c, got, ent)
             for r, i in enumerate(ps):
-                tokens[i] += samples.tokens[r * len(js) : (r + 1) * len(js)]
-                sample_ent[i] += samples.entropy[r * len(js) : (r + 1) * len(js)]
-            bar.update(len(samples.tokens))
+                tokens[i] += got[r * len(js) : (r + 1) * len(js)]
+                sample_ent[i] += ent[r * len(js) : (r + 1) * len(js)]
+            bar.update(len(got))
     entropies = [sum(e * len(x) for e, x in zip(es, ts)) / max(sum(len(x) for x in ts), 1) for es, ts in zip(sample_ent, tokens)]
     return tokens, entropies
 
@@ -151,7 +161,10 @@ def eval_set_settings(cfg: config.Config, eval_set: str) -> tuple[list, int, int
 
 def evaluate(cfg: config.Config, base: str, adapter: str | None, out_file: Path, progress: bool = True, eval_set: str = "test") -> dict:
     """Sample n answers per problem of an evaluation set from the base (or base + adapter), score
-    them three ways, measure diversity, and write one JSON file (atomically)."""
+    them three ways, measure diversity, and write one JSON file (atomically). Resumable: each finished
+    sampling call is kept in OUT.partial/ (orchestration/eval_resume.py) until the file is written, and
+    a run stopped before then continues from its calls: the file equals an uncut run's, but `seconds` is
+    this part's plus those of the calls earlier parts kept, and `resumed_from_calls` counts those calls."""
     setup_torch(cfg)
     device = pick_device(cfg)
     model, tok = load_policy(cfg, base, adapter, device)
@@ -168,7 +181,9 @@ def evaluate(cfg: config.Config, base: str, adapter: str | None, out_file: Path,
     # evaluated once. Each set other than `test` has its own seeds (new draws, so the `wide` set
     # checks the extrapolation out of sample) unless it asks for the test set's.
     tag = seed_tag(cfg, eval_set)
-    tokens, ent = sample_problem_tokens(model, tok, cfg, problems, n, sampling, tag, per_batch, progress)
+    inputs = study.eval_inputs(cfg, adapter_sha, eval_set)
+    resume = Resume(out_file, {"stage_hash": stage_hash(cfg, "eval", inputs), "n": n, "seed_tag": tag})
+    tokens, ent = sample_problem_tokens(model, tok, cfg, problems, n, sampling, tag, per_batch, progress, resume)
     rows = score_problems(problems, decode_texts(tok, tokens), cfg.eval.keep_responses, ent)
     if cfg.eval.base_support:
         add_base_support(model, tok, cfg, problems, tokens, rows, sampling)
@@ -181,11 +196,13 @@ def evaluate(cfg: config.Config, base: str, adapter: str | None, out_file: Path,
         "sampling": {"n": n, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
                      "repetition_penalty": 1.0, "max_new_tokens": sampling.max_new_tokens, "seed": cfg.task.seed,
                      "seed_tag": tag, **draw_record(cfg, per_batch), "stop_ids": stop_ids(model, tok)},
-        "seconds": round(time.perf_counter() - t0, 2),
+        "seconds": round(time.perf_counter() - t0 + resume.resumed_seconds, 2),  # every part's
+        **({"resumed_from_calls": resume.resumed} if resume.resumed else {}),
         "problems": rows,
-        "provenance": record(cfg, "eval", study.eval_inputs(cfg, adapter_sha, eval_set), str(device)),
+        "provenance": record(cfg, "eval", inputs, str(device)),
     }
     atomic_write_json(out_file, result)
+    resume.remove()
     return result
 
 

@@ -282,16 +282,17 @@ def weights_problem(folder: str | Path, sha256: str | None) -> str | None:
 
 
 def content_sha256(path: str | Path) -> str | None:
-    """sha256 of what a JSON output computed: the file without its timings ("seconds"), without
+    """sha256 of what a JSON output computed: the file without its timings ("seconds", and
+    "resumed_from_calls": how many sampling calls an earlier part of an evaluation made), without
     the path it was made from ("model": the adapter's sha256 and identity stay) and without its
     provenance, except the stage hash (the settings and inputs it was made from). Two runs that
-    computed the same thing agree, whenever, wherever and at whatever revision they ran."""
+    computed the same thing agree, whenever, wherever, in how many parts and at whatever revision they ran."""
     try:
         d = json.loads(Path(path).read_text())
     except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
         return None
     if isinstance(d, dict):
-        d = {k: v for k, v in d.items() if k not in ("seconds", "model", "provenance")} | \
+        d = {k: v for k, v in d.items() if k not in ("seconds", "resumed_from_calls", "model", "provenance")} | \
             {"stage_hash": (d.get("provenance") or {}).get("stage_hash")}
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 

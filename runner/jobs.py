@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestration import config, provenance, study
+from orchestration import config, eval_resume, provenance, study
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -274,7 +274,8 @@ def estimate_seconds(run: Path, jobs: list[Job], n: int, cost=None) -> tuple[flo
             rows = provenance.read_json(study.train_dir(run, *_cond_seed(j)) / "last" / "state.json")
             total += (j.steps - (rows or {}).get("step", 0)) * sps
         elif j.stage != "train" and per_sample is not None:
-            total += per_sample * j.samples
+            done = eval_resume.progress(j.output) if j.stage == "eval" else None  # calls an earlier run finished
+            total += per_sample * j.samples * (1 - done[0] / done[1] if done else 1)
         else:
             unknown.add("training" if j.stage == "train" else "evaluation")
             if cost is not None:

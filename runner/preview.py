@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
+from orchestration import eval_resume
 from runner import foreign
 from runner.jobs import estimate_seconds, fmt_minutes
 from runner.stages import JOB_STAGES, Plan, kept_weights_note
@@ -27,6 +28,8 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
                 state = kept_weights_note(plan, s, counts["weightless"]) or state
             if counts.get("foreign"):
                 refuses.append(s)
+            if s == "eval" and (under := evals_under_way(plan)):
+                state += f"; under way, resumed by the next run: {', '.join(under)}"
         elif s == "analyze":
             state = "done" if plan.analyze_done() else ("out of date" if (plan.run / "verdicts.json").exists() else "to do")
         else:
@@ -54,6 +57,17 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
     singles = [s for s in todo if s in ("probe", "select", "lr-sweep") and not plan.done(s)]
     if cost is not None and singles:
         print(f"  {', '.join(singles)} before them: {cost.describe(cost.both(lambda c: sum(c.single(s) for s in singles)))}")
+
+
+def evals_under_way(plan: Plan) -> list[str]:
+    """'<file> k of K sampling calls done' for each evaluation an earlier run stopped in whose resume folder
+    (orchestration/eval_resume.py) the next run continues: made under the stage hash the evaluation should record."""
+    out = []
+    for _, m, want in plan.outputs("eval"):
+        done = eval_resume.progress(m)
+        if done and not m.exists() and want is not None and eval_resume.recorded_hash(m) == want:
+            out.append(f"{m.relative_to(plan.run)} {done[0]} of {done[1]} sampling calls done")
+    return out
 
 
 def print_jobs(plan: Plan, todo: list[str]) -> None:

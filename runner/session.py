@@ -172,7 +172,7 @@ def resumes(cfg: config.Config, stage: str | None) -> str:
                 "from the start if it had not reached the first)")
     if stage in JOB_STAGES:
         return (f"finished jobs are kept, training runs resume from their last checkpoint (every {cfg.train.save_last_every} steps), "
-                "evaluations that were under way are redone")
+                "evaluations under way continue from their last finished sampling call")
     if stage == "lr-sweep":
         return f"finished candidates are kept, the one under way resumes from its last checkpoint (every {cfg.train.save_last_every} steps)"
     return f"stage {stage} is redone" if stage else "nothing is lost"

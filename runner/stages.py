@@ -12,7 +12,7 @@ import shlex
 import socket
 from pathlib import Path
 
-from orchestration import cli, config, provenance, study
+from orchestration import cli, config, eval_resume, provenance, study
 from runner.jobs import Job, log, now
 
 STAGES = ["base", "probe", "select", "lr-sweep", "train", "eval", "tokens", "analyze"]
@@ -464,6 +464,8 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
             aside.move(path, "made under other settings (--force)" if st == "foreign" else "made from other inputs")
         elif st == "foreign" and stage == "base":
             aside.move(path, "another model build (--force)")
+        elif stage == "eval" and (why := stale_resume(st, want, path)):
+            aside.move(eval_resume.folder_of(path), why)
     run = plan.run
     if stage == "train":
         expected = {study.train_dir(run, c, s).name for c, s in plan.train_units()}
@@ -475,6 +477,9 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
         for f in sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")):
             if f not in expected:
                 aside.move(f, "not an evaluation this config expects (another design or old file names)")
+        for d in sorted(run.glob("eval_*.json.partial")) + sorted(run.glob("evalsets/*/eval_*.json.partial")):
+            if d.with_name(d.name.removesuffix(".partial")) not in expected:
+                aside.move(d, "the resume folder of an evaluation this config does not expect")
     if stage in ("tokens", "analyze"):
         expected = {f for f, _ in plan.tokens()}
         for f in sorted(run.glob("tokens_*.json")):
@@ -493,6 +498,18 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
                     raise Refused(f"{m}: made under {plan.why('lr-sweep', m)}; refusing to overwrite it "
                                   "(pipeline.py --force replaces it and what depends on it; or --run another folder)")
                 aside.move(d, "made under other settings (--force)")
+
+
+def stale_resume(state: str, want: str | None, out: Path) -> str | None:
+    """Why the resume folder of the evaluation writing `out` (state: its output's) is not to be continued,
+    or None: its evaluation is done (a run stopped after writing the file), or it was made under another
+    stage hash than `want` (other settings, adapter or set; `want` None: not known yet, evaluate checks)."""
+    if not eval_resume.folder_of(out).exists():
+        return None
+    if state == "done":
+        return "the resume folder of an evaluation that is done"
+    got = eval_resume.recorded_hash(out)
+    return f"a resume folder made under stage hash {str(got)[:12]}, not {want[:12]}" if want is not None and got != want else None
 
 
 def registered_stages(cfg: config.Config) -> list[str]:
@@ -564,6 +581,9 @@ class Aside:
         self.when = provenance.stamp()
 
     def move(self, path: Path, why: str) -> None:
-        dest = provenance.move_aside(self.run, path, self.when)
-        if dest is not None:
-            log(f"moved aside {path.relative_to(self.run)} -> {dest.relative_to(self.run)} ({why})")
+        """Move `path` aside, and with it an evaluation's resume folder (eval_resume.folder_of): an
+        evaluation redone under --force or other settings never continues from the calls of the old one."""
+        for p in (path, eval_resume.folder_of(path)):
+            dest = provenance.move_aside(self.run, p, self.when)
+            if dest is not None:
+                log(f"moved aside {p.relative_to(self.run)} -> {dest.relative_to(self.run)} ({why})")
