@@ -15,6 +15,7 @@ again. With --config (and --set) the whole folder is first checked against that 
 checks it (runner/foreign.py): a folder holding outputs made under other settings is refused in
 the pipeline's line, exit 2, before anything is written.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,17 @@ from orchestration import cli, provenance
 
 # What an analysis reads from a run folder is everything but these: weights, resume points, what was moved
 # aside, the lock, and the analysis' own outputs (written anew).
-NOT_INPUTS = ("*.safetensors", "*.bin", "*.pt", "last", "superseded", ".pipeline.lock", "verdicts.json", "report.md", "figures")
+NOT_INPUTS = (
+    "*.safetensors",
+    "*.bin",
+    "*.pt",
+    "last",
+    "superseded",
+    ".pipeline.lock",
+    "verdicts.json",
+    "report.md",
+    "figures",
+)
 
 
 def copy_inputs(run: Path, out: Path) -> None:
@@ -62,12 +73,21 @@ def remake_hint(run: Path, named: Path | None) -> str:
             continue
         config = config or (opt["--config"], [argv[i + 1] for i in range(len(argv) - 1) if argv[i] == "--set"])
         output = j.get("output") or older_output(argv, opt, then)
-        if (named is not None and output and argv[1:3] in (["grpo.py", "eval"], ["grpo.py", "tokens"])
-                and (run / output).resolve() == named.resolve()):
-            return "make it again: " + shlex.join(str(run) + x[len(then):] if x == then or x.startswith(then + "/") else x for x in argv)
+        if (
+            named is not None
+            and output
+            and argv[1:3] in (["grpo.py", "eval"], ["grpo.py", "tokens"])
+            and (run / output).resolve() == named.resolve()
+        ):
+            return "make it again: " + shlex.join(
+                str(run) + x[len(then) :] if x == then or x.startswith(then + "/") else x for x in argv
+            )
     if config is not None:
-        return ("redo what is damaged: " + cli.pipeline_command(config[0], run, config[1])
-                + " (the pipeline moves a damaged output aside and makes it again)")
+        return (
+            "redo what is damaged: "
+            + cli.pipeline_command(config[0], run, config[1])
+            + " (the pipeline moves a damaged output aside and makes it again)"
+        )
     return f"redo what is damaged: python pipeline.py --config <the config {run} was made with> --run {shlex.quote(str(run))}"
 
 
@@ -80,8 +100,11 @@ def older_output(argv: list[str], opt: dict, then: str) -> str | None:
         return None
     adapter = opt.get("--adapter")
     try:
-        made = (study.eval_dir(Path(then), opt.get("--eval-set", "test")) / study.adapter_eval_name(adapter) if argv[2] == "eval"
-                else Path(then) / study.adapter_tokens_name(adapter))
+        made = (
+            study.eval_dir(Path(then), opt.get("--eval-set", "test")) / study.adapter_eval_name(adapter)
+            if argv[2] == "eval"
+            else Path(then) / study.adapter_tokens_name(adapter)
+        )
     except Exception:  # an adapter path not named as the pipeline names them
         return None
     return made.relative_to(then).as_posix()
@@ -107,8 +130,11 @@ def report_only(run: Path) -> int:
         text = report.render(doc)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         why = e.strerror if isinstance(e, OSError) else f"malformed (no {e})" if isinstance(e, KeyError) else str(e)
-        print(f"analyze_b.py: {src}: {why}; analyse the run again, into a new folder if it is committed: "
-              f"python analyze_b.py --run {run} --out NEW_FOLDER", file=sys.stderr)
+        print(
+            f"analyze_b.py: {src}: {why}; analyse the run again, into a new folder if it is committed: "
+            f"python analyze_b.py --run {run} --out NEW_FOLDER",
+            file=sys.stderr,
+        )
         return 2
     try:
         if (dest := provenance.move_aside(run, run / "report.md", provenance.stamp())) is not None:
@@ -137,23 +163,48 @@ def folder_refusal(run: Path, config_path: str, sets: list[str]) -> str | None:
 
 
 def main(argv=None) -> int:
-    p = cli.Parser(description="The registered verdicts, calibration, secondary analyses, figures and report of one run.")
+    p = cli.Parser(
+        description="The registered verdicts, calibration, secondary analyses, figures and report of one run."
+    )
     p.add_argument("--run", help="the run folder holding eval_*.json")
-    p.add_argument("--report-only", metavar="RUN", default=None,
-                   help="print RUN/report.md again from RUN/verdicts.json alone (nothing is computed; the old report is moved aside)")
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help="a new folder for verdicts.json, report.md and figures/: the run's inputs are copied there (weights left "
-                        "out) and analysed, leaving --run untouched (a committed run, a read-only one)")
-    p.add_argument("--config", default=None, help="the config the run was made with: the folder is checked against it first, "
-                   "as the pipeline checks it (refused, exit 2, when an output was made under other settings)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="with --config: an override, as the pipeline's")
-    p.add_argument("--resamples", type=int, default=None, help="bootstrap resamples (default: the run's config, analyze.resamples)")
+    p.add_argument(
+        "--report-only",
+        metavar="RUN",
+        default=None,
+        help="print RUN/report.md again from RUN/verdicts.json alone (nothing is computed; the old report is moved aside)",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="a new folder for verdicts.json, report.md and figures/: the run's inputs are copied there (weights left "
+        "out) and analysed, leaving --run untouched (a committed run, a read-only one)",
+    )
+    p.add_argument(
+        "--config",
+        default=None,
+        help="the config the run was made with: the folder is checked against it first, "
+        "as the pipeline checks it (refused, exit 2, when an output was made under other settings)",
+    )
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="with --config: an override, as the pipeline's"
+    )
+    p.add_argument(
+        "--resamples", type=int, default=None, help="bootstrap resamples (default: the run's config, analyze.resamples)"
+    )
     p.add_argument("--seed", type=int, default=None, help="bootstrap seed (default: the run's config, analyze.seed)")
-    p.add_argument("--partial", action="store_true", help="analyse a run with expected evaluations missing (the report says so)")
+    p.add_argument(
+        "--partial", action="store_true", help="analyse a run with expected evaluations missing (the report says so)"
+    )
     p.add_argument("--no-figures", action="store_true")
-    p.add_argument("--support-post-hoc", type=float, default=None, metavar="W_STAR",
-                   help="for a run registered before PLAN_CHANGES.md change 42: the support test at this w* on its calibration pool, "
-                        "labelled post hoc in verdicts.json and report.md (use with --out)")
+    p.add_argument(
+        "--support-post-hoc",
+        type=float,
+        default=None,
+        metavar="W_STAR",
+        help="for a run registered before PLAN_CHANGES.md change 42: the support test at this w* on its calibration pool, "
+        "labelled post hoc in verdicts.json and report.md (use with --out)",
+    )
     a = p.parse_args(argv)
     if (a.run is None) == (a.report_only is None):
         p.error("give --run RUN (analyse) or --report-only RUN (print its report again), one of the two")
@@ -164,7 +215,10 @@ def main(argv=None) -> int:
         print(f"analyze_b.py: --run {run}: no such folder", file=sys.stderr)
         return 2
     if a.support_post_hoc is not None and not a.support_post_hoc >= 1:
-        print(f"analyze_b.py: --support-post-hoc {a.support_post_hoc}: w* must be >= 1 (a tilt towards correct answers)", file=sys.stderr)
+        print(
+            f"analyze_b.py: --support-post-hoc {a.support_post_hoc}: w* must be >= 1 (a tilt towards correct answers)",
+            file=sys.stderr,
+        )
         return 2
     if a.set and a.config is None:
         p.error("--set needs --config")
@@ -184,7 +238,9 @@ def main(argv=None) -> int:
     try:
         if a.out:
             copy_inputs(run, target)
-        out = run_analysis(target, a.resamples, a.seed, not a.no_figures, partial=a.partial, support_w=a.support_post_hoc)
+        out = run_analysis(
+            target, a.resamples, a.seed, not a.no_figures, partial=a.partial, support_w=a.support_post_hoc
+        )
     except (InputError, OSError) as e:
         if a.out:  # the copy is ours and holds no result: the folder goes back to how it was given
             shutil.rmtree(target, ignore_errors=True)
@@ -198,11 +254,17 @@ def main(argv=None) -> int:
             print(f"analyze_b.py: {msg}; {remake_hint(run, named)}", file=sys.stderr)
             return 2  # an input's fault (README: exit codes)
         else:
-            print(f"analyze_b.py: cannot write {e.filename or target}: {e.strerror or e}; analyse into a folder of your own: "
-                  f"python analyze_b.py --run {run} --out NEW_FOLDER", file=sys.stderr)
+            print(
+                f"analyze_b.py: cannot write {e.filename or target}: {e.strerror or e}; analyse into a folder of your own: "
+                f"python analyze_b.py --run {run} --out NEW_FOLDER",
+                file=sys.stderr,
+            )
         return 1
     print(report.headline(out))
-    print(f"wrote {target / 'verdicts.json'} and {target / 'report.md'}" + (f" (from the inputs of {run}, copied there)" if a.out else ""))
+    print(
+        f"wrote {target / 'verdicts.json'} and {target / 'report.md'}"
+        + (f" (from the inputs of {run}, copied there)" if a.out else "")
+    )
     return 0
 
 

@@ -39,6 +39,7 @@ Scoring decisions (every one is tested in tests/test_scoring.py):
   * Every scan is a single left-to-right regular-expression pass without backtracking
     blow-ups, so scoring is linear in the response length.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -179,7 +180,9 @@ def draw_splits(task: str, seed: int, counts: dict[str, int]) -> dict[str, list[
         while len(out[split]) < count:
             tries += 1
             if tries > 100 * count + 1000:
-                raise ValueError(f"{task} has too few distinct problems for " + " + ".join(f"{counts.get(x, 0)} {x}" for x in SPLITS))
+                raise ValueError(
+                    f"{task} has too few distinct problems for " + " + ".join(f"{counts.get(x, 0)} {x}" for x in SPLITS)
+                )
             q, ans, nums, sol = _countdown_problem(rng) if task == "countdown" else _arith_problem(rng, task)
             if q in seen:
                 continue
@@ -297,8 +300,10 @@ def _is_unary(text: str, at: int, attached: bool) -> bool:
     """Is the sign at text[at] a unary minus? Binary if glued to a digit, letter or ')' before it
     ("3-5"); unary if glued to its digits ("is -5", "(-5"); with spaces on both sides ("3 - 5",
     "= - 5") it is unary only when what precedes is not a digit, letter or ')'."""
+
     def operand(ch: str) -> bool:
         return ch.isalnum() or ch == ")"
+
     just_before = text[at - 1 : at]
     if just_before and operand(just_before):
         return False
@@ -390,12 +395,26 @@ def gold_solution(problem: Problem, style: str = "instruct") -> str:
     product, value = a * b, a * b - c
     if style == "bare":
         parts = place_parts(a)
-        work = f"{a} * {b} = " + (" + ".join(f"{x} * {b}" for x in parts) + " = " + " + ".join(str(x * b) for x in parts) + " = "
-                                  if len(parts) > 1 else "") + f"{product}"
+        work = (
+            f"{a} * {b} = "
+            + (
+                " + ".join(f"{x} * {b}" for x in parts) + " = " + " + ".join(str(x * b) for x in parts) + " = "
+                if len(parts) > 1
+                else ""
+            )
+            + f"{product}"
+        )
         return f"<think>{work}. {product} - {c} = {value}</think><answer>{value}</answer>"
     parts = place_parts(b)
-    work = f"{a} * {b} = " + (" + ".join(f"{a} * {x}" for x in parts) + " = " + " + ".join(str(a * x) for x in parts) + " = "
-                              if len(parts) > 1 else "") + f"{product}"
+    work = (
+        f"{a} * {b} = "
+        + (
+            " + ".join(f"{a} * {x}" for x in parts) + " = " + " + ".join(str(a * x) for x in parts) + " = "
+            if len(parts) > 1
+            else ""
+        )
+        + f"{product}"
+    )
     return f"<think>{work}. {product} - {c} = {value}</think>\n<answer>{value}</answer>"
 
 
@@ -485,7 +504,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", default="0", help="the task seed that draws every split (default 0)")
     p.add_argument("--split", default="train", choices=("train", "test"), help="train or test (default train)")
     p.add_argument("--n-test", default=128, type=int, help="size of the test split drawn before train (default 128)")
-    p.add_argument("--style", default="instruct", help=f"the prompt: one of {', '.join(PROMPT_STYLES)} (default instruct)")
+    p.add_argument(
+        "--style", default="instruct", help=f"the prompt: one of {', '.join(PROMPT_STYLES)} (default instruct)"
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     a = p.parse_args(argv)
     try:
@@ -493,8 +514,11 @@ def main(argv: list[str] | None = None) -> int:
         if n < 1 or a.n_test < 0:
             raise ValueError
     except ValueError:
-        print(f"countdown.py: --n, --seed and --n-test must be integers (n >= 1, n-test >= 0), "
-              f"got --n {a.n!r} --seed {a.seed!r} --n-test {a.n_test}", file=sys.stderr)
+        print(
+            f"countdown.py: --n, --seed and --n-test must be integers (n >= 1, n-test >= 0), "
+            f"got --n {a.n!r} --seed {a.seed!r} --n-test {a.n_test}",
+            file=sys.stderr,
+        )
         return 2
     if a.task not in TASKS:
         print(f"countdown.py: unknown --task {a.task!r}; choose one of {', '.join(TASKS)}", file=sys.stderr)

@@ -10,6 +10,7 @@ and tagged at the lines that make them, head method/objective.py (advantages, th
 method/training.py holds the loop and the learning-rate sweep. The commands' arguments, checks and
 faults are runner/commands.py's.
 """
+
 import sys
 
 from runner import commands

@@ -40,6 +40,7 @@ RUN/manifest.json records the config, PLAN.md's sha256, the code revision, packa
 each stage's and job's status and wall time; a later run under another header keeps the earlier one
 in `earlier`.
 """
+
 from __future__ import annotations
 
 import signal
@@ -59,20 +60,44 @@ ROOT = Path(__file__).resolve().parent
 def parse_args(argv: list[str] | None):
     p = cli.Parser(description="Run the study's stages in PLAN.md's order.")
     p.add_argument("--config", required=True, help="YAML config, e.g. configs/smoke.yaml")
-    p.add_argument("--run", "--out", dest="run", default=None,
-                   help="run folder (default: results/<config name>); --out is the same option, as earlier commands wrote it")
+    p.add_argument(
+        "--run",
+        "--out",
+        dest="run",
+        default=None,
+        help="run folder (default: results/<config name>); --out is the same option, as earlier commands wrote it",
+    )
     p.add_argument("--stage", choices=STAGES, default=None, help="run only this stage (its inputs must exist)")
     p.add_argument("--condition", default=None, help="with --stage train: only this condition (every seed)")
-    p.add_argument("--force", action="store_true",
-                   help="replace outputs made under other settings; with --stage, also redo that stage when it is done")
-    p.add_argument("--jobs", type=int, default=1, help="training runs and evaluations to run at once (worker processes)")
-    p.add_argument("--gpus", default=None, metavar="IDS",
-                   help="GPUs for the jobs, one per job at a time (default: every visible GPU; e.g. 0,1)")
-    p.add_argument("--executor", choices=["local", "ray"], default="local", help="where jobs run: here, or on a Ray cluster")
-    p.add_argument("--ray-address", default=None, help="with --executor ray: the cluster (default: a local Ray started here)")
-    p.add_argument("--dry-run", action="store_true", help="print the plan (done / to do / out of date, time left) and exit")
-    p.add_argument("--print-jobs", action="store_true", help="print what is left as shell commands (for a scheduler) and exit")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. train.steps=10")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace outputs made under other settings; with --stage, also redo that stage when it is done",
+    )
+    p.add_argument(
+        "--jobs", type=int, default=1, help="training runs and evaluations to run at once (worker processes)"
+    )
+    p.add_argument(
+        "--gpus",
+        default=None,
+        metavar="IDS",
+        help="GPUs for the jobs, one per job at a time (default: every visible GPU; e.g. 0,1)",
+    )
+    p.add_argument(
+        "--executor", choices=["local", "ray"], default="local", help="where jobs run: here, or on a Ray cluster"
+    )
+    p.add_argument(
+        "--ray-address", default=None, help="with --executor ray: the cluster (default: a local Ray started here)"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the plan (done / to do / out of date, time left) and exit"
+    )
+    p.add_argument(
+        "--print-jobs", action="store_true", help="print what is left as shell commands (for a scheduler) and exit"
+    )
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. train.steps=10"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p.parse_args(argv)
 
@@ -84,7 +109,9 @@ def checked_config(a) -> tuple[config.Config, list[str]]:
     if a.condition and a.stage != "train":
         raise config.ConfigError("--condition goes with --stage train")
     if a.condition and a.condition not in cfg.conditions:
-        raise config.ConfigError(f"--condition {a.condition!r}: not registered in conditions ({', '.join(cfg.conditions)})")
+        raise config.ConfigError(
+            f"--condition {a.condition!r}: not registered in conditions ({', '.join(cfg.conditions)})"
+        )
     if a.jobs < 1:
         raise config.ConfigError(f"--jobs {a.jobs}: must be >= 1")
     gpus = [] if cfg.device == "cpu" else [g.strip() for g in a.gpus.split(",")] if a.gpus else visible_gpus()
@@ -123,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pipeline.py: stage {todo[0]} cannot run: {e}", file=sys.stderr)
         return 2
 
-    def terminated(signum, frame):  # a scheduler's time limit (Slurm sends SIGTERM first), a closed terminal: end as Ctrl-C does
+    def terminated(
+        signum, frame
+    ):  # a scheduler's time limit (Slurm sends SIGTERM first), a closed terminal: end as Ctrl-C does
         raise KeyboardInterrupt
 
     for sig in (signal.SIGTERM, signal.SIGHUP):

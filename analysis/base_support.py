@@ -17,6 +17,7 @@ crossed bootstrap and the random-effects t test, the larger p): expanded / kept 
 untruncated sampler nothing is outside; there only the base log-probabilities of the responses speak
 (descriptive). numpy and scipy only.
 """
+
 from __future__ import annotations
 
 import math
@@ -59,9 +60,19 @@ def decide(r: np.ndarray, draws: verdict.Draws, alpha: float, margin: float, lev
         test["decided_by"] = "t" if test["p_t"] >= test["p_boot"] else "bootstrap"
     answer = "expanded" if above["p"] < alpha else "kept" if below["p"] < alpha else "not shown"
     deciding = above if answer != "kept" else below
-    return {"answer": answer, "rate": float(r.mean()), "rate_per_seed": r.mean(axis=1).tolist(), "above": above, "below": below,
-            "margin": margin, "alpha": alpha, "interval": intervals[deciding["decided_by"]], "interval_by": deciding["decided_by"],
-            "intervals": intervals, "level": level}
+    return {
+        "answer": answer,
+        "rate": float(r.mean()),
+        "rate_per_seed": r.mean(axis=1).tolist(),
+        "above": above,
+        "below": below,
+        "margin": margin,
+        "alpha": alpha,
+        "interval": intervals[deciding["decided_by"]],
+        "interval_by": deciding["decided_by"],
+        "intervals": intervals,
+        "level": level,
+    }
 
 
 def shares(c: dict[str, np.ndarray], n: int, subset: np.ndarray, draws: verdict.Draws, level: float) -> dict:
@@ -70,22 +81,38 @@ def shares(c: dict[str, np.ndarray], n: int, subset: np.ndarray, draws: verdict.
     a correct response whose correct responses all lie outside."""
     corr, out = c["correct"][:, subset], c["outside"][:, subset]
     n_sub = int(subset.sum())
-    res = {"problems": n_sub, "correct": int(corr.sum()), "outside": int(out.sum()), "exact": int(c["exact"][:, subset].sum())}
+    res = {
+        "problems": n_sub,
+        "correct": int(corr.sum()),
+        "outside": int(out.sum()),
+        "exact": int(c["exact"][:, subset].sum()),
+    }
     if n_sub == 0 or corr.sum() == 0:
         return {**res, "share": None, "share_ci": None, "only_outside": None}
     sub = verdict.Draws(n_sub, draws.resamples, draws.seed)
     num, den = sub.means(out / n), sub.means(corr / n)
     ratio = np.divide(num, den, out=np.zeros_like(num), where=den > 0)
     solved = corr > 0
-    return {**res, "share": float(out.sum() / corr.sum()), "share_ci": list(stats.percentile_interval(ratio, level)),
-            "only_outside": float(((out == corr) & solved).sum() / solved.sum())}
+    return {
+        **res,
+        "share": float(out.sum() / corr.sum()),
+        "share_ci": list(stats.percentile_interval(ratio, level)),
+        "only_outside": float(((out == corr) & solved).sum() / solved.sum()),
+    }
 
 
 def log_probs(doc: dict, scoring: str, subset: np.ndarray | None = None) -> np.ndarray:
     """The base log-probabilities at T 1 of a file's correct responses (on subset's problems)."""
     rows = [p for i, p in enumerate(doc["problems"]) if subset is None or subset[i]]
-    return np.array([lp for p in rows for lp, s in zip(p["base_support"]["logp_t1"], p["base_support"]["strict"])
-                     if scoring == "loose" or s], float)
+    return np.array(
+        [
+            lp
+            for p in rows
+            for lp, s in zip(p["base_support"]["logp_t1"], p["base_support"]["strict"])
+            if scoring == "loose" or s
+        ],
+        float,
+    )
 
 
 def describe_logp(lp: np.ndarray) -> dict:
@@ -93,20 +120,45 @@ def describe_logp(lp: np.ndarray) -> dict:
     draws to produce once (exp(-log p) > k)."""
     if len(lp) == 0:
         return {"responses": 0}
-    return {"responses": int(len(lp)), "quantiles": dict(zip(map(str, QUANTILES), np.quantile(lp, QUANTILES).tolist())),
-            "beyond": {str(k): float(np.mean(-lp > math.log(k))) for k in DRAWS_AGAINST}}
+    return {
+        "responses": int(len(lp)),
+        "quantiles": dict(zip(map(str, QUANTILES), np.quantile(lp, QUANTILES).tolist())),
+        "beyond": {str(k): float(np.mean(-lp > math.log(k))) for k in DRAWS_AGAINST},
+    }
 
 
-def tilt_curve(base_counts, pool_counts, n_pool: int, rl_counts, n: int, grid, alpha: float, resamples: int, seed: int,
-               measured_on: str) -> dict:
+def tilt_curve(
+    base_counts,
+    pool_counts,
+    n_pool: int,
+    rl_counts,
+    n: int,
+    grid,
+    alpha: float,
+    resamples: int,
+    seed: int,
+    measured_on: str,
+) -> dict:
     """Change 42's support test at every w* of the grid, and the flip points where its answer changes."""
     rows = []
     for w in grid:
-        t = support.support_test(base_counts, pool_counts, n_pool, rl_counts, n, w, alpha, resamples, seed, "test", measured_on)
-        rows.append({"w_star": float(w), "answer": t["answer"], "bound": t.get("bound"), "p_above": (t.get("above") or {}).get("p"),
-                     "p_below": (t.get("below") or {}).get("p")})
-    flips = [{"between": [a["w_star"], b["w_star"]], "from": a["answer"], "to": b["answer"]}
-             for a, b in zip(rows, rows[1:]) if a["answer"] != b["answer"]]
+        t = support.support_test(
+            base_counts, pool_counts, n_pool, rl_counts, n, w, alpha, resamples, seed, "test", measured_on
+        )
+        rows.append(
+            {
+                "w_star": float(w),
+                "answer": t["answer"],
+                "bound": t.get("bound"),
+                "p_above": (t.get("above") or {}).get("p"),
+                "p_below": (t.get("below") or {}).get("p"),
+            }
+        )
+    flips = [
+        {"between": [a["w_star"], b["w_star"]], "from": a["answer"], "to": b["answer"]}
+        for a, b in zip(rows, rows[1:])
+        if a["answer"] != b["answer"]
+    ]
     return {"rows": rows, "flips": flips, "rl_rate": t.get("rl_rate"), "n_z": t["n_z"]}
 
 
@@ -135,21 +187,40 @@ def analyze(design, base: dict, rl: dict, sets: dict, inf) -> dict:
         return {"skipped": "the evaluation files hold no base_support record (eval.base_support was off)"}
     gate_docs = {"test": base} | {f"evalsets/{k}": v[0] for k, v in sets.items() if v[0] is not None and measured(v[0])}
     gate = {name: outside_counts(d, sc, tol) for name, d in gate_docs.items()}
-    gate_rows = {k: {"correct": int(g["correct"].sum()), "outside": int(g["outside"].sum()), "exact": int(g["exact"].sum()),
-                     "truncated": g["truncated"]} for k, g in gate.items()}
+    gate_rows = {
+        k: {
+            "correct": int(g["correct"].sum()),
+            "outside": int(g["outside"].sum()),
+            "exact": int(g["exact"].sum()),
+            "truncated": g["truncated"],
+        }
+        for k, g in gate.items()
+    }
     passed = all(g["outside"] == 0 for g in gate_rows.values())
     z = counts(base, sc) == 0
     strata = problem_strata(base)
-    out = {"skipped": None, "registered": spec.primary, "tolerance": tol, "kept_margin": spec.kept_margin, "scoring": sc,
-           "step": last, "n_z": int(z.sum()), "sampling": base["sampling"],
-           "gate": {"passed": passed, "files": gate_rows}, "conditions": {}}
+    out = {
+        "skipped": None,
+        "registered": spec.primary,
+        "tolerance": tol,
+        "kept_margin": spec.kept_margin,
+        "scoring": sc,
+        "step": last,
+        "n_z": int(z.sum()),
+        "sampling": base["sampling"],
+        "gate": {"passed": passed, "files": gate_rows},
+        "conditions": {},
+    }
     for cond in design.conditions:
         seeds = [s for s in design.seeds_of(cond) if (cond, s, last) in rl]
         if not seeds:
             continue
         docs = [rl[(cond, s, last)] for s in seeds]
         if not all(measured(d) for d in docs):
-            out["conditions"][cond] = {"primary": cond == design.primary_condition, "skipped": "its files hold no base_support record"}
+            out["conditions"][cond] = {
+                "primary": cond == design.primary_condition,
+                "skipped": "its files hold no base_support record",
+            }
             continue
         per = [outside_counts(d, sc, tol) for d in docs]
         c = {k: np.stack([p[k] for p in per]) for k in ("correct", "outside", "exact")}  # (S, N)
@@ -159,11 +230,22 @@ def analyze(design, base: dict, rl: dict, sets: dict, inf) -> dict:
             test = {**test, "answer": "not shown", "gate_failed": True}
         everyone = np.ones(len(z), bool)
         out["conditions"][cond] = {
-            "primary": cond == design.primary_condition, "seeds": seeds, "n": n, "test": test,
-            "all": shares(c, n, everyone, inf.draws, level), "z": shares(c, n, z, inf.draws, level),
+            "primary": cond == design.primary_condition,
+            "seeds": seeds,
+            "n": n,
+            "test": test,
+            "all": shares(c, n, everyone, inf.draws, level),
+            "z": shares(c, n, z, inf.draws, level),
             "off_z": shares(c, n, ~z, inf.draws, level),
-            "per_seed": [shares({k: v[i : i + 1] for k, v in c.items()}, n, everyone, inf.draws, level) for i in range(len(seeds))],
-            "strata": {str(s): shares(c, n, strata == s, inf.draws, level) for s in sorted(set(strata.tolist()), key=str) if s is not None},
+            "per_seed": [
+                shares({k: v[i : i + 1] for k, v in c.items()}, n, everyone, inf.draws, level)
+                for i in range(len(seeds))
+            ],
+            "strata": {
+                str(s): shares(c, n, strata == s, inf.draws, level)
+                for s in sorted(set(strata.tolist()), key=str)
+                if s is not None
+            },
         }
     out["train"] = training_sampler(design, base, rl, sets, spec, sc, last, z, strata, inf)
     prim = out["conditions"].get(design.primary_condition)
@@ -171,19 +253,32 @@ def analyze(design, base: dict, rl: dict, sets: dict, inf) -> dict:
     return out
 
 
-def training_sampler(design, base: dict, rl: dict, sets: dict, spec, sc: str, last: int, z: np.ndarray, strata: np.ndarray,
-                     inf) -> dict:
+def training_sampler(
+    design, base: dict, rl: dict, sets: dict, spec, sc: str, last: int, z: np.ndarray, strata: np.ndarray, inf
+) -> dict:
     """At the training sampler (untruncated: nothing is outside): the base log-probabilities at T 1 of the
     trained models' correct responses drawn there (the matched set) beside the base's own (its untruncated
     base-only set), and change 42's tilt test as a curve over w*, trained and base draws both at T 1."""
-    pool_name = next((k for k, v in sets.items() if v[0] is not None and design.cfg.eval_sets[k].models == "base"
-                      and _untruncated(v[0]["sampling"])), None)
+    pool_name = next(
+        (
+            k
+            for k, v in sets.items()
+            if v[0] is not None and design.cfg.eval_sets[k].models == "base" and _untruncated(v[0]["sampling"])
+        ),
+        None,
+    )
     if spec.matched is None or pool_name is None or spec.matched not in sets:
         return {"skipped": "no matched set of the trained models and no base-only set at the training sampler"}
     pool = sets[pool_name][0]
     matched = sets[spec.matched][1]
-    res = {"skipped": None, "matched": spec.matched, "pool": pool_name, "sampling": pool["sampling"],
-           "base": {"all": describe_logp(log_probs(pool, sc)), "z": describe_logp(log_probs(pool, sc, z))}, "conditions": {}}
+    res = {
+        "skipped": None,
+        "matched": spec.matched,
+        "pool": pool_name,
+        "sampling": pool["sampling"],
+        "base": {"all": describe_logp(log_probs(pool, sc)), "z": describe_logp(log_probs(pool, sc, z))},
+        "conditions": {},
+    }
     cb, pc = counts(base, sc), counts(pool, sc)
     for cond in design.conditions:
         docs = [matched[(cond, s, last)] for s in design.seeds_of(cond) if (cond, s, last) in matched]
@@ -192,11 +287,26 @@ def training_sampler(design, base: dict, rl: dict, sets: dict, spec, sc: str, la
         lp_all = np.concatenate([log_probs(d, sc) for d in docs])
         lp_z = np.concatenate([log_probs(d, sc, z) for d in docs])
         cr = np.stack([counts(d, sc) for d in docs])
-        curve = tilt_curve(cb, pc, pool["sampling"]["n"], cr, docs[0]["sampling"]["n"], spec.w_grid, inf.levels.one_sided,
-                           inf.draws.resamples, inf.draws.seed, f"evalsets/{pool_name}")
-        res["conditions"][cond] = {"seeds": len(docs), "all": describe_logp(lp_all), "z": describe_logp(lp_z),
-                                   "pass1": float(cr.mean() / docs[0]["sampling"]["n"]), "tilt_curve": curve,
-                                   "tilt_law": tilt_law(pc, pool["sampling"]["n"], cr, docs[0]["sampling"]["n"], z, strata)}
+        curve = tilt_curve(
+            cb,
+            pc,
+            pool["sampling"]["n"],
+            cr,
+            docs[0]["sampling"]["n"],
+            spec.w_grid,
+            inf.levels.one_sided,
+            inf.draws.resamples,
+            inf.draws.seed,
+            f"evalsets/{pool_name}",
+        )
+        res["conditions"][cond] = {
+            "seeds": len(docs),
+            "all": describe_logp(lp_all),
+            "z": describe_logp(lp_z),
+            "pass1": float(cr.mean() / docs[0]["sampling"]["n"]),
+            "tilt_curve": curve,
+            "tilt_law": tilt_law(pc, pool["sampling"]["n"], cr, docs[0]["sampling"]["n"], z, strata),
+        }
     return res
 
 
@@ -211,25 +321,36 @@ def odds_tilts(base_counts, n_base: int, rl_counts, n: int) -> tuple[np.ndarray,
     return (r / (1 - r)) / (p / (1 - p)), x == m
 
 
-def tilt_law(pool_counts, n_pool: int, rl_counts, n: int, z: np.ndarray, strata: np.ndarray,
-             rare: float = 0.05) -> dict:
+def tilt_law(
+    pool_counts, n_pool: int, rl_counts, n: int, z: np.ndarray, strata: np.ndarray, rare: float = 0.05
+) -> dict:
     """RL's own tilts at one sampler (the base's fresh pool against the trained draws, both at it) on
     Z and outside it, every problem kept: the quantiles per stratum outside Z, and the share of the
     comparable problems outside Z (Z's strata, base rate at most `rare`) whose tilt reaches Z's pooled
     tilt. Descriptive (post hoc for tiny_v6: change 57 left the tilt law to a later change)."""
     w, censored = odds_tilts(pool_counts, n_pool, rl_counts, n)
     rl = np.atleast_2d(np.asarray(rl_counts))
-    pooled = odds_tilts([np.asarray(pool_counts)[z].sum()], n_pool * int(z.sum()), [rl[:, z].sum(axis=1)], n * int(z.sum()))[0][0]
+    pooled = odds_tilts(
+        [np.asarray(pool_counts)[z].sum()], n_pool * int(z.sum()), [rl[:, z].sum(axis=1)], n * int(z.sum())
+    )[0][0]
     rate = np.asarray(pool_counts) / n_pool
     comparable = ~z & np.isin(strata, list(set(strata[z].tolist()))) & (rate <= rare)
     per = {}
     for s in sorted({x for x in strata.tolist() if x is not None}, key=str):
         k = ~z & (strata == s)
         if k.any():
-            per[str(s)] = {"problems": int(k.sum()), "censored": int(censored[k].sum()),
-                           "quantiles": dict(zip(("0.5", "0.9", "0.95"), np.quantile(w[k], [0.5, 0.9, 0.95]).tolist()))}
+            per[str(s)] = {
+                "problems": int(k.sum()),
+                "censored": int(censored[k].sum()),
+                "quantiles": dict(zip(("0.5", "0.9", "0.95"), np.quantile(w[k], [0.5, 0.9, 0.95]).tolist())),
+            }
     z_tilts = dict(zip(("0.5", "0.9"), np.quantile(w[z], [0.5, 0.9]).tolist())) if z.any() else None
-    return {"z_pooled_tilt": float(pooled), "z_tilts": z_tilts,
-            "outside_z": per, "comparable": int(comparable.sum()), "rare": rare,
-            "comparable_reaching_z": float(np.mean(w[comparable] >= pooled)) if comparable.any() else None,
-            "comparable_censored": int(censored[comparable].sum())}
+    return {
+        "z_pooled_tilt": float(pooled),
+        "z_tilts": z_tilts,
+        "outside_z": per,
+        "comparable": int(comparable.sum()),
+        "rare": rare,
+        "comparable_reaching_z": float(np.mean(w[comparable] >= pooled)) if comparable.any() else None,
+        "comparable_censored": int(censored[comparable].sum()),
+    }

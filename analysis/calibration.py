@@ -20,6 +20,7 @@ Two more arms use the study's own trained models: the primary condition's seeds 
 on the held-out test problems of that stratum that the pool set never solved (its ceiling must rise).
 numpy and scipy only.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,10 +30,12 @@ from analysis import stats, verdict
 from analysis.reweight import reweighted, selection_null
 
 # what each arm may not be called, and the level its rate is held to
-FORBIDDEN = {"null": {"selection": 0.025, "beyond selection": 0.025, "degradation": 0.025},
-             "selection": {"beyond selection": 0.025, "degradation": 0.025},
-             "teaching": {"selection": 0.05, "degradation": 0.025},
-             "mixed": {"selection": 0.05, "degradation": 0.025}}
+FORBIDDEN = {
+    "null": {"selection": 0.025, "beyond selection": 0.025, "degradation": 0.025},
+    "selection": {"beyond selection": 0.025, "degradation": 0.025},
+    "teaching": {"selection": 0.05, "degradation": 0.025},
+    "mixed": {"selection": 0.05, "degradation": 0.025},
+}
 EXPECTED = {"null": "undecided", "selection": "selection", "teaching": "beyond selection", "mixed": "beyond selection"}
 
 
@@ -41,8 +44,10 @@ def arm_list(cal) -> list[dict]:
     out = [{"arm": "null", "kind": "null"}]
     out += [{"arm": f"selection w={w:g}", "kind": "selection", "w": float(w)} for w in cal.selection_w]
     out += [{"arm": f"teaching ε={e:g}", "kind": "teaching", "eps": float(e)} for e in cal.teaching_eps]
-    out += [{"arm": f"selection w={m.w:g} + teaching ε={m.eps:g}", "kind": "mixed", "w": float(m.w), "eps": float(m.eps)}
-            for m in cal.mixed]
+    out += [
+        {"arm": f"selection w={m.w:g} + teaching ε={m.eps:g}", "kind": "mixed", "w": float(m.w), "eps": float(m.eps)}
+        for m in cal.mixed
+    ]
     return out
 
 
@@ -71,20 +76,39 @@ def clopper_pearson(x: int, m: int, level: float = 0.95) -> list[float]:
     return [lo, hi]
 
 
-def pool_arms(base_counts, n_base: int, pool_counts, n_pool: int, seeds: int, n: int, k: int, levels: verdict.Levels,
-              cal, seed: int) -> list[dict]:
+def pool_arms(
+    base_counts,
+    n_base: int,
+    pool_counts,
+    n_pool: int,
+    seeds: int,
+    n: int,
+    k: int,
+    levels: verdict.Levels,
+    cal,
+    seed: int,
+) -> list[dict]:
     """Every pool arm of cal (config.CalibrationCfg: analyze.calibration), cal.resplits re-splits each:
     how often each label (and each test) was declared, with Clopper-Pearson intervals, and whether a
     forbidden label's rate is shown above its level (the lower end of its 95% interval above it: the
     arm fails)."""
     if seeds * n > n_pool:
-        raise ValueError(f"the pool set has {n_pool} samples per problem; the null arm needs {seeds} seeds x {n} = {seeds * n}")
+        raise ValueError(
+            f"the pool set has {n_pool} samples per problem; the null arm needs {seeds} seeds x {n} = {seeds * n}"
+        )
     pool = np.asarray(base_counts, int) + np.asarray(pool_counts, int)
     size, N, R = n_base + n_pool, len(pool), cal.resplits  # the pool: n_base + n_pool samples per problem
     draws = verdict.Draws(N, cal.resamples, seed)
     arms = arm_list(cal)
-    tally = {a["arm"]: {"labels": dict.fromkeys(verdict.LABELS, 0), "tests": dict.fromkeys(("rises", "falls", "above", "below"), 0),
-                        "pass1_diff": [], "vs_null_diff": []} for a in arms}
+    tally = {
+        a["arm"]: {
+            "labels": dict.fromkeys(verdict.LABELS, 0),
+            "tests": dict.fromkeys(("rises", "falls", "above", "below"), 0),
+            "pass1_diff": [],
+            "vs_null_diff": [],
+        }
+        for a in arms
+    }
     a1 = levels.one_sided
     for r in range(R):
         rng = np.random.default_rng([seed, 7919, r])
@@ -95,8 +119,12 @@ def pool_arms(base_counts, n_base: int, pool_counts, n_pool: int, seeds: int, n:
             e = verdict.compare(b, n_base, c, n, k, null, draws, levels)
             t = tally[arm["arm"]]
             t["labels"][e["label"]] += 1
-            for name, p in (("rises", e["rises"]["p"]), ("falls", e["falls"]["p"]), ("above", e["vs_null"]["above"]["p"]),
-                            ("below", e["vs_null"]["below"]["p"])):
+            for name, p in (
+                ("rises", e["rises"]["p"]),
+                ("falls", e["falls"]["p"]),
+                ("above", e["vs_null"]["above"]["p"]),
+                ("below", e["vs_null"]["below"]["p"]),
+            ):
                 t["tests"][name] += p < a1
             t["pass1_diff"].append(e["pass1_diff"])
             t["vs_null_diff"].append(e["vs_null"]["diff"])
@@ -105,15 +133,28 @@ def pool_arms(base_counts, n_base: int, pool_counts, n_pool: int, seeds: int, n:
         t = tally[arm["arm"]]
         rates = {lab: {"count": x, "rate": x / R, "ci": clopper_pearson(x, R)} for lab, x in t["labels"].items()}
         bad = {lab: lv for lab, lv in FORBIDDEN[arm["kind"]].items() if rates[lab]["ci"][0] > lv}
-        out.append({**arm, "truth": arm["kind"], "resplits": R, "labels": rates,
-                    "tests": {k2: x / R for k2, x in t["tests"].items()},
-                    "expected": EXPECTED[arm["kind"]], "power": rates[EXPECTED[arm["kind"]]]["rate"],
-                    "forbidden": FORBIDDEN[arm["kind"]], "failed": sorted(bad), "passed": not bad,
-                    "pass1_diff_mean": float(np.mean(t["pass1_diff"])), "vs_null_diff_mean": float(np.mean(t["vs_null_diff"]))})
+        out.append(
+            {
+                **arm,
+                "truth": arm["kind"],
+                "resplits": R,
+                "labels": rates,
+                "tests": {k2: x / R for k2, x in t["tests"].items()},
+                "expected": EXPECTED[arm["kind"]],
+                "power": rates[EXPECTED[arm["kind"]]]["rate"],
+                "forbidden": FORBIDDEN[arm["kind"]],
+                "failed": sorted(bad),
+                "passed": not bad,
+                "pass1_diff_mean": float(np.mean(t["pass1_diff"])),
+                "vs_null_diff_mean": float(np.mean(t["vs_null_diff"])),
+            }
+        )
     return out
 
 
-def seed_split_arm(rl_counts, n: int, k: int, levels: verdict.Levels, resplits: int, resamples: int, seed: int) -> dict | None:
+def seed_split_arm(
+    rl_counts, n: int, k: int, levels: verdict.Levels, resplits: int, resamples: int, seed: int
+) -> dict | None:
     """The primary condition's seeds (S, N counts of n) split at random into two halves, R times: how
     often the two halves are declared different (pass@1, pass@k): the larger of the crossed bootstrap's
     two-sided p (the halves' seeds drawn independently, the problems shared) and Welch's t test on the
@@ -129,7 +170,7 @@ def seed_split_arm(rl_counts, n: int, k: int, levels: verdict.Levels, resplits: 
     level = round(1 - levels.ci, 12)
     for r in range(resplits):
         perm = np.random.default_rng([seed, 104729, r]).permutation(S)
-        a, b = perm[: S // 2], perm[S // 2:]
+        a, b = perm[: S // 2], perm[S // 2 :]
         for name, v in (("pass1", r1), ("passk", rk)):
             reps = draws.means(v[a], stream=1) - draws.means(v[b], stream=2)
             p_boot = min(1.0, 2 * min(stats.p_above(reps), stats.p_below(reps)))
@@ -138,18 +179,43 @@ def seed_split_arm(rl_counts, n: int, k: int, levels: verdict.Levels, resplits: 
             hits[name] += verdict.larger_p(p_boot, float(p_t)) < level
     rates = {name: {"count": x, "rate": x / resplits, "ci": clopper_pearson(x, resplits)} for name, x in hits.items()}
     bad = [name for name, v in rates.items() if v["ci"][0] > level]
-    return {"arm": "seed split", "kind": "seed split", "truth": "no difference", "resplits": resplits, "seeds": S,
-            "differences": rates, "level": level, "failed": bad, "passed": not bad}
+    return {
+        "arm": "seed split",
+        "kind": "seed split",
+        "truth": "no difference",
+        "resplits": resplits,
+        "seeds": S,
+        "differences": rates,
+        "level": level,
+        "failed": bad,
+        "passed": not bad,
+    }
 
 
-def taught_arm(condition: str, stratum: str, mask: np.ndarray, base_counts, n_base: int, rl_counts, n: int, k: int,
-               levels: verdict.Levels, draws: verdict.Draws) -> dict:
+def taught_arm(
+    condition: str,
+    stratum: str,
+    mask: np.ndarray,
+    base_counts,
+    n_base: int,
+    rl_counts,
+    n: int,
+    k: int,
+    levels: verdict.Levels,
+    draws: verdict.Draws,
+) -> dict:
     """The condition trained on written solutions of one stratum, on the test problems of that
     stratum the pool set never solved (mask): Delta pass@k (trained - base) must rise (one-sided,
     the larger of the bootstrap and t p-values). Its label by the selection null is reported beside."""
     idx = np.flatnonzero(mask)
-    out = {"arm": f"taught ({condition})", "kind": "taught", "condition": condition, "stratum": stratum, "truth": "teaching",
-           "n_problems": int(idx.size)}
+    out = {
+        "arm": f"taught ({condition})",
+        "kind": "taught",
+        "condition": condition,
+        "stratum": stratum,
+        "truth": "teaching",
+        "n_problems": int(idx.size),
+    }
     if idx.size < 2:
         return {**out, "passed": None, "why": "fewer than 2 test problems of the stratum that the pool never solved"}
     base = np.asarray(base_counts, int)[idx]
@@ -160,6 +226,15 @@ def taught_arm(condition: str, stratum: str, mask: np.ndarray, base_counts, n_ba
     _, rk = verdict.pass_curves(rl, n, k)
     reps = sub.means(rk) - sub.means(bk)
     rise = verdict.one_sided(reps, rk - bk, "above")
-    return {**out, "seeds": int(rl.shape[0]), "passk_base": e["passk_base"], "passk_rl": e["passk_rl"], "passk_diff": e["passk_diff"],
-            "passk_ci": list(stats.percentile_interval(reps, levels.ci)), "rises": rise, "label": e["label"], "reason": e["reason"],
-            "passed": bool(rise["p"] < levels.one_sided)}
+    return {
+        **out,
+        "seeds": int(rl.shape[0]),
+        "passk_base": e["passk_base"],
+        "passk_rl": e["passk_rl"],
+        "passk_diff": e["passk_diff"],
+        "passk_ci": list(stats.percentile_interval(reps, levels.ci)),
+        "rises": rise,
+        "label": e["label"],
+        "reason": e["reason"],
+        "passed": bool(rise["p"] < levels.one_sided),
+    }

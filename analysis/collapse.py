@@ -4,6 +4,7 @@ signal: `no_signal` (every group of the step had one reward, so every advantage 
 `share` of the steps after `late_from` x its last step. The primary analysis stays intention-to-treat
 (every seed counts); the rate of collapse over a condition's seeds is reported with its exact
 (Clopper-Pearson) 95% interval. numpy and scipy only."""
+
 from __future__ import annotations
 
 import math
@@ -15,11 +16,22 @@ def collapsed(log: list[dict], late_from: float = 0.5, share: float = 0.9) -> di
     """{collapsed, late_steps, no_signal, share} of one training log (rows with step and no_signal)."""
     rows = [r for r in log if r.get("no_signal") is not None and not math.isnan(r["no_signal"])]
     if not rows:
-        return {"collapsed": None, "late_steps": 0, "no_signal": 0, "share": None, "why": "the log records no no_signal column"}
+        return {
+            "collapsed": None,
+            "late_steps": 0,
+            "no_signal": 0,
+            "share": None,
+            "why": "the log records no no_signal column",
+        }
     last = max(r["step"] for r in rows)
     late = [r for r in rows if r["step"] > late_from * last]
     quiet = sum(r["no_signal"] >= 1 for r in late)
-    return {"collapsed": quiet >= share * len(late), "late_steps": len(late), "no_signal": quiet, "share": quiet / len(late)}
+    return {
+        "collapsed": quiet >= share * len(late),
+        "late_steps": len(late),
+        "no_signal": quiet,
+        "share": quiet / len(late),
+    }
 
 
 def rate(flags: list[bool | None], level: float = 0.95) -> dict:
@@ -46,9 +58,14 @@ def analyze(run, design) -> dict:
     for cond in design.conditions:
         if design.cfg.conditions[cond].method == "sft":
             continue  # gold answers, no rewards: every step has a gradient
-        seeds = {s: collapsed(read_csv(study.train_dir(run, cond, s) / "train_log.csv"), spec.late_from, spec.share)
-                 for s in design.seeds_of(cond)}
+        seeds = {
+            s: collapsed(read_csv(study.train_dir(run, cond, s) / "train_log.csv"), spec.late_from, spec.share)
+            for s in design.seeds_of(cond)
+        }
         if all(r["collapsed"] is None for r in seeds.values()):
             continue  # no log
-        out["conditions"][cond] = {"per_seed": {str(s): r for s, r in seeds.items()}, **rate([r["collapsed"] for r in seeds.values()])}
+        out["conditions"][cond] = {
+            "per_seed": {str(s): r for s, r in seeds.items()},
+            **rate([r["collapsed"] for r in seeds.values()]),
+        }
     return out

@@ -12,6 +12,7 @@ The layouts, oldest first, and the committed runs written in each:
 The first two are printed by analysis/report_legacy.py (their entries hold other tests than
 today's); the third by analysis/report.py, each section it has no data for saying so.
 """
+
 from __future__ import annotations
 
 from analysis.document import PRINTED
@@ -19,16 +20,30 @@ from analysis.document import PRINTED
 LEGACY = ("first", "sentence")
 # What each earlier layout did not record, for the note at the top of its reprint.
 ABSENT = {
-    "first": ["the primary question and its label", "the seeds", "the multiplicity correction", "the selection null",
-              "the calibration", "the warnings", "the run's inputs (learning rate, problem selection, probes)",
-              "the list of figures"],
-    "sentence": ["the selection null and its labels", "the calibration", "the warnings",
-                 "the run's inputs (learning rate, problem selection, probes)", "the list of figures"],
+    "first": [
+        "the primary question and its label",
+        "the seeds",
+        "the multiplicity correction",
+        "the selection null",
+        "the calibration",
+        "the warnings",
+        "the run's inputs (learning rate, problem selection, probes)",
+        "the list of figures",
+    ],
+    "sentence": [
+        "the selection null and its labels",
+        "the calibration",
+        "the warnings",
+        "the run's inputs (learning rate, problem selection, probes)",
+        "the list of figures",
+    ],
     "no-inputs": ["the warnings", "the run's inputs (learning rate, problem selection, probes)"],
 }
 NOT_RECORDED = "not recorded by this run (its verdicts.json predates it)"
-NO_FIGURES = ("Not listed in this verdicts.json, and not drawn again by `--report-only`: figures are drawn from the run's evaluation "
-              "files, which the document does not hold (`analyze_b.py --run RUN --out NEW_FOLDER` draws them).")
+NO_FIGURES = (
+    "Not listed in this verdicts.json, and not drawn again by `--report-only`: figures are drawn from the run's evaluation "
+    "files, which the document does not hold (`analyze_b.py --run RUN --out NEW_FOLDER` draws them)."
+)
 
 
 class UnknownLayout(ValueError):
@@ -52,7 +67,9 @@ def layout(doc: dict) -> str:
         need, layout_name = PRINTED, "current"
     missing = [k for k in need if k not in doc]
     if missing:
-        raise UnknownLayout(f"a layout neither the report's printer nor analysis/compat.py reads (no {', '.join(missing)})")
+        raise UnknownLayout(
+            f"a layout neither the report's printer nor analysis/compat.py reads (no {', '.join(missing)})"
+        )
     return layout_name
 
 
@@ -69,11 +86,19 @@ def upgrade(doc: dict) -> dict:
         return out
     out["sizes"] = {"n_problems": doc["n_problems"], "n": doc["n"], "k_max": doc["k_max"]}
     if name == "first":
-        out["bootstrap"] = {"resamples": doc["resamples"], "seed": doc["seed"], "interval": f"{doc['ci']:.0%} percentile"}
+        out["bootstrap"] = {
+            "resamples": doc["resamples"],
+            "seed": doc["seed"],
+            "interval": f"{doc['ci']:.0%} percentile",
+        }
         out["levels"] = {"interval": doc["ci"]}
     else:
         a = doc["alpha"]
-        out["levels"] = {"one_sided": a["one_sided"], "tost": a["tost"], "interval": a["interval"],
-                         "margin": doc["equivalence_margin"]}
+        out["levels"] = {
+            "one_sided": a["one_sided"],
+            "tost": a["tost"],
+            "interval": a["interval"],
+            "margin": doc["equivalence_margin"],
+        }
     out["calibration"] = {"skipped": NOT_RECORDED}
     return out

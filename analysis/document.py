@@ -3,16 +3,20 @@ PLAN.md section 7) and the primary answer hold, for the analysis that writes the
 (analysis/assemble.py, analysis/verdict.py) and the printer that reads them (analysis/report.py).
 tests/test_report.py checks that every entry the analysis makes has exactly these keys and that the
 printer reads no other."""
+
 from __future__ import annotations
 
 from typing import TypedDict
 
-MODEL_BASED = "model-based (beta-binomial)"  # what every value the beta-binomial fit predicts is called where it is shown
+MODEL_BASED = (
+    "model-based (beta-binomial)"  # what every value the beta-binomial fit predicts is called where it is shown
+)
 
 
 class Entry(TypedDict):
     """One entry of verdicts.json's `entries`: verdict.compare's tests and label, then what
     assemble.entry and the Holm step add."""
+
     condition: str
     step: int
     scoring: str
@@ -60,6 +64,7 @@ class Entry(TypedDict):
 class _Primary(TypedDict):
     """verdicts.json's `primary`: the registered answer, made once (verdict.registered_label), and
     every other reading of it by name."""
+
     condition: str
     scoring: str
     step: int

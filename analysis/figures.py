@@ -1,6 +1,7 @@
 """The report's figures (RUN/figures/*.png), drawn from the analysis' result and the training logs;
 each function draws one figure and returns None (writing nothing) when its inputs are absent.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,17 @@ from analysis.secondary import DIVERSITY, model_label
 from countdown import SCORINGS
 from orchestration import study
 
-COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
+COLORS = [
+    "tab:blue",
+    "tab:orange",
+    "tab:green",
+    "tab:red",
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:olive",
+    "tab:cyan",
+]
 
 
 def _plt():
@@ -36,7 +47,7 @@ def _k_axis(ax, k_max: int) -> None:
     from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
     ax.set_xscale("log", base=2)
-    ticks = [2 ** i for i in range(int(np.log2(k_max)) + 1)] + ([k_max] if k_max & (k_max - 1) else [])
+    ticks = [2**i for i in range(int(np.log2(k_max)) + 1)] + ([k_max] if k_max & (k_max - 1) else [])
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_locator(NullLocator())
@@ -63,8 +74,19 @@ def training_logs(run: Path) -> list[tuple[str, int | None, list[dict]]]:
     return [(c, s, read_csv(f)) for c, s, f in training_files(run, "train_log.csv")]
 
 
-TRAIN_PANELS = list(zip(TRAIN_COLUMNS, ("mean reward (strict)", "groups with no signal (share)", "format rate",
-                                       "mean response length (tokens)", "mean token entropy (nats)", "mean k3 KL to the base")))
+TRAIN_PANELS = list(
+    zip(
+        TRAIN_COLUMNS,
+        (
+            "mean reward (strict)",
+            "groups with no signal (share)",
+            "format rate",
+            "mean response length (tokens)",
+            "mean token entropy (nats)",
+            "mean k3 KL to the base",
+        ),
+    )
+)
 
 
 def training_figure(run: Path, checkpoints: list[int], dev: bool = True, out: Path | None = None) -> Path | None:
@@ -80,8 +102,11 @@ def training_figure(run: Path, checkpoints: list[int], dev: bool = True, out: Pa
     if not logs:
         return None
     plt = _plt()
-    panels = [(col, t) for col, t in TRAIN_PANELS  # a column no log has a number in (kl_mean when not logged) gets no panel
-              if any(np.isfinite(r.get(col, np.nan)) for _, _, rows in logs for r in rows)]
+    panels = [
+        (col, t)
+        for col, t in TRAIN_PANELS  # a column no log has a number in (kl_mean when not logged) gets no panel
+        if any(np.isfinite(r.get(col, np.nan)) for _, _, rows in logs for r in rows)
+    ]
     ncol = 2 if len(panels) > 1 else 1
     nrow = -(-len(panels) // ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(5 * ncol, 3.2 * nrow), squeeze=False)
@@ -92,19 +117,29 @@ def training_figure(run: Path, checkpoints: list[int], dev: bool = True, out: Pa
             if col not in rows[0]:
                 continue
             color = COLORS[conds.index(c) % len(COLORS)]
-            ax.plot([r["step"] for r in rows], [r[col] for r in rows], color=color, lw=1, alpha=0.8,
-                    label=None if c in labelled else c)
+            ax.plot(
+                [r["step"] for r in rows],
+                [r[col] for r in rows],
+                color=color,
+                lw=1,
+                alpha=0.8,
+                label=None if c in labelled else c,
+            )
             labelled.add(c)
         if col == "zero_signal_frac":  # training.no_signal_warning's threshold
             ax.axhline(study.NO_SIGNAL_WARN, color="black", ls=":", lw=0.8)
             ax.set_ylim(-0.02, 1.02)
         _step_axes(ax, title, checkpoints)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     axes[0, 0].legend(title="condition", fontsize=8)
     seeds = sorted({s for _, s, _ in logs if s is not None})
-    fig.suptitle("training" + (f" ({len(seeds)} seeds per condition, one line each)" if seeds else "")
-                 + (f"; dashed: checkpoints {', '.join(map(str, checkpoints))}" if checkpoints else ""), fontsize=10)
+    fig.suptitle(
+        "training"
+        + (f" ({len(seeds)} seeds per condition, one line each)" if seeds else "")
+        + (f"; dashed: checkpoints {', '.join(map(str, checkpoints))}" if checkpoints else ""),
+        fontsize=10,
+    )
     fig.tight_layout()
     out = Path(out or Path(run) / "figures")
     out.mkdir(parents=True, exist_ok=True)
@@ -118,8 +153,11 @@ def training_dev_figure(run: Path, checkpoints: list[int], out: Path | None = No
     train.dev_every steps): loose pass@1 and loose pass@n over steps, per condition a thick line for
     the mean over seeds (at the steps every seed has) and a thin line per seed. None when no file."""
     run = Path(run)
-    logs = [(c, s or 0, rows) for c, s, f in training_files(run, "train_eval.csv")
-            if (rows := read_csv(f, required=DEV_REQUIRED, drawn=DEV_COLUMNS))]
+    logs = [
+        (c, s or 0, rows)
+        for c, s, f in training_files(run, "train_eval.csv")
+        if (rows := read_csv(f, required=DEV_REQUIRED, drawn=DEV_COLUMNS))
+    ]
     if not logs:
         return None
     plt = _plt()
@@ -133,12 +171,20 @@ def training_dev_figure(run: Path, checkpoints: list[int], out: Path | None = No
             for r in runs:
                 ax.plot(list(r), list(r.values()), color=color, lw=0.7, alpha=0.35)
             common = sorted(set.intersection(*(set(r) for r in runs)))
-            ax.plot(common, [np.mean([r[s] for r in runs]) for s in common], color=color, lw=2,
-                    label=f"{c} (mean of {len(runs)} seed{'s' if len(runs) > 1 else ''})")
+            ax.plot(
+                common,
+                [np.mean([r[s] for r in runs]) for s in common],
+                color=color,
+                lw=2,
+                label=f"{c} (mean of {len(runs)} seed{'s' if len(runs) > 1 else ''})",
+            )
         _step_axes(ax, title, checkpoints)
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"held-out dev problems during training (train_eval.csv; n = {', '.join(map(str, ns)) or '?'} samples each; "
-                 "thin: one seed)", fontsize=10)
+    fig.suptitle(
+        f"held-out dev problems during training (train_eval.csv; n = {', '.join(map(str, ns)) or '?'} samples each; "
+        "thin: one seed)",
+        fontsize=10,
+    )
     fig.tight_layout()
     out = Path(out or Path(run) / "figures")
     out.mkdir(parents=True, exist_ok=True)
@@ -157,7 +203,9 @@ def beyond_figure(out: Path, res: dict) -> Path | None:
     plt = _plt()
     n, ext = bz["n"], bz["extrapolate_to"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    shown = [None] + list(dict.fromkeys((f["condition"], f["seed"], f["step"]) for f in bz["fits"] if f["condition"] != "base"))
+    shown = [None] + list(
+        dict.fromkeys((f["condition"], f["seed"], f["step"]) for f in bz["fits"] if f["condition"] != "base")
+    )
     firsts = {}
     for key in shown[1:]:
         firsts.setdefault(key[0], key)
@@ -166,7 +214,9 @@ def beyond_figure(out: Path, res: dict) -> Path | None:
         for i, key in enumerate(keys):
             cv = bz["_curves"][(key, sc)]
             color = "black" if key is None else COLORS[(i - 1) % len(COLORS)]
-            ax.plot(np.arange(1, len(cv["measured"]) + 1), cv["measured"], color=color, lw=1.5, label=model_label(key))  # its own n
+            ax.plot(
+                np.arange(1, len(cv["measured"]) + 1), cv["measured"], color=color, lw=1.5, label=model_label(key)
+            )  # its own n
             if ext > n:
                 ax.plot(cv["ks_model"], cv["model"], color=color, lw=1.5, ls="--")
                 if cv.get("band") is not None:
@@ -202,14 +252,23 @@ def ood_figures(out: Path, res: dict) -> list[Path]:
                     if (sc, c) not in o["_figure"]:
                         continue
                     y = o["_figure"][(sc, c)][j]
-                    ax.plot(np.arange(1, K + 1), y, color="black" if c == "base" else COLORS[conds.index(c) % len(COLORS)],
-                            marker="o", ms=2, label=c)
+                    ax.plot(
+                        np.arange(1, K + 1),
+                        y,
+                        color="black" if c == "base" else COLORS[conds.index(c) % len(COLORS)],
+                        marker="o",
+                        ms=2,
+                        label=c,
+                    )
                 _k_axis(ax, K)
                 ax.set_ylabel(f"pass@k ({sc})")
                 ax.set_title(f"{where} ({o['task'] if j else 'in distribution'}), {sc}")
                 ax.grid(alpha=0.3)
         axes[0, 0].legend(fontsize=7)
-        fig.suptitle(f"in vs out of distribution: test vs {name}; step {res['design'].checkpoints[-1]}, mean over seeds", fontsize=10)
+        fig.suptitle(
+            f"in vs out of distribution: test vs {name}; step {res['design'].checkpoints[-1]}, mean over seeds",
+            fontsize=10,
+        )
         fig.tight_layout()
         paths.append(_save(fig, out / f"ood_{name}.png"))
         plt.close(fig)
@@ -229,17 +288,27 @@ def diversity_figure(out: Path, res: dict) -> Path | None:
     fig, axes = plt.subplots(1, len(fields), figsize=(4.2 * len(fields), 4), squeeze=False)
     for ax, (k, title) in zip(axes[0], fields):
         x = np.arange(len(rows))
-        ax.bar(x, [np.nan if r[k] is None else r[k] for r in rows], color=[COLORS[i % len(COLORS)] for i in range(len(rows))], alpha=0.6)
+        ax.bar(
+            x,
+            [np.nan if r[k] is None else r[k] for r in rows],
+            color=[COLORS[i % len(COLORS)] for i in range(len(rows))],
+            alpha=0.6,
+        )
         for i, r in enumerate(rows):
-            ys = [m[k] for m in dv["models"]
-                  if m["set"] == "test" and (m["condition"], m["step"]) == (r["condition"], last) and m[k] is not None]
+            ys = [
+                m[k]
+                for m in dv["models"]
+                if m["set"] == "test" and (m["condition"], m["step"]) == (r["condition"], last) and m[k] is not None
+            ]
             ax.plot([i] * len(ys), ys, "k.", ms=5)
         ax.axhline(base[k], color="black", ls="--", lw=1, label="base")
         ax.set_xticks(x, [r["condition"] for r in rows], rotation=30)
         ax.set_ylabel(title)
         ax.grid(alpha=0.3, axis="y")
     axes[0, 0].legend(fontsize=8)
-    fig.suptitle(f"diversity per problem, test set, step {last} (bars: mean over seeds; dots: seeds; dashed: base)", fontsize=10)
+    fig.suptitle(
+        f"diversity per problem, test set, step {last} (bars: mean over seeds; dots: seeds; dashed: base)", fontsize=10
+    )
     fig.tight_layout()
     path = _save(fig, out / "diversity.png")
     plt.close(fig)
@@ -263,15 +332,20 @@ def strategies_figure(out: Path, res: dict) -> Path | None:
         x = np.arange(len(S)) + (j - (len(models) - 1) / 2) * width
         color = "black" if name == "base" else COLORS[(j - 1) % len(COLORS)]
         axes[0].bar(x, [m["share"][s] for s in S], width, color=color, label=name, alpha=0.8)
-        axes[1].bar(x, [np.nan if m["accuracy"][s] is None else m["accuracy"][s] for s in S], width, color=color, alpha=0.8)
+        axes[1].bar(
+            x, [np.nan if m["accuracy"][s] is None else m["accuracy"][s] for s in S], width, color=color, alpha=0.8
+        )
     for ax, title in zip(axes, ("share of the responses", "accuracy within the strategy (loose)")):
         ax.set_xticks(np.arange(len(S)), S)
         ax.set_ylabel(title)
         ax.grid(alpha=0.3, axis="y")
     axes[0].axhline(sg["floor"], color="grey", ls=":", lw=0.8)
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"how the product is computed, test set, step {last} (trained: pooled over seeds; dotted: the floor "
-                 f"{sg['floor']:g} of the registered reading)", fontsize=10)
+    fig.suptitle(
+        f"how the product is computed, test set, step {last} (trained: pooled over seeds; dotted: the floor "
+        f"{sg['floor']:g} of the registered reading)",
+        fontsize=10,
+    )
     fig.tight_layout()
     path = _save(fig, out / "strategies.png")
     plt.close(fig)
@@ -288,7 +362,9 @@ def controls_figure(out: Path, res: dict) -> Path | None:
     for ax, h in zip(axes[0], h6):
         ks = np.arange(1, h["k_max"] + 1)
         ax.plot(ks, h["diff"], color="tab:blue", marker="o", ms=3, label=f"{h['rl']} − {h['other']}")
-        ax.fill_between(ks, h["lo"], h["hi"], color="tab:blue", alpha=0.15, lw=0, label=f"{h['level']:.0%} simultaneous band")
+        ax.fill_between(
+            ks, h["lo"], h["hi"], color="tab:blue", alpha=0.15, lw=0, label=f"{h['level']:.0%} simultaneous band"
+        )
         ax.axhline(0, color="black", lw=0.8)
         _k_axis(ax, h["k_max"])
         ax.set_ylabel(f"Δ pass@k ({h['scoring']}), GRPO − {h['method'].upper()}")
@@ -307,10 +383,16 @@ def figures(run: Path, res: dict, out: Path | None = None) -> list[Path]:
     out = Path(out or run / "figures")
     out.mkdir(parents=True, exist_ok=True)
     written = passk_figures(out, res)
-    for f in (beyond_figure(out, res), *ood_figures(out, res), diversity_figure(out, res), strategies_figure(out, res),
-              controls_figure(out, res),
-              training_figure(run, res["design"].checkpoints, dev=False, out=out), training_dev_figure(run, res["design"].checkpoints, out),
-              lr_sweep_figure(run, out, res["design"])):
+    for f in (
+        beyond_figure(out, res),
+        *ood_figures(out, res),
+        diversity_figure(out, res),
+        strategies_figure(out, res),
+        controls_figure(out, res),
+        training_figure(run, res["design"].checkpoints, dev=False, out=out),
+        training_dev_figure(run, res["design"].checkpoints, out),
+        lr_sweep_figure(run, out, res["design"]),
+    ):
         if f:
             written.append(f)
     return written
@@ -334,8 +416,14 @@ def passk_figures(out: Path, res: dict) -> list[Path]:
             for i, st in enumerate(steps):
                 seeds, pr = res["curves"][sc][(cond, st)]
                 color = COLORS[i % len(COLORS)]
-                top.plot(ks, pr.mean(axis=1).mean(axis=0), color=color, marker="o", ms=3,
-                         label=f"{cond} step {st} (mean of {len(seeds)} seed{'s' if len(seeds) > 1 else ''})")
+                top.plot(
+                    ks,
+                    pr.mean(axis=1).mean(axis=0),
+                    color=color,
+                    marker="o",
+                    ms=3,
+                    label=f"{cond} step {st} (mean of {len(seeds)} seed{'s' if len(seeds) > 1 else ''})",
+                )
                 e = next(e for e in res["entries"] if (e["condition"], e["step"], e["scoring"]) == (cond, st, sc))
                 b = e["band"]
                 bot.plot(ks, b["diff"], color=color, marker="o", ms=3, label=f"step {st}")
@@ -367,9 +455,16 @@ def lr_sweep_figure(run: Path, out: Path, design: Design) -> Path | None:
         fig, ax = plt.subplots(figsize=(6.5, 4))
         for f in sweep:
             rows = read_csv(f)
-            ax.plot([r["step"] for r in rows], [r["reward_mean"] for r in rows], label=f.parent.name.replace("lr_", "lr "))
-        ax.axvspan(lrs.steps - lrs.last + 0.5, lrs.steps + 0.5, color="grey", alpha=0.15,
-                   label=f"scoring window (last {lrs.last} of {lrs.steps} steps)")
+            ax.plot(
+                [r["step"] for r in rows], [r["reward_mean"] for r in rows], label=f.parent.name.replace("lr_", "lr ")
+            )
+        ax.axvspan(
+            lrs.steps - lrs.last + 0.5,
+            lrs.steps + 0.5,
+            color="grey",
+            alpha=0.15,
+            label=f"scoring window (last {lrs.last} of {lrs.steps} steps)",
+        )
         ax.set_xlabel("training step")
         ax.set_ylabel("mean reward (strict)")
         _integer_ticks(ax)

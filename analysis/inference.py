@@ -1,5 +1,6 @@
 """What every test of one analysis shares (Inference), and a file's correct counts per problem. At the
 bottom of analysis/: the modules that compute take these whole, so a test's sizes travel as one value."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from analysis import verdict
 class Inference:
     """What every test of one analysis shares: its levels and margins, the bootstrap's draws, and the
     sizes of the evaluations (trained models' n, the base's n_base, k_max, N problems)."""
+
     levels: verdict.Levels
     draws: verdict.Draws
     n: int

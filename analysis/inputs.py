@@ -3,6 +3,7 @@ analysis and kept in verdicts.json (`warnings`, `inputs`, `provenance.files`), s
 and opens no file: inputs made under other settings or missing, the learning rate, the selection,
 the base-rate probes, the first test problem side by side, and each input file's provenance.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,8 +23,12 @@ def compared_settings(d: dict) -> dict:
     batching settings, which change no sample (PLAN_CHANGES.md change 52)."""
     c = d.get("provenance", {}).get("config", {})
     c = without_batching(c) if isinstance(c.get("eval"), dict) else c
-    return {"seed": c.get("seed"), "model": c.get("model"), "task": c.get("task"),
-            "eval": {k: v for k, v in (c.get("eval") or {}).items() if k != "n_base"}}
+    return {
+        "seed": c.get("seed"),
+        "model": c.get("model"),
+        "task": c.get("task"),
+        "eval": {k: v for k, v in (c.get("eval") or {}).items() if k != "n_base"},
+    }
 
 
 def warnings(run: Path, res: dict) -> list[str]:
@@ -42,10 +47,14 @@ def warnings(run: Path, res: dict) -> list[str]:
         if p.get("changes_sha256") and prov.get("changes_sha256") and p["changes_sha256"] != prov["changes_sha256"]:
             out.append(f"{d['_file']} was made under a different PLAN_CHANGES.md than eval_base.json")
         if compared_settings(d) != compared_settings(base):
-            out.append(f"{d['_file']} records other evaluation settings (seed, model, task or eval) than eval_base.json")
+            out.append(
+                f"{d['_file']} records other evaluation settings (seed, model, task or eval) than eval_base.json"
+            )
         if not same_config(p, prov):
-            out.append(f"{d['_file']} was made with another config (hash {p.get('config_hash')}) "
-                       f"than eval_base.json ({prov.get('config_hash')})")
+            out.append(
+                f"{d['_file']} was made with another config (hash {p.get('config_hash')}) "
+                f"than eval_base.json ({prov.get('config_hash')})"
+            )
     for key, name in (("plan_sha256", "PLAN.md"), ("changes_sha256", "PLAN_CHANGES.md")):
         if prov.get(key) and now[key] and prov[key] != now[key]:
             out.append(f"{name} has changed since the base was evaluated")
@@ -59,20 +68,29 @@ def warnings(run: Path, res: dict) -> list[str]:
     for b, docs, prefix in res["sets"].values():
         for d in ([b] if b is not None else []) + list(docs.values()):
             if not same_config(d.get("provenance"), prov):
-                out.append(f"{prefix}{d['_file']} was made with another config (hash {d.get('provenance', {}).get('config_hash')}) "
-                           f"than eval_base.json ({prov.get('config_hash')})")
+                out.append(
+                    f"{prefix}{d['_file']} was made with another config (hash {d.get('provenance', {}).get('config_hash')}) "
+                    f"than eval_base.json ({prov.get('config_hash')})"
+                )
     if (run / "evalsets").is_dir():
-        out += [f"evalsets/{f.name}/ is not a registered evaluation set (config eval_sets): left out"
-                for f in sorted((run / "evalsets").iterdir()) if f.is_dir() and f.name not in design.eval_sets]
+        out += [
+            f"evalsets/{f.name}/ is not a registered evaluation set (config eval_sets): left out"
+            for f in sorted((run / "evalsets").iterdir())
+            if f.is_dir() and f.name not in design.eval_sets
+        ]
     out += res["tokens"]["warnings"]
     if not design.tokens_enabled and res["tokens"]["rows"]:
-        out.append("token files are present but config tokens.enabled is off: they are reported as found, not checked for completeness")
+        out.append(
+            "token files are present but config tokens.enabled is off: they are reported as found, not checked for completeness"
+        )
     for name in expected:
         if not (run / name).exists():
             out.append(f"{name} is missing: what it would show is left out of this report")
         elif name.endswith(".json") and not same_config(rec := read_json(run / name).get("provenance", {}), prov):
-            out.append(f"{name} was made with another config (hash {rec.get('config_hash')}) "
-                       f"than eval_base.json ({prov.get('config_hash')})")
+            out.append(
+                f"{name} was made with another config (hash {rec.get('config_hash')}) "
+                f"than eval_base.json ({prov.get('config_hash')})"
+            )
     return out
 
 
@@ -81,8 +99,13 @@ def learning_rate(run: Path) -> dict | None:
     if not (run / "lr_choice.json").exists():
         return None
     d = read_json(run / "lr_choice.json")
-    return {"rule": d["rule"], "rule_name": d.get("rule_name"), "mean_reward_last": d["mean_reward_last"],
-            "dev_loose_pass1": d.get("dev_loose_pass1"), "chosen": d["chosen"]}
+    return {
+        "rule": d["rule"],
+        "rule_name": d.get("rule_name"),
+        "mean_reward_last": d["mean_reward_last"],
+        "dev_loose_pass1": d.get("dev_loose_pass1"),
+        "chosen": d["chosen"],
+    }
 
 
 def selection(run: Path) -> dict | None:
@@ -90,8 +113,13 @@ def selection(run: Path) -> dict | None:
     if not (run / "selection.json").exists():
         return None
     d = read_json(run / "selection.json")
-    return {"rule": d["rule"], "informative": len(d["informative"]), "problems": len(d["pass_rates"]), "sets": d["sets"],
-            "short": d["short"]}
+    return {
+        "rule": d["rule"],
+        "informative": len(d["informative"]),
+        "problems": len(d["pass_rates"]),
+        "sets": d["sets"],
+        "short": d["short"],
+    }
 
 
 def probes(run: Path) -> list[dict]:
@@ -100,8 +128,19 @@ def probes(run: Path) -> list[dict]:
     for f in sorted(run.glob("probe_*.json")):
         d = read_json(f)
         n = str(d["n"])
-        out.append({"task": d["task"], "n_problems": d["n_problems"], "n": d["n"], "format_rate": d["format_rate"],
-                    **{f"{sc}_pass{k}": d["pass_at_k"][sc][key] for sc in ("strict", "loose") for k, key in (("1", "1"), ("n", n))}})
+        out.append(
+            {
+                "task": d["task"],
+                "n_problems": d["n_problems"],
+                "n": d["n"],
+                "format_rate": d["format_rate"],
+                **{
+                    f"{sc}_pass{k}": d["pass_at_k"][sc][key]
+                    for sc in ("strict", "loose")
+                    for k, key in (("1", "1"), ("n", n))
+                },
+            }
+        )
     return out
 
 
@@ -124,27 +163,54 @@ def first_problem(res: dict) -> dict | None:
     models = []
     for label, d in shown:
         p = d["problems"][0]
-        models.append({"label": label, "correct_strict": p["correct_strict"], "correct_loose": p["correct_loose"], "n": p["n"],
-                       "responses": [{"text": r, "strategy": classify_strategy(problem, r)["product"] if labelled else None}
-                                     for r in p.get("responses", [])[:SHOWN_RESPONSES]]})
+        models.append(
+            {
+                "label": label,
+                "correct_strict": p["correct_strict"],
+                "correct_loose": p["correct_loose"],
+                "n": p["n"],
+                "responses": [
+                    {"text": r, "strategy": classify_strategy(problem, r)["product"] if labelled else None}
+                    for r in p.get("responses", [])[:SHOWN_RESPONSES]
+                ],
+            }
+        )
     return {"question": first["question"], "answer": first["answer"], "labelled": labelled, "models": models}
 
 
 def files(run: Path) -> list[dict]:
     """Every input file's bytes hash and what its provenance says made it."""
-    found = (sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")) + sorted(run.glob("tokens_*.json"))
-             + sorted(run.glob("probe_*.json")) + [p for p in (run / "selection.json", run / "lr_choice.json") if p.exists()])
+    found = (
+        sorted(run.glob("eval_*.json"))
+        + sorted(run.glob("evalsets/*/eval_*.json"))
+        + sorted(run.glob("tokens_*.json"))
+        + sorted(run.glob("probe_*.json"))
+        + [p for p in (run / "selection.json", run / "lr_choice.json") if p.exists()]
+    )
     out = []
     for f in found:
         p = read_json(f).get("provenance", {})
-        out.append({"file": f.relative_to(run).as_posix(), "sha256": file_sha256(f), "stage_hash": p.get("stage_hash"),
-                    "plan_sha256": p.get("plan_sha256"), "changes_sha256": p.get("changes_sha256"), "revision": p.get("revision"),
-                    "made": p.get("time")})
+        out.append(
+            {
+                "file": f.relative_to(run).as_posix(),
+                "sha256": file_sha256(f),
+                "stage_hash": p.get("stage_hash"),
+                "plan_sha256": p.get("plan_sha256"),
+                "changes_sha256": p.get("changes_sha256"),
+                "revision": p.get("revision"),
+                "made": p.get("time"),
+            }
+        )
     return out
 
 
 def collect(run: Path, res: dict) -> dict:
     """verdicts.json's `inputs`: what the report shows of the run's inputs (their files' hashes and
     makers go in its `provenance`, with the other records of how the document was made)."""
-    return {"n_expected": res["design"].n_expected(), "learning_rate": learning_rate(run), "selection": selection(run),
-            "probes": probes(run), "first_problem": first_problem(res)}
+    return {
+        "n_expected": res["design"].n_expected(),
+        "learning_rate": learning_rate(run),
+        "selection": selection(run),
+        "probes": probes(run),
+        "first_problem": first_problem(res),
+    }

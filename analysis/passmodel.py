@@ -5,6 +5,7 @@ boundary: problems one model solves and the other never does, against what chanc
 Notation as in analysis/stats.py: n samples per problem, counts c_i of correct ones, N problems. Every value
 beyond n this module produces is a model's, and the analysis labels it so. numpy and scipy only.
 """
+
 from __future__ import annotations
 
 import copy
@@ -64,14 +65,24 @@ def _starts(counts, n: int, plain: dict | None) -> list[tuple]:
         starts.insert(0, (mu0, float(np.clip(np.log(max(m * (1 - m) / v - 1, 1e-3)), -10, 10))))
     if plain is None:
         return starts
-    th0 = (logit(np.clip(plain["alpha"] / (plain["alpha"] + plain["beta"]), 1e-6, 1 - 1e-6)), np.log(plain["alpha"] + plain["beta"]))
+    th0 = (
+        logit(np.clip(plain["alpha"] / (plain["alpha"] + plain["beta"]), 1e-6, 1 - 1e-6)),
+        np.log(plain["alpha"] + plain["beta"]),
+    )
     zeros = float(np.mean(p == 0))
-    return ([(*th0, logit(q)) for q in (1e-3, max(zeros / 2, 1e-3), max(zeros * 0.9, 1e-3))]
-            + [(*starts[0], logit(max(zeros / 2, 1e-3)))])
+    return [(*th0, logit(q)) for q in (1e-3, max(zeros / 2, 1e-3), max(zeros * 0.9, 1e-3))] + [
+        (*starts[0], logit(max(zeros / 2, 1e-3)))
+    ]
 
 
-def fit_betabinom(counts, n: int, zero_inflated: bool = False, plain: dict | None = None, start: tuple | None = None,
-                  tol: float = 1e-7) -> dict:
+def fit_betabinom(
+    counts,
+    n: int,
+    zero_inflated: bool = False,
+    plain: dict | None = None,
+    start: tuple | None = None,
+    tol: float = 1e-7,
+) -> dict:
     """Maximum-likelihood fit of a beta-binomial to per-problem counts c_i of n:
         c_i ~ BetaBinomial(n, alpha, beta)                       (2 parameters), or
         P(c = 0) = pi + (1 - pi) BB(0), P(c) = (1 - pi) BB(c)    (zero-inflated, 3 parameters).
@@ -107,17 +118,32 @@ def fit_betabinom(counts, n: int, zero_inflated: bool = False, plain: dict | Non
 
     if zero_inflated:
         plain = plain or fit_betabinom(counts, n)
-    starts = [start] if start is not None and not zero_inflated else _starts(counts, n, plain if zero_inflated else None)
+    starts = (
+        [start] if start is not None and not zero_inflated else _starts(counts, n, plain if zero_inflated else None)
+    )
     starts = [np.clip(np.array(s0, float), [b[0] for b in box], [b[1] for b in box]) for s0 in starts]
-    best = min((minimize(nll, s0, method="Nelder-Mead", bounds=box, options={"xatol": tol, "fatol": tol**1.5, "maxiter": 600})
-                for s0 in starts), key=lambda r: r.fun)
+    best = min(
+        (
+            minimize(
+                nll, s0, method="Nelder-Mead", bounds=box, options={"xatol": tol, "fatol": tol**1.5, "maxiter": 600}
+            )
+            for s0 in starts
+        ),
+        key=lambda r: r.fun,
+    )
     th = best.x
     mu, sz = float(expit(th[0])), float(np.exp(th[1]))
-    out = {"model": "zero-inflated beta-binomial" if zero_inflated else "beta-binomial",
-           "alpha": mu * sz, "beta": (1 - mu) * sz, "pi": float(expit(th[2])) if zero_inflated else 0.0,
-           "loglik": -float(best.fun), "params": 3 if zero_inflated else 2,
-           "at_bound": bool(abs(th[0]) > LOG_BOUND - 1e-3 or th[1] < -LOG_BOUND + 1e-3 or th[1] > S_BOUND - 1e-3),
-           "n": n, "n_problems": int(hist.sum())}
+    out = {
+        "model": "zero-inflated beta-binomial" if zero_inflated else "beta-binomial",
+        "alpha": mu * sz,
+        "beta": (1 - mu) * sz,
+        "pi": float(expit(th[2])) if zero_inflated else 0.0,
+        "loglik": -float(best.fun),
+        "params": 3 if zero_inflated else 2,
+        "at_bound": bool(abs(th[0]) > LOG_BOUND - 1e-3 or th[1] < -LOG_BOUND + 1e-3 or th[1] > S_BOUND - 1e-3),
+        "n": n,
+        "n_problems": int(hist.sum()),
+    }
     if zero_inflated and out["loglik"] < plain["loglik"]:  # the optimiser missed the nested point
         out.update(alpha=plain["alpha"], beta=plain["beta"], pi=0.0, loglik=plain["loglik"], at_bound=plain["at_bound"])
     out["aic"] = 2 * out["params"] - 2 * out["loglik"]
@@ -140,9 +166,13 @@ def _fit_pass_model(hist: tuple, n: int) -> dict:
     counts = np.repeat(np.arange(n + 1), hist)
     bb = fit_betabinom(counts, n)
     zi = fit_betabinom(counts, n, zero_inflated=True, plain=bb)
-    return {**bb, "chosen": REGISTERED, "aic_prefers": zi["model"] if zi["aic"] < bb["aic"] else bb["model"],
-            "fits": {"beta-binomial": bb, "zero-inflated beta-binomial": zi},
-            "rule": "the plain beta-binomial (registered); AIC's preference is reported, not used"}
+    return {
+        **bb,
+        "chosen": REGISTERED,
+        "aic_prefers": zi["model"] if zi["aic"] < bb["aic"] else bb["model"],
+        "fits": {"beta-binomial": bb, "zero-inflated beta-binomial": zi},
+        "rule": "the plain beta-binomial (registered); AIC's preference is reported, not used",
+    }
 
 
 def model_pass_at_k(fit: dict, ks) -> np.ndarray:
@@ -160,9 +190,20 @@ def extrapolation_check(small_counts, n_small: int, large_counts, n_large: int) 
     measured = float(per_problem(large_counts, n_large, n_large).mean())
     naive = float(per_problem(small_counts, n_small, n_small).mean())
     zi = fit["fits"]["zero-inflated beta-binomial"]
-    return {"fit_n": n_small, "target_k": n_large, "model_used": fit["chosen"], "alpha": fit["alpha"], "beta": fit["beta"],
-            "pi": fit["pi"], "predicted": predicted, "measured": measured, "error": predicted - measured,
-            "predicted_zero_inflated": float(model_pass_at_k(zi, [n_large])[0]), "naive": naive, "naive_error": naive - measured}
+    return {
+        "fit_n": n_small,
+        "target_k": n_large,
+        "model_used": fit["chosen"],
+        "alpha": fit["alpha"],
+        "beta": fit["beta"],
+        "pi": fit["pi"],
+        "predicted": predicted,
+        "measured": measured,
+        "error": predicted - measured,
+        "predicted_zero_inflated": float(model_pass_at_k(zi, [n_large])[0]),
+        "naive": naive,
+        "naive_error": naive - measured,
+    }
 
 
 def parametric_replicates(fit: dict, n: int, N: int, ks, resamples: int, seed: int) -> np.ndarray:
@@ -181,8 +222,18 @@ def parametric_replicates(fit: dict, n: int, N: int, ks, resamples: int, seed: i
     return out
 
 
-def contrast_check(base_small, n_base: int, rl_small, n_small: int, base_large, rl_large, n_large: int, resamples: int,
-                   seed: int, level: float) -> dict:
+def contrast_check(
+    base_small,
+    n_base: int,
+    rl_small,
+    n_small: int,
+    base_large,
+    rl_large,
+    n_large: int,
+    resamples: int,
+    seed: int,
+    level: float,
+) -> dict:
     """The model checked on what the question is about, a contrast: fitted to the base's counts of
     n_base samples and the trained model's of n_small, it predicts Delta pass@n_large (RL - base); the
     large set measures it on the same problems. A paired bootstrap over problems: `resamples` redraws of
@@ -197,21 +248,44 @@ def contrast_check(base_small, n_base: int, rl_small, n_small: int, base_large, 
     pb, pr = (float(model_pass_at_k(f, [n_large])[0]) for f in (fb, fr))
 
     def start(f):
-        return (float(logit(np.clip(f["alpha"] / (f["alpha"] + f["beta"]), 1e-6, 1 - 1e-6))), float(np.log(f["alpha"] + f["beta"])))
+        return (
+            float(logit(np.clip(f["alpha"] / (f["alpha"] + f["beta"]), 1e-6, 1 - 1e-6))),
+            float(np.log(f["alpha"] + f["beta"])),
+        )
 
     idx = np.random.default_rng([seed, 271]).integers(0, len(b), size=(resamples, len(b)))
-    reps = np.array([model_pass_at_k(fit_betabinom(r[i], n_small, start=start(fr), tol=REFIT_TOL), [n_large])[0]
-                     - model_pass_at_k(fit_betabinom(b[i], n_base, start=start(fb), tol=REFIT_TOL), [n_large])[0] for i in idx])
-    per = per_problem(rl_large, n_large, n_large) - per_problem(base_large, n_large, n_large)  # (N,) measured, per problem
+    reps = np.array(
+        [
+            model_pass_at_k(fit_betabinom(r[i], n_small, start=start(fr), tol=REFIT_TOL), [n_large])[0]
+            - model_pass_at_k(fit_betabinom(b[i], n_base, start=start(fb), tol=REFIT_TOL), [n_large])[0]
+            for i in idx
+        ]
+    )
+    per = per_problem(rl_large, n_large, n_large) - per_problem(
+        base_large, n_large, n_large
+    )  # (N,) measured, per problem
     errors = reps - per[idx].mean(axis=1)  # the error on the same redrawn problems: what the check asks about
     lo, hi = percentile_interval(reps, level)
     elo, ehi = percentile_interval(errors, level)
     measured = float(per.mean())
     zi = [float(model_pass_at_k(f["fits"]["zero-inflated beta-binomial"], [n_large])[0]) for f in (fb, fr)]
-    return {"fit_n": n_small, "fit_n_base": n_base, "target_k": n_large, "predicted_delta": pr - pb, "ci": [lo, hi],
-            "measured_delta": measured, "error": pr - pb - measured, "error_ci": [elo, ehi], "covered": bool(elo <= 0 <= ehi),
-            "predicted_delta_zero_inflated": zi[1] - zi[0], "error_zero_inflated": zi[1] - zi[0] - measured, "resamples": resamples,
-            "naive_delta": float(per_problem(r, n_small, n_small).mean() - per_problem(b, n_base, min(n_base, n_small)).mean())}
+    return {
+        "fit_n": n_small,
+        "fit_n_base": n_base,
+        "target_k": n_large,
+        "predicted_delta": pr - pb,
+        "ci": [lo, hi],
+        "measured_delta": measured,
+        "error": pr - pb - measured,
+        "error_ci": [elo, ehi],
+        "covered": bool(elo <= 0 <= ehi),
+        "predicted_delta_zero_inflated": zi[1] - zi[0],
+        "error_zero_inflated": zi[1] - zi[0] - measured,
+        "resamples": resamples,
+        "naive_delta": float(
+            per_problem(r, n_small, n_small).mean() - per_problem(b, n_base, min(n_base, n_small)).mean()
+        ),
+    }
 
 
 def boundary(base_counts, rl_counts, ids) -> dict:
@@ -220,12 +294,19 @@ def boundary(base_counts, rl_counts, ids) -> dict:
     b, r = np.asarray(base_counts), np.asarray(rl_counts)
     only_rl = [ids[i] for i in np.flatnonzero((b == 0) & (r > 0))]
     only_base = [ids[i] for i in np.flatnonzero((b > 0) & (r == 0))]
-    return {"only_rl": len(only_rl), "only_base": len(only_base), "only_rl_ids": only_rl, "only_base_ids": only_base,
-            "solved_base": int(np.count_nonzero(b > 0)), "solved_rl": int(np.count_nonzero(r > 0))}
+    return {
+        "only_rl": len(only_rl),
+        "only_base": len(only_base),
+        "only_rl_ids": only_rl,
+        "only_base_ids": only_base,
+        "solved_base": int(np.count_nonzero(b > 0)),
+        "solved_rl": int(np.count_nonzero(r > 0)),
+    }
 
 
-def boundary_null(base_counts, rl_counts, n: int, fresh_counts, n_fresh: int, sims: int = 10000, seed: int = 0,
-                  level: float = 0.95) -> dict:
+def boundary_null(
+    base_counts, rl_counts, n: int, fresh_counts, n_fresh: int, sims: int = 10000, seed: int = 0, level: float = 0.95
+) -> dict:
     """How many problems chance alone would put on each side of the boundary if RL were the base
     (H0: the same per-problem rates). Problem i lands "only RL" when the base's n draws are all wrong
     and RL's n draws are not; its chance is q_i = E[(1 - p)^n] - E[(1 - p)^(2n)] over the base's rate
@@ -243,8 +324,21 @@ def boundary_null(base_counts, rl_counts, n: int, fresh_counts, n_fresh: int, si
     q = np.exp(betaln(ai, bi + n) - betaln(ai, bi)) - np.exp(betaln(ai, bi + 2 * n) - betaln(ai, bi))
     null = (np.random.default_rng(seed).random((sims, len(q))) < q).sum(axis=1)
     lo, hi = np.quantile(null, [(1 - level) / 2, (1 + level) / 2])
-    out = {"expected": float(q.sum()), "range": [int(lo), int(hi)], "level": level, "sims": sims, "fresh_n": n_fresh,
-           "prior": {"alpha": fit["alpha"], "beta": fit["beta"]}}
-    for side, obs in (("only_rl", int(np.count_nonzero((b == 0) & (r > 0)))), ("only_base", int(np.count_nonzero((b > 0) & (r == 0))))):
-        out[side] = {"observed": obs, "excess": obs - float(q.sum()), "p": float((1 + np.count_nonzero(null >= obs)) / (sims + 1))}
+    out = {
+        "expected": float(q.sum()),
+        "range": [int(lo), int(hi)],
+        "level": level,
+        "sims": sims,
+        "fresh_n": n_fresh,
+        "prior": {"alpha": fit["alpha"], "beta": fit["beta"]},
+    }
+    for side, obs in (
+        ("only_rl", int(np.count_nonzero((b == 0) & (r > 0)))),
+        ("only_base", int(np.count_nonzero((b > 0) & (r == 0)))),
+    ):
+        out[side] = {
+            "observed": obs,
+            "excess": obs - float(q.sum()),
+            "p": float((1 + np.count_nonzero(null >= obs)) / (sims + 1)),
+        }
     return out

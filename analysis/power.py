@@ -8,6 +8,7 @@ effects a ~ (0, V_A), seed effects b ~ (0, V_B) and residuals e ~ (0, V_R). The 
 the grand mean of d over N problems and S seeds, with variance V_A / N + V_B / S + V_R / (N S).
 numpy and scipy only; tests check each formula on data with a known answer and by simulation.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,12 +31,32 @@ def variance_components(d: np.ndarray) -> dict:
     S, N = d.shape
     grand = d.mean()
     if N == 1:
-        return {"delta": float(grand), "V_A": float("nan"), "V_B": None, "V_R": None, "se": float("nan"), "df": 0.0,
-                "seed_sd": None, "seed_df": S - 1, "S": S, "N": N}
+        return {
+            "delta": float(grand),
+            "V_A": float("nan"),
+            "V_B": None,
+            "V_R": None,
+            "se": float("nan"),
+            "df": 0.0,
+            "seed_sd": None,
+            "seed_df": S - 1,
+            "S": S,
+            "N": N,
+        }
     if S == 1:
         va = float(d[0].var(ddof=1))
-        return {"delta": float(grand), "V_A": va, "V_B": None, "V_R": None, "se": float(np.sqrt(va / N)), "df": float(N - 1),
-                "seed_sd": None, "seed_df": 0, "S": 1, "N": N}
+        return {
+            "delta": float(grand),
+            "V_A": va,
+            "V_B": None,
+            "V_R": None,
+            "se": float(np.sqrt(va / N)),
+            "df": float(N - 1),
+            "seed_sd": None,
+            "seed_df": 0,
+            "S": 1,
+            "N": N,
+        }
     ms_a = S * d.mean(axis=0).var(ddof=1)
     ms_b = N * d.mean(axis=1).var(ddof=1)
     resid = d - d.mean(axis=0, keepdims=True) - d.mean(axis=1, keepdims=True) + grand
@@ -44,8 +65,18 @@ def variance_components(d: np.ndarray) -> dict:
     denom = ms_a**2 / (N - 1) + ms_b**2 / (S - 1) + ms_r**2 / ((N - 1) * (S - 1))
     df = (se2 * N * S) ** 2 / denom if denom > 0 else float(N - 1)  # every difference alike: no spread to estimate
     vb = max((ms_b - ms_r) / N, 0.0)
-    return {"delta": float(grand), "V_A": float(max((ms_a - ms_r) / S, 0.0)), "V_B": float(vb), "V_R": float(ms_r),
-            "se": float(np.sqrt(se2)), "df": float(df), "seed_sd": float(np.sqrt(vb)), "seed_df": S - 1, "S": S, "N": N}
+    return {
+        "delta": float(grand),
+        "V_A": float(max((ms_a - ms_r) / S, 0.0)),
+        "V_B": float(vb),
+        "V_R": float(ms_r),
+        "se": float(np.sqrt(se2)),
+        "df": float(df),
+        "seed_sd": float(np.sqrt(vb)),
+        "seed_df": S - 1,
+        "S": S,
+        "N": N,
+    }
 
 
 def t_result(vc: dict, level: float) -> dict:
@@ -69,8 +100,9 @@ def design_se(V_A: float, V_B: float, V_R: float, N: int, S: int) -> tuple[float
     components: the expected mean squares V_R + S V_A, V_R + N V_B, V_R in the formula above."""
     ms_a, ms_b, ms_r = V_R + S * V_A, V_R + N * V_B, V_R
     se2 = V_A / N + V_B / S + V_R / (N * S)
-    df = (se2 * N * S) ** 2 / (ms_a**2 / (N - 1) + (ms_b**2 / (S - 1) if S > 1 else 0.0)
-                               + (ms_r**2 / ((N - 1) * (S - 1)) if S > 1 else 0.0))
+    df = (se2 * N * S) ** 2 / (
+        ms_a**2 / (N - 1) + (ms_b**2 / (S - 1) if S > 1 else 0.0) + (ms_r**2 / ((N - 1) * (S - 1)) if S > 1 else 0.0)
+    )
     return float(np.sqrt(se2)), float(df)
 
 
@@ -99,18 +131,33 @@ def equivalence_up_to(se: float, df: float, margin: float, alpha: float, power: 
         return None  # (no finite SE or df: nothing varies, or a single value)
     if se <= 0:
         return float(margin)
-    return float(optimize.brentq(lambda d: power_equivalence(d, se, df, margin, alpha) - power, 0.0, margin, xtol=1e-10))
+    return float(
+        optimize.brentq(lambda d: power_equivalence(d, se, df, margin, alpha) - power, 0.0, margin, xtol=1e-10)
+    )
 
 
 def simulate(V_A: float, V_B: float, V_R: float, N: int, S: int, delta: float, sims: int, seed: int) -> np.ndarray:
     """(sims, S, N) data sets of the model, normal effects: the ground truth of the simulations below."""
     rng = np.random.default_rng(seed)
-    return (delta + rng.normal(0, np.sqrt(V_A), (sims, 1, N)) + rng.normal(0, np.sqrt(V_B), (sims, S, 1))
-            + rng.normal(0, np.sqrt(V_R), (sims, S, N)))
+    return (
+        delta
+        + rng.normal(0, np.sqrt(V_A), (sims, 1, N))
+        + rng.normal(0, np.sqrt(V_B), (sims, S, 1))
+        + rng.normal(0, np.sqrt(V_R), (sims, S, N))
+    )
 
 
-def crossed_coverage(V_A: float, V_B: float, V_R: float, N: int, S: int, level: float = 0.95, sims: int = 300,
-                     resamples: int = 400, seed: int = 0) -> dict:
+def crossed_coverage(
+    V_A: float,
+    V_B: float,
+    V_R: float,
+    N: int,
+    S: int,
+    level: float = 0.95,
+    sims: int = 300,
+    resamples: int = 400,
+    seed: int = 0,
+) -> dict:
     """How often the crossed bootstrap's percentile interval (stats.crossed_replicates, as the
     analysis runs it: the problems and, independently, the seeds drawn with replacement) covers
     the true Delta, over `sims` data sets of the model; the t-based interval's coverage beside it.
@@ -125,8 +172,15 @@ def crossed_coverage(V_A: float, V_B: float, V_R: float, N: int, S: int, level: 
         miss_low += lo > 0
         t = t_result(variance_components(d), level)["ci"]
         cover_t += t[0] <= 0 <= t[1]
-    return {"coverage": cover / sims, "lower_miss": miss_low / sims, "coverage_t": cover_t / sims, "sims": sims, "N": N, "S": S,
-            "seed_sd": float(np.sqrt(V_B))}
+    return {
+        "coverage": cover / sims,
+        "lower_miss": miss_low / sims,
+        "coverage_t": cover_t / sims,
+        "sims": sims,
+        "N": N,
+        "S": S,
+        "seed_sd": float(np.sqrt(V_B)),
+    }
 
 
 def seed_var_upper(seed_var: float, seed_df: int, level: float = 0.8) -> float:
@@ -136,8 +190,19 @@ def seed_var_upper(seed_var: float, seed_df: int, level: float = 0.8) -> float:
     return float(seed_df * seed_var / st.chi2.ppf(1 - level, seed_df))
 
 
-def count_coverage(base_counts, n_base: int, delta: float, V_A: float, V_B: float, S: int, n: int, level: float = 0.95,
-                   sims: int = 2000, resamples: int = 400, seed: int = 0) -> dict:
+def count_coverage(
+    base_counts,
+    n_base: int,
+    delta: float,
+    V_A: float,
+    V_B: float,
+    S: int,
+    n: int,
+    level: float = 0.95,
+    sims: int = 2000,
+    resamples: int = 400,
+    seed: int = 0,
+) -> dict:
     """Coverage of the crossed bootstrap's percentile interval for Delta pass@1, in count-level
     simulations of this design: per problem a base rate p_i drawn from the beta-binomial fit to the
     base's counts, a trained rate p_i + Delta + a_i + b_s (a_i ~ N(0, V_A) per problem, b_s ~ N(0, V_B)
@@ -152,8 +217,12 @@ def count_coverage(base_counts, n_base: int, delta: float, V_A: float, V_B: floa
     N = len(c)
     rng = np.random.default_rng([seed, 31337])
     big = rng.beta(f["alpha"], f["beta"], 400_000)  # the population Delta, over problems and seeds
-    truth = float(np.clip(big + delta + rng.normal(0, np.sqrt(V_A), big.size) + rng.normal(0, np.sqrt(V_B), big.size), 0, 1).mean()
-                  - big.mean())
+    truth = float(
+        np.clip(
+            big + delta + rng.normal(0, np.sqrt(V_A), big.size) + rng.normal(0, np.sqrt(V_B), big.size), 0, 1
+        ).mean()
+        - big.mean()
+    )
     cover = miss_low = cover_t = 0
     for i in range(sims):
         p = rng.beta(f["alpha"], f["beta"], N)
@@ -166,6 +235,14 @@ def count_coverage(base_counts, n_base: int, delta: float, V_A: float, V_B: floa
         miss_low += lo > truth
         t = t_result(variance_components(r1 - b1), level)["ci"]
         cover_t += t[0] <= truth <= t[1]
-    return {"coverage": cover / sims, "lower_miss": miss_low / sims, "coverage_t": cover_t / sims, "sims": sims, "N": N, "S": S,
-            "seed_sd": float(np.sqrt(V_B)), "delta": truth, "mc_se": float(np.sqrt(0.95 * 0.05 / sims))}
-
+    return {
+        "coverage": cover / sims,
+        "lower_miss": miss_low / sims,
+        "coverage_t": cover_t / sims,
+        "sims": sims,
+        "N": N,
+        "S": S,
+        "seed_sd": float(np.sqrt(V_B)),
+        "delta": truth,
+        "mc_se": float(np.sqrt(0.95 * 0.05 / sims)),
+    }

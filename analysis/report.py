@@ -6,6 +6,7 @@ analysis/report_secondary.py. One function per section, in PLAN.md's order (this
 calibration, the primary question and section 7's verdicts); report_format.table makes every
 markdown table.
 """
+
 from __future__ import annotations
 
 import time
@@ -43,15 +44,17 @@ def reason_words(e: Entry, margin: float) -> str:
     """An entry's label's reason (verdict.REASONS) in words, with the p-value it rests on."""
     r, k = e["reason"], e["k"]
     p = "" if r["p"] is None else f" (p = {p4(r['p'])})"
-    return {"above-null": f"pass@{k} lies above the selection null's{p}",
-            "pass1-falls": f"pass@1 falls{p}",
-            "below-null": f"pass@1 rises and pass@{k} lies below the selection null's{p}",
-            "within-null": f"pass@1 rises and pass@{k} is within ±{margin:g} of the selection null's (TOST{p})",
-            "equivalence-not-asked": f"pass@1 rises, but pass@{k} is neither shown above nor below the selection null's, and its "
-                                     f"equivalence test is not asked (the null leaves too little headroom for the ±{margin:g} margin)",
-            "ceiling-inconclusive": f"pass@1 rises, but pass@{k} is neither shown above, below nor within ±{margin:g} of the selection "
-                                    f"null's (TOST{p})",
-            "pass1-unchanged": f"pass@1 is shown neither to rise{p} nor to fall (p = {p4(e['adjusted']['falls'])})"}[r["code"]]
+    return {
+        "above-null": f"pass@{k} lies above the selection null's{p}",
+        "pass1-falls": f"pass@1 falls{p}",
+        "below-null": f"pass@1 rises and pass@{k} lies below the selection null's{p}",
+        "within-null": f"pass@1 rises and pass@{k} is within ±{margin:g} of the selection null's (TOST{p})",
+        "equivalence-not-asked": f"pass@1 rises, but pass@{k} is neither shown above nor below the selection null's, and its "
+        f"equivalence test is not asked (the null leaves too little headroom for the ±{margin:g} margin)",
+        "ceiling-inconclusive": f"pass@1 rises, but pass@{k} is neither shown above, below nor within ±{margin:g} of the selection "
+        f"null's (TOST{p})",
+        "pass1-unchanged": f"pass@1 is shown neither to rise{p} nor to fall (p = {p4(e['adjusted']['falls'])})",
+    }[r["code"]]
 
 
 def primary_sentence(e: Entry | None, doc: dict) -> str:
@@ -59,16 +62,21 @@ def primary_sentence(e: Entry | None, doc: dict) -> str:
     numbers behind it; then, where the calibration failed, that the instrument is not calibrated in
     this world."""
     pr = doc["primary"]
-    q = (f"Does RL on `{pr['condition']}` select ({pr['scoring']} scoring, step {pr['step']}"
-         + (f", {len(e['seeds'])} seed{'s' * (len(e['seeds']) > 1)}, {e['n_problems']} problems" if e else "") + ")?")
+    q = (
+        f"Does RL on `{pr['condition']}` select ({pr['scoring']} scoring, step {pr['step']}"
+        + (f", {len(e['seeds'])} seed{'s' * (len(e['seeds']) > 1)}, {e['n_problems']} problems" if e else "")
+        + ")?"
+    )
     if e is None:
         return f"{q} Not answered: its evaluations are missing (partial report)."
     k, nl, vs = e["k"], e["null"], e["vs_null"]
     label = pr["label"]
-    out = (f"{q} **{label[0].upper() + label[1:]}**: {reason_words(e, doc['levels']['selection_margin'])}. "
-           f"pass@1 {e['pass1_base']:.3f} → {e['pass1_rl']:.3f} (Δ {e['pass1_diff']:+.3f} {ci3(e['pass1_ci'])}); pass@{k} "
-           f"{e['passk_base']:.3f} → {e['passk_rl']:.3f}, against {nl['passk']:.3f} for the base reweighted to the same pass@1 "
-           f"(w = {nl['w']:.3g}, 95% {nl['w_ci'][0]:.3g}–{nl['w_ci'][1]:.3g}): difference {vs['diff']:+.3f} {ci3(vs['ci'])}.")
+    out = (
+        f"{q} **{label[0].upper() + label[1:]}**: {reason_words(e, doc['levels']['selection_margin'])}. "
+        f"pass@1 {e['pass1_base']:.3f} → {e['pass1_rl']:.3f} (Δ {e['pass1_diff']:+.3f} {ci3(e['pass1_ci'])}); pass@{k} "
+        f"{e['passk_base']:.3f} → {e['passk_rl']:.3f}, against {nl['passk']:.3f} for the base reweighted to the same pass@1 "
+        f"(w = {nl['w']:.3g}, 95% {nl['w_ci'][0]:.3g}–{nl['w_ci'][1]:.3g}): difference {vs['diff']:+.3f} {ci3(vs['ci'])}."
+    )
     if pr["ceiling_null"] != "selection":
         out += f" (Registered here: the base-null reading; the selection-null label is *{e['label']}*.)"
     cal = doc["calibration"]
@@ -87,20 +95,34 @@ def header(doc: dict) -> list[str]:
     note = (doc.get("provenance", {}).get("analyze") or {}).get("note")
     L = [f"**{note}**", ""] if note else []
     if doc.get("absent"):  # an earlier layout, upgraded by analysis/compat.py
-        L += [f"*Printed again from a verdicts.json of an earlier layout ({doc['layout']}, see analysis/compat.py); not recorded by "
-              f"this run: {'; '.join(doc['absent'])}.*", ""]
+        L += [
+            f"*Printed again from a verdicts.json of an earlier layout ({doc['layout']}, see analysis/compat.py); not recorded by "
+            f"this run: {'; '.join(doc['absent'])}.*",
+            "",
+        ]
     if doc["missing"]:
         of = f" of {inp['n_expected']}" if "n_expected" in inp else ""
-        L += [f"**PARTIAL REPORT: {len(doc['missing'])}{of} expected evaluations are missing: {', '.join(doc['missing'])}.**", ""]
-    seeds = ", ".join(map(str, d["seeds"])) + "".join(f" ({c}: {len(v)} seeds)" for c, v in (d["seeds_by_condition"] or {}).items())
+        L += [
+            f"**PARTIAL REPORT: {len(doc['missing'])}{of} expected evaluations are missing: {', '.join(doc['missing'])}.**",
+            "",
+        ]
+    seeds = ", ".join(map(str, d["seeds"])) + "".join(
+        f" ({c}: {len(v)} seeds)" for c, v in (d["seeds_by_condition"] or {}).items()
+    )
     made = doc.get("provenance", {}).get("time")
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.strptime(made, "%Y-%m-%dT%H:%M:%SZ")) if made else "an unrecorded time"
-    return L + [f"# Report: {doc.get('provenance', {}).get('run', 'a run analysed before verdicts.json named its folder')}", "",
-                f"Written by `analyze_b.py` on {when}. {sz['n_problems']} test "
-                f"problems; the base sampled {sz['n_base']} times each, every trained model {sz['n']} times; conditions "
-                f"{', '.join(d['conditions'])}; seeds {seeds}; checkpoints {', '.join(map(str, d['checkpoints']))}. Crossed bootstrap "
-                f"over seeds and problems, {doc['bootstrap']['resamples']} replicates (seed {doc['bootstrap']['seed']}), percentile "
-                f"intervals.", ""]
+    when = (
+        time.strftime("%Y-%m-%d %H:%M UTC", time.strptime(made, "%Y-%m-%dT%H:%M:%SZ")) if made else "an unrecorded time"
+    )
+    return L + [
+        f"# Report: {doc.get('provenance', {}).get('run', 'a run analysed before verdicts.json named its folder')}",
+        "",
+        f"Written by `analyze_b.py` on {when}. {sz['n_problems']} test "
+        f"problems; the base sampled {sz['n_base']} times each, every trained model {sz['n']} times; conditions "
+        f"{', '.join(d['conditions'])}; seeds {seeds}; checkpoints {', '.join(map(str, d['checkpoints']))}. Crossed bootstrap "
+        f"over seeds and problems, {doc['bootstrap']['resamples']} replicates (seed {doc['bootstrap']['seed']}), percentile "
+        f"intervals.",
+        "",
+    ]
 
 
 def calibration_section(doc: dict) -> list[str]:
@@ -113,27 +135,69 @@ def calibration_section(doc: dict) -> list[str]:
     rows = []
     for a in cal["arms"]:
         if a["kind"] in ("null", "selection", "teaching", "mixed"):
-            rows.append([a["arm"], a["truth"]] + [rate(a["labels"][x]) for x in labels]
-                        + [", ".join(f"{x} ≤ {v:g}" for x, v in a["forbidden"].items()), "pass" if a["passed"] else
-                           f"**fail** ({', '.join(a['failed'])})"])
+            rows.append(
+                [a["arm"], a["truth"]]
+                + [rate(a["labels"][x]) for x in labels]
+                + [
+                    ", ".join(f"{x} ≤ {v:g}" for x, v in a["forbidden"].items()),
+                    "pass" if a["passed"] else f"**fail** ({', '.join(a['failed'])})",
+                ]
+            )
         elif a["kind"] == "seed split":
-            rows.append([f"{a['arm']} ({a['seeds']} seeds)", a["truth"], "", "", "", "",
-                         f"differ: pass@1 {rate(a['differences']['pass1'])}, pass@k {rate(a['differences']['passk'])} ≤ {a['level']:g}",
-                         "pass" if a["passed"] else f"**fail** ({', '.join(a['failed'])})"])
+            rows.append(
+                [
+                    f"{a['arm']} ({a['seeds']} seeds)",
+                    a["truth"],
+                    "",
+                    "",
+                    "",
+                    "",
+                    f"differ: pass@1 {rate(a['differences']['pass1'])}, pass@k {rate(a['differences']['passk'])} ≤ {a['level']:g}",
+                    "pass" if a["passed"] else f"**fail** ({', '.join(a['failed'])})",
+                ]
+            )
         else:
-            rows.append([a["arm"], f"{a['truth']} on {a['stratum']}", "", "", "", "",
-                         f"ceiling rises on {a['n_problems']} problems the pool never solved"
-                         + (f": Δpass@{doc['sizes']['k_max']} {a['passk_diff']:+.3f} {ci3(a['passk_ci'])}, "
-                            f"p = {p4(a['rises']['p'])} (label: {a['label']})"
-                            if a.get("passk_diff") is not None else f" ({a.get('why')})"),
-                         {True: "pass", False: "**fail** (not shown)", None: "not asked"}[a["passed"]]])
-    L += table(["arm", "truth", "selection", "beyond selection", "degradation", "undecided", "may not be (rate ≤ level)", "result"], rows)
-    L += ["", f"Each pool arm: {cal['resplits']} re-splits of a pool of {cal['n_base']} + {cal['n_pool']} base samples per test "
-          f"problem into a pseudo-base of {cal['n_base']} and pseudo-trained models of {cal['seeds']} seeds × {cal['n']} samples, each "
-          f"judged by the primary question's code ({cal['resamples']} bootstrap replicates); rates with 95% Clopper-Pearson intervals. "
-          f"An arm fails when the lower end of a forbidden label's interval lies above its level. The selection arms reweight the "
-          f"pool's own samples, so they never reach a problem the pool never solved: they check that selection is not read as beyond "
-          f"it. A low rate of the expected label is a lack of power, not of calibration.", ""]
+            rows.append(
+                [
+                    a["arm"],
+                    f"{a['truth']} on {a['stratum']}",
+                    "",
+                    "",
+                    "",
+                    "",
+                    f"ceiling rises on {a['n_problems']} problems the pool never solved"
+                    + (
+                        f": Δpass@{doc['sizes']['k_max']} {a['passk_diff']:+.3f} {ci3(a['passk_ci'])}, "
+                        f"p = {p4(a['rises']['p'])} (label: {a['label']})"
+                        if a.get("passk_diff") is not None
+                        else f" ({a.get('why')})"
+                    ),
+                    {True: "pass", False: "**fail** (not shown)", None: "not asked"}[a["passed"]],
+                ]
+            )
+    L += table(
+        [
+            "arm",
+            "truth",
+            "selection",
+            "beyond selection",
+            "degradation",
+            "undecided",
+            "may not be (rate ≤ level)",
+            "result",
+        ],
+        rows,
+    )
+    L += [
+        "",
+        f"Each pool arm: {cal['resplits']} re-splits of a pool of {cal['n_base']} + {cal['n_pool']} base samples per test "
+        f"problem into a pseudo-base of {cal['n_base']} and pseudo-trained models of {cal['seeds']} seeds × {cal['n']} samples, each "
+        f"judged by the primary question's code ({cal['resamples']} bootstrap replicates); rates with 95% Clopper-Pearson intervals. "
+        f"An arm fails when the lower end of a forbidden label's interval lies above its level. The selection arms reweight the "
+        f"pool's own samples, so they never reach a problem the pool never solved: they check that selection is not read as beyond "
+        f"it. A low rate of the expected label is a lack of power, not of calibration.",
+        "",
+    ]
     return L
 
 
@@ -143,12 +207,14 @@ def tilt_sentence(doc: dict) -> str:
     t = sup["conditions"][pr["condition"]]["tests"]["eval"]
     deciding = t["below"] if t["answer"] == "kept" else t["above"]
     ci, by = deciding_interval(t), f" by the {t['decided_by']} part, which decided" if "decided_by" in t else ""
-    return (f"Does RL on `{pr['condition']}` solve the test problems the base never solved (Z, {t['n_z']} problems) more often than "
-            f"any selection with tilt at most w* = {t['w_star']:g} could ({pr['scoring']} scoring, step {pr['step']}, the evaluation "
-            f"sampler)? **{pr['label'][0].upper() + pr['label'][1:]}**: RL's rate on Z {t['rl_rate']:.3f} "
-            f"({t['rl_ci_level']:.1%} interval {ci3(ci)}{by})"
-            f" against the selection bound {t['bound']:.3f}; one-sided p = {p4(deciding['p'])} against {t['alpha']:g} / 2. "
-            f"(Secondary readings: the selection-null label is *{pr['label_selection_null']}*.)")
+    return (
+        f"Does RL on `{pr['condition']}` solve the test problems the base never solved (Z, {t['n_z']} problems) more often than "
+        f"any selection with tilt at most w* = {t['w_star']:g} could ({pr['scoring']} scoring, step {pr['step']}, the evaluation "
+        f"sampler)? **{pr['label'][0].upper() + pr['label'][1:]}**: RL's rate on Z {t['rl_rate']:.3f} "
+        f"({t['rl_ci_level']:.1%} interval {ci3(ci)}{by})"
+        f" against the selection bound {t['bound']:.3f}; one-sided p = {p4(deciding['p'])} against {t['alpha']:g} / 2. "
+        f"(Secondary readings: the selection-null label is *{pr['label_selection_null']}*.)"
+    )
 
 
 def primary_section(doc: dict) -> list[str]:
@@ -166,31 +232,65 @@ def primary_section(doc: dict) -> list[str]:
         return L
     k, vs, nl = e["k"], e["vs_null"], e["null"]
     eq = vs["equivalence"]
-    rows = [["pass@1 rises", f"{e['pass1_diff']:+.3f} {ci3(e['pass1_ci'])}", p4(e["rises"]["p_boot"]), p4(e["rises"]["p_t"]),
-             p4(e["rises"]["p"])],
-            ["pass@1 falls", "", p4(e["falls"]["p_boot"]), p4(e["falls"]["p_t"]), p4(e["falls"]["p"])],
-            [f"pass@{k} above the selection null's", f"{vs['diff']:+.3f} {ci3(vs['ci'])}", p4(vs["above"]["p_boot"]),
-             p4(vs["above"]["p_t"]), p4(vs["above"]["p"])],
-            [f"pass@{k} below the selection null's", "", p4(vs["below"]["p_boot"]), p4(vs["below"]["p_t"]), p4(vs["below"]["p"])],
-            [f"pass@{k} within ±{lv['selection_margin']:g} of the null's (TOST)", f"90% {ci3(vs['ci90'])}",
-             p4(eq["p_boot"]) if eq else "not asked", p4(eq["p_t"]) if eq else "", p4(eq["p"]) if eq else ""]]
+    rows = [
+        [
+            "pass@1 rises",
+            f"{e['pass1_diff']:+.3f} {ci3(e['pass1_ci'])}",
+            p4(e["rises"]["p_boot"]),
+            p4(e["rises"]["p_t"]),
+            p4(e["rises"]["p"]),
+        ],
+        ["pass@1 falls", "", p4(e["falls"]["p_boot"]), p4(e["falls"]["p_t"]), p4(e["falls"]["p"])],
+        [
+            f"pass@{k} above the selection null's",
+            f"{vs['diff']:+.3f} {ci3(vs['ci'])}",
+            p4(vs["above"]["p_boot"]),
+            p4(vs["above"]["p_t"]),
+            p4(vs["above"]["p"]),
+        ],
+        [
+            f"pass@{k} below the selection null's",
+            "",
+            p4(vs["below"]["p_boot"]),
+            p4(vs["below"]["p_t"]),
+            p4(vs["below"]["p"]),
+        ],
+        [
+            f"pass@{k} within ±{lv['selection_margin']:g} of the null's (TOST)",
+            f"90% {ci3(vs['ci90'])}",
+            p4(eq["p_boot"]) if eq else "not asked",
+            p4(eq["p_t"]) if eq else "",
+            p4(eq["p"]) if eq else "",
+        ],
+    ]
     L += table(["test", "estimate [95% CI]", "bootstrap p", "t p", "p (the larger)"], rows)
-    L += ["", f"The selection null: the base's rates reweighted towards its correct answers by w = {nl['w']:.3g} (95% "
-          f"{nl['w_ci'][0]:.3g}–{nl['w_ci'][1]:.3g}), the w at which its pass@1 equals the trained model's ({nl['pass1']:.3f}); "
-          f"its pass@{k} is {nl['passk']:.3f}, leaving a headroom of {nl['headroom']:.3f}. Each problem's rate is its empirical-Bayes "
-          f"posterior (Beta prior a = {nl['prior'][0]:.3g}, b = {nl['prior'][1]:.3g}, fitted to the base's counts)."
-          + (" The trained pass@1 lies outside what reweighting the base reaches on the grid of w." if nl["out_of_range"] else "")
-          + f" One-sided tests at {lv['one_sided']:g}, TOST at {lv['tost']:g} (asked only where the margin is at most "
-          f"{lv['headroom_fraction']:.3g} of the null's headroom); each p is the larger of the crossed "
-          f"bootstrap's and the random-effects t test's. Labels: *degradation* (pass@1 falls), else *beyond selection* (the ceiling "
-          f"above the null's), else *selection* (pass@1 rises and the ceiling below or within the margin of the null's), else *undecided*. "
-          f"A uniform reweighting is one model of selection; the model-free evidence is the boundary (below: problems the trained model "
-          f"solves that the base never did, against chance).", ""]
+    L += [
+        "",
+        f"The selection null: the base's rates reweighted towards its correct answers by w = {nl['w']:.3g} (95% "
+        f"{nl['w_ci'][0]:.3g}–{nl['w_ci'][1]:.3g}), the w at which its pass@1 equals the trained model's ({nl['pass1']:.3f}); "
+        f"its pass@{k} is {nl['passk']:.3f}, leaving a headroom of {nl['headroom']:.3f}. Each problem's rate is its empirical-Bayes "
+        f"posterior (Beta prior a = {nl['prior'][0]:.3g}, b = {nl['prior'][1]:.3g}, fitted to the base's counts)."
+        + (
+            " The trained pass@1 lies outside what reweighting the base reaches on the grid of w."
+            if nl["out_of_range"]
+            else ""
+        )
+        + f" One-sided tests at {lv['one_sided']:g}, TOST at {lv['tost']:g} (asked only where the margin is at most "
+        f"{lv['headroom_fraction']:.3g} of the null's headroom); each p is the larger of the crossed "
+        f"bootstrap's and the random-effects t test's. Labels: *degradation* (pass@1 falls), else *beyond selection* (the ceiling "
+        f"above the null's), else *selection* (pass@1 rises and the ceiling below or within the margin of the null's), else *undecided*. "
+        f"A uniform reweighting is one model of selection; the model-free evidence is the boundary (below: problems the trained model "
+        f"solves that the base never did, against chance).",
+        "",
+    ]
     bn = e["base_null"]
-    L += [f"*The seed report's reading* (secondary; PLAN.md section 7, earlier versions): against the base itself, pass@{k} "
-          f"{e['passk_diff']:+.3f} (90% {ci3(e['passk_ci90'])}); equivalent within ±{bn['margin']:g}: "
-          f"{'not asked (headroom ' + format(e['headroom'], '.3f') + ')' if not bn['testable'] else yn(bn['ceiling_equivalent'])}; "
-          f"lower: {yn(bn['ceiling_falls'])}; its selection answer: {yn(bn['selection'])}.", ""]
+    L += [
+        f"*The seed report's reading* (secondary; PLAN.md section 7, earlier versions): against the base itself, pass@{k} "
+        f"{e['passk_diff']:+.3f} (90% {ci3(e['passk_ci90'])}); equivalent within ±{bn['margin']:g}: "
+        f"{'not asked (headroom ' + format(e['headroom'], '.3f') + ')' if not bn['testable'] else yn(bn['ceiling_equivalent'])}; "
+        f"lower: {yn(bn['ceiling_falls'])}; its selection answer: {yn(bn['selection'])}.",
+        "",
+    ]
     return L
 
 
@@ -208,27 +308,55 @@ def support_section(doc: dict) -> list[str]:
                 rows.append([cond, c["axes"]["sharpening"], sampler, t["skipped"], "", "", ""])
                 continue
             ch = c["changes"]
-            rows.append([cond + (" (primary)" if c["primary"] else ""), c["axes"]["sharpening"], sampler,
-                         f"{t['base_successes']} / {t['base_draws']} (≤ {t['base_upper']:.5f})",
-                         f"{t['rl_rate']:.3f} ({t['rl_ci_level']:.1%} {ci3(deciding_interval(t))}) vs ≤ {t['bound']:.4f}: "
-                         f"p above {p4(t['above']['p'])}",
-                         f"**{t['answer']}**", f"{ch['retained']:.1f} / {ch['lost']:.1f} / {ch['gained']:.1f}"])
+            rows.append(
+                [
+                    cond + (" (primary)" if c["primary"] else ""),
+                    c["axes"]["sharpening"],
+                    sampler,
+                    f"{t['base_successes']} / {t['base_draws']} (≤ {t['base_upper']:.5f})",
+                    f"{t['rl_rate']:.3f} ({t['rl_ci_level']:.1%} {ci3(deciding_interval(t))}) vs ≤ {t['bound']:.4f}: "
+                    f"p above {p4(t['above']['p'])}",
+                    f"**{t['answer']}**",
+                    f"{ch['retained']:.1f} / {ch['lost']:.1f} / {ch['gained']:.1f}",
+                ]
+            )
     n_z = next(iter(next(iter(sp["conditions"].values()))["tests"].values()))["n_z"] if sp["conditions"] else 0
-    L += table(["condition", "sharpening", "sampler", f"base on Z ({n_z} problems): fresh draws", "trained rate on Z vs f_w*(bound)",
-                "support", "retained / lost / gained"], rows)
-    samplers = "; ".join(f"{k}: evalsets/{v['set']} at T {v['sampling']['temperature']:g}, top-p {v['sampling']['top_p']:g}"
-                         for k, v in sp["samplers"].items() if v.get("sampling"))
-    L += ["", ("" if sp["registered"] else "*Post hoc*: this run was registered before PLAN_CHANGES.md change 42, "
-                                           "so these rows describe it and confirm nothing. ")
-          + f"Z: the test problems the base never solves in its {sz['n_base']} test samples; the base's rate on Z "
-          f"from fresh draws ({samplers}), its exact one-sided upper bound at {a1 / 2:g}; a selection of tilt ≤ w* = "
-          f"{sp['w_star']:.3g} reaches at most f_w*(bound) there. *expanded*: the trained rate on Z above it; *kept*: below it; "
-          f"*not shown*: neither (each at {a1 / 2:g}, the larger of bootstrap and t p; the interval is that of the part that decided). "
-          f"Sharpening: *sharpened* where pass@1 "
-          f"rises and pass@{sz['k_max']} is narrower than uniform reweighting (below the selection null). A ceiling narrower than "
-          f"reweighting is not read as 'no new solutions': that is the support column's question. Retained / lost / gained: of the "
-          f"problems the base solves in {sz['n_base']} samples, those the model still solves or never does in {sz['n']}, and of Z "
-          f"those it solves (mean over seeds; they depend on the two sample sizes).", ""]
+    L += table(
+        [
+            "condition",
+            "sharpening",
+            "sampler",
+            f"base on Z ({n_z} problems): fresh draws",
+            "trained rate on Z vs f_w*(bound)",
+            "support",
+            "retained / lost / gained",
+        ],
+        rows,
+    )
+    samplers = "; ".join(
+        f"{k}: evalsets/{v['set']} at T {v['sampling']['temperature']:g}, top-p {v['sampling']['top_p']:g}"
+        for k, v in sp["samplers"].items()
+        if v.get("sampling")
+    )
+    L += [
+        "",
+        (
+            ""
+            if sp["registered"]
+            else "*Post hoc*: this run was registered before PLAN_CHANGES.md change 42, "
+            "so these rows describe it and confirm nothing. "
+        )
+        + f"Z: the test problems the base never solves in its {sz['n_base']} test samples; the base's rate on Z "
+        f"from fresh draws ({samplers}), its exact one-sided upper bound at {a1 / 2:g}; a selection of tilt ≤ w* = "
+        f"{sp['w_star']:.3g} reaches at most f_w*(bound) there. *expanded*: the trained rate on Z above it; *kept*: below it; "
+        f"*not shown*: neither (each at {a1 / 2:g}, the larger of bootstrap and t p; the interval is that of the part that decided). "
+        f"Sharpening: *sharpened* where pass@1 "
+        f"rises and pass@{sz['k_max']} is narrower than uniform reweighting (below the selection null). A ceiling narrower than "
+        f"reweighting is not read as 'no new solutions': that is the support column's question. Retained / lost / gained: of the "
+        f"problems the base solves in {sz['n_base']} samples, those the model still solves or never does in {sz['n']}, and of Z "
+        f"those it solves (mean over seeds; they depend on the two sample sizes).",
+        "",
+    ]
     return L + stratum_null_lines(doc)
 
 
@@ -244,14 +372,33 @@ def stratum_null_lines(doc: dict) -> list[str]:
     if sn.get("skipped") or not sn["conditions"]:
         return []
     k = doc["sizes"]["k_max"]
-    rows = [[cond + (" (primary)" if c["primary"] else ""), f"{c['uniform_diff']:+.3f}", f"{c['diff']:+.3f} {ci3(c['ci'])}",
-             f"{p4(c['above']['p'])} / {p4(c['below']['p'])}", ", ".join(f"{s} {v['w']:.3g}" for s, v in c["strata"].items())]
-            for cond, c in sn["conditions"].items()]
-    return ["**The stratum-level null** (descriptive; no label reads it): the base reweighted with one tilt per difficulty stratum "
-            f"to the trained pass@1 there, its pass@{k} against the trained one. A model that tilts the hard stratum more than a "
-            "single w can is inside this null, outside the uniform one.", "",
-            *table(["condition", f"pass@{k} − uniform null", f"pass@{k} − stratum null [95% CI]", "p above / below (raw)",
-                    "w per stratum"], rows), ""]
+    rows = [
+        [
+            cond + (" (primary)" if c["primary"] else ""),
+            f"{c['uniform_diff']:+.3f}",
+            f"{c['diff']:+.3f} {ci3(c['ci'])}",
+            f"{p4(c['above']['p'])} / {p4(c['below']['p'])}",
+            ", ".join(f"{s} {v['w']:.3g}" for s, v in c["strata"].items()),
+        ]
+        for cond, c in sn["conditions"].items()
+    ]
+    return [
+        "**The stratum-level null** (descriptive; no label reads it): the base reweighted with one tilt per difficulty stratum "
+        f"to the trained pass@1 there, its pass@{k} against the trained one. A model that tilts the hard stratum more than a "
+        "single w can is inside this null, outside the uniform one.",
+        "",
+        *table(
+            [
+                "condition",
+                f"pass@{k} − uniform null",
+                f"pass@{k} − stratum null [95% CI]",
+                "p above / below (raw)",
+                "w per stratum",
+            ],
+            rows,
+        ),
+        "",
+    ]
 
 
 def entries_section(doc: dict, scoring: str, title: str, formats: bool) -> list[str]:
@@ -261,42 +408,113 @@ def entries_section(doc: dict, scoring: str, title: str, formats: bool) -> list[
     rows = []
     for e in [x for x in doc["entries"] if x["scoring"] == scoring]:
         a = e["adjusted"]
-        rows.append([e["condition"] + (" **(primary)**" if e["primary"] else ""), e["step"], ", ".join(map(str, e["seeds"])),
-                     f"{e['pass1_base']:.3f} → {e['pass1_rl']:.3f}", f"{e['pass1_diff']:+.3f} {ci3(e['pass1_ci'])}",
-                     f"{p4(a['rises'])} / {p4(a['falls'])}", f"{e['passk_base']:.3f} → {e['passk_rl']:.3f}", f"{e['null']['passk']:.3f}",
-                     f"{e['vs_null']['diff']:+.3f} {ci3(e['vs_null']['ci'])}",
-                     f"{p4(a['above'])} / {p4(a['below'])} / {p4(a['equivalence'])}",
-                     f"**{e['label']}**"] + ([f"{f3(e['format_base'])} → {f3(e['format_rl'])}"] if formats else [])
-                    + [crossover_words(e["crossover"])])
+        rows.append(
+            [
+                e["condition"] + (" **(primary)**" if e["primary"] else ""),
+                e["step"],
+                ", ".join(map(str, e["seeds"])),
+                f"{e['pass1_base']:.3f} → {e['pass1_rl']:.3f}",
+                f"{e['pass1_diff']:+.3f} {ci3(e['pass1_ci'])}",
+                f"{p4(a['rises'])} / {p4(a['falls'])}",
+                f"{e['passk_base']:.3f} → {e['passk_rl']:.3f}",
+                f"{e['null']['passk']:.3f}",
+                f"{e['vs_null']['diff']:+.3f} {ci3(e['vs_null']['ci'])}",
+                f"{p4(a['above'])} / {p4(a['below'])} / {p4(a['equivalence'])}",
+                f"**{e['label']}**",
+            ]
+            + ([f"{f3(e['format_base'])} → {f3(e['format_rl'])}"] if formats else [])
+            + [crossover_words(e["crossover"])]
+        )
     L = [f"## {title}", ""]
-    L += table(["condition", "step", "seeds", "pass@1 base → RL", "Δpass@1 [95% CI]", "p rises / falls", f"pass@{k} base → RL",
-                f"null pass@{k}", "vs null [95% CI]", "p above / below / within", "label"] + (["format rate base → RL"] if formats else [])
-               + ["base catches up"], rows)
-    return L + ["", f"p-values of the primary entry are raw; every other row's are Holm-adjusted within the family "
-                f"*secondary-{scoring}* (weighted Holm on p / level). *null pass@{k}*: the base reweighted to the row's pass@1. "
-                f"*base catches up*: the first k at which RL is no longer above the base, and over the replicates the shares that "
-                f"cross, stay above at every k ≤ {k}, or are never above.", ""]
+    L += table(
+        [
+            "condition",
+            "step",
+            "seeds",
+            "pass@1 base → RL",
+            "Δpass@1 [95% CI]",
+            "p rises / falls",
+            f"pass@{k} base → RL",
+            f"null pass@{k}",
+            "vs null [95% CI]",
+            "p above / below / within",
+            "label",
+        ]
+        + (["format rate base → RL"] if formats else [])
+        + ["base catches up"],
+        rows,
+    )
+    return L + [
+        "",
+        f"p-values of the primary entry are raw; every other row's are Holm-adjusted within the family "
+        f"*secondary-{scoring}* (weighted Holm on p / level). *null pass@{k}*: the base reweighted to the row's pass@1. "
+        f"*base catches up*: the first k at which RL is no longer above the base, and over the replicates the shares that "
+        f"cross, stay above at every k ≤ {k}, or are never above.",
+        "",
+    ]
 
 
 def h3_section(doc: dict, scoring: str) -> list[str]:
-    rows = [[h["condition"], ", ".join(map(str, h["seeds"])), f"{h['passk_diff_first']:+.3f}", f"{h['passk_diff_last']:+.3f}",
-             f"{h['diff']:+.3f} {ci3(h['ci'])}", p4(h["p_narrows"]), yn(h["narrows"])] for h in doc["h3"] if h["scoring"] == scoring]
+    rows = [
+        [
+            h["condition"],
+            ", ".join(map(str, h["seeds"])),
+            f"{h['passk_diff_first']:+.3f}",
+            f"{h['passk_diff_last']:+.3f}",
+            f"{h['diff']:+.3f} {ci3(h['ci'])}",
+            p4(h["p_narrows"]),
+            yn(h["narrows"]),
+        ]
+        for h in doc["h3"]
+        if h["scoring"] == scoring
+    ]
     if not rows:
         return []
     steps, k = doc["design"]["checkpoints"], doc["sizes"]["k_max"]
-    return ([f"## H3: does the ceiling narrow with longer training? ({scoring} scoring)", ""]
-            + table(["condition", "seeds", f"Δpass@{k} at step {steps[0]}", f"at step {steps[-1]}", "difference [95% CI]",
-                     "one-sided p", "narrows"], rows)
-            + ["", f"The paired difference (last − first checkpoint) of Δpass@{k}, the same seeds and problems in each replicate; "
-               f"*narrows*: one-sided p < {doc['levels']['one_sided']:g}; secondary, not adjusted.", ""])
+    return (
+        [f"## H3: does the ceiling narrow with longer training? ({scoring} scoring)", ""]
+        + table(
+            [
+                "condition",
+                "seeds",
+                f"Δpass@{k} at step {steps[0]}",
+                f"at step {steps[-1]}",
+                "difference [95% CI]",
+                "one-sided p",
+                "narrows",
+            ],
+            rows,
+        )
+        + [
+            "",
+            f"The paired difference (last − first checkpoint) of Δpass@{k}, the same seeds and problems in each replicate; "
+            f"*narrows*: one-sided p < {doc['levels']['one_sided']:g}; secondary, not adjusted.",
+            "",
+        ]
+    )
 
 
 def seeds_section(doc: dict) -> list[str]:
     k = doc["sizes"]["k_max"]
-    rows = [[e["condition"], e["step"], e["scoring"], s["seed"], f"{s['pass1_diff']:+.3f}", f"{s['passk_diff']:+.3f}", s["coverage_rl"],
-             f3(s["format_rl"])] for e in doc["entries"] for s in e["per_seed"]]
-    return ["## Per-seed spread", ""] + table(["condition", "step", "scoring", "seed", "Δpass@1", f"Δpass@{k}", "coverage RL", "format RL"],
-                                             rows) + [""]
+    rows = [
+        [
+            e["condition"],
+            e["step"],
+            e["scoring"],
+            s["seed"],
+            f"{s['pass1_diff']:+.3f}",
+            f"{s['passk_diff']:+.3f}",
+            s["coverage_rl"],
+            f3(s["format_rl"]),
+        ]
+        for e in doc["entries"]
+        for s in e["per_seed"]
+    ]
+    return (
+        ["## Per-seed spread", ""]
+        + table(["condition", "step", "scoring", "seed", "Δpass@1", f"Δpass@{k}", "coverage RL", "format RL"], rows)
+        + [""]
+    )
 
 
 def power_section(doc: dict) -> list[str]:
@@ -304,34 +522,57 @@ def power_section(doc: dict) -> list[str]:
     pw, sn, k = doc["power"], doc["sensitivity"], doc["sizes"]["k_max"]
     if not pw:
         return ["## Power", "", "No power statement: the primary entry's evaluations are missing.", ""]
-    eq = ("TOST's power is not defined here (no finite SE)" if pw["tost_power_at_zero"] is None else
-          f"TOST within ±{pw['margin']:g} has at most {pw['tost_power_at_zero']:.2f} power (at a true Δpass@{k} of 0, both one-sided "
-          f"tests counted)" + (f", and {pw['power']:.0%} power while the true |Δpass@{k}| ≤ {pw['equivalence_up_to']:.3f}"
-                               if pw["equivalence_up_to"] is not None else f", short of {pw['power']:.0%} everywhere"))
-    L = ["## Power and sensitivity", "",
-         f"With {pw['n_problems']} problems, {pw['seeds']} seed{'s' * (pw['seeds'] > 1)}, n = {pw['n_samples']} samples per trained model "
-         f"and {pw['n_base']} per base problem, the random-effects SE of the primary Δpass@1 is {pw['se_pass1']:.4f} "
-         f"({pw['df_pass1']:.1f} df) "
-         f"and of Δpass@{k} {pw['se_passk']:.4f} ({pw['df_passk']:.1f} df). With {pw['power']:.0%} power at one-sided level "
-         f"{pw['alpha_one_sided']:g} the design detects Δpass@1 ≥ {pw['mde_pass1']:.3f} and |Δpass@{k}| ≥ {pw['mde_passk']:.3f} "
-         f"((t_{{1−α, df}} + t_{{power, df}}) × SE); {eq}."]
+    eq = (
+        "TOST's power is not defined here (no finite SE)"
+        if pw["tost_power_at_zero"] is None
+        else f"TOST within ±{pw['margin']:g} has at most {pw['tost_power_at_zero']:.2f} power (at a true Δpass@{k} of 0, both one-sided "
+        f"tests counted)"
+        + (
+            f", and {pw['power']:.0%} power while the true |Δpass@{k}| ≤ {pw['equivalence_up_to']:.3f}"
+            if pw["equivalence_up_to"] is not None
+            else f", short of {pw['power']:.0%} everywhere"
+        )
+    )
+    L = [
+        "## Power and sensitivity",
+        "",
+        f"With {pw['n_problems']} problems, {pw['seeds']} seed{'s' * (pw['seeds'] > 1)}, n = {pw['n_samples']} samples per trained model "
+        f"and {pw['n_base']} per base problem, the random-effects SE of the primary Δpass@1 is {pw['se_pass1']:.4f} "
+        f"({pw['df_pass1']:.1f} df) "
+        f"and of Δpass@{k} {pw['se_passk']:.4f} ({pw['df_passk']:.1f} df). With {pw['power']:.0%} power at one-sided level "
+        f"{pw['alpha_one_sided']:g} the design detects Δpass@1 ≥ {pw['mde_pass1']:.3f} and |Δpass@{k}| ≥ {pw['mde_passk']:.3f} "
+        f"((t_{{1−α, df}} + t_{{power, df}}) × SE); {eq}.",
+    ]
     if pw.get("planned"):
         pl = pw["planned"]
-        L += ["", f"Planned (PLAN.md, analyze.planned): power {pl['power']:.2f} to detect Δpass@1 = {pl['effect']:g} at the pilot's "
-              f"components; {pl['power_at_seed_var_upper80']:.2f} at the 80% upper limit of its seed variance "
-              f"({pl['seed_var_upper80']:.5f} on {pl['seed_df']} df); {pl['power_at_measured_components']:.2f} "
-              f"at the components measured here."]
+        L += [
+            "",
+            f"Planned (PLAN.md, analyze.planned): power {pl['power']:.2f} to detect Δpass@1 = {pl['effect']:g} at the pilot's "
+            f"components; {pl['power_at_seed_var_upper80']:.2f} at the 80% upper limit of its seed variance "
+            f"({pl['seed_var_upper80']:.5f} on {pl['seed_df']} df); {pl['power_at_measured_components']:.2f} "
+            f"at the components measured here.",
+        ]
     if sn:
-        rows = [[name, f"{vc['delta']:+.3f}", f"{vc['V_A']:.4f}",
-                 "—" if vc["V_B"] is None else f"{vc['V_B']:.5f} ({vc['seed_sd']:.3f}, {vc['seed_df']} df)",
-                 "—" if vc["V_R"] is None else f"{vc['V_R']:.4f}", f"{vc['se']:.4f}", f"{vc['df']:.1f}"]
-                for name, vc in (("Δpass@1", sn["pass1"]), (f"Δpass@{k}", sn["passk"]))]
+        rows = [
+            [
+                name,
+                f"{vc['delta']:+.3f}",
+                f"{vc['V_A']:.4f}",
+                "—" if vc["V_B"] is None else f"{vc['V_B']:.5f} ({vc['seed_sd']:.3f}, {vc['seed_df']} df)",
+                "—" if vc["V_R"] is None else f"{vc['V_R']:.4f}",
+                f"{vc['se']:.4f}",
+                f"{vc['df']:.1f}",
+            ]
+            for name, vc in (("Δpass@1", sn["pass1"]), (f"Δpass@{k}", sn["passk"]))
+        ]
         L += [""] + table(["quantity", "Δ", "problem var", "seed var (SD)", "residual var", "SE", "df"], rows)
         for name, c in sn["coverage"].items():
-            L.append(f"\nCoverage of the crossed bootstrap's 95% interval for Δpass@1, {c['sims']} count-level simulations at the "
-                     f"{'measured' if name == 'measured' else '1.5 × the measured'} seed SD ({c['seed_sd']:.3f}): {c['coverage']:.3f} "
-                     f"(Monte-Carlo SE {c['mc_se']:.3f}; its lower tail misses {c['lower_miss']:.3f} against a nominal 0.025); the t "
-                     f"interval's {c['coverage_t']:.3f}.")
+            L.append(
+                f"\nCoverage of the crossed bootstrap's 95% interval for Δpass@1, {c['sims']} count-level simulations at the "
+                f"{'measured' if name == 'measured' else '1.5 × the measured'} seed SD ({c['seed_sd']:.3f}): {c['coverage']:.3f} "
+                f"(Monte-Carlo SE {c['mc_se']:.3f}; its lower tail misses {c['lower_miss']:.3f} against a nominal 0.025); the t "
+                f"interval's {c['coverage_t']:.3f}."
+            )
     return L + [""]
 
 
@@ -346,13 +587,30 @@ def strata_section(doc: dict) -> list[str]:
         r = s["scorings"][sc]
         for name, v in r.items():
             if name == "base":
-                rows.append([s["stratum"], s["n_problems"], "base", f3(v["pass1"]), "", f3(v["passk"]), "", v["never_solved"]])
+                rows.append(
+                    [s["stratum"], s["n_problems"], "base", f3(v["pass1"]), "", f3(v["passk"]), "", v["never_solved"]]
+                )
             else:
-                rows.append([s["stratum"], s["n_problems"], name, f3(v["pass1"]), f"{v['pass1_diff']:+.3f} {ci3(v['pass1_ci'])}",
-                             f3(v["passk"]), f"{v['passk_diff']:+.3f} {ci3(v['passk_ci'])}", ""])
-    return ([f"## Strata: pass@1 and pass@{k} by the borrows the subtraction needs ({sc} scoring, step {st['step']})", ""]
-            + table(["stratum", "problems", "model", "pass@1", "Δ [95% CI]", f"pass@{k}", "Δ [95% CI]", "base never solves"], rows)
-            + ["", "Secondary and descriptive: crossed bootstrap within each stratum's own problems, not adjusted.", ""])
+                rows.append(
+                    [
+                        s["stratum"],
+                        s["n_problems"],
+                        name,
+                        f3(v["pass1"]),
+                        f"{v['pass1_diff']:+.3f} {ci3(v['pass1_ci'])}",
+                        f3(v["passk"]),
+                        f"{v['passk_diff']:+.3f} {ci3(v['passk_ci'])}",
+                        "",
+                    ]
+                )
+    return (
+        [f"## Strata: pass@1 and pass@{k} by the borrows the subtraction needs ({sc} scoring, step {st['step']})", ""]
+        + table(
+            ["stratum", "problems", "model", "pass@1", "Δ [95% CI]", f"pass@{k}", "Δ [95% CI]", "base never solves"],
+            rows,
+        )
+        + ["", "Secondary and descriptive: crossed bootstrap within each stratum's own problems, not adjusted.", ""]
+    )
 
 
 def earlier_section(doc: dict) -> list[str]:
@@ -360,36 +618,91 @@ def earlier_section(doc: dict) -> list[str]:
     rows = []
     for e in doc["entries"]:
         b, v = e["base_null"], e["v1"]
-        rows.append([e["condition"], e["step"], e["scoring"], yn(b["pass1_rises"]),
-                     "not asked" if not b["testable"] else yn(b["ceiling_equivalent"]), yn(b["ceiling_falls"]), yn(b["selection"]),
-                     yn(b["selection_v2"]), yn(v["pass1_rises_v1"]), yn(v["ceiling_unchanged_v1"]), yn(v["ceiling_falls_v1"]),
-                     ci3(v["third_clause_ci"]) if v["third_clause_ci"] else "not asked", yn(v["third_clause"]), e["label"]])
-    return (["## Earlier versions of the verdicts (for comparison)", "",
-             "*v3* (PLAN_CHANGES.md change 29, the seed report's criterion made a test): "
-             "selection ⇔ pass@1 rises and the ceiling is equivalent "
-             f"to the base's within ±{doc['levels']['margin']:g} (asked only where the margin is at most a third of the base's "
-             f"headroom) or lower, "
-             f"Holm within a family of those three tests per scoring. *v2*: every test asked, no tie tolerance. *v1*: the first "
-             f"version's unadjusted rules on the 95% intervals, and the one-third clause (|Δpass@k| − Δpass@1 / 3, asked where pass@1 "
-             f"rises). The registered label is the last column.", ""]
-            + table(["condition", "step", "scoring", "rises (v3)", "equivalent (v3)", "falls (v3)", "selection (v3)", "selection (v2)",
-                     "rises (v1)", "unchanged (v1)", "falls (v1)", "one-third clause CI", "holds", "label"], rows) + [""])
+        rows.append(
+            [
+                e["condition"],
+                e["step"],
+                e["scoring"],
+                yn(b["pass1_rises"]),
+                "not asked" if not b["testable"] else yn(b["ceiling_equivalent"]),
+                yn(b["ceiling_falls"]),
+                yn(b["selection"]),
+                yn(b["selection_v2"]),
+                yn(v["pass1_rises_v1"]),
+                yn(v["ceiling_unchanged_v1"]),
+                yn(v["ceiling_falls_v1"]),
+                ci3(v["third_clause_ci"]) if v["third_clause_ci"] else "not asked",
+                yn(v["third_clause"]),
+                e["label"],
+            ]
+        )
+    return (
+        [
+            "## Earlier versions of the verdicts (for comparison)",
+            "",
+            "*v3* (PLAN_CHANGES.md change 29, the seed report's criterion made a test): "
+            "selection ⇔ pass@1 rises and the ceiling is equivalent "
+            f"to the base's within ±{doc['levels']['margin']:g} (asked only where the margin is at most a third of the base's "
+            f"headroom) or lower, "
+            f"Holm within a family of those three tests per scoring. *v2*: every test asked, no tie tolerance. *v1*: the first "
+            f"version's unadjusted rules on the 95% intervals, and the one-third clause (|Δpass@k| − Δpass@1 / 3, asked where pass@1 "
+            f"rises). The registered label is the last column.",
+            "",
+        ]
+        + table(
+            [
+                "condition",
+                "step",
+                "scoring",
+                "rises (v3)",
+                "equivalent (v3)",
+                "falls (v3)",
+                "selection (v3)",
+                "selection (v2)",
+                "rises (v1)",
+                "unchanged (v1)",
+                "falls (v1)",
+                "one-third clause CI",
+                "holds",
+                "label",
+            ],
+            rows,
+        )
+        + [""]
+    )
 
 
 def coverage_section(doc: dict) -> list[str]:
-    rows = [[e["condition"], e["step"], e["scoring"], e["coverage_base"], f"{e['coverage_rl']:g}", f"{e['only_rl']:g}",
-             f"{e['only_base']:g}"]
-            for e in doc["entries"]]
-    return (["## Coverage (problems with at least one correct answer; RL: mean over seeds)", ""]
-            + table(["condition", "step", "scoring", "base", "RL", "only RL", "only base"], rows) + [""])
+    rows = [
+        [
+            e["condition"],
+            e["step"],
+            e["scoring"],
+            e["coverage_base"],
+            f"{e['coverage_rl']:g}",
+            f"{e['only_rl']:g}",
+            f"{e['only_base']:g}",
+        ]
+        for e in doc["entries"]
+    ]
+    return (
+        ["## Coverage (problems with at least one correct answer; RL: mean over seeds)", ""]
+        + table(["condition", "step", "scoring", "base", "RL", "only RL", "only base"], rows)
+        + [""]
+    )
 
 
 def warnings_section(doc: dict) -> list[str]:
     """Inputs made under another PLAN.md, other evaluation settings or another config, and optional
     inputs that are missing (collected by the analysis: analysis/inputs.warnings)."""
     if "warnings" not in doc:
-        return ["## Warnings", "", "- this verdicts.json was written before the analysis kept its warnings in it: "
-                "`analyze_b.py --run RUN` collects them again", ""]
+        return [
+            "## Warnings",
+            "",
+            "- this verdicts.json was written before the analysis kept its warnings in it: "
+            "`analyze_b.py --run RUN` collects them again",
+            "",
+        ]
     return (["## Warnings", ""] + [f"- {w}" for w in doc["warnings"]] + [""]) if doc["warnings"] else []
 
 
@@ -410,8 +723,12 @@ def render(doc: dict) -> str:
     L += entries_section(doc, other, f"The {other} scoring (it also counts the output format)", other == "strict")
     L += h3_section(doc, other)
     L += seeds_section(doc) + power_section(doc) + strata_section(doc) + controls_section(doc) + earlier_section(doc)
-    L += coverage_section(doc) + sets_section(doc) + beyond_section(doc) + boundary_section(doc) + diversity_section(doc)
-    L += ood_section(doc) + strategies_section(doc) + tokens_section(doc) + inputs_section(doc) + provenance_section(doc)
+    L += (
+        coverage_section(doc) + sets_section(doc) + beyond_section(doc) + boundary_section(doc) + diversity_section(doc)
+    )
+    L += (
+        ood_section(doc) + strategies_section(doc) + tokens_section(doc) + inputs_section(doc) + provenance_section(doc)
+    )
     return "\n".join(L) + "\n"
 
 
@@ -424,14 +741,24 @@ def headline(doc: dict) -> str:
     k = doc["sizes"]["k_max"]
     lines = [f"PARTIAL: missing {', '.join(doc['missing'])}"] if doc.get("partial") else []
     cal = doc["calibration"]
-    lines.append(f"primary ({pr['condition']}, {pr['scoring']}, step {pr['step']}): {pr['label']}"
-                 + ("" if not cal.get("arms") else "; calibrated" if cal["calibrated"] else "; NOT CALIBRATED in this world"))
+    lines.append(
+        f"primary ({pr['condition']}, {pr['scoring']}, step {pr['step']}): {pr['label']}"
+        + ("" if not cal.get("arms") else "; calibrated" if cal["calibrated"] else "; NOT CALIBRATED in this world")
+    )
     if pr.get("question"):
         lines.append(f"secondary: the selection-null label {pr['label_selection_null']}")
     rows = [("condition", "step", "Δpass@1 [95% CI]", f"Δpass@{k}", "vs null [95% CI]", "label")]
     for e in doc["entries"]:
         if e["scoring"] == pr["scoring"]:
-            rows.append((e["condition"] + (" *" if e["primary"] else ""), str(e["step"]), f"{e['pass1_diff']:+.3f} {ci3(e['pass1_ci'])}",
-                         f"{e['passk_diff']:+.3f}", f"{e['vs_null']['diff']:+.3f} {ci3(e['vs_null']['ci'])}", e["label"]))
+            rows.append(
+                (
+                    e["condition"] + (" *" if e["primary"] else ""),
+                    str(e["step"]),
+                    f"{e['pass1_diff']:+.3f} {ci3(e['pass1_ci'])}",
+                    f"{e['passk_diff']:+.3f}",
+                    f"{e['vs_null']['diff']:+.3f} {ci3(e['vs_null']['ci'])}",
+                    e["label"],
+                )
+            )
     w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join(lines + ["  " + "  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows])

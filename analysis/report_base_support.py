@@ -1,5 +1,6 @@
 """report.md's section on support from the base's own probabilities (PLAN_CHANGES.md change 57), printed from
 verdicts.json's `base_support` alone, and the primary sentence where it is the registered question."""
+
 from __future__ import annotations
 
 from analysis.report_format import p4, table
@@ -23,16 +24,20 @@ def primary_sentence(doc: dict) -> str:
     """The registered question of change 57 and its answer, with the p and the interval of the part that decided."""
     pr, bs = doc["primary"], doc["base_support"]
     c = bs["conditions"].get(pr["condition"])
-    q = (f"Does RL on `{pr['condition']}` give correct answers the base's own sampler could never draw ({pr['scoring']} scoring, "
-         f"step {pr['step']}, at the evaluation sampler, {sampler_words(bs['sampling'])})?")
+    q = (
+        f"Does RL on `{pr['condition']}` give correct answers the base's own sampler could never draw ({pr['scoring']} scoring, "
+        f"step {pr['step']}, at the evaluation sampler, {sampler_words(bs['sampling'])})?"
+    )
     if c is None:
         return f"{q} Not answered: its evaluations are missing (partial report)."
     t = c["test"]
     deciding = t["below"] if t["answer"] == "kept" else t["above"]
-    out = (f"{q} **{pr['label'][0].upper() + pr['label'][1:]}**: of its {len(c['seeds'])} seeds' samples, a share {t['rate']:.4f} "
-           f"are correct and outside the base's kept set (95% interval {interval(t['interval'])} by the {t['interval_by']} part, "
-           f"which decided; one-sided p = {p4(deciding['p'])} {'below ' + format(t['margin'], 'g') if t['answer'] == 'kept' else 'above 0'}"
-           f" against {t['alpha']:g}).")
+    out = (
+        f"{q} **{pr['label'][0].upper() + pr['label'][1:]}**: of its {len(c['seeds'])} seeds' samples, a share {t['rate']:.4f} "
+        f"are correct and outside the base's kept set (95% interval {interval(t['interval'])} by the {t['interval_by']} part, "
+        f"which decided; one-sided p = {p4(deciding['p'])} {'below ' + format(t['margin'], 'g') if t['answer'] == 'kept' else 'above 0'}"
+        f" against {t['alpha']:g})."
+    )
     if t.get("gate_failed"):
         out += " **The gate failed**: the base's own correct responses read outside, so the measure is not trusted (below)."
     return out + f" (Secondary readings: the selection-null label is *{pr['label_selection_null']}*.)"
@@ -42,43 +47,89 @@ def base_support_section(doc: dict) -> list[str]:
     bs = doc.get("base_support")
     if not bs:
         return []
-    L = ["## Support from the base's own probabilities" + ("" if bs.get("skipped") or bs["registered"] else " (descriptive)"), ""]
+    L = [
+        "## Support from the base's own probabilities"
+        + ("" if bs.get("skipped") or bs["registered"] else " (descriptive)"),
+        "",
+    ]
     if bs.get("skipped"):
         return L + [f"Not measured: {bs['skipped']}.", ""]
     g = bs["gate"]
     gate = "; ".join(f"{k}: {v['outside']} of {v['correct']} (exact rule {v['exact']})" for k, v in g["files"].items())
-    L += [f"**The gate** ({'passed' if g['passed'] else 'FAILED'}): the base's own correct responses outside its kept set: {gate}.", ""]
+    L += [
+        f"**The gate** ({'passed' if g['passed'] else 'FAILED'}): the base's own correct responses outside its kept set: {gate}.",
+        "",
+    ]
     rows = []
     for cond, c in bs["conditions"].items():
         if c.get("skipped"):
             rows.append([cond, "", c["skipped"], "", "", "", "", "", "", ""])
             continue
         t = c["test"]
-        rows.append([cond + (" (primary)" if c["primary"] else ""), str(len(c["seeds"])), f"{t['rate']:.4f} {interval(t['interval'])}",
-                     p4(t["above"]["p"]), p4(t["below"]["p"]), f"**{t['answer']}**", share_cell(c["all"]), share_cell(c["z"]),
-                     share_cell(c["off_z"]), "—" if c["all"]["only_outside"] is None else f"{c['all']['only_outside']:.3f}"])
-    L += table(["condition", "seeds", "rate correct & outside [95%, deciding part]", "p > 0", f"p < {bs['kept_margin']:g}", "support",
-                "share of correct outside: all", f"on Z ({bs['n_z']})", "off Z", "problems solved only outside"], rows)
-    L += ["", f"At the evaluation sampler ({sampler_words(bs['sampling'])}); a response is outside when one of its tokens lies beyond "
-          f"the base's nucleus by at least {bs['tolerance']:g} of probability mass (teacher-forced from the drawn token ids, LoRA "
-          f"off); the exact rule's counts are in verdicts.json. Reweighting what the base's sampler draws puts nothing outside "
-          f"it; a strong "
-          f"selection of the base at T 1, sampled here, can (its nucleus moves): *expanded* says the model answers where the "
-          f"base's sampler never can, not how it came to. "
-          f"Shares of correct responses: a ratio of crossed means with its 95% percentile interval.", ""]
+        rows.append(
+            [
+                cond + (" (primary)" if c["primary"] else ""),
+                str(len(c["seeds"])),
+                f"{t['rate']:.4f} {interval(t['interval'])}",
+                p4(t["above"]["p"]),
+                p4(t["below"]["p"]),
+                f"**{t['answer']}**",
+                share_cell(c["all"]),
+                share_cell(c["z"]),
+                share_cell(c["off_z"]),
+                "—" if c["all"]["only_outside"] is None else f"{c['all']['only_outside']:.3f}",
+            ]
+        )
+    L += table(
+        [
+            "condition",
+            "seeds",
+            "rate correct & outside [95%, deciding part]",
+            "p > 0",
+            f"p < {bs['kept_margin']:g}",
+            "support",
+            "share of correct outside: all",
+            f"on Z ({bs['n_z']})",
+            "off Z",
+            "problems solved only outside",
+        ],
+        rows,
+    )
+    L += [
+        "",
+        f"At the evaluation sampler ({sampler_words(bs['sampling'])}); a response is outside when one of its tokens lies beyond "
+        f"the base's nucleus by at least {bs['tolerance']:g} of probability mass (teacher-forced from the drawn token ids, LoRA "
+        f"off); the exact rule's counts are in verdicts.json. Reweighting what the base's sampler draws puts nothing outside "
+        f"it; a strong "
+        f"selection of the base at T 1, sampled here, can (its nucleus moves): *expanded* says the model answers where the "
+        f"base's sampler never can, not how it came to. "
+        f"Shares of correct responses: a ratio of crossed means with its 95% percentile interval.",
+        "",
+    ]
     L += strata_lines(bs) + seed_lines(bs) + training_sampler_lines(bs.get("train") or {})
     return L
 
 
 def strata_lines(bs: dict) -> list[str]:
     rows = [[cond, s, share_cell(x)] for cond, c in bs["conditions"].items() for s, x in c.get("strata", {}).items()]
-    return (["Per stratum (share of correct responses outside):", ""] + table(["condition", "stratum", "outside / correct"], rows)
-            + [""]) if rows else []
+    return (
+        (
+            ["Per stratum (share of correct responses outside):", ""]
+            + table(["condition", "stratum", "outside / correct"], rows)
+            + [""]
+        )
+        if rows
+        else []
+    )
 
 
 def seed_lines(bs: dict) -> list[str]:
-    rows = [[cond, str(s), share_cell(x)] for cond, c in bs["conditions"].items() if not c.get("skipped")
-            for s, x in zip(c["seeds"], c["per_seed"])]
+    rows = [
+        [cond, str(s), share_cell(x)]
+        for cond, c in bs["conditions"].items()
+        if not c.get("skipped")
+        for s, x in zip(c["seeds"], c["per_seed"])
+    ]
     return ["Per seed:", ""] + table(["condition", "seed", "outside / correct"], rows) + [""]
 
 
@@ -86,26 +137,62 @@ def logp_cell(d: dict) -> str:
     if not d.get("responses"):
         return "— (no correct response)"
     q = d["quantiles"]
-    return (f"{d['responses']}: median {q['0.5']:.1f} (5–95%: {q['0.05']:.1f} to {q['0.95']:.1f}); > 256 draws "
-            f"{d['beyond']['256']:.3f}, > 1,024 {d['beyond']['1024']:.3f}")
+    return (
+        f"{d['responses']}: median {q['0.5']:.1f} (5–95%: {q['0.05']:.1f} to {q['0.95']:.1f}); > 256 draws "
+        f"{d['beyond']['256']:.3f}, > 1,024 {d['beyond']['1024']:.3f}"
+    )
 
 
 def training_sampler_lines(tr: dict) -> list[str]:
     if not tr or tr.get("skipped"):
         return [f"At the training sampler: {tr.get('skipped', 'not measured')}.", ""] if tr else []
-    rows = [["base (its own draws, evalsets/" + tr["pool"] + ")", logp_cell(tr["base"]["all"]), logp_cell(tr["base"]["z"]), "", ""]]
+    rows = [
+        [
+            "base (its own draws, evalsets/" + tr["pool"] + ")",
+            logp_cell(tr["base"]["all"]),
+            logp_cell(tr["base"]["z"]),
+            "",
+            "",
+        ]
+    ]
     for cond, c in tr["conditions"].items():
-        flips = "; ".join(f"{f['from']} → {f['to']} between {f['between'][0]:g} and {f['between'][1]:g}" for f in c["tilt_curve"]["flips"])
+        flips = "; ".join(
+            f"{f['from']} → {f['to']} between {f['between'][0]:g} and {f['between'][1]:g}"
+            for f in c["tilt_curve"]["flips"]
+        )
         first = c["tilt_curve"]["rows"][0]
-        rows.append([f"{cond} ({c['seeds']} seeds, pass@1 {c['pass1']:.3f})", logp_cell(c["all"]), logp_cell(c["z"]),
-                     f"{first['answer']} at w* {first['w_star']:g}", flips or "none on the grid"])
-    return (["At the training sampler (" + sampler_words(tr["sampling"]) + ", untruncated: nothing is outside), the base's "
-             "log-probability at T 1 of each correct response, as drawn (trained models: evalsets/" + tr["matched"] + "):", ""]
-            + table(["responses of", "all problems", "on Z", "tilt test (change 42) at matched samplers", "its flips over w*"], rows)
-            + ["", "> k draws: the share of responses whose exact token sequence the base draws with probability below 1/k. The tilt "
-               "test compares the trained models' draws at T 1 with the base's fresh draws at T 1 (both untruncated); no w* "
-               "decides: its answer is given at every w* of the grid where it changes.", ""]
-            + tilt_law_lines(tr))
+        rows.append(
+            [
+                f"{cond} ({c['seeds']} seeds, pass@1 {c['pass1']:.3f})",
+                logp_cell(c["all"]),
+                logp_cell(c["z"]),
+                f"{first['answer']} at w* {first['w_star']:g}",
+                flips or "none on the grid",
+            ]
+        )
+    return (
+        [
+            "At the training sampler ("
+            + sampler_words(tr["sampling"])
+            + ", untruncated: nothing is outside), the base's "
+            "log-probability at T 1 of each correct response, as drawn (trained models: evalsets/"
+            + tr["matched"]
+            + "):",
+            "",
+        ]
+        + table(
+            ["responses of", "all problems", "on Z", "tilt test (change 42) at matched samplers", "its flips over w*"],
+            rows,
+        )
+        + [
+            "",
+            "> k draws: the share of responses whose exact token sequence the base draws with probability below 1/k. The tilt "
+            "test compares the trained models' draws at T 1 with the base's fresh draws at T 1 (both untruncated); no w* "
+            "decides: its answer is given at every w* of the grid where it changes.",
+            "",
+        ]
+        + tilt_law_lines(tr)
+    )
 
 
 def tilt_law_lines(tr: dict) -> list[str]:
@@ -115,13 +202,22 @@ def tilt_law_lines(tr: dict) -> list[str]:
         law = c.get("tilt_law")
         if not law:
             continue
-        strata = "; ".join(f"{s} {q['quantiles']['0.5']:.3g} / {q['quantiles']['0.9']:.3g} ({q['censored']} of {q['problems']} "
-                           f"censored)" for s, q in law["outside_z"].items())
+        strata = "; ".join(
+            f"{s} {q['quantiles']['0.5']:.3g} / {q['quantiles']['0.9']:.3g} ({q['censored']} of {q['problems']} "
+            f"censored)"
+            for s, q in law["outside_z"].items()
+        )
         reach = "—" if law["comparable_reaching_z"] is None else f"{law['comparable_reaching_z']:.3f}"
-        L.append(f"- `{cond}`: RL's own tilts at T 1 outside Z (odds ratios against the base's pool, median / 90%): {strata}. "
-                 f"Z needs {law['z_pooled_tilt']:.3g} pooled. Of the {law['comparable']} comparable problems (Z's strata, base "
-                 f"rate ≤ {law['rare']:g} at T 1), a share {reach} reach that tilt ({law['comparable_censored']} censored).")
-    return (["RL's own tilt law (descriptive; a problem solved every time is a lower bound, kept):", ""] + L + [""]) if L else []
+        L.append(
+            f"- `{cond}`: RL's own tilts at T 1 outside Z (odds ratios against the base's pool, median / 90%): {strata}. "
+            f"Z needs {law['z_pooled_tilt']:.3g} pooled. Of the {law['comparable']} comparable problems (Z's strata, base "
+            f"rate ≤ {law['rare']:g} at T 1), a share {reach} reach that tilt ({law['comparable_censored']} censored)."
+        )
+    return (
+        (["RL's own tilt law (descriptive; a problem solved every time is a lower bound, kept):", ""] + L + [""])
+        if L
+        else []
+    )
 
 
 def collapse_section(doc: dict) -> list[str]:
@@ -129,9 +225,22 @@ def collapse_section(doc: dict) -> list[str]:
     co = doc.get("collapse")
     if not co:
         return []
-    rows = [[cond, ", ".join(f"s{s}" for s, r in c["per_seed"].items() if r["collapsed"]) or "none",
-             f"{c['collapsed']} / {c['seeds']}", "—" if c["rate"] is None else f"{c['rate']:.2f} [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}]"]
-            for cond, c in co["conditions"].items()]
-    return (["## Collapsed seeds (training logs only)", ""] + table(["condition", "collapsed", "seeds", "rate [95% exact]"], rows)
-            + ["", f"A run is collapsed when no learning signal (every group one reward) came on at least {co['share']:.0%} of its steps "
-               f"after {co['late_from']:g} of its last. Every seed still counts in the primary analysis (intention to treat).", ""])
+    rows = [
+        [
+            cond,
+            ", ".join(f"s{s}" for s, r in c["per_seed"].items() if r["collapsed"]) or "none",
+            f"{c['collapsed']} / {c['seeds']}",
+            "—" if c["rate"] is None else f"{c['rate']:.2f} [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}]",
+        ]
+        for cond, c in co["conditions"].items()
+    ]
+    return (
+        ["## Collapsed seeds (training logs only)", ""]
+        + table(["condition", "collapsed", "seeds", "rate [95% exact]"], rows)
+        + [
+            "",
+            f"A run is collapsed when no learning signal (every group one reward) came on at least {co['share']:.0%} of its steps "
+            f"after {co['late_from']:g} of its last. Every seed still counts in the primary analysis (intention to treat).",
+            "",
+        ]
+    )

@@ -1,5 +1,6 @@
 """The report's formats: one helper for every markdown table, and how numbers, intervals, p-values,
 rates and crossovers are written (analysis/report.py, analysis/report_secondary.py)."""
+
 from __future__ import annotations
 
 import os
@@ -7,8 +8,9 @@ import os
 
 def table(headers: list[str], rows: list[list]) -> list[str]:
     """A markdown table; cells are shown with str()."""
-    return (["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-            + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
+    return ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)] + [
+        "| " + " | ".join(str(c) for c in r) + " |" for r in rows
+    ]
 
 
 def ci3(x) -> str:
@@ -44,7 +46,7 @@ def ids(ids: list, most: int = 12) -> str:
     """Problem ids, their shared 'task/split/' prefix left off (arith-2x1/test/7 -> 7)."""
     ids = [str(i) for i in ids]
     cut = os.path.commonprefix(ids).rfind("/") + 1 if len(ids) > 0 and all("/" in i for i in ids) else 0
-    ids = [i[cut:] if cut else i[i.rfind("/") + 1:] if "/" in i else i for i in ids]
+    ids = [i[cut:] if cut else i[i.rfind("/") + 1 :] if "/" in i else i for i in ids]
     shown = ", ".join(ids[:most])
     return (shown + f", … ({len(ids) - most} more)") if len(ids) > most else (shown or "—")
 
@@ -52,6 +54,9 @@ def ids(ids: list, most: int = 12) -> str:
 def crossover_words(c: dict) -> str:
     pt = c["point"]
     head = f"k = {pt['k']}" if pt["outcome"] == "crosses" else pt["outcome"]
-    cross = f"crosses {share(c['cross_share'])}" + (f" (median k {c['median']:g}, 95% {c['ci'][0]:g}–{c['ci'][1]:g})"
-                                                    if c["median"] is not None else "")
-    return f"{head}; replicates: {cross}, always above {share(c['always_share'])}, never above {share(c['never_share'])}"
+    cross = f"crosses {share(c['cross_share'])}" + (
+        f" (median k {c['median']:g}, 95% {c['ci'][0]:g}–{c['ci'][1]:g})" if c["median"] is not None else ""
+    )
+    return (
+        f"{head}; replicates: {cross}, always above {share(c['always_share'])}, never above {share(c['never_share'])}"
+    )

@@ -20,6 +20,7 @@ null is then a histogram of its drawn problems' counts times the table, and its 
 the mean of T1 equals the replicate's trained pass@1 (linear in log w between grid points).
 numpy and scipy only.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ def reweighted(p, w: float) -> np.ndarray:
 @dataclass
 class SelectionNull:
     """The tables of one base (its counts of n samples, its prior) at one k."""
+
     n: int
     k: int
     prior: tuple[float, float]  # (a, b) of the Beta prior
@@ -63,8 +65,12 @@ class SelectionNull:
         frac = np.clip((target1 - lo) / np.where(hi > lo, hi - lo, 1.0), 0.0, 1.0)
         logw = np.log(W_GRID[j - 1]) + frac * (np.log(W_GRID[j]) - np.log(W_GRID[j - 1]))
         out_of_range = (target1 < m1[:, 0]) | (target1 > m1[:, -1])
-        return {"w": np.exp(logw), "pass1": lo + frac * (hi - lo), "passk": mk[rows, j - 1] + frac * (mk[rows, j] - mk[rows, j - 1]),
-                "out_of_range": out_of_range}
+        return {
+            "w": np.exp(logw),
+            "pass1": lo + frac * (hi - lo),
+            "passk": mk[rows, j - 1] + frac * (mk[rows, j] - mk[rows, j - 1]),
+            "out_of_range": out_of_range,
+        }
 
     def per_problem(self, counts, w: float) -> tuple[np.ndarray, np.ndarray]:
         """(N,) each problem's null pass@1 and pass@k at one w (interpolated in log w)."""
@@ -103,10 +109,14 @@ def selection_null(counts, n: int, k: int, prior: tuple[float, float] | None = N
     wt = posterior_weights(n, prior)  # (n + 1, T)
     shifted = T_GRID[:, None] + np.log(W_GRID)[None, :]  # (T, W): logit f_w(p) = logit p + log w
     f1 = expit(shifted) - expit(T_GRID)[:, None]  # f_w(p) - p
-    gk = -np.expm1(k * log_expit(-shifted)) + np.expm1(k * log_expit(-T_GRID))[:, None]  # g_w(p) - g_1(p), stable for tiny p
+    gk = (
+        -np.expm1(k * log_expit(-shifted)) + np.expm1(k * log_expit(-T_GRID))[:, None]
+    )  # g_w(p) - g_1(p), stable for tiny p
     own = pass_at_k_curves(np.arange(n + 1), n, k)  # (n + 1, k): the unbiased pass@1 and pass@k of each count
     t1 = own[:, :1] + wt @ f1  # not clipped to [0, 1]: a problem's value may leave it by a little, the mean over
-    tk = own[:, k - 1:k] + wt @ gk  # problems (what is compared) stays unbiased; clipping biased it by -0.006 (PLAN.md section 7)
+    tk = (
+        own[:, k - 1 : k] + wt @ gk
+    )  # problems (what is compared) stays unbiased; clipping biased it by -0.006 (PLAN.md section 7)
     return SelectionNull(n, k, (float(prior[0]), float(prior[1])), t1, tk)
 
 

@@ -4,6 +4,7 @@ eval_base.json's), and its evaluation, token-level and training-log files, each 
 A missing or malformed input is an InputError whose message names the file and what is wrong;
 analyze_b.py prints it on one line. No torch: this meets the pipeline only in JSON and CSV files.
 """
+
 from __future__ import annotations
 
 import csv
@@ -33,6 +34,7 @@ class InputError(Exception):
 class Design:
     """The evaluations a run is expected to hold, and the analysis settings: its recorded config read
     as today's typed Config (records.from_record, through which old runs are read)."""
+
     cfg: config.Config
     config: dict  # as recorded (the report compares it with the run's other records)
     source: str  # the file the config came from
@@ -62,8 +64,17 @@ class Design:
     def eval_sets(self) -> dict[str, dict]:
         """Set name -> {task, n, k_max, n_problems, models, ood}: the registered sets besides `test`."""
         own = self.cfg.task.name
-        return {name: {"task": es.task or own, "n": es.n, "k_max": es.k_max, "n_problems": es.n_problems, "models": es.models,
-                       "ood": (es.task or own) != own} for name, es in self.cfg.eval_sets.items()}
+        return {
+            name: {
+                "task": es.task or own,
+                "n": es.n,
+                "k_max": es.k_max,
+                "n_problems": es.n_problems,
+                "models": es.models,
+                "ood": (es.task or own) != own,
+            }
+            for name, es in self.cfg.eval_sets.items()
+        }
 
     @property
     def tokens_enabled(self) -> bool:  # tokens.enabled: the token files are then expected
@@ -100,7 +111,7 @@ class Design:
             return []
         if models == "all":
             return self.expected()
-        return [(c, s, last) for c in self.conditions for s in self.seeds_of(c)[:None if models == "final" else 1]]
+        return [(c, s, last) for c in self.conditions for s in self.seeds_of(c)[: None if models == "final" else 1]]
 
     def set_name(self, name: str, key: tuple[str, int, int] | None) -> str:
         """A set's file, relative to the run: evalsets/<set>/eval_base.json or .../eval_<c>_s<s>_<step>.json."""
@@ -112,8 +123,11 @@ class Design:
     def n_expected(self) -> int:
         """Every file the completeness check counts: the test set's RL evaluations, each set's base
         and models, and the token files when tokens.enabled."""
-        return (len(self.expected()) + sum(1 + len(self.set_expected(s)) for s in self.eval_sets)
-                + (len(self.expected()) if self.tokens_enabled else 0))
+        return (
+            len(self.expected())
+            + sum(1 + len(self.set_expected(s)) for s in self.eval_sets)
+            + (len(self.expected()) if self.tokens_enabled else 0)
+        )
 
 
 def read_json(path: Path) -> dict:
@@ -153,7 +167,10 @@ def load_eval(path: Path, eval_set: str = "test") -> dict:
     be numbers (token_entropy may be null)."""
     d = read_json(path)
     if d.get("eval_set", "test") != eval_set:
-        raise InputError(f"{path}: its eval_set field is {d.get('eval_set')!r} but it lies in the folder of set {eval_set!r}", path=path)
+        raise InputError(
+            f"{path}: its eval_set field is {d.get('eval_set')!r} but it lies in the folder of set {eval_set!r}",
+            path=path,
+        )
     try:
         n = int(d["sampling"]["n"])
         probs = d["problems"]
@@ -161,7 +178,9 @@ def load_eval(path: Path, eval_set: str = "test") -> dict:
             for s in SCORINGS:
                 c = p[f"correct_{s}"]
                 if not (isinstance(c, int) and 0 <= c <= p["n"] == n):
-                    raise InputError(f"{path}: problem {p.get('id')}: correct_{s}={c!r} is not a count in 0..n={n}", path=path)
+                    raise InputError(
+                        f"{path}: problem {p.get('id')}: correct_{s}={c!r} is not a count in 0..n={n}", path=path
+                    )
         if not probs:
             raise InputError(f"{path}: no problems", path=path)
         for p in probs:
@@ -172,7 +191,9 @@ def load_eval(path: Path, eval_set: str = "test") -> dict:
         for p in probs:
             for k, lo in (("distinct_answers", 1), ("answer_entropy", 0), ("token_entropy", 0)):
                 x = p.get(k)
-                if x is not None and not (isinstance(x, (int, float)) and not isinstance(x, bool) and (np.isnan(x) or x >= lo)):
+                if x is not None and not (
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and (np.isnan(x) or x >= lo)
+                ):
                     raise InputError(f"{path}: problem {p.get('id')}: {k}={x!r} is not a number >= {lo}", path=path)
     except (KeyError, TypeError) as e:
         raise InputError(f"{path}: malformed eval file (missing or wrong field {e})", path=path)
@@ -190,8 +211,11 @@ def parse_eval_name(path: Path, design: Design) -> tuple[str, int, int] | None:
     m = study.EVAL_FILE_V1.match(path.name)
     if m:
         if not design.legacy:
-            raise InputError(f"{path}: a file name without a training seed (an earlier layout); "
-                             f"this design expects eval_<condition>_s<seed>_<step>.json", path=path)
+            raise InputError(
+                f"{path}: a file name without a training seed (an earlier layout); "
+                f"this design expects eval_<condition>_s<seed>_<step>.json",
+                path=path,
+            )
         return m["cond"], 0, int(m["step"])
     return None
 
@@ -208,31 +232,45 @@ def find_evals(run: Path, design: Design | None = None, base: dict | None = None
             continue
         cond, seed, step = key
         if cond not in design.conditions or seed not in design.seeds_of(cond) or step not in design.checkpoints:
-            raise InputError(f"{run / f.name}: condition {cond!r}, seed {seed}, step {step} is not in the design of "
-                             f"{design.source} (conditions {design.conditions}, seeds {design.seeds_of(cond)}, checkpoints "
-                             f"{design.checkpoints}): a stale file from another design?", path=run / f.name)
+            raise InputError(
+                f"{run / f.name}: condition {cond!r}, seed {seed}, step {step} is not in the design of "
+                f"{design.source} (conditions {design.conditions}, seeds {design.seeds_of(cond)}, checkpoints "
+                f"{design.checkpoints}): a stale file from another design?",
+                path=run / f.name,
+            )
         if key in where:
-            raise InputError(f"{run / f.name}: a second eval file for {cond} seed {seed} step {step} (also {where[key]})",
-                             path=run / f.name)
+            raise InputError(
+                f"{run / f.name}: a second eval file for {cond} seed {seed} step {step} (also {where[key]})",
+                path=run / f.name,
+            )
         where[key] = f.name
     if not where:
         raise InputError(f"{run}: no eval_<condition>_s<seed>_<step>.json files to compare with the base", path=run)
     if base.get("eval_set", "test") != "test":
-        raise InputError(f"{run / 'eval_base.json'}: its eval_set field is {base['eval_set']!r}; the top-level files are the test set",
-                         path=run / "eval_base.json")
+        raise InputError(
+            f"{run / 'eval_base.json'}: its eval_set field is {base['eval_set']!r}; the top-level files are the test set",
+            path=run / "eval_base.json",
+        )
     for key, name in where.items():
         d = load_eval(run / name)
         for field, want in zip(("condition", "train_seed", "step"), key):
             if field in d and d[field] != want:
-                raise InputError(f"{run / name}: its {field} field is {d[field]!r} but its name says {want!r}", path=run / name)
+                raise InputError(
+                    f"{run / name}: its {field} field is {d[field]!r} but its name says {want!r}", path=run / name
+                )
         rl[key] = d
     ids = [p["id"] for p in base["problems"]]
     for d in rl.values():
         if [p["id"] for p in d["problems"]] != ids:
-            raise InputError(f"{run}/{d['_file']}: its test problems differ from eval_base.json's", path=run / d["_file"])
+            raise InputError(
+                f"{run}/{d['_file']}: its test problems differ from eval_base.json's", path=run / d["_file"]
+            )
         if d["sampling"]["n"] > base["sampling"]["n"]:
-            raise InputError(f"{run}/{d['_file']}: n={d['sampling']['n']} but the base has only n={base['sampling']['n']}: "
-                             f"the base needs at least the trained models' samples (eval.n_base >= eval.n)", path=run / d["_file"])
+            raise InputError(
+                f"{run}/{d['_file']}: n={d['sampling']['n']} but the base has only n={base['sampling']['n']}: "
+                f"the base needs at least the trained models' samples (eval.n_base >= eval.n)",
+                path=run / d["_file"],
+            )
     missing = [design.eval_name(*key) for key in design.expected() if key not in rl]
     return base, rl, missing, design
 
@@ -251,8 +289,12 @@ def find_set(run: Path, design: Design, name: str) -> tuple[dict | None, dict, l
         if d.get("task", spec["task"]) != spec["task"]:
             raise InputError(f"{f}: task {d.get('task')!r}, but eval_sets.{name} evaluates {spec['task']!r}", path=f)
         if d["sampling"]["n"] != spec["n"] or len(d["problems"]) != spec["n_problems"]:
-            raise InputError(f"{f}: {len(d['problems'])} problems x n={d['sampling']['n']}, but eval_sets.{name} registers "
-                             f"{spec['n_problems']} x {spec['n']}", path=f)
+            raise InputError(
+                f"{f}: {len(d['problems'])} problems x n={d['sampling']['n']}, but eval_sets.{name} registers "
+                f"{spec['n_problems']} x {spec['n']}",
+                path=f,
+            )
+
     base = None
     if (folder / "eval_base.json").exists():
         base = load_eval(folder / "eval_base.json", name)
@@ -264,8 +306,11 @@ def find_set(run: Path, design: Design, name: str) -> tuple[dict | None, dict, l
         if key is None:
             continue
         if key not in expected:
-            raise InputError(f"{f}: {key[0]} seed {key[1]} step {key[2]} is not among the models of eval_sets.{name} "
-                             f"(models: {spec['models']}): a stale file from another design?", path=f)
+            raise InputError(
+                f"{f}: {key[0]} seed {key[1]} step {key[2]} is not among the models of eval_sets.{name} "
+                f"(models: {spec['models']}): a stale file from another design?",
+                path=f,
+            )
         d = load_eval(f, name)
         check(d, f)
         for field, want in zip(("condition", "train_seed", "step"), key):
@@ -278,8 +323,19 @@ def find_set(run: Path, design: Design, name: str) -> tuple[dict | None, dict, l
     return base, rl, missing
 
 
-TOKEN_SUMMARY = ("positions", "unchanged", "reranked", "shifted", "share_unchanged", "share_reranked", "share_shifted",
-                 "mean_rank_changed", "base_entropy_changed", "base_entropy_unchanged", "entropy_ratio")
+TOKEN_SUMMARY = (
+    "positions",
+    "unchanged",
+    "reranked",
+    "shifted",
+    "share_unchanged",
+    "share_reranked",
+    "share_shifted",
+    "mean_rank_changed",
+    "base_entropy_changed",
+    "base_entropy_unchanged",
+    "entropy_ratio",
+)
 
 
 def find_tokens(run: Path, design: Design) -> tuple[dict, list[str], list[str]]:
@@ -292,16 +348,21 @@ def find_tokens(run: Path, design: Design) -> tuple[dict, list[str], list[str]]:
         m = study.TOKENS_FILE.match(f.name)
         key = (m["cond"], int(m["seed"]), int(m["step"])) if m else None
         if key is None or key not in design.expected():
-            raise InputError(f"{f}: not a checkpoint of the design (conditions {design.conditions}, seeds {design.all_seeds()}, "
-                             f"checkpoints {design.checkpoints})", path=f)
+            raise InputError(
+                f"{f}: not a checkpoint of the design (conditions {design.conditions}, seeds {design.all_seeds()}, "
+                f"checkpoints {design.checkpoints})",
+                path=f,
+            )
         d = read_json(f)
         try:
             probs = d["problems"]
             for p in probs:
                 L = len(p["classes"])
                 if len(p["ranks"]) != L or len(p["base_entropy"]) != L or any(c not in (0, 1, 2) for c in p["classes"]):
-                    raise InputError(f"{f}: problem {p.get('id')}: classes (0, 1, 2), ranks and base_entropy must be lists of one length",
-                                     path=f)
+                    raise InputError(
+                        f"{f}: problem {p.get('id')}: classes (0, 1, 2), ranks and base_entropy must be lists of one length",
+                        path=f,
+                    )
             own = {k: d["summary"][k] for k in TOKEN_SUMMARY}
         except (KeyError, TypeError) as e:
             raise InputError(f"{f}: malformed token file (missing or wrong field {e})", path=f)
@@ -312,7 +373,9 @@ def find_tokens(run: Path, design: Design) -> tuple[dict, list[str], list[str]]:
         d["_file"] = f.name
         off = [k for k in TOKEN_SUMMARY if not _close(own[k], d["_summary"][k])]
         if off:
-            warnings.append(f"{f.name}: its summary differs from its per-problem detail in {', '.join(off)}; the report recomputes them")
+            warnings.append(
+                f"{f.name}: its summary differs from its per-problem detail in {', '.join(off)}; the report recomputes them"
+            )
         docs[key] = d
     missing = [design.tokens_name(*k) for k in design.expected() if k not in docs] if design.tokens_enabled else []
     return docs, missing, warnings
@@ -327,13 +390,28 @@ def _close(a, b) -> bool:
     return abs(a - b) <= 1e-5 + 1e-4 * max(abs(a), abs(b))
 
 
-DEV_COLUMNS = ("n_problems", "n", "strict_pass1", "loose_pass1", "strict_passn", "loose_passn", "format_rate")  # train_eval.csv
+DEV_COLUMNS = (
+    "n_problems",
+    "n",
+    "strict_pass1",
+    "loose_pass1",
+    "strict_passn",
+    "loose_passn",
+    "format_rate",
+)  # train_eval.csv
 
 
 DEV_REQUIRED = ("step",)
 
 
-TRAIN_COLUMNS = ("reward_mean", "zero_signal_frac", "format_rate", "len_mean", "entropy_mean", "kl_mean")  # train_log.csv, drawn
+TRAIN_COLUMNS = (
+    "reward_mean",
+    "zero_signal_frac",
+    "format_rate",
+    "len_mean",
+    "entropy_mean",
+    "kl_mean",
+)  # train_log.csv, drawn
 
 
 def read_csv(path: Path, required: tuple = ("step", "reward_mean"), drawn: tuple = TRAIN_COLUMNS) -> list[dict]:
@@ -361,11 +439,18 @@ def read_csv(path: Path, required: tuple = ("step", "reward_mean"), drawn: tuple
             rows = []
             for r in csv.DictReader(f):
                 if None in r or None in r.values():  # a long row gives a None key, a short one None values
-                    raise ValueError(f"row {len(rows) + 1} has {'more' if None in r else 'fewer'} cells than the header")
+                    raise ValueError(
+                        f"row {len(rows) + 1} has {'more' if None in r else 'fewer'} cells than the header"
+                    )
                 rows.append({k: x for k, x in ((k, cell(k, v)) for k, v in r.items()) if x is not None})
     except (ValueError, csv.Error) as e:
-        raise InputError(f"{path}: malformed {'training log' if 'reward_mean' in required else 'dev evaluation'} ({e})", path=path)
+        raise InputError(
+            f"{path}: malformed {'training log' if 'reward_mean' in required else 'dev evaluation'} ({e})", path=path
+        )
     if any(any(c not in r for c in required) for r in rows):
-        raise InputError(f"{path}: malformed {'training log' if 'reward_mean' in required else 'dev evaluation'} "
-                         f"(no {' or '.join(required)} column)", path=path)
+        raise InputError(
+            f"{path}: malformed {'training log' if 'reward_mean' in required else 'dev evaluation'} "
+            f"(no {' or '.join(required)} column)",
+            path=path,
+        )
     return rows

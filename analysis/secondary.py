@@ -3,6 +3,7 @@ beyond n (the beta-binomial model and its check on the study's own data), bounda
 diversity, test vs out-of-distribution sets, and the token level. Descriptive or secondary
 throughout; the statistics come from analysis/stats.py, the inputs from analysis/run_files.py.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,16 +35,28 @@ from countdown import ARITH_DIGITS, SCORINGS, Problem, operands, score_loose, st
 CONTROL_SCORING = {"H4": "loose", "H5": "strict", "H6": "loose"}  # PLAN.md section 7b
 
 
-DIVERSITY = (("distinct_answers", "distinct answers"), ("answer_entropy", "answer entropy (nats)"),
-             ("token_entropy", "token entropy at T = 1 (nats)"))
+DIVERSITY = (
+    ("distinct_answers", "distinct answers"),
+    ("answer_entropy", "answer entropy (nats)"),
+    ("token_entropy", "token entropy at T = 1 (nats)"),
+)
 
 
-PAPER_TABLE2 = {"source": "arXiv 2605.06241, Table 2 (a different model and task)", "share_reranked": [0.01, 0.04],
-                "share_shifted": [0.0001, 0.0012], "entropy_ratio": [7.6, 12.6], "mean_rank_changed": [2.1, 2.4]}
+PAPER_TABLE2 = {
+    "source": "arXiv 2605.06241, Table 2 (a different model and task)",
+    "share_reranked": [0.01, 0.04],
+    "share_shifted": [0.0001, 0.0012],
+    "entropy_ratio": [7.6, 12.6],
+    "mean_rank_changed": [2.1, 2.4],
+}
 
 
 def _key_fields(key) -> dict:
-    return {"condition": "base", "seed": None, "step": None} if key is None else {"condition": key[0], "seed": key[1], "step": key[2]}
+    return (
+        {"condition": "base", "seed": None, "step": None}
+        if key is None
+        else {"condition": key[0], "seed": key[1], "step": key[2]}
+    )
 
 
 def model_label(key) -> str:
@@ -67,8 +80,11 @@ def find_twins(settings: dict[str, dict], varied: str, is_treated) -> list[tuple
         if not is_treated(s):
             continue
         for other, t in settings.items():
-            if other != name and t[varied] == DEFAULT_CONDITION[varied] and \
-                    all(t[k] == s[k] for k in DEFAULT_CONDITION if k not in ignore):
+            if (
+                other != name
+                and t[varied] == DEFAULT_CONDITION[varied]
+                and all(t[k] == s[k] for k in DEFAULT_CONDITION if k not in ignore)
+            ):
                 pairs.append((name, other))
                 break
     return pairs
@@ -85,9 +101,28 @@ def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], 
     c = Controls(design, base, rl, {(e["condition"], e["step"], e["scoring"]): e for e in entries}, inf, last)
     st = design.settings
     for h, varied, treated, ask, none in (
-            ("H4", "kl", lambda s: s["kl"] > 0, c.h4, "no registered condition with a KL anchor (kl > 0) and an unanchored twin"),
-            ("H5", "reward", lambda s: s["reward"] == "format", c.h5, "no registered format-reward condition with a strict-reward twin"),
-            ("H6", "method", lambda s: s["method"] in ("rft", "sft"), c.h6, "no registered rft or sft condition with a GRPO twin")):
+        (
+            "H4",
+            "kl",
+            lambda s: s["kl"] > 0,
+            c.h4,
+            "no registered condition with a KL anchor (kl > 0) and an unanchored twin",
+        ),
+        (
+            "H5",
+            "reward",
+            lambda s: s["reward"] == "format",
+            c.h5,
+            "no registered format-reward condition with a strict-reward twin",
+        ),
+        (
+            "H6",
+            "method",
+            lambda s: s["method"] in ("rft", "sft"),
+            c.h6,
+            "no registered rft or sft condition with a GRPO twin",
+        ),
+    ):
         pairs = find_twins(st, varied, treated)
         if not pairs:
             c.out["skipped"].append({"hypothesis": h, "conditions": [], "why": none})
@@ -110,16 +145,29 @@ class Controls:
     def contrast(self, sc: str, a: str, b: str):
         sa, sb = self.seeds_of(a), self.seeds_of(b)
         inf = self.inf
-        summ, ra, rb = compare_conditions([counts(self.rl[(a, s, self.last)], sc) for s in sa],
-                                          [counts(self.rl[(b, s, self.last)], sc) for s in sb], counts(self.base, sc), inf.n,
-                                          inf.k, inf.draws.resamples, inf.draws.seed, inf.levels.ci, inf.n_base)
+        summ, ra, rb = compare_conditions(
+            [counts(self.rl[(a, s, self.last)], sc) for s in sa],
+            [counts(self.rl[(b, s, self.last)], sc) for s in sb],
+            counts(self.base, sc),
+            inf.n,
+            inf.k,
+            inf.draws.resamples,
+            inf.draws.seed,
+            inf.levels.ci,
+            inf.n_base,
+        )
         return summ, ra, rb, sa, sb
 
     def ready(self, h: str, a: str, b: str) -> bool:
         lacking = [c for c in (a, b) if not self.seeds_of(c)]
         if lacking:
-            self.out["skipped"].append({"hypothesis": h, "conditions": [a, b],
-                                        "why": f"no evaluation of {', '.join(lacking)} at step {self.last}"})
+            self.out["skipped"].append(
+                {
+                    "hypothesis": h,
+                    "conditions": [a, b],
+                    "why": f"no evaluation of {', '.join(lacking)} at step {self.last}",
+                }
+            )
         return not lacking
 
     def h4(self, anchored: str, plain: str) -> dict:
@@ -128,25 +176,54 @@ class Controls:
         ea, eb = self.by_key[(anchored, last, sc)], self.by_key[(plain, last, sc)]
         summ, _, _, sa, sb = self.contrast(sc, anchored, plain)
         bn_a, bn_b = ea["base_null"], eb["base_null"]  # H4 is about the base: the base-null reading's adjusted tests
-        return {"anchored": anchored, "unanchored": plain, "kl": self.design.settings[anchored]["kl"], "step": last, "scoring": sc,
-                "k_max": self.inf.k, "anchored_passk_diff": ea["passk_diff"], "anchored_passk_ci90": ea["passk_ci90"],
-                "anchored_p_equiv_adj": bn_a["p_equiv_adj"], "anchored_ceiling_equivalent": bn_a["ceiling_equivalent"],
-                "unanchored_passk_diff": eb["passk_diff"], "unanchored_passk_ci": eb["passk_ci"],
-                "unanchored_p_falls_adj": bn_b["p_falls_adj"], "unanchored_ceiling_falls": bn_b["ceiling_falls"],
-                # not decided (None) where the unanchored ceiling falls but the anchored one's equivalence was not asked
-                "holds": (False if not bn_b["ceiling_falls"]
-                          else None if bn_a["ceiling_equivalent"] is None else bool(bn_a["ceiling_equivalent"])),
-                "contrast": summ["diff_passk"], "contrast_ci": summ["ci_passk"], "seeds_anchored": sa, "seeds_unanchored": sb,
-                "contrast_curve": {k: summ[k] for k in ("diff", "lo", "hi", "crit", "level")}}
+        return {
+            "anchored": anchored,
+            "unanchored": plain,
+            "kl": self.design.settings[anchored]["kl"],
+            "step": last,
+            "scoring": sc,
+            "k_max": self.inf.k,
+            "anchored_passk_diff": ea["passk_diff"],
+            "anchored_passk_ci90": ea["passk_ci90"],
+            "anchored_p_equiv_adj": bn_a["p_equiv_adj"],
+            "anchored_ceiling_equivalent": bn_a["ceiling_equivalent"],
+            "unanchored_passk_diff": eb["passk_diff"],
+            "unanchored_passk_ci": eb["passk_ci"],
+            "unanchored_p_falls_adj": bn_b["p_falls_adj"],
+            "unanchored_ceiling_falls": bn_b["ceiling_falls"],
+            # not decided (None) where the unanchored ceiling falls but the anchored one's equivalence was not asked
+            "holds": (
+                False
+                if not bn_b["ceiling_falls"]
+                else None
+                if bn_a["ceiling_equivalent"] is None
+                else bool(bn_a["ceiling_equivalent"])
+            ),
+            "contrast": summ["diff_passk"],
+            "contrast_ci": summ["ci_passk"],
+            "seeds_anchored": sa,
+            "seeds_unanchored": sb,
+            "contrast_curve": {k: summ[k] for k in ("diff", "lo", "hi", "crit", "level")},
+        }
 
     def h5(self, fmt: str, ref: str) -> dict:
         """The format-only condition's share of its twin's strict pass@1 gain."""
         sc = CONTROL_SCORING["H5"]
         summ, ra, rb, sa, sb = self.contrast(sc, ref, fmt)  # a = the reference (its replicates are its entry's)
         d_ref, d_fmt = summ["delta_a"][0], summ["delta_b"][0]
-        return {"condition": fmt, "reference": ref, "step": self.last, "scoring": sc, "gain": d_fmt, "gain_ci": summ["delta_b_ci_pass1"],
-                "reference_gain": d_ref, "reference_gain_ci": summ["delta_a_ci_pass1"],
-                **ratio_estimate(d_fmt, d_ref, rb[:, 0], ra[:, 0], self.inf.levels.ci), "seeds_condition": sb, "seeds_reference": sa}
+        return {
+            "condition": fmt,
+            "reference": ref,
+            "step": self.last,
+            "scoring": sc,
+            "gain": d_fmt,
+            "gain_ci": summ["delta_b_ci_pass1"],
+            "reference_gain": d_ref,
+            "reference_gain_ci": summ["delta_a_ci_pass1"],
+            **ratio_estimate(d_fmt, d_ref, rb[:, 0], ra[:, 0], self.inf.levels.ci),
+            "seeds_condition": sb,
+            "seeds_reference": sa,
+        }
 
     def h6(self, other: str, rlc: str) -> dict:
         """GRPO's pass@k curve against RFT's or SFT's: the contrast curve, its band, where they cross."""
@@ -154,8 +231,16 @@ class Controls:
         summ, _, _, sa, sb = self.contrast(sc, rlc, other)
         lead = summ["crossover"]["leader_at_k1"]
         summ["crossover"]["leader_at_k1"] = {"a": rlc, "b": other}.get(lead, "tie")
-        return {"rl": rlc, "other": other, "method": self.design.settings[other]["method"], "step": self.last, "scoring": sc, **summ,
-                "seeds_rl": sa, "seeds_other": sb}
+        return {
+            "rl": rlc,
+            "other": other,
+            "method": self.design.settings[other]["method"],
+            "step": self.last,
+            "scoring": sc,
+            **summ,
+            "seeds_rl": sa,
+            "seeds_other": sb,
+        }
 
 
 # ============================================================================= beyond n, diversity, out of distribution, tokens
@@ -163,11 +248,15 @@ class Controls:
 
 def _largest_set(design: Design, sets: dict, n_test: int) -> str | None:
     """The set on the trained task with the most samples per problem, if it has more than the test set."""
-    cands = [(spec["n"], name) for name, spec in design.eval_sets.items() if not spec["ood"] and sets[name][0] is not None]
+    cands = [
+        (spec["n"], name) for name, spec in design.eval_sets.items() if not spec["ood"] and sets[name][0] is not None
+    ]
     return max(cands)[1] if cands and max(cands)[0] > n_test else None
 
 
-def analyze_beyond(design: Design, base: dict, rl: dict, sets: dict, last: int, n_base: int, n_test: int, ci: float) -> dict:
+def analyze_beyond(
+    design: Design, base: dict, rl: dict, sets: dict, last: int, n_base: int, n_test: int, ci: float
+) -> dict:
     """pass@k beyond n (PLAN.md section 7c): the beta-binomial fits, per model and scoring, on the
     largest-n set, each model-based curve with a parametric-bootstrap band (analyze.beyond_resamples
     refits); the model checked on the study's own data, fitted on the test set's counts of the large
@@ -196,20 +285,41 @@ def analyze_beyond(design: Design, base: dict, rl: dict, sets: dict, last: int, 
     else:
         skipped = "no evaluation set has more samples per problem than the test set"
     fits, curves_out, bound = fits_and_boundary(models, bdoc, base, prefix, sub, n_base, ext, B, seed, ci)
-    check, contrasts = checks(models, base, rl, sub, prefix, n_base, n_test, n, B, seed, ci) if sub is not None else ([], [])
+    check, contrasts = (
+        checks(models, base, rl, sub, prefix, n_base, n_test, n, B, seed, ci) if sub is not None else ([], [])
+    )
     covered = [r["covered"] for r in contrasts]
-    return {"set": big or "test", "n": n, "extrapolate_to": ext, "resamples": B, "model_used": "beta-binomial",
-            "fits": fits, "check": check, "contrasts": contrasts,
-            "contrast_coverage": {"covered": int(sum(covered)), "of": len(covered),
-                                  "median_width": float(np.median([r["error_ci"][1] - r["error_ci"][0] for r in contrasts])),
-                                  "mean_error": float(np.mean([r["error"] for r in contrasts])),
-                                  "mean_error_by_scoring": {sc: float(np.mean([r["error"] for r in contrasts if r["scoring"] == sc]))
-                                                            for sc in SCORINGS if any(r["scoring"] == sc for r in contrasts)}}
-            if covered else None,
-            "check_skipped": skipped, "boundary": bound, "_curves": curves_out}
+    return {
+        "set": big or "test",
+        "n": n,
+        "extrapolate_to": ext,
+        "resamples": B,
+        "model_used": "beta-binomial",
+        "fits": fits,
+        "check": check,
+        "contrasts": contrasts,
+        "contrast_coverage": {
+            "covered": int(sum(covered)),
+            "of": len(covered),
+            "median_width": float(np.median([r["error_ci"][1] - r["error_ci"][0] for r in contrasts])),
+            "mean_error": float(np.mean([r["error"] for r in contrasts])),
+            "mean_error_by_scoring": {
+                sc: float(np.mean([r["error"] for r in contrasts if r["scoring"] == sc]))
+                for sc in SCORINGS
+                if any(r["scoring"] == sc for r in contrasts)
+            },
+        }
+        if covered
+        else None,
+        "check_skipped": skipped,
+        "boundary": bound,
+        "_curves": curves_out,
+    }
 
 
-def fits_and_boundary(models: list, bdoc: dict, base: dict, prefix: str, sub, n_base: int, ext: int, B: int, seed: int, ci: float):
+def fits_and_boundary(
+    models: list, bdoc: dict, base: dict, prefix: str, sub, n_base: int, ext: int, B: int, seed: int, ci: float
+):
     """Per model and scoring on the large set: the beta-binomial fit with its parametric band, and the
     boundary counts against chance (the test set's base counts of the same problems as fresh samples)."""
     fits, curves_out, bound = [], {}, []
@@ -221,27 +331,64 @@ def fits_and_boundary(models: list, bdoc: dict, base: dict, prefix: str, sub, n_
             f = fit_pass_model(c, nd)
             reps = parametric_replicates(f, nd, len(c), ks, B, seed + 7919 * j + (sc == "loose"))
             lo, hi = np.quantile(reps, [(1 - ci) / 2, (1 + ci) / 2], axis=0)
-            curves_out[(key, sc)] = {"measured": pass_at_k_curves(c, nd, nd).mean(axis=0), "ks_model": ks, "model": model_pass_at_k(f, ks),
-                                     "band": (lo, hi)}
-            fits.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "file": prefix + d["_file"], "n": nd,
-                         "n_problems": len(c), "used": f["chosen"], "aic_prefers": f["aic_prefers"], "alpha": f["alpha"],
-                         "beta": f["beta"], "aic": {m: g["aic"] for m, g in f["fits"].items()},
-                         "loglik": {m: g["loglik"] for m, g in f["fits"].items()}, "at_bound": f["at_bound"],
-                         "measured_pass_at_n": float(per_problem(c, nd, nd).mean()), "model_pass_at_n": float(model_pass_at_k(f, [nd])[0]),
-                         "extrapolate_to": ext, "model_pass_at_extrapolated": float(model_pass_at_k(f, [ext])[0]),
-                         "extrapolated_ci": [float(lo[-1]), float(hi[-1])]})
+            curves_out[(key, sc)] = {
+                "measured": pass_at_k_curves(c, nd, nd).mean(axis=0),
+                "ks_model": ks,
+                "model": model_pass_at_k(f, ks),
+                "band": (lo, hi),
+            }
+            fits.append(
+                {
+                    **_key_fields(key),
+                    "model": model_label(key),
+                    "scoring": sc,
+                    "file": prefix + d["_file"],
+                    "n": nd,
+                    "n_problems": len(c),
+                    "used": f["chosen"],
+                    "aic_prefers": f["aic_prefers"],
+                    "alpha": f["alpha"],
+                    "beta": f["beta"],
+                    "aic": {m: g["aic"] for m, g in f["fits"].items()},
+                    "loglik": {m: g["loglik"] for m, g in f["fits"].items()},
+                    "at_bound": f["at_bound"],
+                    "measured_pass_at_n": float(per_problem(c, nd, nd).mean()),
+                    "model_pass_at_n": float(model_pass_at_k(f, [nd])[0]),
+                    "extrapolate_to": ext,
+                    "model_pass_at_extrapolated": float(model_pass_at_k(f, [ext])[0]),
+                    "extrapolated_ci": [float(lo[-1]), float(hi[-1])],
+                }
+            )
             if key is None:
                 continue
-            row = {**_key_fields(key), "model": model_label(key), "scoring": sc, "n": nd, "file": prefix + d["_file"],
-                   "base_file": prefix + bdoc["_file"], **boundary(counts(bdoc, sc), c, [p["id"] for p in d["problems"]])}
+            row = {
+                **_key_fields(key),
+                "model": model_label(key),
+                "scoring": sc,
+                "n": nd,
+                "file": prefix + d["_file"],
+                "base_file": prefix + bdoc["_file"],
+                **boundary(counts(bdoc, sc), c, [p["id"] for p in d["problems"]]),
+            }
             if sub is not None:
                 row["null"] = boundary_null(counts(bdoc, sc), c, nd, counts(base, sc)[sub], n_base, seed=seed + 31 * j)
             bound.append(row)
     return fits, curves_out, bound
 
 
-def checks(models: list, base: dict, rl: dict, sub: list, prefix: str, n_base: int, n_test: int, n: int, B: int, seed: int,
-           ci: float) -> tuple[list, list]:
+def checks(
+    models: list,
+    base: dict,
+    rl: dict,
+    sub: list,
+    prefix: str,
+    n_base: int,
+    n_test: int,
+    n: int,
+    B: int,
+    seed: int,
+    ci: float,
+) -> tuple[list, list]:
     """The model on the study's own data: fitted to the test set's counts of the large set's
     problems, its pass@n (levels) and Delta pass@n (contrasts) against the large set's measurement.
     models[0] is the base on the large set."""
@@ -254,13 +401,41 @@ def checks(models: list, base: dict, rl: dict, sub: list, prefix: str, n_base: i
         n_small = n_base if key is None else n_test
         for sc in SCORINGS:
             r = extrapolation_check(counts(td, sc)[sub], n_small, counts(d, sc), n)
-            check.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "fit_file": td["_file"],
-                          "target_file": prefix + d["_file"], "n_problems": len(sub), **r})
+            check.append(
+                {
+                    **_key_fields(key),
+                    "model": model_label(key),
+                    "scoring": sc,
+                    "fit_file": td["_file"],
+                    "target_file": prefix + d["_file"],
+                    "n_problems": len(sub),
+                    **r,
+                }
+            )
             if key is not None:
-                r = contrast_check(counts(base, sc)[sub], n_base, counts(td, sc)[sub], n_test, counts(bdoc, sc), counts(d, sc), n,
-                                   B, seed, ci)
-                contrasts.append({**_key_fields(key), "model": model_label(key), "scoring": sc, "fit_file": td["_file"],
-                                  "target_file": prefix + d["_file"], "n_problems": len(sub), **r})
+                r = contrast_check(
+                    counts(base, sc)[sub],
+                    n_base,
+                    counts(td, sc)[sub],
+                    n_test,
+                    counts(bdoc, sc),
+                    counts(d, sc),
+                    n,
+                    B,
+                    seed,
+                    ci,
+                )
+                contrasts.append(
+                    {
+                        **_key_fields(key),
+                        "model": model_label(key),
+                        "scoring": sc,
+                        "fit_file": td["_file"],
+                        "target_file": prefix + d["_file"],
+                        "n_problems": len(sub),
+                        **r,
+                    }
+                )
     return check, contrasts
 
 
@@ -277,7 +452,9 @@ def analyze_diversity(design: Design, base: dict, rl: dict, sets: dict) -> dict:
     """Per model (every set that carries the fields) the mean over problems of distinct answers,
     answer entropy and token entropy; per set, condition and checkpoint the mean over seeds."""
     models, conds = [], []
-    for name, (b, docs, prefix) in [("test", (base, rl, ""))] + [(s, (v[0], v[1], f"evalsets/{s}/")) for s, v in sets.items()]:
+    for name, (b, docs, prefix) in [("test", (base, rl, ""))] + [
+        (s, (v[0], v[1], f"evalsets/{s}/")) for s, v in sets.items()
+    ]:
         if b is None:
             continue
         rows = [(None, b)] + [(k, docs[k]) for k in _ordered(design, docs)]
@@ -291,15 +468,37 @@ def analyze_diversity(design: Design, base: dict, rl: dict, sets: dict) -> dict:
             for st in design.checkpoints:
                 ms = [(k[1], m) for k, _, m in got[1:] if (k[0], k[2]) == (c, st)]
                 if ms:
-                    conds.append({"set": name, "condition": c, "step": st, "seeds": [s for s, _ in ms],
-                                  **{f: (float(np.mean([m[f] for _, m in ms if m[f] is not None]))
-                                         if any(m[f] is not None for _, m in ms) else None)
-                                     for f, _ in DIVERSITY}})
+                    conds.append(
+                        {
+                            "set": name,
+                            "condition": c,
+                            "step": st,
+                            "seeds": [s for s, _ in ms],
+                            **{
+                                f: (
+                                    float(np.mean([m[f] for _, m in ms if m[f] is not None]))
+                                    if any(m[f] is not None for _, m in ms)
+                                    else None
+                                )
+                                for f, _ in DIVERSITY
+                            },
+                        }
+                    )
     return {"models": models, "conditions": conds, "fields": {k: w for k, w in DIVERSITY}}
 
 
-def analyze_ood(design: Design, sets: dict, entries: list[dict], curves: dict, B: int, bseed: int, ci: float, draws,
-                last: int, k_test: int) -> dict:
+def analyze_ood(
+    design: Design,
+    sets: dict,
+    entries: list[dict],
+    curves: dict,
+    B: int,
+    bseed: int,
+    ci: float,
+    draws,
+    last: int,
+    k_test: int,
+) -> dict:
     """Test vs each out-of-distribution set (a set whose task is not the trained one), per condition at
     the last checkpoint and scoring: pass@1 and pass@k_max with Delta vs base; the test side from the
     registered entries, the out-of-distribution side from its own crossed bootstrap (its problems
@@ -316,9 +515,18 @@ def analyze_ood(design: Design, sets: dict, entries: list[dict], curves: dict, B
         for sc in SCORINGS:
             bc = pass_at_k_curves(counts(b, sc), n, K)  # (N, K)
             figure[(sc, "base")] = (curves[sc]["base"].mean(axis=0), bc.mean(axis=0))
-            rows.append({"condition": "base", "step": None, "scoring": sc, "seeds": [],
-                         "test_pass1": float(curves[sc]["base"][:, 0].mean()), "test_passk": float(curves[sc]["base"][:, -1].mean()),
-                         "ood_pass1": float(bc[:, 0].mean()), "ood_passk": float(bc[:, -1].mean())})
+            rows.append(
+                {
+                    "condition": "base",
+                    "step": None,
+                    "scoring": sc,
+                    "seeds": [],
+                    "test_pass1": float(curves[sc]["base"][:, 0].mean()),
+                    "test_passk": float(curves[sc]["base"][:, -1].mean()),
+                    "ood_pass1": float(bc[:, 0].mean()),
+                    "ood_passk": float(bc[:, -1].mean()),
+                }
+            )
             for c in design.conditions:
                 keys = [k for k in _ordered(design, docs, last) if k[0] == c]
                 e = by_key.get((c, last, sc))
@@ -327,15 +535,35 @@ def analyze_ood(design: Design, sets: dict, entries: list[dict], curves: dict, B
                 pr = np.stack([pass_at_k_curves(counts(docs[k], sc), n, K) for k in keys])  # (S, N, K)
                 point, _, reps = boot_curves(pr[..., [0, K - 1]], bc[:, [0, K - 1]], idx, draws(len(keys)))
                 figure[(sc, c)] = (curves[sc][(c, last)][1].mean(axis=1).mean(axis=0), pr.mean(axis=1).mean(axis=0))
-                rows.append({"condition": c, "step": last, "scoring": sc, "seeds": [k[1] for k in keys],
-                             "test_pass1": e["pass1_rl"], "test_pass1_diff": e["pass1_diff"], "test_pass1_ci": e["pass1_ci"],
-                             "test_passk": e["passk_rl"], "test_passk_diff": e["passk_diff"], "test_passk_ci": e["passk_ci"],
-                             "ood_pass1": float(pr[:, :, 0].mean()), "ood_pass1_diff": float(point[0]),
-                             "ood_pass1_ci": list(percentile_interval(reps[:, 0], ci)),
-                             "ood_passk": float(pr[:, :, -1].mean()), "ood_passk_diff": float(point[1]),
-                             "ood_passk_ci": list(percentile_interval(reps[:, 1], ci))})
-        out[name] = {"task": spec["task"], "n": n, "k_max": K, "test_k_max": k_test, "n_problems": len(b["problems"]), "rows": rows,
-                     "_figure": figure}
+                rows.append(
+                    {
+                        "condition": c,
+                        "step": last,
+                        "scoring": sc,
+                        "seeds": [k[1] for k in keys],
+                        "test_pass1": e["pass1_rl"],
+                        "test_pass1_diff": e["pass1_diff"],
+                        "test_pass1_ci": e["pass1_ci"],
+                        "test_passk": e["passk_rl"],
+                        "test_passk_diff": e["passk_diff"],
+                        "test_passk_ci": e["passk_ci"],
+                        "ood_pass1": float(pr[:, :, 0].mean()),
+                        "ood_pass1_diff": float(point[0]),
+                        "ood_pass1_ci": list(percentile_interval(reps[:, 0], ci)),
+                        "ood_passk": float(pr[:, :, -1].mean()),
+                        "ood_passk_diff": float(point[1]),
+                        "ood_passk_ci": list(percentile_interval(reps[:, 1], ci)),
+                    }
+                )
+        out[name] = {
+            "task": spec["task"],
+            "n": n,
+            "k_max": K,
+            "test_k_max": k_test,
+            "n_problems": len(b["problems"]),
+            "rows": rows,
+            "_figure": figure,
+        }
     return out
 
 
@@ -360,7 +588,10 @@ def strategy_counts(doc: dict) -> dict[str, np.ndarray] | None:
     probs = doc["problems"]
     if doc.get("task") not in ARITH_DIGITS or not all("responses" in p and operands(p["question"]) for p in probs):
         return None
-    out = {k: np.zeros(len(probs)) for k in (*STRATEGIES, *(f"{s}_correct" for s in STRATEGIES), "subtraction", *COMPUTATION_ROWS)}
+    out = {
+        k: np.zeros(len(probs))
+        for k in (*STRATEGIES, *(f"{s}_correct" for s in STRATEGIES), "subtraction", *COMPUTATION_ROWS)
+    }
     for i, p in enumerate(probs):
         problem = Problem.from_row(p, doc["task"])
         for r in p["responses"]:
@@ -406,10 +637,13 @@ def _model_strategies(c: dict) -> dict:
     """Shares, accuracy and the share of correct answers each strategy carries, pooled over problems."""
     total = sum(c[s].sum() for s in STRATEGIES)
     correct = sum(c[f"{s}_correct"].sum() for s in STRATEGIES)
-    return {"share": {s: float(c[s].sum() / total) for s in STRATEGIES},
-            "accuracy": {s: float(c[f"{s}_correct"].sum() / c[s].sum()) if c[s].sum() else None for s in STRATEGIES},
-            "correct_share": {s: float(c[f"{s}_correct"].sum() / correct) if correct else None for s in STRATEGIES},
-            "subtraction_share": float(c["subtraction"].sum() / total), "responses": int(total)}
+    return {
+        "share": {s: float(c[s].sum() / total) for s in STRATEGIES},
+        "accuracy": {s: float(c[f"{s}_correct"].sum() / c[s].sum()) if c[s].sum() else None for s in STRATEGIES},
+        "correct_share": {s: float(c[f"{s}_correct"].sum() / correct) if correct else None for s in STRATEGIES},
+        "subtraction_share": float(c["subtraction"].sum() / total),
+        "responses": int(total),
+    }
 
 
 def analyze_strategies(design: Design, base: dict, rl: dict, idx: np.ndarray, draws, ci: float) -> dict:
@@ -419,12 +653,18 @@ def analyze_strategies(design: Design, base: dict, rl: dict, idx: np.ndarray, dr
     draws as every entry); and the registered reading (PLAN.md section 7d), descriptive."""
     bc = strategy_counts(base)
     if bc is None:
-        return {"skipped": "the test set's files keep no responses, or its task (a + b, Countdown) has no strategies", "models": [],
-                "conditions": [], "reading": []}
+        return {
+            "skipped": "the test set's files keep no responses, or its task (a + b, Countdown) has no strategies",
+            "models": [],
+            "conditions": [],
+            "reading": [],
+        }
     n_base = base["sampling"]["n"]  # the base may have more samples per problem than the trained models
     by_model = {k: strategy_counts(d) for k, d in rl.items()}
     models = [{**_key_fields(None), "file": base["_file"], **_model_strategies(bc)}]
-    models += [{**_key_fields(k), "file": rl[k]["_file"], **_model_strategies(by_model[k])} for k in _ordered(design, rl)]
+    models += [
+        {**_key_fields(k), "file": rl[k]["_file"], **_model_strategies(by_model[k])} for k in _ordered(design, rl)
+    ]
     conds, reading = [], []
     base_m = models[0]  # the base row: its shares and accuracies
     for c in design.conditions:
@@ -434,13 +674,19 @@ def analyze_strategies(design: Design, base: dict, rl: dict, idx: np.ndarray, dr
                 continue
             row = {"condition": c, "step": st, "seeds": [k[1] for k in keys], "share": {}, "delta": {}, "delta_ci": {}}
             for s in STRATEGIES:
-                per = np.stack([by_model[k][s] / rl[k]["sampling"]["n"] for k in keys])  # (S, N) each seed's per-problem share
+                per = np.stack(
+                    [by_model[k][s] / rl[k]["sampling"]["n"] for k in keys]
+                )  # (S, N) each seed's per-problem share
                 row["share"][s] = float(per.mean())
                 row["delta"][s] = float(per.mean() - (bc[s] / n_base).mean())
-                row["delta_ci"][s] = list(percentile_interval(crossed_replicates(per, bc[s] / n_base, idx, draws(len(keys))), ci))
+                row["delta_ci"][s] = list(
+                    percentile_interval(crossed_replicates(per, bc[s] / n_base, idx, draws(len(keys))), ci)
+                )
             pooled = {f: sum(by_model[k][f] for k in keys) for f in by_model[keys[0]]}
             m = _model_strategies(pooled)
-            row.update(accuracy=m["accuracy"], correct_share=m["correct_share"], subtraction_share=m["subtraction_share"])
+            row.update(
+                accuracy=m["accuracy"], correct_share=m["correct_share"], subtraction_share=m["subtraction_share"]
+            )
             conds.append(row)
             if st == design.checkpoints[-1]:
                 reading.append(strategy_reading(c, st, base_m, row))
@@ -450,9 +696,17 @@ def analyze_strategies(design: Design, base: dict, rl: dict, idx: np.ndarray, dr
         keys = [k for k in _ordered(design, rl, design.checkpoints[-1]) if k[0] == c]
         if keys:
             comps += computation_table(c, {f: sum(by_model[k][f] for k in keys) for f in COMPUTATION_ROWS}, strata)
-    return {"skipped": None, "strategies": list(STRATEGIES), "floor": STRATEGY_FLOOR, "nonnegligible": STRATEGY_NONNEGLIGIBLE,
-            "models": models, "conditions": conds, "reading": reading, "computation_rows": list(COMPUTATION_ROWS),
-            "computations": comps}
+    return {
+        "skipped": None,
+        "strategies": list(STRATEGIES),
+        "floor": STRATEGY_FLOOR,
+        "nonnegligible": STRATEGY_NONNEGLIGIBLE,
+        "models": models,
+        "conditions": conds,
+        "reading": reading,
+        "computation_rows": list(COMPUTATION_ROWS),
+        "computations": comps,
+    }
 
 
 def strategy_reading(cond: str, step: int, base: dict, row: dict) -> dict:
@@ -464,9 +718,14 @@ def strategy_reading(cond: str, step: int, base: dict, row: dict) -> dict:
     best = max(used, key=lambda s: base["accuracy"][s]) if used else None
     new = [s for s in STRATEGIES if base["share"][s] < STRATEGY_FLOOR and row["share"][s] > STRATEGY_FLOOR]
     covered = all(base["share"][s] >= STRATEGY_FLOOR for s in STRATEGIES if row["share"][s] >= STRATEGY_NONNEGLIGIBLE)
-    return {"condition": cond, "step": step, "new": new, "best_base_strategy": best,
-            "best_gains": bool(best is not None and row["delta"][best] > 0),
-            "selection_at_strategy_level": bool(covered and best is not None and row["delta"][best] > 0)}
+    return {
+        "condition": cond,
+        "step": step,
+        "new": new,
+        "best_base_strategy": best,
+        "best_gains": bool(best is not None and row["delta"][best] > 0),
+        "selection_at_strategy_level": bool(covered and best is not None and row["delta"][best] > 0),
+    }
 
 
 # ============================================================================= strata (PLAN.md section 7c)
@@ -474,8 +733,10 @@ def strategy_reading(cond: str, step: int, base: dict, row: dict) -> dict:
 
 def problem_strata(doc: dict) -> np.ndarray:
     """(N,) each test problem's stratum (countdown.stratum: borrows-0, borrows-1, ...; None for tasks without one)."""
-    return np.array([stratum(Problem.from_row(p, doc.get("task")))
-                     if operands(p["question"]) else None for p in doc["problems"]], dtype=object)
+    return np.array(
+        [stratum(Problem.from_row(p, doc.get("task"))) if operands(p["question"]) else None for p in doc["problems"]],
+        dtype=object,
+    )
 
 
 def analyze_strata(design: Design, base: dict, rl: dict, conditions: list[str], inf: Inference, last: int) -> dict:
@@ -495,18 +756,30 @@ def analyze_strata(design: Design, base: dict, rl: dict, conditions: list[str], 
         row = {"stratum": name, "n_problems": int(pos.size), "scorings": {}}
         for sc in SCORINGS:
             bc = pass_at_k_curves(counts(base, sc)[pos], n_base, k)[:, [0, k - 1]]  # (N_s, 2)
-            rows = {"base": {"pass1": float(bc[:, 0].mean()), "passk": float(bc[:, 1].mean()),
-                             "never_solved": int(np.count_nonzero(counts(base, sc)[pos] == 0))}}
+            rows = {
+                "base": {
+                    "pass1": float(bc[:, 0].mean()),
+                    "passk": float(bc[:, 1].mean()),
+                    "never_solved": int(np.count_nonzero(counts(base, sc)[pos] == 0)),
+                }
+            }
             for c in conditions:
                 keys = [x for x in _ordered(design, rl, last) if x[0] == c]
                 if not keys:
                     continue
-                pr = np.stack([pass_at_k_curves(counts(rl[x], sc)[pos], n, k)[:, [0, k - 1]] for x in keys])  # (S, N_s, 2)
+                pr = np.stack(
+                    [pass_at_k_curves(counts(rl[x], sc)[pos], n, k)[:, [0, k - 1]] for x in keys]
+                )  # (S, N_s, 2)
                 reps = d.means(pr, per_seed=True) - d.means(bc, per_seed=False)  # (B, 2)
-                rows[c] = {"seeds": [x[1] for x in keys], "pass1": float(pr[:, :, 0].mean()), "passk": float(pr[:, :, 1].mean()),
-                           "pass1_diff": float(pr[:, :, 0].mean() - bc[:, 0].mean()), "pass1_ci": list(percentile_interval(reps[:, 0], ci)),
-                           "passk_diff": float(pr[:, :, 1].mean() - bc[:, 1].mean()), "passk_ci": list(percentile_interval(reps[:, 1], ci))}
+                rows[c] = {
+                    "seeds": [x[1] for x in keys],
+                    "pass1": float(pr[:, :, 0].mean()),
+                    "passk": float(pr[:, :, 1].mean()),
+                    "pass1_diff": float(pr[:, :, 0].mean() - bc[:, 0].mean()),
+                    "pass1_ci": list(percentile_interval(reps[:, 0], ci)),
+                    "passk_diff": float(pr[:, :, 1].mean() - bc[:, 1].mean()),
+                    "passk_ci": list(percentile_interval(reps[:, 1], ci)),
+                }
             row["scorings"][sc] = rows
         out.append(row)
     return {"skipped": None, "k": k, "step": last, "strata": out}
-

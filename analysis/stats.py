@@ -9,6 +9,7 @@ analysis/passmodel.py's; variance components and power are analysis/power.py's.
 Notation: N test problems, S training seeds, B bootstrap replicates, K = k_max. "Delta" is always
 RL - base. numpy and scipy only; tests check each piece on arrays with a known answer.
 """
+
 from __future__ import annotations
 
 import functools
@@ -240,8 +241,14 @@ def crossover_summary(point: np.ndarray, reps: np.ndarray, level: float) -> dict
     return {
         "point": {"outcome": outcome.get(c0, "crosses"), "k": c0 if c0 >= 2 else None},
         "median": float(np.median(ks)) if ks.size else None,
-        "ci": ([int(np.quantile(ks, (1 - level) / 2, method="lower")), int(np.quantile(ks, (1 + level) / 2, method="higher"))]
-               if ks.size else None),
+        "ci": (
+            [
+                int(np.quantile(ks, (1 - level) / 2, method="lower")),
+                int(np.quantile(ks, (1 + level) / 2, method="higher")),
+            ]
+            if ks.size
+            else None
+        ),
         "cross_share": ks.size / B,
         "always_share": float(np.count_nonzero(codes == ALWAYS_ABOVE) / B),
         "never_share": float(np.count_nonzero(codes == NEVER_ABOVE) / B),
@@ -291,8 +298,15 @@ def lead_crossover(point: np.ndarray, reps: np.ndarray, level: float) -> dict:
     return {"leader_at_k1": lead, **crossover_summary(sign * point, sign * reps, level)}
 
 
-def condition_contrast(pa: np.ndarray, pb: np.ndarray, base: np.ndarray, idx: np.ndarray, sidx_a: np.ndarray,
-                       sidx_b: np.ndarray, level: float) -> tuple[dict, np.ndarray, np.ndarray]:
+def condition_contrast(
+    pa: np.ndarray,
+    pb: np.ndarray,
+    base: np.ndarray,
+    idx: np.ndarray,
+    sidx_a: np.ndarray,
+    sidx_b: np.ndarray,
+    level: float,
+) -> tuple[dict, np.ndarray, np.ndarray]:
     """Two conditions against each other and the base, on the same problems.
     pa: (Sa, N, K), pb: (Sb, N, K) per-seed, per-problem pass@k; base: (N, K).
     idx: (B, N) problem draws shared by both; sidx_a: (B, Sa), sidx_b: (B, Sb) seed draws, drawn
@@ -305,18 +319,42 @@ def condition_contrast(pa: np.ndarray, pb: np.ndarray, base: np.ndarray, idx: np
     db, _, rb = boot_curves(pb, base, idx, sidx_b)
     c, rc = da - db, ra - rb
     lo, hi, crit = simultaneous_band(c, rc, level)
-    return {"k_max": len(c), "delta_a": da.tolist(), "delta_b": db.tolist(), "diff": c.tolist(), "lo": lo.tolist(), "hi": hi.tolist(),
-            "crit": crit, "level": level,
-            "diff_pass1": float(c[0]), "ci_pass1": list(percentile_interval(rc[:, 0], level)),
-            "diff_passk": float(c[-1]), "ci_passk": list(percentile_interval(rc[:, -1], level)),
-            "delta_a_ci_pass1": list(percentile_interval(ra[:, 0], level)), "delta_b_ci_pass1": list(percentile_interval(rb[:, 0], level)),
+    return (
+        {
+            "k_max": len(c),
+            "delta_a": da.tolist(),
+            "delta_b": db.tolist(),
+            "diff": c.tolist(),
+            "lo": lo.tolist(),
+            "hi": hi.tolist(),
+            "crit": crit,
+            "level": level,
+            "diff_pass1": float(c[0]),
+            "ci_pass1": list(percentile_interval(rc[:, 0], level)),
+            "diff_passk": float(c[-1]),
+            "ci_passk": list(percentile_interval(rc[:, -1], level)),
+            "delta_a_ci_pass1": list(percentile_interval(ra[:, 0], level)),
+            "delta_b_ci_pass1": list(percentile_interval(rb[:, 0], level)),
             "delta_a_ci_passk": list(percentile_interval(ra[:, -1], level)),
             "delta_b_ci_passk": list(percentile_interval(rb[:, -1], level)),
-            "crossover": lead_crossover(c, rc, level)}, ra, rb
+            "crossover": lead_crossover(c, rc, level),
+        },
+        ra,
+        rb,
+    )
 
 
-def compare_conditions(counts_a, counts_b, base_counts, n: int, k_max: int, resamples: int, seed: int,
-                       level: float, n_base: int | None = None) -> tuple[dict, np.ndarray, np.ndarray]:
+def compare_conditions(
+    counts_a,
+    counts_b,
+    base_counts,
+    n: int,
+    k_max: int,
+    resamples: int,
+    seed: int,
+    level: float,
+    n_base: int | None = None,
+) -> tuple[dict, np.ndarray, np.ndarray]:
     """The controls' one entry point: two conditions' per-seed correct counts, counts_a (Sa, N) and
     counts_b (Sb, N), of n samples on the same N problems, and the base's (N,) of n_base (default n). pass@k curves for
     k = 1..k_max, then condition_contrast with the registered draws: problems from
@@ -327,8 +365,15 @@ def compare_conditions(counts_a, counts_b, base_counts, n: int, k_max: int, resa
     pb = np.stack([pass_at_k_curves(c, n, k_max) for c in cb])  # (Sb, N, K)
     base = pass_at_k_curves(base_counts, n_base or n, k_max)  # (N, K)
     idx = resample_indices(base.shape[0], resamples, seed)
-    return condition_contrast(pa, pb, base, idx, seed_resample_indices(len(ca), resamples, seed),
-                              seed_resample_indices(len(cb), resamples, seed, stream=2), level)
+    return condition_contrast(
+        pa,
+        pb,
+        base,
+        idx,
+        seed_resample_indices(len(ca), resamples, seed),
+        seed_resample_indices(len(cb), resamples, seed, stream=2),
+        level,
+    )
 
 
 def ratio_estimate(num: float, den: float, num_reps: np.ndarray, den_reps: np.ndarray, level: float) -> dict:
@@ -336,9 +381,18 @@ def ratio_estimate(num: float, den: float, num_reps: np.ndarray, den_reps: np.nd
     Not estimable when den's own interval contains 0 (the ratio's distribution is then unbounded)."""
     den_ci = percentile_interval(den_reps, level)
     if den_ci[0] <= 0 <= den_ci[1]:
-        return {"estimable": False, "share": None, "ci": None, "why": f"the reference gain's {level:.0%} interval contains 0"}
-    return {"estimable": True, "share": num / den, "ci": list(percentile_interval(np.asarray(num_reps) / np.asarray(den_reps), level)),
-            "why": None}
+        return {
+            "estimable": False,
+            "share": None,
+            "ci": None,
+            "why": f"the reference gain's {level:.0%} interval contains 0",
+        }
+    return {
+        "estimable": True,
+        "share": num / den,
+        "ci": list(percentile_interval(np.asarray(num_reps) / np.asarray(den_reps), level)),
+        "why": None,
+    }
 
 
 def token_summary(problems: list[dict]) -> dict:
@@ -354,11 +408,18 @@ def token_summary(problems: list[dict]) -> dict:
 
     def mean(x):
         return float(x.mean()) if x.size else None
+
     ec, eu = mean(ent[changed]), mean(ent[~changed])
-    return {"positions": int(P), "unchanged": int(np.count_nonzero(cls == 0)), "reranked": int(np.count_nonzero(cls == 1)),
-            "shifted": int(np.count_nonzero(cls == 2)),
-            "share_unchanged": float(np.count_nonzero(cls == 0) / P) if P else None,
-            "share_reranked": float(np.count_nonzero(cls == 1) / P) if P else None,
-            "share_shifted": float(np.count_nonzero(cls == 2) / P) if P else None,
-            "mean_rank_changed": mean(rank[changed]), "base_entropy_changed": ec, "base_entropy_unchanged": eu,
-            "entropy_ratio": ec / eu if ec is not None and eu else None}
+    return {
+        "positions": int(P),
+        "unchanged": int(np.count_nonzero(cls == 0)),
+        "reranked": int(np.count_nonzero(cls == 1)),
+        "shifted": int(np.count_nonzero(cls == 2)),
+        "share_unchanged": float(np.count_nonzero(cls == 0) / P) if P else None,
+        "share_reranked": float(np.count_nonzero(cls == 1) / P) if P else None,
+        "share_shifted": float(np.count_nonzero(cls == 2) / P) if P else None,
+        "mean_rank_changed": mean(rank[changed]),
+        "base_entropy_changed": ec,
+        "base_entropy_unchanged": eu,
+        "entropy_ratio": ec / eu if ec is not None and eu else None,
+    }

@@ -3,6 +3,7 @@ of the product (split into partial products, one step, none written) and whether
 reached a correct answer was clean or two errors that cancel. Deterministic, no torch; the analysis
 (analysis/secondary.py) counts them per model.
 """
+
 from __future__ import annotations
 
 import re
@@ -15,7 +16,9 @@ _TIMES = re.compile(r"(?<=[0-9)])\s*(?:[x×·∙]|times)\s*(?=[0-9(])")
 _SUM_TERM = r"[0-9]+(?:\s*\*\s*[0-9]+)?"
 _CHAIN = re.compile(_SUM_TERM + r"(?:\s*\+\s*" + _SUM_TERM + r")+")  # a + b + ... whose terms are products or numbers
 _TERM = re.compile(r"([0-9]+)(?:\s*\*\s*([0-9]+))?")
-_GROUPED = re.compile(r"([0-9]+)\s*\*\s*\(\s*([0-9]+(?:\s*\+\s*[0-9]+)+)\s*\)|\(\s*([0-9]+(?:\s*\+\s*[0-9]+)+)\s*\)\s*\*\s*([0-9]+)")
+_GROUPED = re.compile(
+    r"([0-9]+)\s*\*\s*\(\s*([0-9]+(?:\s*\+\s*[0-9]+)+)\s*\)|\(\s*([0-9]+(?:\s*\+\s*[0-9]+)+)\s*\)\s*\*\s*([0-9]+)"
+)
 _PLACE_VALUE = re.compile(r"[1-9]0*")
 
 
@@ -43,8 +46,18 @@ def _splits(text: str, a: int, b: int, c: int) -> bool:
             continue  # a sum of plain numbers: the column form below
         for shared, other in ((a, b), (b, a)):
             # the other factor of each term: `shared * part`, `part * shared`, or `shared` alone (part 1)
-            rest = [1 if y is None and x == shared else None if y is None else y if x == shared else x if y == shared else None
-                    for x, y in terms]
+            rest = [
+                1
+                if y is None and x == shared
+                else None
+                if y is None
+                else y
+                if x == shared
+                else x
+                if y == shared
+                else None
+                for x, y in terms
+            ]
             if None not in rest and (sum(rest) == other or all(_PLACE_VALUE.fullmatch(str(r)) for r in rest)):
                 return True
     for m in _GROUPED.finditer(text):
@@ -75,7 +88,9 @@ def classify_strategy(problem: Problem, response: str) -> dict:
     text = _normalized(response)
     if _splits(text, a, b, c):
         product = "split"
-    elif re.search(rf"(?<![0-9])(?:{a}\s*\*\s*{b}|{b}\s*\*\s*{a})(?![0-9])\s*(?:=|is)\s*-?\s*[0-9]+(?![0-9])(?!\s*\*)", text):
+    elif re.search(
+        rf"(?<![0-9])(?:{a}\s*\*\s*{b}|{b}\s*\*\s*{a})(?![0-9])\s*(?:=|is)\s*-?\s*[0-9]+(?![0-9])(?!\s*\*)", text
+    ):
         product = "one-step"
     else:
         product = "no-product"
@@ -85,8 +100,11 @@ def classify_strategy(problem: Problem, response: str) -> dict:
 def _subtractions(text: str, c: int) -> list[re.Match]:
     """Every `P - c = V` in a normalized response whose P is not itself the factor of a product (not
     `a * b - c = V`, the question restated); groups: P, the sign of V, V's digits."""
-    return [m for m in re.finditer(rf"(?<![0-9])([0-9]+)\s*-\s*{c}(?![0-9])\s*=\s*(-?)\s*([0-9]+)(?![0-9])", text)
-            if not re.search(r"\*\s*$", text[: m.start()])]
+    return [
+        m
+        for m in re.finditer(rf"(?<![0-9])([0-9]+)\s*-\s*{c}(?![0-9])\s*=\s*(-?)\s*([0-9]+)(?![0-9])", text)
+        if not re.search(r"\*\s*$", text[: m.start()])
+    ]
 
 
 def classify_computation(problem: Problem, response: str) -> str:

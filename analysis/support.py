@@ -20,6 +20,7 @@ The two halves (U and the comparison) each spend alpha / 2, so "expanded" is wro
 most alpha when the truth is a selection of tilt <= w* (tests/test_support.py simulates it). w* is
 registered before the run (tilt_quantile measures it on an earlier run, outside Z). numpy and scipy.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,37 +36,81 @@ def upper_bound(x: int, m: int, alpha: float) -> float:
     return 1.0 if x >= m else float(st.beta.ppf(1.0 - alpha, x + 1, m - x))
 
 
-def support_test(base_counts, pool_counts, n_pool: int, rl_counts, n: int, w_star: float, alpha: float, resamples: int, seed: int,
-                 chosen_on: str, measured_on: str) -> dict:
+def support_test(
+    base_counts,
+    pool_counts,
+    n_pool: int,
+    rl_counts,
+    n: int,
+    w_star: float,
+    alpha: float,
+    resamples: int,
+    seed: int,
+    chosen_on: str,
+    measured_on: str,
+) -> dict:
     """The support test of one trained model (rl_counts (S, N) of n samples) at one sampler: Z from
     base_counts (N,) (the base's test samples, named chosen_on), the base's rate on Z from pool_counts
     (N,) of n_pool fresh draws (named measured_on, e.g. "pool@seed-tag"). Raises ValueError when the
     two name the same draws. alpha is the test's whole one-sided level (each half spends alpha / 2)."""
     if chosen_on == measured_on:
-        raise ValueError(f"the support test's base rate on Z is measured on {measured_on!r}, the draws Z was chosen on: "
-                         "it would be 0 by construction; measure it on a set of fresh base draws (its own seeds)")
+        raise ValueError(
+            f"the support test's base rate on Z is measured on {measured_on!r}, the draws Z was chosen on: "
+            "it would be 0 by construction; measure it on a set of fresh base draws (its own seeds)"
+        )
     base, pool = np.asarray(base_counts, int), np.asarray(pool_counts, int)
     rl = np.atleast_2d(np.asarray(rl_counts, int))
     z = base == 0
-    out = {"chosen_on": chosen_on, "measured_on": measured_on, "w_star": float(w_star), "alpha": alpha, "n_z": int(z.sum()),
-           "n_problems": int(len(base)), "n_pool": n_pool, "n": n, "seeds": int(rl.shape[0])}
+    out = {
+        "chosen_on": chosen_on,
+        "measured_on": measured_on,
+        "w_star": float(w_star),
+        "alpha": alpha,
+        "n_z": int(z.sum()),
+        "n_problems": int(len(base)),
+        "n_pool": n_pool,
+        "n": n,
+        "seeds": int(rl.shape[0]),
+    }
     if not z.any():
-        return {**out, "answer": "not shown", "skipped": "the base solves every test problem in its test samples: Z is empty"}
+        return {
+            **out,
+            "answer": "not shown",
+            "skipped": "the base solves every test problem in its test samples: Z is empty",
+        }
     x, m = int(pool[z].sum()), int(n_pool * z.sum())
     u = upper_bound(x, m, alpha / 2)
     bound = float(reweighted(u, w_star))
     r = rl[:, z] / n  # (S, |Z|)
     draws = verdict.Draws(int(z.sum()), resamples, seed)
     reps = draws.means(r)
-    above, below = verdict.one_sided(reps - bound, r - bound, "above"), verdict.one_sided(reps - bound, r - bound, "below")
+    above, below = (
+        verdict.one_sided(reps - bound, r - bound, "above"),
+        verdict.one_sided(reps - bound, r - bound, "below"),
+    )
     own = verdict.one_sided(reps - u, r - u, "above")  # the model-free reading: above the base's own bound (w = 1)
     answer = "expanded" if above["p"] < alpha / 2 else "kept" if below["p"] < alpha / 2 else "not shown"
     deciding = below if answer == "kept" else above  # its p is the larger of the two parts': that part decided
     t = power.t_result(verdict.variance_components(r), 1 - alpha)
-    return {**out, "skipped": None, "base_successes": x, "base_draws": m, "base_rate": x / m, "base_upper": u, "bound": bound,
-            "rl_rate": float(r.mean()), "rl_ci": list(stats.percentile_interval(reps, 1 - alpha)), "rl_ci_level": 1 - alpha,
-            "rl_ci_t": [float(v) for v in t["ci"]], "decided_by": "t" if deciding["p_t"] >= deciding["p_boot"] else "bootstrap",
-            "rl_rate_per_seed": r.mean(axis=1).tolist(), "above": above, "below": below, "above_base_upper": own, "answer": answer}
+    return {
+        **out,
+        "skipped": None,
+        "base_successes": x,
+        "base_draws": m,
+        "base_rate": x / m,
+        "base_upper": u,
+        "bound": bound,
+        "rl_rate": float(r.mean()),
+        "rl_ci": list(stats.percentile_interval(reps, 1 - alpha)),
+        "rl_ci_level": 1 - alpha,
+        "rl_ci_t": [float(v) for v in t["ci"]],
+        "decided_by": "t" if deciding["p_t"] >= deciding["p_boot"] else "bootstrap",
+        "rl_rate_per_seed": r.mean(axis=1).tolist(),
+        "above": above,
+        "below": below,
+        "above_base_upper": own,
+        "answer": answer,
+    }
 
 
 def support_changes(base_counts, rl_counts) -> dict:
@@ -76,12 +121,24 @@ def support_changes(base_counts, rl_counts) -> dict:
     base = np.asarray(base_counts, int)
     rl = np.atleast_2d(np.asarray(rl_counts, int))
     solved, z = base > 0, base == 0
-    rows = [{"retained": int(np.count_nonzero(solved & (c > 0))), "lost": int(np.count_nonzero(solved & (c == 0))),
-             "gained": int(np.count_nonzero(z & (c > 0)))} for c in rl]
+    rows = [
+        {
+            "retained": int(np.count_nonzero(solved & (c > 0))),
+            "lost": int(np.count_nonzero(solved & (c == 0))),
+            "gained": int(np.count_nonzero(z & (c > 0))),
+        }
+        for c in rl
+    ]
     mean = {key: float(np.mean([row[key] for row in rows])) for key in ("retained", "lost", "gained")}
-    return {"base_solved": int(solved.sum()), "n_z": int(z.sum()), "per_seed": rows, **mean,
-            "retention": mean["retained"] / max(int(solved.sum()), 1), "discovery": mean["gained"] / max(int(z.sum()), 1),
-            "net": (mean["gained"] - mean["lost"]) / len(base)}
+    return {
+        "base_solved": int(solved.sum()),
+        "n_z": int(z.sum()),
+        "per_seed": rows,
+        **mean,
+        "retention": mean["retained"] / max(int(solved.sum()), 1),
+        "discovery": mean["gained"] / max(int(z.sum()), 1),
+        "net": (mean["gained"] - mean["lost"]) / len(base),
+    }
 
 
 def tilt_quantile(base_counts, n_base: int, rl_counts, n: int, q: float = 0.95, min_count: int = 5) -> dict:
@@ -94,8 +151,14 @@ def tilt_quantile(base_counts, n_base: int, rl_counts, n: int, q: float = 0.95, 
     good = (base >= min_count) & (n_base - base >= min_count) & (rl >= min_count) & (m - rl >= min_count)
     tilt = logit(rl[good] / m) - logit(base[good] / n_base)
     lw = float(np.quantile(tilt, q)) if good.any() else float("nan")
-    return {"q": q, "min_count": min_count, "problems": int(good.sum()), "log_w": lw, "w": float(np.exp(lw)),
-            "median_log_w": float(np.median(tilt)) if good.any() else float("nan")}
+    return {
+        "q": q,
+        "min_count": min_count,
+        "problems": int(good.sum()),
+        "log_w": lw,
+        "w": float(np.exp(lw)),
+        "median_log_w": float(np.median(tilt)) if good.any() else float("nan"),
+    }
 
 
 def two_axes(entry: dict, supports: dict, a1: float) -> dict:
@@ -104,7 +167,11 @@ def two_axes(entry: dict, supports: dict, a1: float) -> dict:
     the ceiling is narrower than uniform reweighting (below the selection null), 'pass@1 up' where it
     only rises, 'pass@1 down' where it falls. Support: each sampler's answer. A net ceiling below the
     null is never read as 'no new solutions': that is the support axis' question alone."""
-    p = entry.get("adjusted") or {"rises": entry["rises"]["p"], "falls": entry["falls"]["p"], "below": entry["vs_null"]["below"]["p"]}
+    p = entry.get("adjusted") or {
+        "rises": entry["rises"]["p"],
+        "falls": entry["falls"]["p"],
+        "below": entry["vs_null"]["below"]["p"],
+    }
     if p["falls"] < a1:
         sharp = "pass@1 down"
     elif p["rises"] < a1:

@@ -3,6 +3,7 @@
 analysis is checked on them (tests/test_verdict.py) and the Qwen design is sized with them
 (design_check). numpy and scipy only; every draw from a generator seeded by explicit arguments.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,9 +21,11 @@ def beta_passk(a: float, b: float, k: int) -> float:
 def beta_for(pass1: float, passk: float, k: int) -> tuple[float, float]:
     """The Beta(a, b) of per-problem rates with mean pass1 and pass@k = passk (a + b found by root
     finding on log(a + b); pass@k falls as a + b grows at a fixed mean)."""
+
     def gap(log_s):
         s = np.exp(log_s)
         return beta_passk(pass1 * s, (1 - pass1) * s, k) - passk
+
     s = np.exp(optimize.brentq(gap, -8.0, 12.0, xtol=1e-12))
     return float(pass1 * s), float((1 - pass1) * s)
 
@@ -39,7 +42,9 @@ def selection(p: np.ndarray, w: float, seeds: int, seed_sd: float, rng: np.rando
     return np.stack([reweighted(p, x) for x in ws])
 
 
-def teaching(p: np.ndarray, eps: float, seeds: int, seed_sd: float, rng: np.random.Generator, w: float = 1.0) -> np.ndarray:
+def teaching(
+    p: np.ndarray, eps: float, seeds: int, seed_sd: float, rng: np.random.Generator, w: float = 1.0
+) -> np.ndarray:
     """(S, N) trained rates that teach: a share eps of every answer is a correct one the model has
     learned, whatever the base could do, on top of the base reweighted by w (w = 1: teaching alone).
     A seed's eps is shifted by N(0, seed_sd) on the logit scale."""
@@ -77,9 +82,11 @@ def sharpened(p: np.ndarray, gamma: float, shift: float) -> np.ndarray:
 
 def sharpening_for(p: np.ndarray, pass1: float, passk: float, k: int) -> tuple[float, float]:
     """(gamma, shift) at which sharpened(p) has mean pass@1 = pass1 and pass@k = passk."""
+
     def gap(x):
         q = sharpened(p, np.exp(x[0]), x[1])
         return [q.mean() - pass1, (-np.expm1(k * np.log1p(-np.clip(q, 0, 1 - 1e-15)))).mean() - passk]
+
     sol = optimize.root(gap, [0.0, 0.0], method="hybr")
     if not sol.success or max(abs(v) for v in gap(sol.x)) > 1e-6:
         raise ValueError(f"no sharpening reaches pass@1 {pass1} and pass@{k} {passk} from these rates")

@@ -23,6 +23,7 @@ with replacement (analysis/stats.py); its replicate means are computed from mult
 often each problem is drawn and Q (B, S) how often each seed is, so a replicate is two matrix
 products instead of a gather of S x B x N values. numpy and scipy only.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ LABELS = ("selection", "beyond selection", "degradation", "undecided")
 @dataclass(frozen=True)
 class Levels:
     """The levels and margins every registered test shares (config analyze.*)."""
+
     ci: float = 0.95  # two-sided intervals; one-sided tests at (1 - ci) / 2, TOST at 1 - ci
     margin: float = 0.10  # the base-null reading's equivalence margin (analyze.equivalence_margin)
     selection_margin: float = 0.05  # equivalence to the selection null (analyze.selection_margin)
@@ -57,6 +59,7 @@ class Levels:
 class Draws:
     """The crossed bootstrap's draws: problems idx (B, N) from resample_indices(N, B, seed), seeds
     from seed_resample_indices(S, B, seed, stream) per number of seeds, and their multiplicities."""
+
     n_problems: int
     resamples: int
     seed: int
@@ -71,7 +74,9 @@ class Draws:
     def seeds(self, S: int, stream: int = 1) -> np.ndarray:
         """(B, S) how often replicate b draws seed s, over S."""
         if (S, stream) not in self._q:
-            self._q[(S, stream)] = stats.multiplicities(stats.seed_resample_indices(S, self.resamples, self.seed, stream), S)
+            self._q[(S, stream)] = stats.multiplicities(
+                stats.seed_resample_indices(S, self.resamples, self.seed, stream), S
+            )
         return self._q[(S, stream)]
 
     def means(self, values: np.ndarray, stream: int = 1, per_seed: bool | None = None) -> np.ndarray:
@@ -101,7 +106,12 @@ def equivalence(reps: np.ndarray, d: np.ndarray, margin: float) -> dict:
     (the t parts test d - (-margin) > 0 and d - margin < 0), and p = the larger part."""
     lo = one_sided(reps + margin, np.atleast_2d(d) + margin, "above")
     hi = one_sided(reps - margin, np.atleast_2d(d) - margin, "below")
-    return {"p": max(lo["p"], hi["p"]), "p_boot": max(lo["p_boot"], hi["p_boot"]), "p_t": max(lo["p_t"], hi["p_t"]), "margin": margin}
+    return {
+        "p": max(lo["p"], hi["p"]),
+        "p_boot": max(lo["p_boot"], hi["p_boot"]),
+        "p_t": max(lo["p_t"], hi["p_t"]),
+        "margin": margin,
+    }
 
 
 def pass_curves(counts: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -111,8 +121,9 @@ def pass_curves(counts: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndar
     return table[c, 0], table[c, k - 1]
 
 
-def compare(base_counts, n_base: int, rl_counts, n: int, k: int, null: SelectionNull, draws: Draws,
-            levels: Levels) -> dict:
+def compare(
+    base_counts, n_base: int, rl_counts, n: int, k: int, null: SelectionNull, draws: Draws, levels: Levels
+) -> dict:
     """Every registered number of one trained model (rl_counts (S, N) of n samples) against its base
     (base_counts (N,) of n_base samples) at pass@1 and pass@k, and its label with the reason.
     null: reweight.selection_null of the same base counts at this k. Raw p-values; the analysis
@@ -136,27 +147,47 @@ def compare(base_counts, n_base: int, rl_counts, n: int, k: int, null: Selection
     testable = bool(levels.selection_margin <= levels.headroom_fraction * headroom + 1e-12)
     a1 = levels.one_sided
     out = {
-        "seeds": int(rl.shape[0]), "n_problems": int(len(base)), "n": n, "n_base": n_base, "k": k,
-        "pass1_base": float(b1.mean()), "pass1_rl": float(r1.mean()), "pass1_diff": float(d1.mean()),
+        "seeds": int(rl.shape[0]),
+        "n_problems": int(len(base)),
+        "n": n,
+        "n_base": n_base,
+        "k": k,
+        "pass1_base": float(b1.mean()),
+        "pass1_rl": float(r1.mean()),
+        "pass1_diff": float(d1.mean()),
         "pass1_ci": list(stats.percentile_interval(rep_d1, levels.ci)),
-        "passk_base": float(bk.mean()), "passk_rl": float(rk.mean()), "passk_diff": float((rk - bk).mean()),
-        "rises": one_sided(rep_d1, d1, "above"), "falls": one_sided(rep_d1, d1, "below"),
-        "null": {"w": w, "w_ci": list(np.exp(stats.percentile_interval(np.log(fit["w"]), levels.ci))),
-                 "pass1": float(point["pass1"][0]), "passk": null_k, "headroom": headroom,
-                 "out_of_range": bool(point["out_of_range"][0]), "replicates_out_of_range": float(fit["out_of_range"].mean()),
-                 "prior": list(null.prior)},
-        "vs_null": {"diff": float(dsel.mean()), "ci": list(stats.percentile_interval(rep_dsel, levels.ci)),
-                    "ci90": list(stats.percentile_interval(rep_dsel, 1 - 2 * levels.tost)),
-                    "above": one_sided(rep_dsel, dsel, "above"), "below": one_sided(rep_dsel, dsel, "below"),
-                    "equivalence": equivalence(rep_dsel, dsel, levels.selection_margin) if testable else None,
-                    "testable": testable},
+        "passk_base": float(bk.mean()),
+        "passk_rl": float(rk.mean()),
+        "passk_diff": float((rk - bk).mean()),
+        "rises": one_sided(rep_d1, d1, "above"),
+        "falls": one_sided(rep_d1, d1, "below"),
+        "null": {
+            "w": w,
+            "w_ci": list(np.exp(stats.percentile_interval(np.log(fit["w"]), levels.ci))),
+            "pass1": float(point["pass1"][0]),
+            "passk": null_k,
+            "headroom": headroom,
+            "out_of_range": bool(point["out_of_range"][0]),
+            "replicates_out_of_range": float(fit["out_of_range"].mean()),
+            "prior": list(null.prior),
+        },
+        "vs_null": {
+            "diff": float(dsel.mean()),
+            "ci": list(stats.percentile_interval(rep_dsel, levels.ci)),
+            "ci90": list(stats.percentile_interval(rep_dsel, 1 - 2 * levels.tost)),
+            "above": one_sided(rep_dsel, dsel, "above"),
+            "below": one_sided(rep_dsel, dsel, "below"),
+            "equivalence": equivalence(rep_dsel, dsel, levels.selection_margin) if testable else None,
+            "testable": testable,
+        },
     }
     out["label"], out["reason"] = label_from(out, a1, levels.tost)
     return out
 
 
-def stratum_null(base_counts, n_base: int, rl_counts, n: int, k: int, null: SelectionNull, strata, draws: Draws,
-                 levels: Levels) -> dict:
+def stratum_null(
+    base_counts, n_base: int, rl_counts, n: int, k: int, null: SelectionNull, strata, draws: Draws, levels: Levels
+) -> dict:
     """The selection null with one tilt per stratum: the base reweighted within each stratum to
     the trained model's pass@1 there, its pass@k averaged over every problem, and the trained pass@k
     against it (D_strata), with the same crossed bootstrap as compare (each replicate refits every
@@ -169,7 +200,9 @@ def stratum_null(base_counts, n_base: int, rl_counts, n: int, k: int, null: Sele
     names = sorted({x for x in strata if x is not None})
     r1, rk = pass_curves(rl, n, k)  # (S, N)
     point_null, rep_null, dsel, per = 0.0, np.zeros(draws.resamples), np.zeros_like(rk, dtype=float), {}
-    drawn = base[draws.idx] + (n_base + 1) * np.arange(draws.resamples)[:, None]  # (B, N) each replicate's counts, offset per row
+    drawn = (
+        base[draws.idx] + (n_base + 1) * np.arange(draws.resamples)[:, None]
+    )  # (B, N) each replicate's counts, offset per row
     for name in names:
         inside = strata == name  # (N,)
         mask, share = inside.astype(float), inside.mean()
@@ -178,31 +211,54 @@ def stratum_null(base_counts, n_base: int, rl_counts, n: int, k: int, null: Sele
         point = null.fit(hist, [float(rl[:, inside].sum() / (n * rl.shape[0] * inside.sum()))])
         kept = inside[draws.idx]  # (B, N) which drawn problems are in the stratum
         rep_n = kept.sum(axis=1)  # (B,)
-        rep_hist = np.bincount(drawn[kept], minlength=draws.resamples * (n_base + 1)).reshape(draws.resamples, n_base + 1)
+        rep_hist = np.bincount(drawn[kept], minlength=draws.resamples * (n_base + 1)).reshape(
+            draws.resamples, n_base + 1
+        )
         rep_share = rep_n / len(base)
         fit = null.fit(rep_hist / np.maximum(rep_n, 1)[:, None], draws.means(r1 * mask) / np.maximum(rep_share, 1e-12))
         w = float(point["w"][0])
         point_null += share * float(point["passk"][0])
         rep_null += rep_share * fit["passk"]
         dsel += mask * (rk - null.per_problem(base, w)[1])
-        per[name] = {"w": w, "n_problems": int(mask.sum()), "null_passk": float(point["passk"][0]),
-                     "out_of_range": bool(point["out_of_range"][0])}
+        per[name] = {
+            "w": w,
+            "n_problems": int(mask.sum()),
+            "null_passk": float(point["passk"][0]),
+            "out_of_range": bool(point["out_of_range"][0]),
+        }
     rep_d = draws.means(rk) - rep_null
-    return {"strata": per, "null_passk": point_null, "diff": float(rk.mean() - point_null),
-            "ci": list(stats.percentile_interval(rep_d, levels.ci)),
-            "above": one_sided(rep_d, dsel, "above"), "below": one_sided(rep_d, dsel, "below")}
+    return {
+        "strata": per,
+        "null_passk": point_null,
+        "diff": float(rk.mean() - point_null),
+        "ci": list(stats.percentile_interval(rep_d, levels.ci)),
+        "above": one_sided(rep_d, dsel, "above"),
+        "below": one_sided(rep_d, dsel, "below"),
+    }
 
 
-REASONS = ("above-null", "pass1-falls", "below-null", "within-null", "equivalence-not-asked", "ceiling-inconclusive", "pass1-unchanged")
+REASONS = (
+    "above-null",
+    "pass1-falls",
+    "below-null",
+    "within-null",
+    "equivalence-not-asked",
+    "ceiling-inconclusive",
+    "pass1-unchanged",
+)
 
 
 def label_from(e: dict, a1: float, at: float, p: dict | None = None) -> tuple[str, dict]:
     """The label and its reason, {"code": one of REASONS, "p": the p-value it rests on}, from an
     entry's raw p-values or from `p` (adjusted ones, keys rises, falls, above, below, equivalence;
     None where not asked) for a secondary entry. analysis/report.py puts the reason into words."""
-    p = p or {"rises": e["rises"]["p"], "falls": e["falls"]["p"], "above": e["vs_null"]["above"]["p"],
-              "below": e["vs_null"]["below"]["p"],
-              "equivalence": e["vs_null"]["equivalence"]["p"] if e["vs_null"]["equivalence"] else None}
+    p = p or {
+        "rises": e["rises"]["p"],
+        "falls": e["falls"]["p"],
+        "above": e["vs_null"]["above"]["p"],
+        "below": e["vs_null"]["below"]["p"],
+        "equivalence": e["vs_null"]["equivalence"]["p"] if e["vs_null"]["equivalence"] else None,
+    }
     if p["falls"] < a1:
         return "degradation", {"code": "pass1-falls", "p": p["falls"]}
     if p["above"] < a1:

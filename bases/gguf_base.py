@@ -13,6 +13,7 @@ dequantized values, not the model's original bf16 ones.
 
     python grpo.py base --config configs/smollm2.yaml --run RUN
 """
+
 from __future__ import annotations
 
 import time
@@ -52,13 +53,24 @@ def build_base(cfg: config.Config, out: Path, progress: bool = True, stage_hash:
         model = AutoModelForCausalLM.from_config(mc, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict(), assign=True)
     model.tie_weights()
-    model.generation_config = GenerationConfig(**{k: getattr(loaded.generation_config, k) for k in
-                                                  ("bos_token_id", "eos_token_id", "pad_token_id")})  # token ids only
-    info = {"stage_hash": stage_hash, "source": str(src), "source_sha256": provenance.file_sha256(src),
-            "source_bytes": src.stat().st_size, "quantization": quantization(src),
-            "weights": "the dequantized values of the file's quantized tensors, stored in float32",
-            "architecture": type(model).__name__, "layers": mc.num_hidden_layers, "hidden": mc.hidden_size,
-            "vocabulary": mc.vocab_size, "params": sum(p.numel() for p in model.parameters()), "seconds": None}
+    model.generation_config = GenerationConfig(
+        **{k: getattr(loaded.generation_config, k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    )  # token ids only
+    info = {
+        "stage_hash": stage_hash,
+        "source": str(src),
+        "source_sha256": provenance.file_sha256(src),
+        "source_bytes": src.stat().st_size,
+        "quantization": quantization(src),
+        "weights": "the dequantized values of the file's quantized tensors, stored in float32",
+        "architecture": type(model).__name__,
+        "layers": mc.num_hidden_layers,
+        "hidden": mc.hidden_size,
+        "vocabulary": mc.vocab_size,
+        "params": sum(p.numel() for p in model.parameters()),
+        "seconds": None,
+    }
+
     def fill(tmp: Path) -> None:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)

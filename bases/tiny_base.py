@@ -23,6 +23,7 @@ chat template) that the rest of the pipeline loads through `model.path` like any
 
     python -m bases.tiny_base --config configs/tiny.yaml --out results/tiny/base_model
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,15 @@ def build_tokenizer():
     vocab = {t: i for i, t in enumerate([PAD, EOS, BOS, UNK] + TAGS + CHARS)}
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK))  # no merges: one token per character
     core.decoder = decoders.Fuse()  # join tokens with nothing between them
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, eos_token=EOS, bos_token=BOS, unk_token=UNK,
-                                  padding_side="left", chat_template=CHAT_TEMPLATE)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token=PAD,
+        eos_token=EOS,
+        bos_token=BOS,
+        unk_token=UNK,
+        padding_side="left",
+        chat_template=CHAT_TEMPLATE,
+    )
     tok.add_tokens(TAGS)  # ordinary (not special) tokens: decoding keeps them
     return tok
 
@@ -71,10 +79,18 @@ def model_config(tok, b: config.TinyBaseCfg, max_positions: int = 512):
     from transformers import Qwen2Config
 
     return Qwen2Config(
-        vocab_size=len(tok), hidden_size=b.hidden, num_hidden_layers=b.layers, num_attention_heads=b.heads,
-        num_key_value_heads=b.kv_heads, intermediate_size=b.intermediate, max_position_embeddings=max_positions,
-        tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        vocab_size=len(tok),
+        hidden_size=b.hidden,
+        num_hidden_layers=b.layers,
+        num_attention_heads=b.heads,
+        num_key_value_heads=b.kv_heads,
+        intermediate_size=b.intermediate,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
     )
 
 
@@ -131,7 +147,13 @@ def trace(p: countdown.Problem, rng: random.Random, b: config.TinyBaseCfg, drill
         prods = [x * m if rng.random() >= b.p_slip else _wrong(rng, x * m, b.wrong_offsets) for x in parts]
         product = sum(prods)
         if len(parts) > 1:
-            work = f"{a} * {m} = " + " + ".join(f"{x} * {m}" for x in parts) + " = " + " + ".join(map(str, prods)) + f" = {product}"
+            work = (
+                f"{a} * {m} = "
+                + " + ".join(f"{x} * {m}" for x in parts)
+                + " = "
+                + " + ".join(map(str, prods))
+                + f" = {product}"
+            )
         else:
             work = f"{a} * {m} = {product}"
     else:
@@ -163,7 +185,9 @@ def trace_batches(tok, b: config.TinyBaseCfg, task: str, n_train: int, n_test: i
     for i in range(b.n_traces + b.n_drill):
         p, drill = problems[i % len(problems)], i >= b.n_traces
         shown = dataclasses.replace(p, question=DRILL_PREFIX + p.question) if drill else p
-        prompt = tok.apply_chat_template(countdown.prompt_messages(shown, "bare"), tokenize=False, add_generation_prompt=True)
+        prompt = tok.apply_chat_template(
+            countdown.prompt_messages(shown, "bare"), tokenize=False, add_generation_prompt=True
+        )
         pid = tok(prompt, add_special_tokens=False)["input_ids"]
         rid = tok(trace(p, rng, b, drill), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         seqs.append(pid + rid)
@@ -200,7 +224,9 @@ def train_base(cfg: config.Config, out: Path, progress: bool = True, stage_hash:
         print(f"base: resuming from step {start} of {b.steps} ({partial})", flush=True)
     t0 = time.perf_counter()
     model.train()  # Qwen2 has no dropout: train mode draws nothing from torch's global RNG
-    for step in tqdm(range(start, b.steps), desc="base", disable=not progress, leave=False, initial=start, total=b.steps):
+    for step in tqdm(
+        range(start, b.steps), desc="base", disable=not progress, leave=False, initial=start, total=b.steps
+    ):
         lr = b.lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + math.cos(math.pi * step / b.steps))  # warm-up, cosine
         for group in opt.param_groups:
             group["lr"] = lr
@@ -224,22 +250,44 @@ def train_base(cfg: config.Config, out: Path, progress: bool = True, stage_hash:
         if (step + 1) % SAVE_EVERY == 0 and step + 1 < b.steps:
             save_resume_point(partial, stage_hash, step + 1, model, opt, g, losses)
     model.eval()
-    info = {"steps": b.steps, "loss_first": losses[0], "loss_last_50": sum(losses[-50:]) / len(losses[-50:]),
-            "seconds": round(time.perf_counter() - t0, 1), "resumed_from": start, "params": sum(p.numel() for p in model.parameters())}
-    save(model, tok, out, {"build": config.to_dict(b), "task": cfg.task.name, "seed": cfg.task.seed, "stage_hash": stage_hash, **info})
+    info = {
+        "steps": b.steps,
+        "loss_first": losses[0],
+        "loss_last_50": sum(losses[-50:]) / len(losses[-50:]),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "resumed_from": start,
+        "params": sum(p.numel() for p in model.parameters()),
+    }
+    save(
+        model,
+        tok,
+        out,
+        {"build": config.to_dict(b), "task": cfg.task.name, "seed": cfg.task.seed, "stage_hash": stage_hash, **info},
+    )
     if partial.exists():
         shutil.rmtree(partial)
     return info
 
 
-def save_resume_point(folder: Path, stage_hash: str | None, step: int, model, opt, g: torch.Generator, losses: list[float]) -> None:
+def save_resume_point(
+    folder: Path, stage_hash: str | None, step: int, model, opt, g: torch.Generator, losses: list[float]
+) -> None:
     """Everything the build needs to continue from `step`, written to a temporary folder, then renamed."""
     tmp = folder.with_name(folder.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    torch.save({"step": step, "stage_hash": stage_hash, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                "generator": g.get_state(), "losses": losses}, tmp / "state.pt")
+    torch.save(
+        {
+            "step": step,
+            "stage_hash": stage_hash,
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "generator": g.get_state(),
+            "losses": losses,
+        },
+        tmp / "state.pt",
+    )
     provenance.atomic_replace_dir(tmp, folder)
 
 

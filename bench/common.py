@@ -1,4 +1,5 @@
 """Shared helpers for the benchmarks: find the model folder, time things, print medians."""
+
 import statistics
 import sys
 import time
@@ -11,8 +12,10 @@ sys.path.insert(0, str(ROOT))
 def model_dir(arg: str | None) -> Path:
     path = Path(arg) if arg else ROOT / "results" / "tiny" / "base_model"
     if not (path / "config.json").exists():
-        sys.exit(f"bench: no model folder at {path}; build it with `python pipeline.py --config configs/tiny.yaml --stage base` "
-                 "or pass --model DIR")
+        sys.exit(
+            f"bench: no model folder at {path}; build it with `python pipeline.py --config configs/tiny.yaml --stage base` "
+            "or pass --model DIR"
+        )
     return path
 
 

@@ -9,6 +9,7 @@ the base sampled n_base times, S seeds x n) and judged by verdict.compare.
 
 Prints one JSON object: per design and truth, how often each label was given.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,20 @@ from analysis import synthetic as sy, verdict  # noqa: E402
 from analysis.reweight import selection_null  # noqa: E402
 
 
-def labels(p_all: np.ndarray, truth: str, N: int, S: int, n_base: int, n: int, k: int, target: float, seed_sd: float,
-           sims: int, resamples: int, seed: int) -> dict:
+def labels(
+    p_all: np.ndarray,
+    truth: str,
+    N: int,
+    S: int,
+    n_base: int,
+    n: int,
+    k: int,
+    target: float,
+    seed_sd: float,
+    sims: int,
+    resamples: int,
+    seed: int,
+) -> dict:
     out = Counter()
     for i in range(sims):
         rng = np.random.default_rng([seed, i])
@@ -38,7 +51,9 @@ def labels(p_all: np.ndarray, truth: str, N: int, S: int, n_base: int, n: int, k
         else:
             rates = np.tile(p, (S, 1))
         base, rl = sy.counts(rng, p, n_base), sy.counts(rng, rates, n)
-        e = verdict.compare(base, n_base, rl, n, k, selection_null(base, n_base, k), verdict.Draws(N, resamples, i), verdict.Levels())
+        e = verdict.compare(
+            base, n_base, rl, n, k, selection_null(base, n_base, k), verdict.Draws(N, resamples, i), verdict.Levels()
+        )
         out[e["label"]] += 1
         out["pass@1 rises"] += e["rises"]["p"] < 0.025
     return {k2: v / sims for k2, v in out.items()}
@@ -48,7 +63,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Label rates of candidate designs on a base's own rates.")
     ap.add_argument("--base", required=True, help="an eval_base.json (its per-problem loose counts are the truth)")
     ap.add_argument("--target", type=float, required=True, help="the trained model's loose pass@1 to simulate")
-    ap.add_argument("--designs", nargs="+", default=["256x4", "384x6", "384x8", "384x12"], help="NxS: problems x primary seeds")
+    ap.add_argument(
+        "--designs", nargs="+", default=["256x4", "384x6", "384x8", "384x12"], help="NxS: problems x primary seeds"
+    )
     ap.add_argument("--n-base", type=int, default=256)
     ap.add_argument("--n", type=int, default=32)
     ap.add_argument("--k", type=int, default=32)
@@ -58,11 +75,20 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     d = json.loads(Path(a.base).read_text())
     p = np.array([q["correct_loose"] / q["n"] for q in d["problems"]])
-    out = {"base": a.base, "base_pass1": float(p.mean()), "target": a.target, "seed_sd": a.seed_sd, "sims": a.sims, "designs": {}}
+    out = {
+        "base": a.base,
+        "base_pass1": float(p.mean()),
+        "target": a.target,
+        "seed_sd": a.seed_sd,
+        "sims": a.sims,
+        "designs": {},
+    }
     for spec in a.designs:
         N, S = (int(x) for x in spec.split("x"))
-        out["designs"][spec] = {t: labels(p, t, N, S, a.n_base, a.n, a.k, a.target, a.seed_sd, a.sims, a.resamples, seed=17)
-                                for t in ("selection", "teaching", "null")}
+        out["designs"][spec] = {
+            t: labels(p, t, N, S, a.n_base, a.n, a.k, a.target, a.seed_sd, a.sims, a.resamples, seed=17)
+            for t in ("selection", "teaching", "null")
+        }
         print(json.dumps({spec: out["designs"][spec]}), flush=True)
     print(json.dumps(out, indent=1))
     return 0

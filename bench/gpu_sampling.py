@@ -1,6 +1,7 @@
 """bench/gpu_check.py's two sampling phases: whether an evaluation's samples stay the same when
 eval.max_rows splits it into smaller calls on this device (08), and what the top-p tail costs per
 token through today's sort and through the cut (09)."""
+
 import time
 from dataclasses import replace
 
@@ -26,17 +27,29 @@ def batch_invariance(ctx: Ctx) -> dict:
     _, problems = countdown.make_splits(cfg.task.name, 0, k.invariance_problems, cfg.task.seed)
     s = replace(cfg.eval.sampling, max_new_tokens=k.tokens_short)
     n = k.invariance_samples
-    out = {"problems": len(problems), "samples_each": n, "max_new_tokens": s.max_new_tokens, "temperature": s.temperature,
-           "top_p": s.top_p, "tail": s.tail, "draw": "sample",
-           "note": "random weights: a flat distribution puts a boundary nearer every uniform than a trained model's does"}
+    out = {
+        "problems": len(problems),
+        "samples_each": n,
+        "max_new_tokens": s.max_new_tokens,
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "tail": s.tail,
+        "draw": "sample",
+        "note": "random weights: a flat distribution puts a boundary nearer every uniform than a trained model's does",
+    }
     texts = {}
     for rows in k.invariance_rows:
         c = replace(cfg, eval=replace(cfg.eval, draw="sample", max_rows=rows))
         fresh_graphs()
         t0 = time.perf_counter()
-        texts[rows], _ = evaluate.sample_problems(ctx.model, ctx.tok, c, problems, n, s, "gpu_check", len(problems), progress=False)
+        texts[rows], _ = evaluate.sample_problems(
+            ctx.model, ctx.tok, c, problems, n, s, "gpu_check", len(problems), progress=False
+        )
         calls = memory.sampling_calls(len(problems), n, len(problems), rows)
-        out[f"max_rows_{rows}"] = {"rows_per_call": [len(ps) * len(js) for ps, js in calls], "seconds": round(time.perf_counter() - t0, 2)}
+        out[f"max_rows_{rows}"] = {
+            "rows_per_call": [len(ps) * len(js) for ps, js in calls],
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
     a, b = (texts[r] for r in k.invariance_rows)
     differ = [(i, j) for i in range(len(problems)) for j in range(n) if a[i][j] != b[i][j]]
     out["samples"] = len(problems) * n
@@ -67,8 +80,15 @@ def tail_timing(ctx: Ctx) -> dict:
     T, top_k, top_p = s.temperature, s.top_k, s.top_p
     reps = ctx.sizes.tail_reps
     g = torch.Generator().manual_seed(11)
-    out = {"vocab": V, "temperature": T, "top_k": top_k, "top_p": top_p, "cut": cut_tail.CUT, "calls_timed": reps,
-           "logits": "bf16, Zipf 1.5 after the temperature over a random order (gpu_sampling.zipf_logits)"}
+    out = {
+        "vocab": V,
+        "temperature": T,
+        "top_k": top_k,
+        "top_p": top_p,
+        "cut": cut_tail.CUT,
+        "calls_timed": reps,
+        "logits": "bf16, Zipf 1.5 after the temperature over a random order (gpu_sampling.zipf_logits)",
+    }
 
     def sort(x, u):
         return keyed_draw(filter_logits(x.float() / T, top_k, top_p).softmax(-1), u)
@@ -87,15 +107,26 @@ def tail_timing(ctx: Ctx) -> dict:
             t0 = time.perf_counter()
             drawn = [fn(U[i]) for i in range(1, reps + 1)]
             sync(device)
-            res[name] = {"ms_per_token": round((time.perf_counter() - t0) / reps * 1000, 3),
-                         "tokens": torch.stack([d[0] for d in drawn]), "fallback_rows": sum(d[1] for d in drawn)}
+            res[name] = {
+                "ms_per_token": round((time.perf_counter() - t0) / reps * 1000, 3),
+                "tokens": torch.stack([d[0] for d in drawn]),
+                "fallback_rows": sum(d[1] for d in drawn),
+            }
         diff = res["sort"]["tokens"] != res["cut"]["tokens"]  # (reps, rows)
         sort_ms, cut_ms = res["sort"]["ms_per_token"], res["cut"]["ms_per_token"]
-        mass = (x.float() / T).softmax(-1).topk(min(cut_tail.CUT, V), dim=-1).values.sum(-1)  # (rows,) the top CUT tokens' mass
-        out[f"rows_{rows}"] = {"sort_ms_per_token": sort_ms, "cut_ms_per_token": cut_ms,
-                               "sort_over_cut": round(sort_ms / max(cut_ms, 1e-9), 2), "draws": reps * rows,
-                               "differing_draws": int(diff.sum()), "rows_with_differing_draws": int(diff.any(0).sum()),
-                               "cut_fallback_rows": res["cut"]["fallback_rows"], "top_cut_mass_mean": round(mass.mean().item(), 4)}
+        mass = (
+            (x.float() / T).softmax(-1).topk(min(cut_tail.CUT, V), dim=-1).values.sum(-1)
+        )  # (rows,) the top CUT tokens' mass
+        out[f"rows_{rows}"] = {
+            "sort_ms_per_token": sort_ms,
+            "cut_ms_per_token": cut_ms,
+            "sort_over_cut": round(sort_ms / max(cut_ms, 1e-9), 2),
+            "draws": reps * rows,
+            "differing_draws": int(diff.sum()),
+            "rows_with_differing_draws": int(diff.any(0).sum()),
+            "cut_fallback_rows": res["cut"]["fallback_rows"],
+            "top_cut_mass_mean": round(mass.mean().item(), 4),
+        }
     return out
 
 
@@ -109,13 +140,19 @@ def main(argv=None) -> None:
 
     from orchestration import config
 
-    p = argparse.ArgumentParser(description="phase 09 alone: the top-p tail per token, sort against cut, at 128 and 256 rows")
+    p = argparse.ArgumentParser(
+        description="phase 09 alone: the top-p tail per token, sort against cut, at 128 and 256 rows"
+    )
     p.add_argument("--reps", type=int, default=20, help="timed calls per path and row count (default 20)")
     a = p.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cfg = config.load(str(ROOT / "configs" / "qwen05b.yaml"))
-    ctx = SimpleNamespace(cfg=cfg, device=device, sizes=replace(Sizes(), tail_reps=a.reps),
-                          model=SimpleNamespace(config=SimpleNamespace(vocab_size=151936)))
+    ctx = SimpleNamespace(
+        cfg=cfg,
+        device=device,
+        sizes=replace(Sizes(), tail_reps=a.reps),
+        model=SimpleNamespace(config=SimpleNamespace(vocab_size=151936)),
+    )
     print(json.dumps({"device": device.type, **tail_timing(ctx)}))
 
 

@@ -7,6 +7,7 @@ loose pass@1 (train_eval.csv: 64 dev problems x 8 samples) at each dev step, and
 
 Prints one JSON object.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,9 @@ def dev_rates(run: Path, step: int) -> dict[float, dict[int, float]]:
     for name, c in conds.items():
         if not re.fullmatch(r"many(-lr.*)?", name):
             continue
-        rate = c.get("lr") or lr or json.loads((run / "lr_choice.json").read_text())["chosen"]  # a fixed rate, else the sweep's
+        rate = (
+            c.get("lr") or lr or json.loads((run / "lr_choice.json").read_text())["chosen"]
+        )  # a fixed rate, else the sweep's
         for d in sorted(run.glob(f"train_{name}_s*")):
             with open(d / "train_eval.csv") as f:
                 row = next((r for r in csv.DictReader(f) if int(r["step"]) == step), None)
@@ -44,9 +47,11 @@ def main(argv=None) -> int:
         rates = dev_rates(Path(a.run), step)
         seeds = sorted(set.intersection(*(set(v) for v in rates.values()))) if rates else []
         picks = {s: min(r for r in rates if rates[r][s] == max(rates[x][s] for x in rates)) for s in seeds}
-        result[str(step)] = {"dev_loose_pass1": {str(r): v for r, v in sorted(rates.items())},
-                             "mean": {str(r): sum(v.values()) / len(v) for r, v in sorted(rates.items())},
-                             "rule_picks_per_seed": {str(s): picks[s] for s in seeds}}
+        result[str(step)] = {
+            "dev_loose_pass1": {str(r): v for r, v in sorted(rates.items())},
+            "mean": {str(r): sum(v.values()) / len(v) for r, v in sorted(rates.items())},
+            "rule_picks_per_seed": {str(s): picks[s] for s in seeds},
+        }
     print(json.dumps(result, indent=1))
     return 0
 

@@ -7,6 +7,7 @@ matmuls) bf16. Against it, the measured sampler and training step say how much i
 Prints one JSON object: per dtype, GFLOP/s of the decode products (M = rows) and of the training
 products (M = rows x sequence), and the per-token and per-step lower bounds they imply.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,7 +51,9 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="a model folder (its config.json gives the shapes)")
-    ap.add_argument("--rows", type=int, default=64, help="rows decoded together (a step's rollouts, or an evaluation call)")
+    ap.add_argument(
+        "--rows", type=int, default=64, help="rows decoded together (a step's rollouts, or an evaluation call)"
+    )
     ap.add_argument("--prompt", type=int, default=40, help="prompt tokens")
     ap.add_argument("--new", type=int, default=48, help="new tokens per row")
     ap.add_argument("--micro-batch", type=int, default=8)
@@ -61,15 +64,24 @@ def main(argv=None) -> int:
     prods = shapes(cfg)
     flops_per_row = 2 * sum(i * o for i, o, _ in prods)  # one token of one row
     total = sum(i * o for i, o, _ in prods)
-    out = {"model": a.model, "threads": 1, "rows": a.rows, "prompt": a.prompt, "new": a.new, "micro_batch": a.micro_batch,
-           "params_in_products": total, "head_share": cfg.hidden_size * cfg.vocab_size / total}
+    out = {
+        "model": a.model,
+        "threads": 1,
+        "rows": a.rows,
+        "prompt": a.prompt,
+        "new": a.new,
+        "micro_batch": a.micro_batch,
+        "params_in_products": total,
+        "head_share": cfg.hidden_size * cfg.vocab_size / total,
+    }
     dtypes = [torch.float32] + ([torch.bfloat16] if native_bf16() else [])
     for dt in dtypes:
         dec = time_products(a.rows, prods, dt, a.repeats)  # one decode step of every row
         seq = a.prompt + a.new
         trn = time_products(a.micro_batch * seq, prods, dt, max(2, a.repeats // 2))  # one micro-batch's forward
         out[str(dt).split(".")[1]] = {
-            "decode_gflops": flops_per_row * a.rows / dec / 1e9, "decode_step_s": dec,
+            "decode_gflops": flops_per_row * a.rows / dec / 1e9,
+            "decode_step_s": dec,
             "decode_tokens_per_s_bound": a.rows / dec,
             "train_forward_gflops": flops_per_row * a.micro_batch * seq / trn / 1e9,
             # forward + backward (input and weight gradients: 3 products per forward product) over a step's rows

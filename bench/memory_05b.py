@@ -15,6 +15,7 @@ sampling check decodes one call of the evaluation's largest size (--rows, defaul
 largest: eval.max_rows) with the static decode at the evaluation's settings (keyed draws, top-p,
 full capacity), and compares peak resident memory growth with memory.decoder_bytes.
 """
+
 import argparse
 import time
 
@@ -26,9 +27,18 @@ from method import objective, sampler, training
 from method.model import apply_lora
 from orchestration import config, memory
 
-QWEN05B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-               num_key_value_heads=2, max_position_embeddings=32768, tie_word_embeddings=True,
-               rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, rms_norm_eps=1e-6)
+QWEN05B = dict(
+    vocab_size=151936,
+    hidden_size=896,
+    intermediate_size=4864,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    max_position_embeddings=32768,
+    tie_word_embeddings=True,
+    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+    rms_norm_eps=1e-6,
+)
 
 
 def gib(x: float) -> str:
@@ -38,17 +48,38 @@ def gib(x: float) -> str:
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default=str(ROOT / "configs" / "qwen05b.yaml"))
-    p.add_argument("--prompt-len", type=int, default=80, help="prompt tokens (the instruct prompt with Qwen's template is ~70)")
+    p.add_argument(
+        "--prompt-len", type=int, default=80, help="prompt tokens (the instruct prompt with Qwen's template is ~70)"
+    )
     p.add_argument("--micro-batch", type=int, default=None, help="default: the config's (0 = chosen from memory_gb)")
     p.add_argument("--measure", action="store_true", help="run the step on a CUDA device and measure")
-    p.add_argument("--cpu-check", type=int, default=0, metavar="LAYERS",
-                   help="check the per-micro-batch part of the estimate on the CPU: a model of 0.5B's width and vocabulary "
-                        "with this many layers, one micro-batch forward/backward, peak RSS growth against the estimate")
-    p.add_argument("--uniform", action="store_true", help="with --cpu-check: every row the same length (no padding, no attention mask)")
-    p.add_argument("--cpu-sample-check", type=int, default=0, metavar="LAYERS",
-                   help="check memory.decoder_bytes on the CPU: one evaluation call of --rows samples of one prompt, static decode, "
-                        "a model of 0.5B's width and vocabulary with this many layers, peak RSS growth against the estimate")
-    p.add_argument("--rows", type=int, default=None, help="with --cpu-sample-check: rows of the call (default: the config's largest)")
+    p.add_argument(
+        "--cpu-check",
+        type=int,
+        default=0,
+        metavar="LAYERS",
+        help="check the per-micro-batch part of the estimate on the CPU: a model of 0.5B's width and vocabulary "
+        "with this many layers, one micro-batch forward/backward, peak RSS growth against the estimate",
+    )
+    p.add_argument(
+        "--uniform",
+        action="store_true",
+        help="with --cpu-check: every row the same length (no padding, no attention mask)",
+    )
+    p.add_argument(
+        "--cpu-sample-check",
+        type=int,
+        default=0,
+        metavar="LAYERS",
+        help="check memory.decoder_bytes on the CPU: one evaluation call of --rows samples of one prompt, static decode, "
+        "a model of 0.5B's width and vocabulary with this many layers, peak RSS growth against the estimate",
+    )
+    p.add_argument(
+        "--rows",
+        type=int,
+        default=None,
+        help="with --cpu-sample-check: rows of the call (default: the config's largest)",
+    )
     return p.parse_args()
 
 
@@ -65,15 +96,29 @@ def main():
     t = cfg.train
     n = t.problems_per_step * t.group_size
     mb = a.micro_batch or memory.auto_micro_batch(cfg, mc, a.prompt_len)
-    print(f"Qwen2.5-0.5B shape, LoRA r {cfg.lora.r} on {len(cfg.lora.targets)} projections, {t.problems_per_step} x {t.group_size} "
-          f"x {t.sampling.max_new_tokens} new tokens, prompt {a.prompt_len} tokens, micro-batch {mb}, budget {cfg.memory_gb} GB")
+    print(
+        f"Qwen2.5-0.5B shape, LoRA r {cfg.lora.r} on {len(cfg.lora.targets)} projections, {t.problems_per_step} x {t.group_size} "
+        f"x {t.sampling.max_new_tokens} new tokens, prompt {a.prompt_len} tokens, micro-batch {mb}, budget {cfg.memory_gb} GB"
+    )
     for b in sorted({1, 2, 3, 4, 8, mb}):
         e = memory.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), a.prompt_len, t.sampling.max_new_tokens, b, n)
-        print(f"  estimate, micro-batch {b}: train step {gib(e['train_step'])} = static {gib(e['static'])} "
-              f"+ activations {gib(e['activations'])} + logits {gib(e['logits'])}")
-    e = memory.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), a.prompt_len, cfg.eval.sampling.max_new_tokens, 1,
-                             cfg.eval.problems_per_batch * cfg.eval.n, top_p=cfg.eval.sampling.top_p < 1)
-    print(f"  estimate, eval batch of {cfg.eval.problems_per_batch} x {cfg.eval.n}: {gib(e['sampling'])} (KV cache {gib(e['kv_cache'])})")
+        print(
+            f"  estimate, micro-batch {b}: train step {gib(e['train_step'])} = static {gib(e['static'])} "
+            f"+ activations {gib(e['activations'])} + logits {gib(e['logits'])}"
+        )
+    e = memory.estimate_memory(
+        mc,
+        cfg.lora.r,
+        len(cfg.lora.targets),
+        a.prompt_len,
+        cfg.eval.sampling.max_new_tokens,
+        1,
+        cfg.eval.problems_per_batch * cfg.eval.n,
+        top_p=cfg.eval.sampling.top_p < 1,
+    )
+    print(
+        f"  estimate, eval batch of {cfg.eval.problems_per_batch} x {cfg.eval.n}: {gib(e['sampling'])} (KV cache {gib(e['kv_cache'])})"
+    )
     if a.measure:
         measure(cfg, mc, a.prompt_len, mb)
 
@@ -106,21 +151,29 @@ def measure(cfg, mc, prompt_len: int, mb: int) -> None:
     t0 = time.perf_counter()
     smp = sampler.sample(model, prompts, t.group_size, t.sampling, 0, [10**9], 0)
     torch.cuda.synchronize()
-    print(f"  measured sampling {n} x {t.sampling.max_new_tokens}: peak {gib(torch.cuda.max_memory_allocated())} "
-          f"({time.perf_counter() - t0:.1f} s)")
+    print(
+        f"  measured sampling {n} x {t.sampling.max_new_tokens}: peak {gib(torch.cuda.max_memory_allocated())} "
+        f"({time.perf_counter() - t0:.1f} s)"
+    )
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     adv = torch.randn(n)
     comps = [x[:-1] if i % 2 else x for i, x in enumerate(smp.tokens)]  # ragged by one token: the masked attention path
-    objective.policy_gradient(model, [prompts[i // t.group_size] for i in range(n)], comps, adv, n * t.sampling.max_new_tokens, mb, 0)
+    objective.policy_gradient(
+        model, [prompts[i // t.group_size] for i in range(n)], comps, adv, n * t.sampling.max_new_tokens, mb, 0
+    )
     opt.step()
     opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
-    print(f"  measured train step (micro-batch {mb}): peak {gib(torch.cuda.max_memory_allocated())} ({time.perf_counter() - t0:.1f} s)")
+    print(
+        f"  measured train step (micro-batch {mb}): peak {gib(torch.cuda.max_memory_allocated())} ({time.perf_counter() - t0:.1f} s)"
+    )
     torch.cuda.reset_peak_memory_stats()
     ev = [prompts[i % len(prompts)] for i in range(cfg.eval.problems_per_batch)]
     sampler.sample(model, ev, cfg.eval.n, cfg.eval.sampling, 0, [10**9], 0)
-    print(f"  measured eval batch {cfg.eval.problems_per_batch} x {cfg.eval.n}: peak {gib(torch.cuda.max_memory_allocated())}")
+    print(
+        f"  measured eval batch {cfg.eval.problems_per_batch} x {cfg.eval.n}: peak {gib(torch.cuda.max_memory_allocated())}"
+    )
 
 
 def ragged_rows(b: int, prompt_len: int, Lc: int, g: torch.Generator, uniform: bool = False):
@@ -168,13 +221,16 @@ def cpu_check(a) -> None:
     old = memory.estimate_memory(*args, ragged=False)  # the estimate before the masked path was counted
     growth = peak - before
     est = new["activations"] + new["logits"]
-    print(f"CPU check, {a.cpu_check} layers of 0.5B's width, micro-batch {b} "
-          f"{'ragged (masked attention)' if ragged else 'uniform (no mask)'}, "
-          f"{a.prompt_len} + {Lc} tokens ({time.perf_counter() - t0:.0f} s):\n"
-          f"  peak RSS growth {gib(growth)}\n"
-          f"  estimate (activations + logits) {gib(est)} (of which masked attention {gib(new['attention_mask'])}, "
-          f"logits {gib(new['logits'])}; without the mask {gib(old['activations'] + old['logits'])}); "
-          f"measured / estimate {growth / est:.3f}")
+    print(
+        f"CPU check, {a.cpu_check} layers of 0.5B's width, micro-batch {b} "
+        f"{'ragged (masked attention)' if ragged else 'uniform (no mask)'}, "
+        f"{a.prompt_len} + {Lc} tokens ({time.perf_counter() - t0:.0f} s):\n"
+        f"  peak RSS growth {gib(growth)}\n"
+        f"  estimate (activations + logits) {gib(est)} (of which masked attention {gib(new['attention_mask'])}, "
+        f"logits {gib(new['logits'])}; without the mask {gib(old['activations'] + old['logits'])}); "
+        f"measured / estimate {growth / est:.3f}"
+    )
+
 
 def cpu_sample_check(a) -> None:
     """Peak resident memory growth of one evaluation sampling call (bf16 where the CPU has native bf16,
@@ -204,14 +260,26 @@ def cpu_sample_check(a) -> None:
     with open("/proc/self/statm") as f:
         before = int(f.read().split()[1]) * resource.getpagesize()
     t0 = time.perf_counter()
-    sampler.sample(model, [prompt], rows, s, [study.seed_for("memory_05b", 0, j) for j in range(rows)], list(range(mc.vocab_size)), 0)
+    sampler.sample(
+        model,
+        [prompt],
+        rows,
+        s,
+        [study.seed_for("memory_05b", 0, j) for j in range(rows)],
+        list(range(mc.vocab_size)),
+        0,
+    )
     growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
     top = s.top_p < 1.0 or s.top_k > 0
-    est = memory.decoder_bytes(mc, rows, a.prompt_len + s.max_new_tokens, top_p=top, act_bytes=act, keyed=e.draw == "sample")
-    print(f"CPU sampling check, {a.cpu_sample_check} layers of 0.5B's width, {rows} rows, {a.prompt_len} + {s.max_new_tokens} "
-          f"positions, {str(dtype).removeprefix('torch.')}, T {s.temperature:g}, top-p {s.top_p:g}, draw {e.draw} "
-          f"({time.perf_counter() - t0:.0f} s):\n"
-          f"  peak RSS growth {gib(growth)}\n  memory.decoder_bytes {gib(est)}; measured / estimate {growth / est:.3f}")
+    est = memory.decoder_bytes(
+        mc, rows, a.prompt_len + s.max_new_tokens, top_p=top, act_bytes=act, keyed=e.draw == "sample"
+    )
+    print(
+        f"CPU sampling check, {a.cpu_sample_check} layers of 0.5B's width, {rows} rows, {a.prompt_len} + {s.max_new_tokens} "
+        f"positions, {str(dtype).removeprefix('torch.')}, T {s.temperature:g}, top-p {s.top_p:g}, draw {e.draw} "
+        f"({time.perf_counter() - t0:.0f} s):\n"
+        f"  peak RSS growth {gib(growth)}\n  memory.decoder_bytes {gib(est)}; measured / estimate {growth / est:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ run twice from the same base, once in this process and once through a local Ray 
 Prints the wall time of each and whether every adapter and evaluation count matches. A bench,
 not a test: starting Ray takes longer than the test suite's budget allows.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,15 +24,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run(cfg: Path, out: Path, *extra: str) -> float:
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(cfg), "--run", str(out), "--quiet", *extra],
-                       cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "pipeline.py"), "--config", str(cfg), "--run", str(out), "--quiet", *extra],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
         sys.exit(f"pipeline failed ({' '.join(extra) or '--jobs 1'}): {r.stderr.strip()[-2000:]}")
     return time.perf_counter() - t0
 
 
 def outputs(run_dir: Path) -> dict[str, object]:
-    out = {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.glob("train_*/step_*/adapter_model.safetensors"))}
+    out = {
+        str(p.relative_to(run_dir)): p.read_bytes()
+        for p in sorted(run_dir.glob("train_*/step_*/adapter_model.safetensors"))
+    }
     for p in sorted(run_dir.glob("eval_*.json")):
         d = json.loads(p.read_text())
         out[p.name] = [(q["id"], q["correct_strict"], q["correct_loose"], q.get("responses")) for q in d["problems"]]
@@ -59,8 +67,16 @@ def main() -> int:
         t_ray = run(cfg, tmp / "ray", "--executor", "ray")
         a, b = outputs(tmp / "local"), outputs(tmp / "ray")
         same = a.keys() == b.keys() and all(a[k] == b[k] for k in a)
-        print(json.dumps({"files_compared": len(a), "identical": same, "seconds_jobs1_with_base": round(t_local, 1),
-                          "seconds_ray_without_base": round(t_ray, 1)}))
+        print(
+            json.dumps(
+                {
+                    "files_compared": len(a),
+                    "identical": same,
+                    "seconds_jobs1_with_base": round(t_local, 1),
+                    "seconds_ray_without_base": round(t_ray, 1),
+                }
+            )
+        )
         return 0 if same else 1
 
 

@@ -10,6 +10,7 @@ and analyze_b.py runs on the copy. Only base samples are drawn; no trained model
 The config the pool was sampled under is written to OUT/recalibration.yaml; the pool to
 OUT/evalsets/pool/eval_base.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,13 @@ sys.path.insert(0, str(ROOT))
 
 import analyze_b  # noqa: E402
 
-CALIBRATION = {"pool_set": "pool", "resplits": 100, "resamples": 2000, "selection_w": [2.0, 5.0], "teaching_eps": [0.01, 0.05]}
+CALIBRATION = {
+    "pool_set": "pool",
+    "resplits": 100,
+    "resamples": 2000,
+    "selection_w": [2.0, 5.0],
+    "teaching_eps": [0.01, 0.05],
+}
 
 
 def recalibrated_config(cfg: dict) -> dict:
@@ -38,18 +45,32 @@ def recalibrated_config(cfg: dict) -> dict:
 
     out = config.to_dict(records.from_record(cfg))
     model = out["model"]
-    if any(model.get(k) is not None for k in ("build", "qwen_shape", "gguf")):  # a built base: model.path is not set with it
+    if any(
+        model.get(k) is not None for k in ("build", "qwen_shape", "gguf")
+    ):  # a built base: model.path is not set with it
         model.pop("path", None)
         model.pop("revision", None)
-    out.setdefault("eval_sets", {})["pool"] = {"n_problems": cfg["task"]["n_test"], "n": len(seeds) * n, "k_max": k, "models": "base",
-                                               "problems_per_batch": 1}
-    out["analyze"] = {**out["analyze"], "ceiling_null": "selection", "selection_margin": 0.05, "coverage_sims": 2000,
-                      "calibration": dict(CALIBRATION)}
+    out.setdefault("eval_sets", {})["pool"] = {
+        "n_problems": cfg["task"]["n_test"],
+        "n": len(seeds) * n,
+        "k_max": k,
+        "models": "base",
+        "problems_per_batch": 1,
+    }
+    out["analyze"] = {
+        **out["analyze"],
+        "ceiling_null": "selection",
+        "selection_margin": 0.05,
+        "coverage_sims": 2000,
+        "calibration": dict(CALIBRATION),
+    }
     return out
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="Re-analyse a committed run under the calibrated verdict, into a new folder.")
+    p = argparse.ArgumentParser(
+        description="Re-analyse a committed run under the calibrated verdict, into a new folder."
+    )
     p.add_argument("--run", required=True)
     p.add_argument("--out", required=True, help="a new (or empty) folder")
     a = p.parse_args(argv)
@@ -60,14 +81,31 @@ def main(argv=None) -> int:
     manifest = json.loads((run / "manifest.json").read_text())
     analyze_b.copy_inputs(run, out)
     if (run / "base_model").is_dir():
-        shutil.copytree(run / "base_model", out / "base_model", dirs_exist_ok=True)  # the weights too: the pool samples the base
+        shutil.copytree(
+            run / "base_model", out / "base_model", dirs_exist_ok=True
+        )  # the weights too: the pool samples the base
     cfg = recalibrated_config(manifest["config"])
-    (out / "recalibration.yaml").write_text("# " + f"{run}'s recorded config, with the pool set and the analysis of PLAN.md change 36\n"
-                                            + yaml.safe_dump(cfg, sort_keys=False))
+    (out / "recalibration.yaml").write_text(
+        "# "
+        + f"{run}'s recorded config, with the pool set and the analysis of PLAN.md change 36\n"
+        + yaml.safe_dump(cfg, sort_keys=False)
+    )
     manifest["config"] = cfg
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    rc = subprocess.run([sys.executable, str(ROOT / "grpo.py"), "eval", "--config", str(out / "recalibration.yaml"), "--run", str(out),
-                         "--eval-set", "pool", "--quiet"]).returncode
+    rc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "grpo.py"),
+            "eval",
+            "--config",
+            str(out / "recalibration.yaml"),
+            "--run",
+            str(out),
+            "--eval-set",
+            "pool",
+            "--quiet",
+        ]
+    ).returncode
     if rc != 0:
         print(f"recalibrate.py: the pool's evaluation failed (exit {rc}); its line above says why", file=sys.stderr)
         return rc

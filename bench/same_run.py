@@ -11,6 +11,7 @@ report.md its title, time stamp and the inputs table's bytes hashes, revisions a
 count; exit status 0 when everything compared is equal, 1 when something differs or one folder
 holds a file the other does not.
 """
+
 import argparse
 import csv
 import io
@@ -21,7 +22,16 @@ from pathlib import Path
 
 UNTIMED = ("sec_", "peak_")  # training-log columns that measure the machine
 # the last two: free memory, and how many sampling calls an earlier part of an evaluation made (it resumed)
-TIMING_KEYS = {"seconds", "time", "wall_s", "started", "finished", "first_call_seconds", "micro_batch_why", "resumed_from_calls"}
+TIMING_KEYS = {
+    "seconds",
+    "time",
+    "wall_s",
+    "started",
+    "finished",
+    "first_call_seconds",
+    "micro_batch_why",
+    "resumed_from_calls",
+}
 SKIP = {"manifest.json"}  # the pipeline's own log of when and how long: it differs by construction
 
 
@@ -33,7 +43,9 @@ def untimed(x, run: str):
         for k, v in x.items():
             if k in TIMING_KEYS or k.endswith("_seconds"):
                 continue
-            out[k] = {"stage_hash": v.get("stage_hash")} if k == "provenance" and isinstance(v, dict) else untimed(v, run)
+            out[k] = (
+                {"stage_hash": v.get("stage_hash")} if k == "provenance" and isinstance(v, dict) else untimed(v, run)
+            )
         return out
     if isinstance(x, list):
         return [untimed(v, run) for v in x]
@@ -46,7 +58,9 @@ def csv_rows(text: str) -> list[dict]:
     return [{k: v for k, v in row.items() if not k.startswith(UNTIMED)} for row in csv.DictReader(io.StringIO(text))]
 
 
-PROVENANCE_ROW = re.compile(r"^\| (\S+) \| [0-9a-f]{12} \| ([0-9a-f]+) \|")  # report.md's inputs table: file, sha256, stage hash, ...
+PROVENANCE_ROW = re.compile(
+    r"^\| (\S+) \| [0-9a-f]{12} \| ([0-9a-f]+) \|"
+)  # report.md's inputs table: file, sha256, stage hash, ...
 
 
 def report_lines(text: str) -> list[str]:
@@ -83,7 +97,10 @@ def main(argv=None) -> int:
     p.add_argument("b", type=Path)
     args = p.parse_args(argv)
     a, b = args.a.resolve(), args.b.resolve()
-    files = {x: {f.relative_to(x).as_posix() for f in x.rglob("*") if f.is_file() and "superseded" not in f.parts} for x in (a, b)}
+    files = {
+        x: {f.relative_to(x).as_posix() for f in x.rglob("*") if f.is_file() and "superseded" not in f.parts}
+        for x in (a, b)
+    }
     lone = sorted(files[a] ^ files[b])
     for f in lone:
         print(f"only in {a if f in files[a] else b}: {f}")
@@ -91,8 +108,10 @@ def main(argv=None) -> int:
     differ = [f for f in both if not same(a, b, f)]
     for f in differ:
         print(f"differs: {f}")
-    print(f"{len(both) - len(differ)} of {len(both)} files compared equal ({len(differ)} differ, {len(lone)} in one folder only; "
-          f"skipped {', '.join(sorted(SKIP))})")
+    print(
+        f"{len(both) - len(differ)} of {len(both)} files compared equal ({len(differ)} differ, {len(lone)} in one folder only; "
+        f"skipped {', '.join(sorted(SKIP))})"
+    )
     return 1 if differ or lone else 0
 
 

@@ -11,6 +11,7 @@ two more samplers join the rotation: ours with the LoRA folded into the weights
 (lora.fold_for_sampling) and the plain per-token sampler this one replaced (kept in
 tests/test_sampler.py, whose tests show both give the same tokens).
 """
+
 import argparse
 import sys
 from contextlib import nullcontext
@@ -26,7 +27,16 @@ sys.path.insert(0, str(ROOT / "tests"))
 from test_sampler import reference_sample  # noqa: E402  (the plain sampler, kept beside its bit-for-bit test)
 
 from method import sampler
-from method.model import adapter_config, apply_lora, load_adapter, load_model, lora_folded, pad_id, render_prompts, stop_ids
+from method.model import (
+    adapter_config,
+    apply_lora,
+    load_adapter,
+    load_model,
+    lora_folded,
+    pad_id,
+    render_prompts,
+    stop_ids,
+)
 
 
 def parse_args():
@@ -49,9 +59,17 @@ def greedy_agreement(model, prompts, ids, mask, stops, pad, max_new: int) -> Non
 
     s0 = config.SamplingCfg(temperature=0, max_new_tokens=max_new)
     ours = sampler.sample(model, prompts, 1, s0, 0, stops, pad).tokens
-    g0 = GenerationConfig(do_sample=False, max_new_tokens=max_new, eos_token_id=stops, pad_token_id=pad,
-                          repetition_penalty=1.0, top_k=None, top_p=None, temperature=None)
-    ref = model.generate(input_ids=ids, attention_mask=mask, generation_config=g0)[:, ids.shape[1]:].tolist()
+    g0 = GenerationConfig(
+        do_sample=False,
+        max_new_tokens=max_new,
+        eos_token_id=stops,
+        pad_token_id=pad,
+        repetition_penalty=1.0,
+        top_k=None,
+        top_p=None,
+        temperature=None,
+    )
+    ref = model.generate(input_ids=ids, attention_mask=mask, generation_config=g0)[:, ids.shape[1] :].tolist()
     agree = all(r[: len(o)] == o for r, o in zip(ref, ours))
     print(f"greedy outputs identical to generate: {agree} ({len(ours)} prompts, up to {max_new} tokens)")
 
@@ -71,8 +89,10 @@ def forward_share(model, sample) -> None:
     with Timer() as whole:
         sample()
     model.forward = real_forward
-    print(f"ours, one run: {whole.seconds:.3f} s, of which the model's {len(spent)} forward calls {sum(spent):.3f} s "
-          f"({sum(spent) / whole.seconds:.0%}); the sampler's own work {whole.seconds - sum(spent):.3f} s")
+    print(
+        f"ours, one run: {whole.seconds:.3f} s, of which the model's {len(spent)} forward calls {sum(spent):.3f} s "
+        f"({sum(spent) / whole.seconds:.0%}); the sampler's own work {whole.seconds - sum(spent):.3f} s"
+    )
 
 
 def alternating_rates(runners: dict, repeats: int) -> dict:
@@ -105,14 +125,27 @@ def main():
     greedy_agreement(model, prompts, ids, mask, stops, pad, a.max_new)
 
     s = config.SamplingCfg(temperature=a.temperature, top_p=1.0, top_k=0, max_new_tokens=a.max_new)
-    gs = GenerationConfig(do_sample=True, temperature=a.temperature, top_p=1.0, top_k=0, repetition_penalty=1.0,
-                          max_new_tokens=a.max_new, num_return_sequences=a.group, eos_token_id=stops, pad_token_id=pad)
+    gs = GenerationConfig(
+        do_sample=True,
+        temperature=a.temperature,
+        top_p=1.0,
+        top_k=0,
+        repetition_penalty=1.0,
+        max_new_tokens=a.max_new,
+        num_return_sequences=a.group,
+        eos_token_id=stops,
+        pad_token_id=pad,
+    )
     reads, smp = sampler.count_host_reads(lambda: sampler.sample(model, prompts, a.group, s, 0, stops, pad))
     steps = max(len(t) for t in smp.tokens)
-    g_reads, g = sampler.count_host_reads(lambda: model.generate(input_ids=ids, attention_mask=mask, generation_config=gs))
+    g_reads, g = sampler.count_host_reads(
+        lambda: model.generate(input_ids=ids, attention_mask=mask, generation_config=gs)
+    )
     g_steps = g.shape[1] - ids.shape[1]
-    print(f"host reads (item/nonzero/equal, counted by the profiler): ours {reads} over {steps} decoded positions "
-          f"({reads / steps:.2f} per token), generate {g_reads} over {g_steps} ({g_reads / g_steps:.2f} per token)")
+    print(
+        f"host reads (item/nonzero/equal, counted by the profiler): ours {reads} over {steps} decoded positions "
+        f"({reads / steps:.2f} per token), generate {g_reads} over {g_steps} ({g_reads / g_steps:.2f} per token)"
+    )
 
     def run_ours(r, fold=False):
         with lora_folded(model) if fold else nullcontext(), Timer() as t:
@@ -127,7 +160,7 @@ def main():
     def run_generate(r):
         torch.manual_seed(r)
         with Timer() as t:
-            g = model.generate(input_ids=ids, attention_mask=mask, generation_config=gs)[:, ids.shape[1]:]
+            g = model.generate(input_ids=ids, attention_mask=mask, generation_config=gs)[:, ids.shape[1] :]
         return int((g != pad).sum()) / t.seconds  # generate pads after EOS; the model never emits the pad id here
 
     forward_share(model, lambda: sampler.sample(model, prompts, a.group, s, 0, stops, pad))
@@ -135,11 +168,17 @@ def main():
     if a.adapter:
         runners.update({"folded": lambda r: run_ours(r, fold=True), "plain": run_plain})
     med = alternating_rates(runners, a.repeats)
-    print(f"median tokens/s over {a.repeats} alternating runs, batch {a.prompts} x {a.group}, T {a.temperature}, "
-          f"{a.threads} thread(s){', LoRA ' + a.adapter if a.adapter else ''}: "
-          + ", ".join(f"{name} {v:.0f}" for name, v in med.items()) + f"; ours / generate {med['ours'] / med['generate']:.2f}x"
-          + (f", folded / generate {med['folded'] / med['generate']:.2f}x, ours / plain {med['ours'] / med['plain']:.2f}x"
-             if a.adapter else ""))
+    print(
+        f"median tokens/s over {a.repeats} alternating runs, batch {a.prompts} x {a.group}, T {a.temperature}, "
+        f"{a.threads} thread(s){', LoRA ' + a.adapter if a.adapter else ''}: "
+        + ", ".join(f"{name} {v:.0f}" for name, v in med.items())
+        + f"; ours / generate {med['ours'] / med['generate']:.2f}x"
+        + (
+            f", folded / generate {med['folded'] / med['generate']:.2f}x, ours / plain {med['ours'] / med['plain']:.2f}x"
+            if a.adapter
+            else ""
+        )
+    )
 
 
 if __name__ == "__main__":

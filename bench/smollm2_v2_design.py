@@ -11,6 +11,7 @@ alpha 0.025). Costs: one job runs one thread; the rates are read from smollm2_st
 (samples per second: the base at the evaluation sampler, the base at T 1, the trained models), the
 training step's seconds are given (--step-s: the pilot's measured median). Prints Markdown; reads only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,13 @@ def cost_hours(N: int, S: int, a) -> dict:
     base_t1 = N * a.n_base_t1 / a.rate_base_t1 / 3600
     per_seed = (a.steps * a.step_s + 2 * N * a.n / a.rate_trained) / 3600
     total = base + base_t1 + S * per_seed
-    return {"base_job_h": round(base, 2), "base_t1_job_h": round(base_t1, 2), "per_seed_job_h": round(per_seed, 2),
-            "total_job_h": round(total, 1), "wall_h_2_jobs": round(max(total / 2, base), 1)}
+    return {
+        "base_job_h": round(base, 2),
+        "base_t1_job_h": round(base_t1, 2),
+        "per_seed_job_h": round(per_seed, 2),
+        "total_job_h": round(total, 1),
+        "wall_h_2_jobs": round(max(total / 2, base), 1),
+    }
 
 
 def main(argv=None) -> int:
@@ -64,9 +70,13 @@ def main(argv=None) -> int:
     p.add_argument("--problems", type=int, nargs="+", default=[128, 256])
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--step-s", type=float, required=True, help="seconds per training step (the pilot's median)")
-    p.add_argument("--n", type=int, default=32, help="samples per problem per trained model (and in the matched T 1 set)")
+    p.add_argument(
+        "--n", type=int, default=32, help="samples per problem per trained model (and in the matched T 1 set)"
+    )
     p.add_argument("--n-base", type=int, default=256)
-    p.add_argument("--n-base-t1", type=int, default=64, help="the base's samples per problem at T 1 (the matched comparison)")
+    p.add_argument(
+        "--n-base-t1", type=int, default=64, help="the base's samples per problem at T 1 (the matched comparison)"
+    )
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args(argv)
     a.rate_base = samples_per_s(a.study / "eval_base.json")
@@ -74,12 +84,20 @@ def main(argv=None) -> int:
     a.rate_trained = float(np.mean([samples_per_s(a.study / f"eval_many_s{s}_030.json") for s in a.study_seeds]))
     vc = components(a.study, a.study_seeds)
     upper = power.seed_var_upper(vc["V_B"], vc["seed_df"])
-    out = {"components": {k: vc[k] for k in ("delta", "V_A", "V_B", "V_R", "seed_df")}, "V_B_upper80": upper,
-           "rates": {"base": a.rate_base, "base_t1": a.rate_base_t1, "trained": a.rate_trained}, "designs": []}
-    print(f"components (smollm2_study, many seeds {a.study_seeds} vs the base): Delta {vc['delta']:.3f}, V_A {vc['V_A']:.4f}, "
-          f"V_B {vc['V_B']:.4f} (80% upper {upper:.4f}, {vc['seed_df']} df), V_R {vc['V_R']:.4f}")
-    print(f"rates (samples/s, one thread, smollm2_study's files): base {a.rate_base:.2f}, base T 1 {a.rate_base_t1:.2f}, "
-          f"trained {a.rate_trained:.2f}; step {a.step_s:g} s x {a.steps}")
+    out = {
+        "components": {k: vc[k] for k in ("delta", "V_A", "V_B", "V_R", "seed_df")},
+        "V_B_upper80": upper,
+        "rates": {"base": a.rate_base, "base_t1": a.rate_base_t1, "trained": a.rate_trained},
+        "designs": [],
+    }
+    print(
+        f"components (smollm2_study, many seeds {a.study_seeds} vs the base): Delta {vc['delta']:.3f}, V_A {vc['V_A']:.4f}, "
+        f"V_B {vc['V_B']:.4f} (80% upper {upper:.4f}, {vc['seed_df']} df), V_R {vc['V_R']:.4f}"
+    )
+    print(
+        f"rates (samples/s, one thread, smollm2_study's files): base {a.rate_base:.2f}, base T 1 {a.rate_base_t1:.2f}, "
+        f"trained {a.rate_trained:.2f}; step {a.step_s:g} s x {a.steps}"
+    )
     print("\n| N | S | " + " | ".join(f"power Δ {e:g} (V_B / upper)" for e in a.effect) + " | job-h | wall h, 2 jobs |")
     print("|---|---|" + "---|" * (len(a.effect) + 2))
     for N in a.problems:
@@ -87,7 +105,10 @@ def main(argv=None) -> int:
             row = {"N": N, "S": S, "power": {}, **cost_hours(N, S, a)}
             cells = []
             for e in a.effect:
-                pw = [power.power_one_sided(e, *power.design_se(vc["V_A"], vb, vc["V_R"], N, S), ALPHA) for vb in (vc["V_B"], upper)]
+                pw = [
+                    power.power_one_sided(e, *power.design_se(vc["V_A"], vb, vc["V_R"], N, S), ALPHA)
+                    for vb in (vc["V_B"], upper)
+                ]
                 row["power"][f"{e:g}"] = pw
                 cells.append(f"{pw[0]:.2f} / {pw[1]:.2f}")
             out["designs"].append(row)

@@ -9,6 +9,7 @@ batching; batch with lower batching): every stage's hash, each evaluation set's 
 identity (provenance.config_identity). For every JSON file in results/ that records a config: its
 identity and its settings' digest per stage.
 """
+
 import glob
 import json
 import sys
@@ -17,8 +18,12 @@ from common import ROOT  # noqa: F401  (puts the repo on sys.path)
 
 from orchestration import config, provenance, study
 
-OVERRIDES = ([], ["eval.draw=sample"], ["eval.draw=sample", "eval.max_rows=64", "eval.problems_per_batch=2"],
-             ["eval.draw=batch", "eval.problems_per_batch=2"])
+OVERRIDES = (
+    [],
+    ["eval.draw=sample"],
+    ["eval.draw=sample", "eval.max_rows=64", "eval.problems_per_batch=2"],
+    ["eval.draw=batch", "eval.problems_per_batch=2"],
+)
 
 
 def main(out: str) -> None:
@@ -42,7 +47,7 @@ def main(out: str) -> None:
         except (ValueError, AttributeError):
             continue
         if isinstance(prov, dict) and isinstance(prov.get("config"), dict):
-            rel = p[len(str(ROOT)) + 1:]
+            rel = p[len(str(ROOT)) + 1 :]
             hashes[f"{rel} identity"] = provenance.config_identity(prov["config"])
             for st in provenance.STAGE_KEYS:
                 try:

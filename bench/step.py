@@ -6,6 +6,7 @@ Trains `--steps` steps of the many condition into a temporary folder (the model 
 model.path, or RUN/base_model for configs that build one) and prints the medians of the
 per-step columns of train_log.csv, leaving out the first step (warm-up).
 """
+
 import argparse
 import tempfile
 from pathlib import Path
@@ -31,14 +32,22 @@ def main():
     base = study.model_path(cfg, run)
     train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
     with tempfile.TemporaryDirectory() as tmp:
-        out = training.train(cfg, training.TrainingRun("many", config.ConditionCfg(), 0, train_set, a.lr, a.steps, [],
-                                                       dev_every=cfg.train.dev_every),
-                             Path(tmp) / "t", base, progress=False)
+        out = training.train(
+            cfg,
+            training.TrainingRun(
+                "many", config.ConditionCfg(), 0, train_set, a.lr, a.steps, [], dev_every=cfg.train.dev_every
+            ),
+            Path(tmp) / "t",
+            base,
+            progress=False,
+        )
         rows = training.read_log(out / "train_log.csv")[1:]
     t = cfg.train
-    print(f"config {a.config}: {t.problems_per_step} x {t.group_size}, max {t.sampling.max_new_tokens} new tokens, "
-          f"LoRA r {cfg.lora.r}, micro-batch {cfg.micro_batch or 'auto (memory_gb)'}, {cfg.threads or 'default'} thread(s), "
-          f"device {pick_device(cfg)}")
+    print(
+        f"config {a.config}: {t.problems_per_step} x {t.group_size}, max {t.sampling.max_new_tokens} new tokens, "
+        f"LoRA r {cfg.lora.r}, micro-batch {cfg.micro_batch or 'auto (memory_gb)'}, {cfg.threads or 'default'} thread(s), "
+        f"device {pick_device(cfg)}"
+    )
     for col in ("sec_sampling", "sec_fwd_bwd", "tokens", "len_mean", "reward_mean", "peak_mem_mb"):
         print(f"  median {col:<13} {median([r[col] for r in rows]):10.3f}")
     total = [r["sec_sampling"] + r["sec_fwd_bwd"] for r in rows]

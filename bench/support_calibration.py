@@ -16,6 +16,7 @@ Arms (q: each sample's chance of being correct and outside; every other sample i
   taught-subset     Z holds 26 problems; 8 of them taught (q = 0.5), the 18 reachable ones and the rest 0
   one-seed-stray    seed 0 alone at q = 0.05 on 10 problems
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,7 +42,9 @@ def arm_rates(name: str, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarr
     """(q (S, N), the exact rule's extra chance per sample of an edge token read outside, or None)."""
     q = np.zeros((S, N))
     if name == "null-rounding":
-        return q, np.full((S, N), 0.5 * 0.002 * 0.5)  # half of the samples correct, 0.2% of those at the edge, half past it
+        return q, np.full(
+            (S, N), 0.5 * 0.002 * 0.5
+        )  # half of the samples correct, 0.2% of those at the edge, half past it
     if name == "uniform":
         q[:] = 0.01
     elif name == "one-type":
@@ -59,7 +62,10 @@ def arm_rates(name: str, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarr
 
 def simulate(name: str, sims: int, resamples: int, seed: int) -> dict:
     rng = np.random.default_rng([seed, sum(map(ord, name))])
-    counts = {"tolerance": {"expanded": 0, "kept": 0, "not shown": 0}, "exact rule": {"expanded": 0, "kept": 0, "not shown": 0}}
+    counts = {
+        "tolerance": {"expanded": 0, "kept": 0, "not shown": 0},
+        "exact rule": {"expanded": 0, "kept": 0, "not shown": 0},
+    }
     for i in range(sims):
         q, edge = arm_rates(name, rng)
         out = rng.binomial(n, q)  # (S, N) correct and outside beyond the tolerance
@@ -96,8 +102,10 @@ def selection_toy(ws=(1, 3, 10, 30, 100, 300, 1000)) -> list[str]:
         kept = ~filter_logits(z, 0, 0.95).isinf()[0]
         drawn = float(torch.where(kept, z, torch.tensor(float("-inf"))).softmax(-1)[0, 1]) if kept[1] else 0.0
         lines.append(f"| {w:g} | {p[1]:.3f} | {'yes' if kept[1] else 'no'} | {drawn:.3f} |")
-    return ["| tilt w at T 1 | correct token at T 1 | inside the T 0.6 / top-p 0.95 nucleus | drawn at T 0.6 |",
-            "|---|---|---|---|"] + lines
+    return [
+        "| tilt w at T 1 | correct token at T 1 | inside the T 0.6 / top-p 0.95 nucleus | drawn at T 0.6 |",
+        "|---|---|---|---|",
+    ] + lines
 
 
 def main(argv=None) -> int:
@@ -107,13 +115,25 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     t0 = time.perf_counter()
-    print(f"| arm | rule | expanded | kept | not shown |   ({a.sims} studies of {S} seeds x {N} problems x n {n}; "
-          f"{a.resamples} replicates; rates with 95% Clopper-Pearson intervals)")
+    print(
+        f"| arm | rule | expanded | kept | not shown |   ({a.sims} studies of {S} seeds x {N} problems x n {n}; "
+        f"{a.resamples} replicates; rates with 95% Clopper-Pearson intervals)"
+    )
     print("|---|---|---|---|---|")
-    for name in ("null-rounding", "uniform", "one-type", "seed-spread", "collapsed-seed", "taught-subset", "one-seed-stray"):
+    for name in (
+        "null-rounding",
+        "uniform",
+        "one-type",
+        "seed-spread",
+        "collapsed-seed",
+        "taught-subset",
+        "one-seed-stray",
+    ):
         for rule, c in simulate(name, a.sims, a.resamples, a.seed).items():
-            cells = [f"{c[k] / a.sims:.3f} [{clopper_pearson(c[k], a.sims)[0]:.3f}, {clopper_pearson(c[k], a.sims)[1]:.3f}]"
-                     for k in ("expanded", "kept", "not shown")]
+            cells = [
+                f"{c[k] / a.sims:.3f} [{clopper_pearson(c[k], a.sims)[0]:.3f}, {clopper_pearson(c[k], a.sims)[1]:.3f}]"
+                for k in ("expanded", "kept", "not shown")
+            ]
             print(f"| {name} | {rule} | " + " | ".join(cells) + " |", flush=True)
     print()
     print("\n".join(selection_toy()))

@@ -15,6 +15,7 @@ taken whole, as the tokenizer does: a response drawn character by character thro
 measured on the other segmentation (recorded as a caveat in every file; the registered measure of
 change 57 reads the drawn ids and has no such caveat).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,23 +69,36 @@ def measure_file(f: Path, model, tok, cfg, whole: list[str]) -> int:
     if len(s["stop_ids"]) != 1:
         raise ValueError(f"{f}: {len(s['stop_ids'])} stop tokens: which one ended a response is not recorded")
     problems = [countdown.Problem.from_row(p, doc.get("task")) for p in doc["problems"]]
-    tokens = [[drawn_ids(tok, r, s["stop_ids"][0], s["max_new_tokens"]) for r in row["responses"]] for row in doc["problems"]]
-    sampling = config.SamplingCfg(temperature=s["temperature"], top_p=s["top_p"], top_k=s["top_k"], max_new_tokens=s["max_new_tokens"])
+    tokens = [
+        [drawn_ids(tok, r, s["stop_ids"][0], s["max_new_tokens"]) for r in row["responses"]] for row in doc["problems"]
+    ]
+    sampling = config.SamplingCfg(
+        temperature=s["temperature"], top_p=s["top_p"], top_k=s["top_k"], max_new_tokens=s["max_new_tokens"]
+    )
     add_base_support(model, tok, cfg, problems, tokens, doc["problems"], sampling)
-    doc["provenance"]["post_hoc"] = {"measure": "eval.base_support (PLAN.md change 57), re-encoded from the stored text",
-                                     "added_tokens_taken_whole": whole, "tool": "bench/support_posthoc.py",
-                                     "revision": code_revision()}
+    doc["provenance"]["post_hoc"] = {
+        "measure": "eval.base_support (PLAN.md change 57), re-encoded from the stored text",
+        "added_tokens_taken_whole": whole,
+        "tool": "bench/support_posthoc.py",
+        "revision": code_revision(),
+    }
     atomic_write_json(f, doc)
     return sum(len(row["base_support"]["index"]) for row in doc["problems"])
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="Re-analyse a committed run under PLAN_CHANGES.md change 57 (post hoc), into a new folder.")
+    p = argparse.ArgumentParser(
+        description="Re-analyse a committed run under PLAN_CHANGES.md change 57 (post hoc), into a new folder."
+    )
     p.add_argument("--run", required=True)
     p.add_argument("--base", required=True, help="the run's base model folder, with its weights")
     p.add_argument("--out", required=True, help="a new (or empty) folder")
-    p.add_argument("--conditions", nargs="*", default=None,
-                   help="measure only these conditions' files (and every base file); the others read 'not measured'")
+    p.add_argument(
+        "--conditions",
+        nargs="*",
+        default=None,
+        help="measure only these conditions' files (and every base file); the others read 'not measured'",
+    )
     a = p.parse_args(argv)
     run, out, base = Path(a.run), Path(a.out), Path(a.base)
     if out.exists() and any(out.iterdir()):
@@ -98,18 +112,28 @@ def main(argv=None) -> int:
     manifest = json.loads((run / "manifest.json").read_text())
     want = manifest["config"]["model"].get("base_sha256")
     if want and file_sha256(base / "model.safetensors") != want:
-        print(f"support_posthoc.py: --base {base}: its weights' sha256 is not the run's model.base_sha256 {want[:8]}...", file=sys.stderr)
+        print(
+            f"support_posthoc.py: --base {base}: its weights' sha256 is not the run's model.base_sha256 {want[:8]}...",
+            file=sys.stderr,
+        )
         return 2
     cfg = records.from_record(manifest["config"])
     torch.set_num_threads(cfg.threads)
     model, tok = load_model(cfg, str(base), torch.device("cpu"))
     why, whole = segmentation(tok)
     if why is not None:
-        print(f"support_posthoc.py: {base}: the stored text does not determine the drawn token ids ({why})", file=sys.stderr)
+        print(
+            f"support_posthoc.py: {base}: the stored text does not determine the drawn token ids ({why})",
+            file=sys.stderr,
+        )
         return 2
     analyze_b.copy_inputs(run, out)
     for f in sorted(out.glob("eval_*.json")) + sorted(out.glob("evalsets/*/eval_*.json")):
-        if a.conditions is not None and f.name != "eval_base.json" and not any(f.name.startswith(f"eval_{c}_s") for c in a.conditions):
+        if (
+            a.conditions is not None
+            and f.name != "eval_base.json"
+            and not any(f.name.startswith(f"eval_{c}_s") for c in a.conditions)
+        ):
             continue
         print(f"{f.relative_to(out)}: {measure_file(f, model, tok, cfg, whole)} correct responses measured", flush=True)
     rec = config.to_dict(cfg)

@@ -9,6 +9,7 @@ harder task. No candidate: none is chosen (change 47: a new rung is registered b
 
 Only base probes are read (probe_<task>.json).
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,12 @@ def choose(probes: dict[str, dict]) -> dict:
         rows[task] = {"measured": True, "at_rule_size": big, "pass1": p1, "pass32": p32, "candidate": ok}
     candidates = [t for t in LADDER if rows[t].get("candidate")]  # hardest first, so min() breaks a tie to the harder
     chosen = min(candidates, key=lambda t: abs(rows[t]["pass1"] - TARGET)) if candidates else None
-    return {"rule": f"loose pass@1 in [{PASS1[0]}, {PASS1[1]}], pass@32 <= {PASS32_MAX}, on >= {MIN_PROBLEMS} x {MIN_SAMPLES}; "
-                    f"nearest {TARGET}, a tie to the harder", "tasks": rows, "chosen": chosen}
+    return {
+        "rule": f"loose pass@1 in [{PASS1[0]}, {PASS1[1]}], pass@32 <= {PASS32_MAX}, on >= {MIN_PROBLEMS} x {MIN_SAMPLES}; "
+        f"nearest {TARGET}, a tie to the harder",
+        "tasks": rows,
+        "chosen": chosen,
+    }
 
 
 def main(argv=None) -> int:
@@ -47,7 +52,9 @@ def main(argv=None) -> int:
         print("usage: python bench/task_rule.py RUN_FOLDER (holding probe_<task>.json)", file=sys.stderr)
         return 2
     folder = Path(argv[0])
-    probes = {t: json.loads((folder / f"probe_{t}.json").read_text()) for t in LADDER if (folder / f"probe_{t}.json").exists()}
+    probes = {
+        t: json.loads((folder / f"probe_{t}.json").read_text()) for t in LADDER if (folder / f"probe_{t}.json").exists()
+    }
     out = choose(probes)
     print(json.dumps(out, indent=1))
     return 0 if out["chosen"] else 1

@@ -18,6 +18,7 @@ None), and only the log-probabilities speak.
 logp_t1 is the response's log-probability under the base at T 1, untruncated (the training sampler's
 distribution): the sum over its tokens of log softmax(logits)[token], in float64.
 """
+
 from __future__ import annotations
 
 import torch
@@ -28,8 +29,9 @@ from method.model import last_positions, pack
 CHUNK_BYTES = 256 * 2**20  # fp32 logits per forward: rows x positions x vocabulary x 4 bytes at most
 
 
-def token_excess(logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_k: int, top_p: float
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+def token_excess(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_k: int, top_p: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """For logits (b, L, V) (untempered, fp32) and targets (b, L): whether the sampler's filter drops each
     target (b, L) bool, and its excess (b, L) float64: the tempered probability ranked strictly above it
     (after the top-k cut) minus top_p; +inf where top-k alone drops it; -inf when nothing truncates."""
@@ -52,8 +54,9 @@ def token_excess(logits: torch.Tensor, targets: torch.Tensor, temperature: float
 
 
 @torch.inference_mode()
-def measure(model, prompts: list[list[int]], responses: list[list[int]], temperature: float, top_k: int, top_p: float,
-            pad: int) -> list[dict]:
+def measure(
+    model, prompts: list[list[int]], responses: list[list[int]], temperature: float, top_k: int, top_p: float, pad: int
+) -> list[dict]:
     """For each response (token ids, EOS included where emitted) after its prompt (token ids), under
     `model` as it is (the caller switches LoRA off): {"outside": the exact rule, "excess": the largest
     token excess (None when the sampler truncates nothing), "logp_t1": log-probability at T 1}."""
@@ -70,8 +73,18 @@ def measure(model, prompts: list[list[int]], responses: list[list[int]], tempera
         ids, attn, pos, cmask = pack(ps, rs, pad)  # (b, Lp+Lc), ..., (b, Lc)
         Lc = cmask.shape[1]
         keep = last_positions(ids.shape[1], Lc + 1, device)
-        logits = model(input_ids=ids.to(device), attention_mask=attn.to(device), position_ids=pos.to(device),
-                       use_cache=False, logits_to_keep=keep).logits[:, :-1].float().cpu()  # (b, Lc, V) predicts each response token
+        logits = (
+            model(
+                input_ids=ids.to(device),
+                attention_mask=attn.to(device),
+                position_ids=pos.to(device),
+                use_cache=False,
+                logits_to_keep=keep,
+            )
+            .logits[:, :-1]
+            .float()
+            .cpu()
+        )  # (b, Lc, V) predicts each response token
         targets = ids[:, -Lc:]  # (b, Lc)
         logp = logits.log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1).double()  # (b, Lc)
         valid = cmask.bool()  # (b, Lc) positions that hold a response token

@@ -2,6 +2,7 @@
 checkpoints (step_NNN/, an adapter in PEFT's format) and the rolling resume point (last/: adapter,
 optimizer state, step), each written to a temporary folder and swapped in whole; resuming from it.
 """
+
 from __future__ import annotations
 
 import csv
@@ -16,9 +17,30 @@ from method.model import load_adapter, save_adapter
 from orchestration import config, provenance
 from orchestration.provenance import atomic_replace_dir, read_csv_rows, write_csv_rows
 
-LOG_FIELDS = ["step", "reward_mean", "zero_signal_frac", "format_rate", "len_mean", "len_max", "truncated_frac",
-              "entropy_mean", "kl_mean", "logp_gap_mean", "logp_gap_max", "loss", "grad_norm", "grad_norm_clipped", "lr",
-              "sec_sampling", "sec_fwd_bwd", "tokens", "peak_mem_mb", "peak_reserved_mb", "no_signal", "updated"]
+LOG_FIELDS = [
+    "step",
+    "reward_mean",
+    "zero_signal_frac",
+    "format_rate",
+    "len_mean",
+    "len_max",
+    "truncated_frac",
+    "entropy_mean",
+    "kl_mean",
+    "logp_gap_mean",
+    "logp_gap_max",
+    "loss",
+    "grad_norm",
+    "grad_norm_clipped",
+    "lr",
+    "sec_sampling",
+    "sec_fwd_bwd",
+    "tokens",
+    "peak_mem_mb",
+    "peak_reserved_mb",
+    "no_signal",
+    "updated",
+]
 INT_FIELDS = ("step", "len_max", "tokens", "no_signal", "updated")
 DEV_FIELDS = ["step", "n_problems", "n", "strict_pass1", "loose_pass1", "strict_passn", "loose_passn", "format_rate"]
 
@@ -30,7 +52,9 @@ def write_log(path: Path, rows: list[dict]) -> None:
 def read_log(path: Path) -> list[dict]:
     """train_log.csv's rows; an empty cell (a column added after the run's first steps were logged) is left out."""
     with open(path) as f:
-        return [{k: (int(v) if k in INT_FIELDS else float(v)) for k, v in r.items() if v != ""} for r in csv.DictReader(f)]
+        return [
+            {k: (int(v) if k in INT_FIELDS else float(v)) for k, v in r.items() if v != ""} for r in csv.DictReader(f)
+        ]
 
 
 def save_last(model, opt, step: int, rows: list[dict], out: Path, cfg: config.Config, base: str, meta: dict) -> None:
@@ -78,6 +102,9 @@ def resume(out: Path, model, opt, meta: dict) -> tuple[int, list[dict], list[dic
         dev_rows = [r for r in read_csv_rows(out / "train_eval.csv") if int(r["step"]) <= state["step"]]
     except (OSError, RuntimeError, EOFError, ValueError, KeyError, TypeError) as e:
         raise RuntimeError(f"{last}, the resume point, {damaged} ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
-    print(f"{meta['provenance']['stage']} {meta['condition']} s{meta['train_seed']}: resuming {out} from step {state['step'] + 1} "
-          f"(last checkpoint: step {state['step']})", flush=True)
+    print(
+        f"{meta['provenance']['stage']} {meta['condition']} s{meta['train_seed']}: resuming {out} from step {state['step'] + 1} "
+        f"(last checkpoint: step {state['step']})",
+        flush=True,
+    )
     return state["step"] + 1, rows, dev_rows

@@ -25,6 +25,7 @@ sort's; any order gives the same fp64 sums of nucleus probabilities while each i
 token has p >= (1 - top_p) / V: top_p <= 0.999 at V = 151,936), adding zeros (dropped tokens) never
 changes one.
 """
+
 from __future__ import annotations
 
 import torch
@@ -64,7 +65,9 @@ def by_vocab(idx: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     return idx, w.gather(-1, perm)
 
 
-def cut_candidates(p: torch.Tensor, top_p: float, cut: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def cut_candidates(
+    p: torch.Tensor, top_p: float, cut: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(idx (b, c), w (b, c), exact (b,)): the top `cut` tokens of p (b, V) in vocabulary order, their
     draw weights (p where kept, else 0), and whether the row's nucleus is the full sort's. No host read."""
     b, V = p.shape
@@ -96,8 +99,14 @@ def draw(idx: torch.Tensor, w: torch.Tensor, u: torch.Tensor | None, q: torch.Te
     return idx.gather(-1, pos[:, None]).squeeze(-1)
 
 
-def cut_draw(x: torch.Tensor, top_k: int, top_p: float, u: torch.Tensor | None = None, gen: torch.Generator | None = None,
-             cut: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def cut_draw(
+    x: torch.Tensor,
+    top_k: int,
+    top_p: float,
+    u: torch.Tensor | None = None,
+    gen: torch.Generator | None = None,
+    cut: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens (b,), exact (b,)): the cut tail's draw from tempered logits x (b, V) fp32, the rows
     the cut does not hold redrawn through the full sort (one host read: whether any row needs it).
     u: each row's uniform (keyed); else gen draws the row's Exp(1) numbers, b x V of them, as
@@ -113,8 +122,9 @@ def cut_draw(x: torch.Tensor, top_k: int, top_p: float, u: torch.Tensor | None =
     return tok, exact
 
 
-def full_draw(x: torch.Tensor, top_k: int, top_p: float, u: torch.Tensor | None = None,
-              gen: torch.Generator | None = None) -> torch.Tensor:
+def full_draw(
+    x: torch.Tensor, top_k: int, top_p: float, u: torch.Tensor | None = None, gen: torch.Generator | None = None
+) -> torch.Tensor:
     """The same draw with every row through the full sort: the reference the cut equals."""
     p = tail_probs(x, top_k)
     q = None if u is not None else torch.empty_like(p).exponential_(1, generator=gen)

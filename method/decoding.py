@@ -3,6 +3,7 @@ one): the top-k / top-p filter, the two draws (the one-generator multinomial, an
 from each sample's own stream), the growing KV cache, left padding, and the Samples they return.
 Nothing here decodes.
 """
+
 from __future__ import annotations
 
 import functools
@@ -49,8 +50,12 @@ def unsort(values: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
 class Samples:
     tokens: list[list[int]]  # one list of completion ids per sample (EOS included if emitted)
     truncated: list[bool]  # hit max_new_tokens without an EOS
-    entropy: list[float] | None = None  # mean full-vocabulary entropy of the untempered (T = 1) policy over each sample's tokens
-    logprobs: list[list[float]] | None = None  # log pi(token) of each drawn token under the untempered policy (with entropy)
+    entropy: list[float] | None = (
+        None  # mean full-vocabulary entropy of the untempered (T = 1) policy over each sample's tokens
+    )
+    logprobs: list[list[float]] | None = (
+        None  # log pi(token) of each drawn token under the untempered policy (with entropy)
+    )
 
 
 def left_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,7 +89,9 @@ def growing_kv_class():
             self.device = key_states.device
             b, h, _, _ = key_states.shape
             self.rows = b  # rows in use: compaction moves the kept rows to the front
-            self.kbuf = key_states.new_empty(b, h, self.capacity, key_states.shape[-1])  # (b, kv heads, capacity, head dim)
+            self.kbuf = key_states.new_empty(
+                b, h, self.capacity, key_states.shape[-1]
+            )  # (b, kv heads, capacity, head dim)
             self.vbuf = value_states.new_empty(b, h, self.capacity, value_states.shape[-1])
             self.is_initialized = True
 
@@ -150,7 +157,9 @@ def keyed_draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     deterministic cumsum: a u within a rounding error of a boundary may fall either side, run to run.)"""
     cum = probs.double().cumsum(-1)  # (b, V)
     total = cum[:, -1:]  # (b, 1)
-    x = torch.minimum(u[:, None] * total, total.nextafter(torch.zeros_like(total)))  # below the total: u * total can round up to it
+    x = torch.minimum(
+        u[:, None] * total, total.nextafter(torch.zeros_like(total))
+    )  # below the total: u * total can round up to it
     tok = torch.searchsorted(cum, x, right=True).squeeze(-1)  # (b,)
     return tok.clamp_(max=probs.shape[-1] - 1)  # only a row with no mass at all (NaN: the sampler raises) reaches V
 
@@ -172,7 +181,9 @@ def collect(out: torch.Tensor, ent_sum: torch.Tensor | None, logp: torch.Tensor 
     ended, ent_sum (B,) summed entropies, logp (B, T) per-token log-probabilities. Two host reads."""
     stopset = set(stops)
     tokens = [[x for x in row if x != NONE] for row in out.tolist()]  # a sample's slots are filled from the start
-    truncated = [bool(row) and row[-1] not in stopset for row in tokens]  # every row holds at least one token when T > 0
+    truncated = [
+        bool(row) and row[-1] not in stopset for row in tokens
+    ]  # every row holds at least one token when T > 0
     ent = [e / max(len(o), 1) for e, o in zip(ent_sum.tolist(), tokens)] if ent_sum is not None else None
     lps = [row[: len(o)] for row, o in zip(logp.tolist(), tokens)] if logp is not None else None
     return Samples(tokens, truncated, ent, lps)

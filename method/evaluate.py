@@ -7,6 +7,7 @@ Every model is sampled with seeds tied to the problems (task.seed and the proble
 training seed, so paired comparisons differ by the model alone. Knows nothing of training: it
 meets the trainer only in adapter folders.
 """
+
 from __future__ import annotations
 
 import math
@@ -45,8 +46,17 @@ def pass_at_k_curve(counts: list[int], n: int, k_max: int) -> dict[str, float]:
     return {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in range(1, k_max + 1)}
 
 
-def sample_problems(model, tok, cfg: config.Config, problems, n: int, s: config.SamplingCfg, tag: str, per_batch: int,
-                    progress: bool = True) -> tuple[list[list[str]], list[float]]:
+def sample_problems(
+    model,
+    tok,
+    cfg: config.Config,
+    problems,
+    n: int,
+    s: config.SamplingCfg,
+    tag: str,
+    per_batch: int,
+    progress: bool = True,
+) -> tuple[list[list[str]], list[float]]:
     """n response texts per problem and per problem the mean token entropy: sample_problem_tokens, decoded."""
     tokens, entropies = sample_problem_tokens(model, tok, cfg, problems, n, s, tag, per_batch, progress)
     return decode_texts(tok, tokens), entropies
@@ -56,8 +66,18 @@ def decode_texts(tok, tokens: list[list[list[int]]]) -> list[list[str]]:
     return [tok.batch_decode(ts, skip_special_tokens=True) for ts in tokens]
 
 
-def sample_problem_tokens(model, tok, cfg: config.Config, problems, n: int, s: config.SamplingCfg, tag: str, per_batch: int,
-                          progress: bool = True, resume: Resume | None = None) -> tuple[list[list[list[int]]], list[float]]:
+def sample_problem_tokens(
+    model,
+    tok,
+    cfg: config.Config,
+    problems,
+    n: int,
+    s: config.SamplingCfg,
+    tag: str,
+    per_batch: int,
+    progress: bool = True,
+    resume: Resume | None = None,
+) -> tuple[list[list[list[int]]], list[float]]:
     """n responses' token ids per problem (as drawn, EOS included), and per problem the mean full-vocabulary entropy of the
     untempered policy over all its response tokens; the prompts, seed, LoRA folding
     (lora.fold_for_sampling) and draw as cfg says. Under eval.draw: sample each sample draws from its
@@ -76,14 +96,19 @@ def sample_problem_tokens(model, tok, cfg: config.Config, problems, n: int, s: c
     done = resume.load(calls) if resume is not None else {}  # call index -> its recorded tokens and entropies
     tokens: list[list[list[int]]] = [[] for _ in problems]  # per problem, its samples' token ids in sample order
     sample_ent: list[list[float]] = [[] for _ in problems]
-    with tqdm(total=len(problems) * n, desc=tag, unit="sample", disable=not progress, leave=False) as bar, \
-            (lora_folded(model) if cfg.lora.fold_for_sampling else nullcontext()):
+    with (
+        tqdm(total=len(problems) * n, desc=tag, unit="sample", disable=not progress, leave=False) as bar,
+        lora_folded(model) if cfg.lora.fold_for_sampling else nullcontext(),
+    ):
         for c, (ps, js) in enumerate(calls):
             if c in done:
                 got, ent = done[c]["tokens"], done[c]["entropy"]
             else:
-                seeds = ([study.seed_for(seed, tag, problems[i].id, j) for i in ps for j in js] if keyed
-                         else study.seed_for(seed, tag, problems[ps[0]].id))
+                seeds = (
+                    [study.seed_for(seed, tag, problems[i].id, j) for i in ps for j in js]
+                    if keyed
+                    else study.seed_for(seed, tag, problems[ps[0]].id)
+                )
                 samples = sample(model, [prompts[i] for i in ps], len(js), s, seeds, stops, pad, entropy=True)
                 got, ent = samples.tokens, samples.entropy
                 if resume is not None:
@@ -92,7 +117,9 @@ def sample_problem_tokens(model, tok, cfg: config.Config, problems, n: int, s: c
                 tokens[i] += got[r * len(js) : (r + 1) * len(js)]
                 sample_ent[i] += ent[r * len(js) : (r + 1) * len(js)]
             bar.update(len(got))
-    entropies = [sum(e * len(x) for e, x in zip(es, ts)) / max(sum(len(x) for x in ts), 1) for es, ts in zip(sample_ent, tokens)]
+    entropies = [
+        sum(e * len(x) for e, x in zip(es, ts)) / max(sum(len(x) for x in ts), 1) for es, ts in zip(sample_ent, tokens)
+    ]
     return tokens, entropies
 
 
@@ -106,14 +133,24 @@ def answer_diversity(responses: list[str]) -> tuple[int, float]:
     return len(counts), -sum(c / total * math.log(c / total) for c in counts.values())
 
 
-def score_problems(problems, texts: list[list[str]], keep_responses: bool = True, token_entropy: list[float] | None = None) -> list[dict]:
+def score_problems(
+    problems, texts: list[list[str]], keep_responses: bool = True, token_entropy: list[float] | None = None
+) -> list[dict]:
     out = []
     for i, (p, rs) in enumerate(zip(problems, texts)):
         sc = [countdown.score(p, r) for r in rs]
         distinct, ans_entropy = answer_diversity(rs)
-        row = {"id": p.id, "question": p.question, "answer": p.answer, "n": len(rs),
-               "correct_strict": sum(d["strict"] for d in sc), "correct_loose": sum(d["loose"] for d in sc),
-               "format_ok": sum(d["format"] for d in sc), "distinct_answers": distinct, "answer_entropy": ans_entropy}
+        row = {
+            "id": p.id,
+            "question": p.question,
+            "answer": p.answer,
+            "n": len(rs),
+            "correct_strict": sum(d["strict"] for d in sc),
+            "correct_loose": sum(d["loose"] for d in sc),
+            "format_ok": sum(d["format"] for d in sc),
+            "distinct_answers": distinct,
+            "answer_entropy": ans_entropy,
+        }
         if token_entropy is not None:
             row["token_entropy"] = token_entropy[i]
         if keep_responses:
@@ -159,7 +196,9 @@ def eval_set_settings(cfg: config.Config, eval_set: str) -> tuple[list, int, int
     return test[: es.n_problems], es.n, es.k_max, es.sampling or cfg.eval.sampling, es.problems_per_batch
 
 
-def evaluate(cfg: config.Config, base: str, adapter: str | None, out_file: Path, progress: bool = True, eval_set: str = "test") -> dict:
+def evaluate(
+    cfg: config.Config, base: str, adapter: str | None, out_file: Path, progress: bool = True, eval_set: str = "test"
+) -> dict:
     """Sample n answers per problem of an evaluation set from the base (or base + adapter), score
     them three ways, measure diversity, and write one JSON file (atomically). Resumable: each finished
     sampling call is kept in OUT.partial/ (orchestration/eval_resume.py) until the file is written, and
@@ -190,12 +229,22 @@ def evaluate(cfg: config.Config, base: str, adapter: str | None, out_file: Path,
     result = {
         "model": "base" if adapter is None else str(adapter),
         **identity,
-        "eval_set": eval_set, "task": problems[0].task,
+        "eval_set": eval_set,
+        "task": problems[0].task,
         "adapter_sha256": adapter_sha,
         **summarize(rows, n, k_max),
-        "sampling": {"n": n, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
-                     "repetition_penalty": 1.0, "max_new_tokens": sampling.max_new_tokens, "seed": cfg.task.seed,
-                     "seed_tag": tag, **draw_record(cfg, per_batch), "stop_ids": stop_ids(model, tok)},
+        "sampling": {
+            "n": n,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k,
+            "repetition_penalty": 1.0,
+            "max_new_tokens": sampling.max_new_tokens,
+            "seed": cfg.task.seed,
+            "seed_tag": tag,
+            **draw_record(cfg, per_batch),
+            "stop_ids": stop_ids(model, tok),
+        },
         "seconds": round(time.perf_counter() - t0 + resume.resumed_seconds, 2),  # every part's
         **({"resumed_from_calls": resume.resumed} if resume.resumed else {}),
         "problems": rows,
@@ -206,8 +255,9 @@ def evaluate(cfg: config.Config, base: str, adapter: str | None, out_file: Path,
     return result
 
 
-def add_base_support(model, tok, cfg: config.Config, problems, tokens: list[list[list[int]]], rows: list[dict],
-                     s: config.SamplingCfg) -> None:
+def add_base_support(
+    model, tok, cfg: config.Config, problems, tokens: list[list[list[int]]], rows: list[dict], s: config.SamplingCfg
+) -> None:
     """Each row gains `base_support`: for every correct (loose) response, by its index, whether it lies
     outside the base's kept set at the sampler `s` that drew it, by how much, its base log-probability at
     T 1 and whether it is strictly correct (method/base_support.py; PLAN_CHANGES.md change 57). Teacher-forced
@@ -216,8 +266,15 @@ def add_base_support(model, tok, cfg: config.Config, problems, tokens: list[list
     scores = [[countdown.score(p, text) for text in texts] for p, texts in zip(problems, decode_texts(tok, tokens))]
     picked = [(i, j) for i, sc in enumerate(scores) for j, x in enumerate(sc) if x["loose"]]  # every correct response
     with lora_disabled(model):
-        measured = base_support.measure(model, [prompts[i] for i, _ in picked], [tokens[i][j] for i, j in picked],
-                                        s.temperature, s.top_k, s.top_p, pad_id(tok))
+        measured = base_support.measure(
+            model,
+            [prompts[i] for i, _ in picked],
+            [tokens[i][j] for i, j in picked],
+            s.temperature,
+            s.top_k,
+            s.top_p,
+            pad_id(tok),
+        )
     for row in rows:
         row["base_support"] = {"index": [], "strict": [], "outside": [], "excess": [], "logp_t1": []}
     for (i, j), m in zip(picked, measured):
@@ -233,20 +290,36 @@ def add_base_support(model, tok, cfg: config.Config, problems, tokens: list[list
 
 def dev_problems(cfg: config.Config) -> list:
     """The held-out `dev` split, drawn after test, train and pretrain (disjoint from all three)."""
-    return countdown.draw_splits(cfg.task.name, cfg.task.seed, {"test": cfg.task.n_test, "train": cfg.task.n_train,
-                                                                "pretrain": study.pretrain_count(cfg),
-                                                                "dev": cfg.train.dev_problems})["dev"]
+    return countdown.draw_splits(
+        cfg.task.name,
+        cfg.task.seed,
+        {
+            "test": cfg.task.n_test,
+            "train": cfg.task.n_train,
+            "pretrain": study.pretrain_count(cfg),
+            "dev": cfg.train.dev_problems,
+        },
+    )["dev"]
 
 
 def dev_check(model, tok, cfg: config.Config, dev: list, step: int) -> dict:
     """pass@1 and pass@n on the held-out dev problems, sampled like the evaluation with seeds
     tied to the problems (so every step and model is sampled alike); draws nothing from training."""
     n = cfg.train.dev_samples
-    texts, _ = sample_problems(model, tok, cfg, dev, n, cfg.eval.sampling, "dev", cfg.eval.problems_per_batch, progress=False)
+    texts, _ = sample_problems(
+        model, tok, cfg, dev, n, cfg.eval.sampling, "dev", cfg.eval.problems_per_batch, progress=False
+    )
     s = summarize(score_problems(dev, texts, keep_responses=False), n, n)
-    return {"step": step, "n_problems": len(dev), "n": n, "strict_pass1": s["pass_at_k"]["strict"]["1"],
-            "loose_pass1": s["pass_at_k"]["loose"]["1"], "strict_passn": s["pass_at_k"]["strict"][str(n)],
-            "loose_passn": s["pass_at_k"]["loose"][str(n)], "format_rate": s["format_rate"]}
+    return {
+        "step": step,
+        "n_problems": len(dev),
+        "n": n,
+        "strict_pass1": s["pass_at_k"]["strict"]["1"],
+        "loose_pass1": s["pass_at_k"]["loose"]["1"],
+        "strict_passn": s["pass_at_k"]["strict"][str(n)],
+        "loose_passn": s["pass_at_k"]["loose"][str(n)],
+        "format_rate": s["format_rate"],
+    }
 
 
 # ============================================================================= token level
@@ -288,18 +361,34 @@ def token_compare(cfg: config.Config, base: str, adapter: str, out_file: Path, p
         ids, attn, pos, cmask = (x.to(device) for x in pack(prompts[b : b + per], comps, pad))
         Lc = cmask.shape[1]
         keep = last_positions(ids.shape[1], Lc + 1, device)
-        trained = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=keep).logits[:, :-1]
+        trained = model(
+            input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=keep
+        ).logits[:, :-1]
         with lora_disabled(model):
-            basel = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=keep).logits[:, :-1]
+            basel = model(
+                input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=keep
+            ).logits[:, :-1]
         for i, c in enumerate(comps):
             r = classify_tokens(basel[i, : len(c)].float(), trained[i, : len(c)].float(), cfg.tokens.top)
-            rows.append({"id": problems[b + i].id, "classes": r["classes"].tolist(), "ranks": r["ranks"].tolist(),
-                         "base_entropy": [round(x, 5) for x in r["base_entropy"].tolist()]})
+            rows.append(
+                {
+                    "id": problems[b + i].id,
+                    "classes": r["classes"].tolist(),
+                    "ranks": r["ranks"].tolist(),
+                    "base_entropy": [round(x, 5) for x in r["base_entropy"].tolist()],
+                }
+            )
     summary = token_summary(rows)  # the analysis recomputes it from `problems` with the same function
     adapter_sha = file_sha256(Path(adapter) / "adapter_model.safetensors")
-    result = {**study.adapter_identity(adapter), "model": str(adapter), "adapter_sha256": adapter_sha, "top": cfg.tokens.top,
-              "summary": summary, "problems": rows,
-              "provenance": record(cfg, "tokens", {"adapter_sha256": adapter_sha}, str(device))}
+    result = {
+        **study.adapter_identity(adapter),
+        "model": str(adapter),
+        "adapter_sha256": adapter_sha,
+        "top": cfg.tokens.top,
+        "summary": summary,
+        "problems": rows,
+        "provenance": record(cfg, "tokens", {"adapter_sha256": adapter_sha}, str(device)),
+    }
     atomic_write_json(out_file, result)
     return result
 
@@ -315,13 +404,24 @@ def probe(cfg: config.Config, base: str, run: Path, progress: bool = True) -> li
     model, tok = load_model(cfg, base, device)
     written = []
     for task in cfg.probe.tasks:
-        n_prob, n = ((cfg.probe.n_problems, cfg.probe.samples) if task == "countdown"
-                     else (cfg.probe.arith_problems, cfg.probe.arith_samples))
+        n_prob, n = (
+            (cfg.probe.n_problems, cfg.probe.samples)
+            if task == "countdown"
+            else (cfg.probe.arith_problems, cfg.probe.arith_samples)
+        )
         _, problems = countdown.make_splits(task, 0, n_prob, cfg.task.seed)
-        texts, _ = sample_problems(model, tok, cfg, problems, n, cfg.eval.sampling, f"probe-{task}", cfg.eval.problems_per_batch, progress)
+        texts, _ = sample_problems(
+            model, tok, cfg, problems, n, cfg.eval.sampling, f"probe-{task}", cfg.eval.problems_per_batch, progress
+        )
         rows = score_problems(problems, texts, keep_responses=False)
-        res = {"task": task, "n": n, **summarize(rows, n, n), "examples": [t[0] for t in texts[:3]], "problems": rows,
-               "provenance": record(cfg, "probe", None, str(device))}
+        res = {
+            "task": task,
+            "n": n,
+            **summarize(rows, n, n),
+            "examples": [t[0] for t in texts[:3]],
+            "problems": rows,
+            "provenance": record(cfg, "probe", None, str(device)),
+        }
         path = run / f"probe_{task}.json"
         atomic_write_json(path, res)
         written.append(path)
@@ -342,8 +442,12 @@ def select(cfg: config.Config, base: str, run: Path, progress: bool = True) -> d
     model, tok = load_model(cfg, base, device)
     train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
     problems = train_set[: cfg.select.n_problems]
-    s = config.SamplingCfg(temperature=cfg.select.temperature, top_p=1.0, top_k=0, max_new_tokens=cfg.train.sampling.max_new_tokens)
-    texts, _ = sample_problems(model, tok, cfg, problems, cfg.select.samples, s, "select", cfg.eval.problems_per_batch, progress)
+    s = config.SamplingCfg(
+        temperature=cfg.select.temperature, top_p=1.0, top_k=0, max_new_tokens=cfg.train.sampling.max_new_tokens
+    )
+    texts, _ = sample_problems(
+        model, tok, cfg, problems, cfg.select.samples, s, "select", cfg.eval.problems_per_batch, progress
+    )
     rows = score_problems(problems, texts, keep_responses=False)
     rates = [r[f"correct_{cfg.select.scoring}"] / r["n"] for r in rows]
     sets = choose_sets(rates, study.selection_sizes(cfg))
@@ -353,8 +457,14 @@ def select(cfg: config.Config, base: str, run: Path, progress: bool = True) -> d
         "informative": [problems[i].id for i, r in enumerate(rates) if 0 < r < 1],
         "sets": {z: [problems[i].id for i in idx] for z, idx in sets.items()},
         "short": {z: len(idx) < int(z) for z, idx in sets.items()},
-        "sampling": {"n": cfg.select.samples, "temperature": s.temperature, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0,
-                     "max_new_tokens": s.max_new_tokens},
+        "sampling": {
+            "n": cfg.select.samples,
+            "temperature": s.temperature,
+            "top_p": 1.0,
+            "top_k": 0,
+            "repetition_penalty": 1.0,
+            "max_new_tokens": s.max_new_tokens,
+        },
         "provenance": record(cfg, "select", {"sizes": study.selection_sizes(cfg)}, str(device)),
     }
     atomic_write_json(run / "selection.json", res)

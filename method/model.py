@@ -5,6 +5,7 @@ log-probabilities the loss is made of.
 LoRA is written by hand so that every line of the method can be read; tests check it against
 PEFT (same outputs, same adapter files).
 """
+
 from __future__ import annotations
 
 import json
@@ -79,7 +80,10 @@ def load_tokenizer(path: str, revision: str | None = None):
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     tc = Path(path) / "tokenizer_config.json"
-    if tc.exists() and json.loads(tc.read_text()).get("tokenizer_class") in ("PreTrainedTokenizerFast", "TokenizersBackend"):
+    if tc.exists() and json.loads(tc.read_text()).get("tokenizer_class") in (
+        "PreTrainedTokenizerFast",
+        "TokenizersBackend",
+    ):
         return PreTrainedTokenizerFast.from_pretrained(path)
     return AutoTokenizer.from_pretrained(path, revision=None if os.path.isdir(path) else revision)
 
@@ -94,11 +98,17 @@ def load_model(cfg: config.Config, path: str, device: torch.device):
     if bad := bf16_problem(cfg, device):
         raise config.ConfigError(bad)
     if dtype == torch.bfloat16 and device.type == "cpu" and native_bf16() is False:  # model.slow_bf16: meant
-        print("note: model.dtype bfloat16 on a CPU without native bf16, as model.slow_bf16 allows: its matrix products "
-              "run about 90x slower than float32 here", file=sys.stderr, flush=True)
+        print(
+            "note: model.dtype bfloat16 on a CPU without native bf16, as model.slow_bf16 allows: its matrix products "
+            "run about 90x slower than float32 here",
+            file=sys.stderr,
+            flush=True,
+        )
     revision = None if os.path.isdir(path) else cfg.model.revision
     # sdpa (transformers' default, named so the sampler's boolean decode mask always fits it)
-    model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=dtype, attn_implementation="sdpa").to(device)
+    model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=dtype, attn_implementation="sdpa").to(
+        device
+    )
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
@@ -111,9 +121,11 @@ def bf16_problem(cfg: config.Config, device: torch.device) -> str | None:
     without native bf16 matrix products, unless model.slow_bf16 says the slow run is meant."""
     if cfg.model.dtype != "bfloat16" or device.type != "cpu" or cfg.model.slow_bf16 or native_bf16() is not False:
         return None
-    return ("model.dtype bfloat16 on a CPU without native bf16 (no avx512_bf16 or amx_bf16 in /proc/cpuinfo): its matrix "
-            "products run about 90x slower than float32 here (0.7 vs 64 GFLOP/s measured); set model.dtype=float32 "
-            "with lora.tf32=false (byte-reproducible across CPUs), or model.slow_bf16=true to run it anyway")
+    return (
+        "model.dtype bfloat16 on a CPU without native bf16 (no avx512_bf16 or amx_bf16 in /proc/cpuinfo): its matrix "
+        "products run about 90x slower than float32 here (0.7 vs 64 GFLOP/s measured); set model.dtype=float32 "
+        "with lora.tf32=false (byte-reproducible across CPUs), or model.slow_bf16=true to run it anyway"
+    )
 
 
 def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
@@ -164,7 +176,9 @@ def render_prompts(tok, problems, style: str, system: str | None = countdown.SYS
     chat template), with the assistant turn opened."""
     out = []
     for p in problems:
-        text = tok.apply_chat_template(countdown.prompt_messages(p, style, system), tokenize=False, add_generation_prompt=True)
+        text = tok.apply_chat_template(
+            countdown.prompt_messages(p, style, system), tokenize=False, add_generation_prompt=True
+        )
         out.append(tok(text, add_special_tokens=False)["input_ids"])
     return out
 
@@ -197,7 +211,9 @@ class LoRALinear(nn.Module):
     wrapped layer starts out exactly equal to W. Sub-module names follow PEFT (base_layer,
     lora_A, lora_B) so our state_dict keys are PEFT's keys."""
 
-    def __init__(self, base: nn.Linear, r: int, alpha: float, generator: torch.Generator, cast: "SharedCast | None" = None):
+    def __init__(
+        self, base: nn.Linear, r: int, alpha: float, generator: torch.Generator, cast: "SharedCast | None" = None
+    ):
         super().__init__()
         self.base_layer = base
         self.cast = cast or SharedCast()
@@ -226,7 +242,9 @@ def apply_lora(model: nn.Module, r: int, alpha: float, targets: list[str], seed:
     LoRA weights are kept in fp32 even on a bf16 base: AdamW updates of ~1e-5 relative size
     vanish in bf16's 8-bit mantissa."""
     g = torch.Generator().manual_seed(seed)
-    names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)})  # for the error below
+    names = sorted(
+        {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)}
+    )  # for the error below
     wrapped, casts = [], []
     for name, module in list(model.named_modules()):
         cast = SharedCast()  # one per parent module (the attention block, the MLP)
@@ -243,8 +261,10 @@ def apply_lora(model: nn.Module, r: int, alpha: float, targets: list[str], seed:
 
     unmatched = [t for t in targets if not any(w.rsplit(".", 1)[-1] == t for w in wrapped)]
     if unmatched:
-        raise ValueError(f"lora.targets {unmatched} match no linear layer of the model; its linear layers are named "
-                         f"{', '.join(names)} (set lora.targets to those of attention and MLP)")
+        raise ValueError(
+            f"lora.targets {unmatched} match no linear layer of the model; its linear layers are named "
+            f"{', '.join(names)} (set lora.targets to those of attention and MLP)"
+        )
     model.register_forward_hook(clear_casts)
     for n, p in model.named_parameters():
         p.requires_grad_("lora_" in n)
@@ -305,10 +325,19 @@ def save_adapter(model: nn.Module, folder: Path, cfg: config.Config, base_path: 
     tensors = {f"base_model.model.{k}": v.contiguous().cpu() for k, v in lora_state(model).items()}
     save_file(tensors, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
     adapter_cfg = {
-        "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_path,
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base_path,
         "revision": None if os.path.isdir(base_path) else cfg.model.revision,
-        "r": cfg.lora.r, "lora_alpha": cfg.lora.alpha, "lora_dropout": 0.0, "target_modules": cfg.lora.targets,
-        "bias": "none", "fan_in_fan_out": False, "use_rslora": False, "init_lora_weights": True, "modules_to_save": None,
+        "r": cfg.lora.r,
+        "lora_alpha": cfg.lora.alpha,
+        "lora_dropout": 0.0,
+        "target_modules": cfg.lora.targets,
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "use_rslora": False,
+        "init_lora_weights": True,
+        "modules_to_save": None,
     }
     (folder / "adapter_config.json").write_text(json.dumps(adapter_cfg, indent=1) + "\n")
     readable_by_all(folder)
@@ -323,7 +352,9 @@ def load_adapter(model: nn.Module, folder: str | Path) -> None:
     state = {k.removeprefix("base_model.model."): v for k, v in tensors.items()}
     missing, unexpected = set(own) - set(state), set(state) - set(own)
     if missing or unexpected:
-        raise ValueError(f"{folder}: adapter does not fit the model (missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
+        raise ValueError(
+            f"{folder}: adapter does not fit the model (missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})"
+        )
     model.load_state_dict(state, strict=False)
 
 
@@ -413,7 +444,9 @@ def completion_logprobs(model, ids, attn, pos, Lc: int, with_entropy: bool = Fal
     chunk at a time. The entropy needs softmax times logits over the whole vocabulary, so with
     it the logits are upcast all at once."""
     keep = last_positions(ids.shape[1], Lc + 1, ids.device)
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=keep).logits  # (b, Lc+1, V)
+    logits = model(
+        input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False, logits_to_keep=keep
+    ).logits  # (b, Lc+1, V)
     targets = ids[:, -Lc:]  # (b, Lc)
     if not with_entropy:
         return TokenLogProbs.apply(logits, targets), None
@@ -427,14 +460,18 @@ def memory_state(device: torch.device) -> str:
     """What the device had when memory ran out: its total and free memory, this process's peak."""
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
-        return (f"on {device} ({total / 2**30:.1f} GiB in all, {free / 2**30:.1f} GiB free; this process peaked at "
-                f"{torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB allocated, "
-                f"{torch.cuda.max_memory_reserved(device) / 2**30:.1f} "
-                "GiB reserved)")
+        return (
+            f"on {device} ({total / 2**30:.1f} GiB in all, {free / 2**30:.1f} GiB free; this process peaked at "
+            f"{torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB allocated, "
+            f"{torch.cuda.max_memory_reserved(device) / 2**30:.1f} "
+            "GiB reserved)"
+        )
     import resource
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-    return f"on the CPU ({free_memory_gib(device):.1f} GiB available now; this process peaked at {peak:.1f} GiB resident)"
+    return (
+        f"on the CPU ({free_memory_gib(device):.1f} GiB available now; this process peaked at {peak:.1f} GiB resident)"
+    )
 
 
 def out_of_memory(e: BaseException) -> bool:

@@ -29,6 +29,7 @@ same surrogate -sum(A * log pi) / constant:
   rft   the policy's samples, A = reward (the correct ones, weight 1; rejection-sampling fine-tuning)
   sft   gold solutions written by code (countdown.gold_solution), one copy each with A = G; no rollouts
 """
+
 from __future__ import annotations
 
 import math
@@ -47,8 +48,9 @@ def group_advantages(rewards: torch.Tensor) -> torch.Tensor:
     return rewards - rewards.mean(dim=1, keepdim=True)
 
 
-def drgrpo_loss(logp: torch.Tensor, cmask: torch.Tensor, adv: torch.Tensor, normalizer: float,
-                weight: torch.Tensor | None = None) -> torch.Tensor:
+def drgrpo_loss(
+    logp: torch.Tensor, cmask: torch.Tensor, adv: torch.Tensor, normalizer: float, weight: torch.Tensor | None = None
+) -> torch.Tensor:
     """[D2][D3][D4] -sum(A * log pi * mask) / constant. logp, cmask: (b, Lc); adv: (b,).
     With one update per sample the PPO ratio is 1, so this is the whole objective. weight (b, Lc),
     no gradient: the importance weight of each token (importance_weights), else 1."""
@@ -82,7 +84,9 @@ def k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.where(r > R, math.exp(R) - R - 1 + (math.exp(R) - 1) * (r - R), inside)
 
 
-def control_terms(logp, cmask, normalizer: float, ref_logp=None, kl: float = 0.0, ent=None, entropy: float = 0.0) -> torch.Tensor:
+def control_terms(
+    logp, cmask, normalizer: float, ref_logp=None, kl: float = 0.0, ent=None, entropy: float = 0.0
+) -> torch.Tensor:
     """The controls' additions to the loss, normalised by the same constant as [D2]:
     + kl * sum(k3) / constant (the KL anchor to the base; [D3] departs from Dr. GRPO here, on
     purpose, only in conditions that register kl > 0), and - entropy * sum(H) / constant (the
@@ -95,9 +99,21 @@ def control_terms(logp, cmask, normalizer: float, ref_logp=None, kl: float = 0.0
     return out
 
 
-def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: float, micro_batch: int, pad: int,
-                    kl: float = 0.0, entropy: float = 0.0, measure_kl: bool = False, sort_by_length: bool = False,
-                    sampled_logp: list[list[float]] | None = None, importance_cap: float | None = None) -> dict:
+def policy_gradient(
+    model,
+    prompts,
+    completions,
+    adv: torch.Tensor,
+    normalizer: float,
+    micro_batch: int,
+    pad: int,
+    kl: float = 0.0,
+    entropy: float = 0.0,
+    measure_kl: bool = False,
+    sort_by_length: bool = False,
+    sampled_logp: list[list[float]] | None = None,
+    importance_cap: float | None = None,
+) -> dict:
     """Accumulate the gradient over micro-batches (exact: the loss is a plain sum with a
     constant normalizer). Without a KL or entropy term, samples whose advantage is exactly 0 add
     nothing and are skipped. Returns the loss and, when computed, the mean per-token k3 KL to
@@ -109,7 +125,9 @@ def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: 
     device = next(model.parameters()).device
     every_row = kl > 0 or entropy > 0
     rows = [i for i in range(len(completions)) if every_row or adv[i].item() != 0.0]
-    order = (lambda idx: sorted(idx, key=lambda i: len(completions[i]))) if sort_by_length else list  # train.sort_by_length
+    order = (
+        (lambda idx: sorted(idx, key=lambda i: len(completions[i]))) if sort_by_length else list
+    )  # train.sort_by_length
     rows = order(rows)
     total, kl_sum, n_tok = 0.0, 0.0, 0.0
     gap_sum, gap_max = 0.0, float("nan")
@@ -126,11 +144,19 @@ def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: 
             with torch.no_grad(), lora_disabled(model):
                 ref, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])  # (b, Lc) the base's log-probs
         logp, ent = completion_logprobs(model, ids, attn, pos, cmask.shape[1], with_entropy=entropy > 0)
-        sampled = (pack_logprobs([sampled_logp[i] for i in chunk], cmask.shape[1]).to(device)
-                   if sampled_logp is not None else None)  # (b, Lc)
-        w = importance_weights(logp, sampled, importance_cap) if importance_cap is not None and sampled is not None else None
-        loss = (drgrpo_loss(logp, cmask, adv[chunk].to(device), normalizer, w)
-                + control_terms(logp, cmask, normalizer, ref, kl, ent, entropy))
+        sampled = (
+            pack_logprobs([sampled_logp[i] for i in chunk], cmask.shape[1]).to(device)
+            if sampled_logp is not None
+            else None
+        )  # (b, Lc)
+        w = (
+            importance_weights(logp, sampled, importance_cap)
+            if importance_cap is not None and sampled is not None
+            else None
+        )
+        loss = drgrpo_loss(logp, cmask, adv[chunk].to(device), normalizer, w) + control_terms(
+            logp, cmask, normalizer, ref, kl, ent, entropy
+        )
         loss.backward()
         total += loss.item()
         n_tok += cmask.sum().item()
@@ -140,8 +166,12 @@ def policy_gradient(model, prompts, completions, adv: torch.Tensor, normalizer: 
             gap = (logp.detach() - sampled).abs() * cmask  # (b, Lc)
             gap_sum += gap.sum().item()
             gap_max = max(gap.max().item(), gap_max) if gap_max == gap_max else gap.max().item()
-    out = {"loss": total, "kl_mean": kl_sum / max(n_tok, 1) if kl > 0 else float("nan"),
-           "logp_gap_mean": gap_sum / n_tok if sampled_logp is not None and n_tok else float("nan"), "logp_gap_max": gap_max}
+    out = {
+        "loss": total,
+        "kl_mean": kl_sum / max(n_tok, 1) if kl > 0 else float("nan"),
+        "logp_gap_mean": gap_sum / n_tok if sampled_logp is not None and n_tok else float("nan"),
+        "logp_gap_max": gap_max,
+    }
     if measure_kl and kl == 0:  # a diagnostic only: no gradient, every sample
         kl_sum, n_tok = 0.0, 0.0
         with torch.no_grad():
@@ -168,6 +198,7 @@ class Method:
     """What a method trains on: the policy's own samples (rollouts: G per problem) or the written
     gold solutions (one per problem), and the advantage of each: advantages(rewards (P, G)) ->
     (P*G,) with rollouts, (P,) without."""
+
     rollouts: bool
     advantages: Callable[[torch.Tensor], torch.Tensor]
 

@@ -20,12 +20,24 @@ of method/static_decode.py; the pieces both share are method/decoding.py's. test
 keeps the plain per-token sampler sample_eager must equal bit for bit, and checks greedy output
 against transformers' `generate`.
 """
+
 from __future__ import annotations
 
 import torch
 
 from method.cut_tail import cut_draw
-from method.decoding import NAN_MESSAGE, NONE, Samples, collect, filter_logits, keyed_draw, kv_cache, left_pad, multinomial, stream_uniforms
+from method.decoding import (
+    NAN_MESSAGE,
+    NONE,
+    Samples,
+    collect,
+    filter_logits,
+    keyed_draw,
+    kv_cache,
+    left_pad,
+    multinomial,
+    stream_uniforms,
+)
 from method.model import last_positions
 from method.static_decode import graph_backend, sample_static
 from orchestration import config
@@ -36,8 +48,16 @@ def decode_mode(s: config.SamplingCfg, device: torch.device) -> str:
     return ("graph" if device.type == "cuda" else "eager") if s.decode == "auto" else s.decode
 
 
-def sample(model, prompts: list[list[int]], n: int, s: config.SamplingCfg, seed: int | list[int], stops: list[int], pad: int,
-           entropy: bool = False) -> Samples:
+def sample(
+    model,
+    prompts: list[list[int]],
+    n: int,
+    s: config.SamplingCfg,
+    seed: int | list[int],
+    stops: list[int],
+    pad: int,
+    entropy: bool = False,
+) -> Samples:
     """n completions for each prompt (prompt-major order: prompt 0's n samples first), with the decode
     `s.decode` names: eager (sample_eager, the CPU runs' sampler) or graph (sample_static: static
     shapes, every setting, CUDA graphs on a GPU). auto: graph on CUDA, eager elsewhere.
@@ -49,15 +69,25 @@ def sample(model, prompts: list[list[int]], n: int, s: config.SamplingCfg, seed:
     what shares its call (evaluations under eval.draw: sample; PLAN_CHANGES.md change 52)."""
     device = next(model.parameters()).device
     if isinstance(seed, list) and len(seed) != len(prompts) * n:
-        raise ValueError(f"sample: {len(seed)} seeds for {len(prompts)} prompts x {n} samples (one per sample, prompt-major)")
+        raise ValueError(
+            f"sample: {len(seed)} seeds for {len(prompts)} prompts x {n} samples (one per sample, prompt-major)"
+        )
     if decode_mode(s, device) == "graph":
         return sample_static(model, prompts, n, s, seed, stops, pad, entropy, graphs=graph_backend(device))
     return sample_eager(model, prompts, n, s, seed, stops, pad, entropy)
 
 
 @torch.inference_mode()  # lighter than no_grad: no version counters or autograd metadata per op
-def sample_eager(model, prompts: list[list[int]], n: int, s: config.SamplingCfg, seed: int | list[int], stops: list[int], pad: int,
-                 entropy: bool = False) -> Samples:
+def sample_eager(
+    model,
+    prompts: list[list[int]],
+    n: int,
+    s: config.SamplingCfg,
+    seed: int | list[int],
+    stops: list[int],
+    pad: int,
+    entropy: bool = False,
+) -> Samples:
     """n completions for each prompt (prompt-major order: prompt 0's n samples first), with exactly
     the settings `s` gives: temperature (0 = greedy), top_k, top_p, max_new_tokens (the module
     docstring says why only these, and how the batch shrinks as rows finish). One generator seeded
@@ -86,7 +116,9 @@ def sample_eager(model, prompts: list[list[int]], n: int, s: config.SamplingCfg,
             ent_sum.index_add_(0, alive, -(lp.exp() * lp).sum(-1) * (~done))  # rows already finished add nothing
         if s.temperature == 0:
             tok = logits.argmax(-1)  # (b,)
-        elif s.tail == "cut" and (s.top_k > 0 or s.top_p < 1.0):  # method/cut_tail.py: one more host read, for its fallback
+        elif s.tail == "cut" and (
+            s.top_k > 0 or s.top_p < 1.0
+        ):  # method/cut_tail.py: one more host read, for its fallback
             x = logits / s.temperature  # (b, V)
             nan_seen |= x.isnan().any()
             tok = cut_draw(x, s.top_k, s.top_p, u=U[alive, t] if keyed else None, gen=gen)[0]  # (b,)
@@ -109,13 +141,16 @@ def sample_eager(model, prompts: list[list[int]], n: int, s: config.SamplingCfg,
         if n_done == b:
             break
         if n_done * 8 >= b:  # compact once an eighth has finished: each compaction copies the cache
-            keep = torch.argsort(done.to(torch.uint8), stable=True)[: b - n_done]  # rows still decoding, in order (no sync)
+            keep = torch.argsort(done.to(torch.uint8), stable=True)[
+                : b - n_done
+            ]  # rows still decoding, in order (no sync)
             cache.batch_select_indices(keep)
             alive, tok, full_mask, next_pos, done = alive[keep], tok[keep], full_mask[keep], next_pos[keep], done[keep]
             padded_rows, padded = padded_rows[keep], bool(code % 2)
         mask = full_mask[..., : Lp + t + 1] if padded else None  # (b, 1, 1, Lp+t+1) a view, no copy
-        logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, cache=cache,
-                       use_cache=True).logits[:, -1]  # (b, V)
+        logits = model(
+            input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, cache=cache, use_cache=True
+        ).logits[:, -1]  # (b, V)
         next_pos = next_pos + 1
     if nan_seen.item():
         raise RuntimeError(NAN_MESSAGE)
@@ -134,8 +169,14 @@ def prefill(model, prompts: list[list[int]], n: int, pad: int, T: int):
     P, Lp = ids.shape
     pos = (mask.cumsum(-1) - 1).clamp(min=0)  # (P, Lp): positions count real tokens only
     cache = kv_cache(model, Lp + T)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True,
-                   logits_to_keep=last_positions(Lp, 1, device)).logits[:, -1]  # (P, V)
+    logits = model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=pos,
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=last_positions(Lp, 1, device),
+    ).logits[:, -1]  # (P, V)
     cache.batch_repeat_interleave(n)  # (P*n, ...) every sample starts from its prompt's cache
     logits = logits.repeat_interleave(n, 0)  # (B, V), B = P*n
     B = P * n
@@ -152,7 +193,11 @@ def prefill(model, prompts: list[list[int]], n: int, pad: int, T: int):
     return logits, cache, full_mask, padded, padded_rows, next_pos, Lp
 
 
-HOST_READS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::equal")  # item, int, float and bool all end in the first
+HOST_READS = (
+    "aten::_local_scalar_dense",
+    "aten::nonzero",
+    "aten::equal",
+)  # item, int, float and bool all end in the first
 
 
 def count_host_reads(fn):

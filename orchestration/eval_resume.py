@@ -14,6 +14,7 @@ be the same ones (a changed eval.problems_per_batch or eval.max_rows starts over
 removed once OUT is written; one made for another evaluation is not read but removed, with a note.
 No torch: the pipeline reads it too (--dry-run's progress, the move-aside of what a rerun replaces).
 """
+
 from __future__ import annotations
 
 import json
@@ -76,15 +77,21 @@ class Resume:
             return {}
         got = read_json(self.folder / IDENTITY)
         if got != self.identity:
-            print(f"{self.folder}: {self.mismatch(got)}; not used, removed (this evaluation starts from its first call)",
-                  flush=True)
+            print(
+                f"{self.folder}: {self.mismatch(got)}; not used, removed (this evaluation starts from its first call)",
+                flush=True,
+            )
             shutil.rmtree(self.folder)
             return {}
         done = {}
         for i, span in enumerate(self.identity["calls"]):
             d = read_json(self.folder / call_name(i))
             rows = (span[1] - span[0]) * (span[3] - span[2])
-            if isinstance(d, dict) and d.get("span") == span and len(d.get("tokens", ())) == rows == len(d.get("entropy", ())):
+            if (
+                isinstance(d, dict)
+                and d.get("span") == span
+                and len(d.get("tokens", ())) == rows == len(d.get("entropy", ()))
+            ):
                 done[i] = d
         self.resumed, self.resumed_seconds = len(done), sum(d.get("seconds", 0.0) for d in done.values())
         return done
@@ -94,19 +101,32 @@ class Resume:
         if not isinstance(got, dict):
             return f"no readable {IDENTITY}"
         if got.get("stage_hash") != self.identity["stage_hash"]:
-            return (f"made for another evaluation (stage hash {str(got.get('stage_hash'))[:12]} there, "
-                    f"{self.identity['stage_hash'][:12]} here: other settings, adapter or evaluation set)")
+            return (
+                f"made for another evaluation (stage hash {str(got.get('stage_hash'))[:12]} there, "
+                f"{self.identity['stage_hash'][:12]} here: other settings, adapter or evaluation set)"
+            )
         if got.get("calls") != self.identity["calls"]:
             return "made with other sampler calls (eval.problems_per_batch or eval.max_rows)"
-        return "made for another evaluation (" + ", ".join(k for k in self.identity if got.get(k) != self.identity[k]) + ")"
+        return (
+            "made for another evaluation ("
+            + ", ".join(k for k in self.identity if got.get(k) != self.identity[k])
+            + ")"
+        )
 
     def save(self, i: int, tokens: list[list[int]], entropy: list[float]) -> None:
         """Record call i as finished: its samples' token ids and mean token entropies (prompt-major)."""
         if not (self.folder / IDENTITY).exists():
             atomic_write_json(self.folder / IDENTITY, self.identity)
         now = time.perf_counter()
-        record = {"span": self.identity["calls"][i], "seconds": round(now - self.last, 3), "tokens": tokens, "entropy": entropy}
-        atomic_write_text(self.folder / call_name(i), json.dumps(record, separators=(",", ":")) + "\n")  # compact: ids add up
+        record = {
+            "span": self.identity["calls"][i],
+            "seconds": round(now - self.last, 3),
+            "tokens": tokens,
+            "entropy": entropy,
+        }
+        atomic_write_text(
+            self.folder / call_name(i), json.dumps(record, separators=(",", ":")) + "\n"
+        )  # compact: ids add up
         self.last = now
 
     def remove(self) -> None:

@@ -3,6 +3,7 @@ path (method/model.py's LoRA and log-probs, method/training.py's micro-batches, 
 automatic micro-batch that fits a budget. No torch: it reads only the model's config numbers, so
 `pipeline.py --dry-run` and the benches can ask it before a model is loaded.
 """
+
 from __future__ import annotations
 
 from orchestration import config
@@ -14,9 +15,20 @@ TAIL_CHUNK = 2**15  # vocabulary entries per chunk of the static decode's fused 
 CAPACITY_STEP = 64  # the static decode's positions are rounded up to a multiple of this (static_decode.Decoder)
 
 
-def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens: int, micro_batch: int,
-                    n_samples: int, weight_bytes: int = 2, top_p: bool = False, ragged: bool = True,
-                    fold: bool = False, keyed: bool = False) -> dict[str, float]:
+def estimate_memory(
+    mc,
+    lora_r: int,
+    n_targets: int,
+    prompt_len: int,
+    new_tokens: int,
+    micro_batch: int,
+    n_samples: int,
+    weight_bytes: int = 2,
+    top_p: bool = False,
+    ragged: bool = True,
+    fold: bool = False,
+    keyed: bool = False,
+) -> dict[str, float]:
     """Peak accelerator bytes of a training step and of sampling, from the training code's path.
     mc: the model's config (hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
     num_key_value_heads, vocab_size). Counts what autograd keeps per token and layer (bf16
@@ -35,10 +47,18 @@ def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens
     T, Lc, b, a = prompt_len + new_tokens, new_tokens, micro_batch, 2  # a: bytes per bf16 activation
     per_token_layer = (
         H * (a * 2 + 4)  # attention RMSNorm: its input and output (+ fp32 statistics, rounded up)
-        + H * 4 + H * a + 2 * kv * a + H * a + 2 * kv * a  # the LoRA fp32 copy q, k, v share; q, k, v before and after RoPE
-        + H * a + H * 4 + H * a  # attention output, o_proj's LoRA fp32 copy, residual
+        + H * 4
+        + H * a
+        + 2 * kv * a
+        + H * a
+        + 2 * kv * a  # the LoRA fp32 copy q, k, v share; q, k, v before and after RoPE
+        + H * a
+        + H * 4
+        + H * a  # attention output, o_proj's LoRA fp32 copy, residual
         + H * (a * 2 + 4)  # MLP RMSNorm
-        + H * 4 + 4 * I * a + I * 4  # the LoRA copy gate/up share; gate, up, silu(gate), product; down's LoRA copy
+        + H * 4
+        + 4 * I * a
+        + I * 4  # the LoRA copy gate/up share; gate, up, silu(gate), product; down's LoRA copy
         + 7 * lora_r * 4  # LoRA A outputs
     )
     # A padded micro-batch passes transformers' bool mask (b, 1, T, T) to SDPA, which then cannot do GQA itself:
@@ -54,13 +74,28 @@ def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens
     logits = b * (Lc + 1) * V * (a + a) + 3 * 4 * min(LOGPROB_CHUNK, b * Lc * V)
     static = params * weight_bytes + lora_params * 4 * 4  # LoRA: weight, grad, two AdamW moments
     kv_cache = n_samples * T * L * 2 * kv * a
-    sample_logits = n_samples * V * (4 + 4 + (4 + 8 + 4 + 4 + 1 + 1 if top_p else 0)  # fp32 logits, probs, top-p sort
-                                     + (KEYED_DRAW_BYTES if keyed else 0))
+    sample_logits = (
+        n_samples
+        * V
+        * (
+            4
+            + 4
+            + (4 + 8 + 4 + 4 + 1 + 1 if top_p else 0)  # fp32 logits, probs, top-p sort
+            + (KEYED_DRAW_BYTES if keyed else 0)
+        )
+    )
     folded = L * (2 * H * H + 2 * H * kv + 3 * H * I) * n_targets / 7 * weight_bytes if fold else 0
-    return {"params": params, "lora_params": lora_params, "static": static, "activations": activations,
-            "attention_mask": attention_mask, "logits": logits,
-            "train_step": static + activations + logits, "kv_cache": kv_cache,
-            "sampling": static + kv_cache + sample_logits + folded}
+    return {
+        "params": params,
+        "lora_params": lora_params,
+        "static": static,
+        "activations": activations,
+        "attention_mask": attention_mask,
+        "logits": logits,
+        "train_step": static + activations + logits,
+        "kv_cache": kv_cache,
+        "sampling": static + kv_cache + sample_logits + folded,
+    }
 
 
 # per row and vocabulary entry, live at once in decoding.keyed_draw: the fp32 probabilities, their fp64
@@ -68,8 +103,9 @@ def estimate_memory(mc, lora_r: int, n_targets: int, prompt_len: int, new_tokens
 KEYED_DRAW_BYTES = 4 + 8 + 8
 
 
-def decoder_bytes(mc, rows: int, positions: int, top_p: bool = False, act_bytes: int = 2, keyed: bool = False,
-                  graphs: bool = False) -> float:
+def decoder_bytes(
+    mc, rows: int, positions: int, top_p: bool = False, act_bytes: int = 2, keyed: bool = False, graphs: bool = False
+) -> float:
     """Bytes the static decode keeps on the device between calls (static_decode.Decoder: made once
     per process and batch size, so that its captured graphs replay): the KV cache of `rows` x
     `positions` (rounded up to CAPACITY_STEP), its mask and outputs, and in the graph pool one step's
@@ -84,9 +120,15 @@ def decoder_bytes(mc, rows: int, positions: int, top_p: bool = False, act_bytes:
     L, H, V = mc.num_hidden_layers, mc.hidden_size, mc.vocab_size
     kv = H // mc.num_attention_heads * mc.num_key_value_heads
     cap = -(-positions // CAPACITY_STEP) * CAPACITY_STEP
-    cache = rows * cap * (L * 2 * kv * act_bytes + 1 + 8 + 4 + 8)  # keys and values; mask, token ids, log-probs, uniforms
-    step = (rows * V * act_bytes + rows * min(V, TAIL_CHUNK) * 4 * 4 + (rows * V * (4 + 4 + 8 + 4 + 4 + 1 + 1) if top_p else 0)
-            + (rows * V * KEYED_DRAW_BYTES if keyed else 0))
+    cache = (
+        rows * cap * (L * 2 * kv * act_bytes + 1 + 8 + 4 + 8)
+    )  # keys and values; mask, token ids, log-probs, uniforms
+    step = (
+        rows * V * act_bytes
+        + rows * min(V, TAIL_CHUNK) * 4 * 4
+        + (rows * V * (4 + 4 + 8 + 4 + 4 + 1 + 1) if top_p else 0)
+        + (rows * V * KEYED_DRAW_BYTES if keyed else 0)
+    )
     return cache + step * (2 if graphs else 1)
 
 
@@ -95,11 +137,27 @@ def decoders_held(cfg: config.Config, mc, prompt_len: int, rollouts: bool, dev: 
     (rollouts: train.sampling decodes with graph) and the dev checks' (dev: they run, with graph)."""
     act = 2 if cfg.model.dtype != "float32" else 4
     tc, e = cfg.train, cfg.eval.sampling
-    held = (decoder_bytes(mc, tc.problems_per_step * tc.group_size, prompt_len + tc.sampling.max_new_tokens, act_bytes=act,
-                          graphs=True) if rollouts else 0.0)
+    held = (
+        decoder_bytes(
+            mc,
+            tc.problems_per_step * tc.group_size,
+            prompt_len + tc.sampling.max_new_tokens,
+            act_bytes=act,
+            graphs=True,
+        )
+        if rollouts
+        else 0.0
+    )
     if dev:
-        held += decoder_bytes(mc, largest_call(cfg, tc.dev_samples, cfg.eval.problems_per_batch), prompt_len + e.max_new_tokens,
-                              top_p=e.top_p < 1.0 or e.top_k > 0, act_bytes=act, keyed=cfg.eval.draw == "sample", graphs=True)
+        held += decoder_bytes(
+            mc,
+            largest_call(cfg, tc.dev_samples, cfg.eval.problems_per_batch),
+            prompt_len + e.max_new_tokens,
+            top_p=e.top_p < 1.0 or e.top_k > 0,
+            act_bytes=act,
+            keyed=cfg.eval.draw == "sample",
+            graphs=True,
+        )
     return held
 
 
@@ -128,13 +186,16 @@ def largest_call(cfg: config.Config, n: int, per_batch: int, n_problems: int | N
 MEASURED_OVER_ESTIMATE = 1.15
 
 
-def auto_micro_batch(cfg: config.Config, mc, prompt_len: int, free_gib: float | None = None, held_bytes: float = 0.0) -> int:
+def auto_micro_batch(
+    cfg: config.Config, mc, prompt_len: int, free_gib: float | None = None, held_bytes: float = 0.0
+) -> int:
     """The micro-batch of micro_batch_choice."""
     return micro_batch_choice(cfg, mc, prompt_len, free_gib, held_bytes)[0]
 
 
-def micro_batch_choice(cfg: config.Config, mc, prompt_len: int, free_gib: float | None = None,
-                       held_bytes: float = 0.0) -> tuple[int, str]:
+def micro_batch_choice(
+    cfg: config.Config, mc, prompt_len: int, free_gib: float | None = None, held_bytes: float = 0.0
+) -> tuple[int, str]:
     """(micro-batch, why, in words): cfg.micro_batch when it is set (memory_gb is then not read), else
     the largest micro-batch whose training peak (the estimate, its per-micro-batch part raised by
     MEASURED_OVER_ESTIMATE) plus `held_bytes` (what else the process keeps between steps: the static
@@ -143,7 +204,10 @@ def micro_batch_choice(cfg: config.Config, mc, prompt_len: int, free_gib: float 
     and its LoRA were loaded, so those weights are not counted again (before: they were, twice). The
     rest is left for the CUDA context and the allocator's fragmentation, which the estimate does not count."""
     if cfg.micro_batch > 0:
-        return cfg.micro_batch, f"micro_batch {cfg.micro_batch}, set in the config (it wins: memory_gb {cfg.memory_gb} is not read)"
+        return (
+            cfg.micro_batch,
+            f"micro_batch {cfg.micro_batch}, set in the config (it wins: memory_gb {cfg.memory_gb} is not read)",
+        )
     auto = cfg.memory_gb == "auto"
     budget = free_gib if auto else cfg.memory_gb
     if budget is None:
@@ -151,11 +215,24 @@ def micro_batch_choice(cfg: config.Config, mc, prompt_len: int, free_gib: float 
     wb = 2 if cfg.model.dtype != "float32" else 4
     fits = 1
     for b in range(1, cfg.train.problems_per_step * cfg.train.group_size + 1):
-        est = estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), prompt_len, cfg.train.sampling.max_new_tokens, b,
-                              cfg.train.problems_per_step * cfg.train.group_size, wb)
-        resident = est["params"] * wb + est["lora_params"] * 4 if auto else 0.0  # already outside a measured free memory
-        if est["static"] - resident + held_bytes + MEASURED_OVER_ESTIMATE * (est["activations"] + est["logits"]) > 0.85 * budget * 2**30:
+        est = estimate_memory(
+            mc,
+            cfg.lora.r,
+            len(cfg.lora.targets),
+            prompt_len,
+            cfg.train.sampling.max_new_tokens,
+            b,
+            cfg.train.problems_per_step * cfg.train.group_size,
+            wb,
+        )
+        resident = (
+            est["params"] * wb + est["lora_params"] * 4 if auto else 0.0
+        )  # already outside a measured free memory
+        if (
+            est["static"] - resident + held_bytes + MEASURED_OVER_ESTIMATE * (est["activations"] + est["logits"])
+            > 0.85 * budget * 2**30
+        ):
             break
         fits = b
-    where = (f"memory_gb auto: {budget:.1f} GiB free with the model loaded" if auto else f"memory_gb {budget:g} GiB")
+    where = f"memory_gb auto: {budget:.1f} GiB free with the model loaded" if auto else f"memory_gb {budget:g} GiB"
     return fits, f"micro_batch {fits}, the largest whose estimated step fits 85% of {where}"

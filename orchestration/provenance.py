@@ -6,6 +6,7 @@ stage is done when its outputs record the stage hash the current config gives; a
 records another hash was made under other settings, and `differing_setting` names the first
 setting that differs so the refusal can say so in one line.
 """
+
 from __future__ import annotations
 
 import copy
@@ -22,7 +23,9 @@ import time
 from pathlib import Path
 
 from orchestration import config
-from orchestration.records import ADDED_OFF  # keys added since, at the value that means "as before": left out of the hashes
+from orchestration.records import (
+    ADDED_OFF,
+)  # keys added since, at the value that means "as before": left out of the hashes
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE_MODE = 0o644  # outputs are read by others (mkstemp alone would leave 0600)
@@ -164,7 +167,10 @@ def put_back(moved: list[tuple[Path, Path]], folder: Path) -> None:
             old.parent.mkdir(parents=True, exist_ok=True)
             os.replace(dest, old)
             print(f"put back {old} (this command failed before writing it again)", flush=True)
-    for d in sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [folder, folder.parent]:
+    for d in sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [
+        folder,
+        folder.parent,
+    ]:
         try:
             d.rmdir()
         except OSError:
@@ -276,8 +282,10 @@ def weights_problem(folder: str | Path, sha256: str | None) -> str | None:
     if got is None:
         return f"{Path(folder) / 'model.safetensors'}: missing"
     if got != sha256:
-        return (f"{Path(folder) / 'model.safetensors'}: sha256 {got[:16]}…, model.base_sha256 says {sha256[:16]}… "
-                "(other weights than the registered base)")
+        return (
+            f"{Path(folder) / 'model.safetensors'}: sha256 {got[:16]}…, model.base_sha256 says {sha256[:16]}… "
+            "(other weights than the registered base)"
+        )
     return None
 
 
@@ -292,8 +300,9 @@ def content_sha256(path: str | Path) -> str | None:
     except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
         return None
     if isinstance(d, dict):
-        d = {k: v for k, v in d.items() if k not in ("seconds", "resumed_from_calls", "model", "provenance")} | \
-            {"stage_hash": (d.get("provenance") or {}).get("stage_hash")}
+        d = {k: v for k, v in d.items() if k not in ("seconds", "resumed_from_calls", "model", "provenance")} | {
+            "stage_hash": (d.get("provenance") or {}).get("stage_hash")
+        }
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 
@@ -302,9 +311,16 @@ def content_sha256(path: str | Path) -> str | None:
 
 def code_revision() -> str:
     try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True,
-                               timeout=10).stdout.strip()
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return (rev or "unknown") + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -315,8 +331,12 @@ def versions() -> dict:
     import torch
     import transformers
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "numpy": numpy.__version__}
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "numpy": numpy.__version__,
+    }
 
 
 # Which config keys each stage's results depend on. A stage is done when its outputs record
@@ -337,8 +357,17 @@ STAGE_KEYS = {
 # memory). The token stage's greedy decode and teacher-forced reads keep problems_per_batch in theirs.
 BATCHING_KEYS = ("eval.problems_per_batch", "eval.max_rows")
 _NOT_IN_HASH = {  # logp_gap_limit only stops a run: a run that finishes under it is the run without it
-    "lr-sweep": ("seeds", "seeds_by_condition", "lr", "checkpoints", "steps", "log_kl_every", "dev_every", "logp_gap_limit",
-                 "logp_gap_max_limit"),
+    "lr-sweep": (
+        "seeds",
+        "seeds_by_condition",
+        "lr",
+        "checkpoints",
+        "steps",
+        "log_kl_every",
+        "dev_every",
+        "logp_gap_limit",
+        "logp_gap_max_limit",
+    ),
     "train": ("seeds", "seeds_by_condition", "logp_gap_limit", "logp_gap_max_limit"),
 }
 
@@ -374,8 +403,10 @@ def without_batching(cfg_dict: dict) -> dict:
         return cfg_dict
     d = {**cfg_dict, "eval": {k: v for k, v in cfg_dict["eval"].items() if "eval." + k not in BATCHING_KEYS}}
     if isinstance(d.get("eval_sets"), dict):
-        d["eval_sets"] = {k: {kk: v for kk, v in es.items() if kk != "problems_per_batch"} if isinstance(es, dict) else es
-                          for k, es in d["eval_sets"].items()}
+        d["eval_sets"] = {
+            k: {kk: v for kk, v in es.items() if kk != "problems_per_batch"} if isinstance(es, dict) else es
+            for k, es in d["eval_sets"].items()
+        }
     return d
 
 
@@ -392,9 +423,11 @@ def _drop_if(picked: dict, key: str, off) -> None:
         if picked[key] == off:
             del picked[key]
         return
-    for top in picked:  # the stage key that holds it: "train" for train.sampling.decode, "eval.sampling" for eval.sampling.decode
+    for top in (
+        picked
+    ):  # the stage key that holds it: "train" for train.sampling.decode, "eval.sampling" for eval.sampling.decode
         if key.startswith(top + ".") and isinstance(picked[top], dict):
-            *path, name = key[len(top) + 1:].split(".")
+            *path, name = key[len(top) + 1 :].split(".")
             node = picked[top] = copy.deepcopy(picked[top])
             for part in path:
                 node = node.get(part) if isinstance(node, dict) else None
@@ -464,7 +497,8 @@ def differing_setting(recorded: dict | None, cfg: config.Config, stage: str) -> 
     """The first setting (dotted key=value) on which a recorded provenance differs from `cfg`,
     for the one-line refusal; 'its inputs' when the settings agree and an input file differs."""
     return next(iter(differing_settings(recorded, cfg, stage)), None) or (
-        f"the inputs it was made from ({json.dumps((recorded or {}).get('inputs'))[:100]})")
+        f"the inputs it was made from ({json.dumps((recorded or {}).get('inputs'))[:100]})"
+    )
 
 
 def fix_order(key: str) -> tuple[int, str]:
@@ -484,7 +518,10 @@ def differing_settings(recorded: dict | None, cfg: config.Config, stage: str) ->
         then = hashed_settings(recorded["config"], stage)
     except (KeyError, TypeError):
         return ["a config from another version of the code"]
-    return [f"{k}={_short(a)} there, {_short(b)} here" for k, a, b in sorted(_diffs(then, now), key=lambda d: fix_order(d[0]))]
+    return [
+        f"{k}={_short(a)} there, {_short(b)} here"
+        for k, a, b in sorted(_diffs(then, now), key=lambda d: fix_order(d[0]))
+    ]
 
 
 def _diffs(then: dict, now: dict, prefix: str = "") -> list[tuple[str, object, object]]:

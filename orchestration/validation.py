@@ -4,6 +4,7 @@ on one line before any work starts. The names a check accepts (BUILDS, REWARDS, 
 seeds (seeds_of) are here too; orchestration/config.py holds the settings themselves and re-exports
 these. Config is imported for its type only: config imports this module, never the reverse.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,19 @@ def validate(cfg: Config, files: bool = True) -> None:
     machine (model.path's folder): for a config recorded elsewhere."""
     _check_run(cfg)
     _check_model(cfg, files)
-    for check in (_check_task, _check_lora, _check_sampling, _check_train, _check_conditions,
-                  _check_eval, _check_lr_sweep, _check_tokens, _check_analyze, _check_select, _check_probe):
+    for check in (
+        _check_task,
+        _check_lora,
+        _check_sampling,
+        _check_train,
+        _check_conditions,
+        _check_eval,
+        _check_lr_sweep,
+        _check_tokens,
+        _check_analyze,
+        _check_select,
+        _check_probe,
+    ):
         check(cfg)
 
 
@@ -53,34 +65,60 @@ def _check_run(cfg: Config) -> None:
     _need(cfg.device in ("auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda")
     _need(cfg.determinism in ("full", "kernels", "off"), "determinism", "must be full, kernels or off")
     _need(cfg.micro_batch >= 0, "micro_batch", "must be >= 0 (0 = chosen from memory_gb)")
-    _need(cfg.memory_gb == "auto" or (not isinstance(cfg.memory_gb, str) and cfg.memory_gb > 0), "memory_gb",
-          "must be a number of GiB > 0, or auto (the device's free memory)")
+    _need(
+        cfg.memory_gb == "auto" or (not isinstance(cfg.memory_gb, str) and cfg.memory_gb > 0),
+        "memory_gb",
+        "must be a number of GiB > 0, or auto (the device's free memory)",
+    )
 
 
 def _check_model(cfg: Config, files: bool = True) -> None:
     """model: the base, its dtype, how it is built or reused."""
-    _need(cfg.model.dtype != "float16", "model.dtype",
-          "float16 needs loss scaling, which this code does not do: use bfloat16 (GPU) or float32")
+    _need(
+        cfg.model.dtype != "float16",
+        "model.dtype",
+        "float16 needs loss scaling, which this code does not do: use bfloat16 (GPU) or float32",
+    )
     _need(cfg.model.dtype in ("bfloat16", "float32"), "model.dtype", "must be bfloat16 or float32")
     if files and all(getattr(cfg.model, k) is None for k in BUILDS):
         path = cfg.model.path
         hub_id = not path.startswith((".", "/", "~")) and path.count("/") == 1  # e.g. Qwen/Qwen2.5-0.5B-Instruct
-        _need(hub_id or os.path.isdir(os.path.expanduser(path)), "model.path",
-              f"no model folder at {path!r} (and it is not a hub id such as Qwen/Qwen2.5-0.5B-Instruct)")
-    _need(cfg.model.base_from is None or cfg.model.build is not None, "model.base_from",
-          "reuses a base built by model.build: set model.build to the recipe it was built with")
-    _need((cfg.model.base_from is None) == (cfg.model.base_sha256 is None), "model.base_sha256",
-          "model.base_from and model.base_sha256 go together (the folder, and its model.safetensors' sha256)")
-    _need(cfg.model.base_sha256 is None or re.fullmatch(r"[0-9a-f]{64}", str(cfg.model.base_sha256)) is not None,
-          "model.base_sha256", "must be 64 lowercase hex digits (sha256sum of model.safetensors)")
+        _need(
+            hub_id or os.path.isdir(os.path.expanduser(path)),
+            "model.path",
+            f"no model folder at {path!r} (and it is not a hub id such as Qwen/Qwen2.5-0.5B-Instruct)",
+        )
+    _need(
+        cfg.model.base_from is None or cfg.model.build is not None,
+        "model.base_from",
+        "reuses a base built by model.build: set model.build to the recipe it was built with",
+    )
+    _need(
+        (cfg.model.base_from is None) == (cfg.model.base_sha256 is None),
+        "model.base_sha256",
+        "model.base_from and model.base_sha256 go together (the folder, and its model.safetensors' sha256)",
+    )
+    _need(
+        cfg.model.base_sha256 is None or re.fullmatch(r"[0-9a-f]{64}", str(cfg.model.base_sha256)) is not None,
+        "model.base_sha256",
+        "must be 64 lowercase hex digits (sha256sum of model.safetensors)",
+    )
     if cfg.model.build is not None:
         b = cfg.model.build
-        _need(b.hidden % b.heads == 0 and b.heads % b.kv_heads == 0, "model.build.heads", "hidden must divide by heads, heads by kv_heads")
+        _need(
+            b.hidden % b.heads == 0 and b.heads % b.kv_heads == 0,
+            "model.build.heads",
+            "hidden must divide by heads, heads by kv_heads",
+        )
         _need(b.steps >= 1 and b.batch >= 1, "model.build.steps", "steps and batch must be >= 1")
         _need(b.n_pretrain >= 1, "model.build.n_pretrain", "must be >= 1")
         _need(all(0 <= x <= 1 for x in b.p_borrow_slip), "model.build.p_borrow_slip", "must be probabilities in [0, 1]")
         _need(b.n_drill >= 0, "model.build.n_drill", "must be >= 0 (0 = no drill traces)")
-        _need(bool(b.wrong_offsets) and all(x >= 1 for x in b.wrong_offsets), "model.build.wrong_offsets", "must be integers >= 1")
+        _need(
+            bool(b.wrong_offsets) and all(x >= 1 for x in b.wrong_offsets),
+            "model.build.wrong_offsets",
+            "must be integers >= 1",
+        )
     if cfg.model.qwen_shape is not None:
         _need(cfg.model.qwen_shape.layers >= 1, "model.qwen_shape.layers", "must be >= 1")
     if cfg.model.gguf is not None:
@@ -93,32 +131,44 @@ def _check_task(cfg: Config) -> None:
     """task: the problems and the prompt."""
     from countdown import PROMPT_STYLES, TASKS  # no torch: cheap
 
-    _need(cfg.task.name in TASKS and cfg.task.name != "countdown", "task.name",
-          f"must be one of {', '.join(t for t in TASKS if t != 'countdown')}")
+    _need(
+        cfg.task.name in TASKS and cfg.task.name != "countdown",
+        "task.name",
+        f"must be one of {', '.join(t for t in TASKS if t != 'countdown')}",
+    )
     _need(cfg.task.n_train >= 1, "task.n_train", "must be >= 1")
     _need(cfg.task.n_test >= 1, "task.n_test", "must be >= 1")
     _need(cfg.task.prompt_style in PROMPT_STYLES, "task.prompt_style", f"must be one of {', '.join(PROMPT_STYLES)}")
     _need(cfg.task.seed >= 0, "task.seed", "must be >= 0")
-    _need(cfg.task.test_split in ("test", "confirm", "confirm2"), "task.test_split",
-          "must be test (the test split), confirm (a fresh split drawn after the others) or confirm2 (one drawn after confirm)")
+    _need(
+        cfg.task.test_split in ("test", "confirm", "confirm2"),
+        "task.test_split",
+        "must be test (the test split), confirm (a fresh split drawn after the others) or confirm2 (one drawn after confirm)",
+    )
 
 
 def _check_lora(cfg: Config) -> None:
     """lora: the adapter."""
     _need(cfg.lora.r >= 1, "lora.r", "must be >= 1")
-    _need(not cfg.lora.tf32 or cfg.model.dtype == "bfloat16", "lora.tf32",
-          "only with model.dtype bfloat16: in a float32 model TF32 would round every matrix product, not only "
-          "LoRA's (set lora.tf32: false)")
+    _need(
+        not cfg.lora.tf32 or cfg.model.dtype == "bfloat16",
+        "lora.tf32",
+        "only with model.dtype bfloat16: in a float32 model TF32 would round every matrix product, not only "
+        "LoRA's (set lora.tf32: false)",
+    )
     _need(len(cfg.lora.targets) > 0, "lora.targets", "must name at least one module")
 
 
 def _check_sampling(cfg: Config) -> None:
     """train.sampling and eval.sampling."""
     ts = cfg.train.sampling
-    _need(ts.temperature == 1.0 and ts.top_p == 1.0 and ts.top_k == 0, "train.sampling",
-          "must be temperature 1.0, top_p 1.0, top_k 0: the policy gradient uses the untempered, untruncated "
-          f"log-probabilities, so rollouts must come from that policy "
-          f"(got temperature {ts.temperature:g}, top_p {ts.top_p:g}, top_k {ts.top_k})")
+    _need(
+        ts.temperature == 1.0 and ts.top_p == 1.0 and ts.top_k == 0,
+        "train.sampling",
+        "must be temperature 1.0, top_p 1.0, top_k 0: the policy gradient uses the untempered, untruncated "
+        f"log-probabilities, so rollouts must come from that policy "
+        f"(got temperature {ts.temperature:g}, top_p {ts.top_p:g}, top_k {ts.top_k})",
+    )
     for name, s in (("train.sampling", cfg.train.sampling), ("eval.sampling", cfg.eval.sampling)):
         _need(s.decode in ("eager", "graph", "auto"), f"{name}.decode", "must be eager, graph or auto")
         _need(s.tail in ("sort", "cut"), f"{name}.tail", "must be sort or cut")
@@ -136,34 +186,76 @@ def _check_train(cfg: Config) -> None:
     _need(t.steps >= 1, "train.steps", "must be >= 1")
     _need(t.lr is None or t.lr > 0, "train.lr", "must be > 0, or null to use the lr-sweep's choice")
     _need(len(t.betas) == 2 and all(0 <= b < 1 for b in t.betas), "train.betas", "must be two numbers in [0, 1)")
-    _need(all(1 <= c <= t.steps for c in t.checkpoints), "train.checkpoints", f"every checkpoint must be in 1..train.steps ({t.steps})")
+    _need(
+        all(1 <= c <= t.steps for c in t.checkpoints),
+        "train.checkpoints",
+        f"every checkpoint must be in 1..train.steps ({t.steps})",
+    )
     _need(t.save_last_every >= 1, "train.save_last_every", "must be >= 1")
-    _need(bool(t.seeds) and all(x >= 0 for x in t.seeds) and len(set(t.seeds)) == len(t.seeds), "train.seeds",
-          "must be a non-empty list of distinct integers >= 0, e.g. [0, 1, 2]")
+    _need(
+        bool(t.seeds) and all(x >= 0 for x in t.seeds) and len(set(t.seeds)) == len(t.seeds),
+        "train.seeds",
+        "must be a non-empty list of distinct integers >= 0, e.g. [0, 1, 2]",
+    )
     for name, ss in t.seeds_by_condition.items():
-        _need(name in cfg.conditions, f"train.seeds_by_condition.{name}", f"is not a condition ({', '.join(cfg.conditions)})")
-        _need(isinstance(ss, list) and bool(ss) and all(isinstance(x, int) and x >= 0 for x in ss) and len(set(ss)) == len(ss),
-              f"train.seeds_by_condition.{name}", "must be a non-empty list of distinct integers >= 0")
+        _need(
+            name in cfg.conditions,
+            f"train.seeds_by_condition.{name}",
+            f"is not a condition ({', '.join(cfg.conditions)})",
+        )
+        _need(
+            isinstance(ss, list)
+            and bool(ss)
+            and all(isinstance(x, int) and x >= 0 for x in ss)
+            and len(set(ss)) == len(ss),
+            f"train.seeds_by_condition.{name}",
+            "must be a non-empty list of distinct integers >= 0",
+        )
     _need(t.log_kl_every >= 0, "train.log_kl_every", "must be >= 0 (0 = never)")
     _need(t.grad_clip is None or t.grad_clip > 0, "train.grad_clip", "must be > 0, or null for no clipping")
-    _need(t.importance_cap is None or t.importance_cap > 0, "train.importance_cap", "must be > 0 (e.g. 2.0), or null for no correction")
-    _need(t.no_signal_update in ("step", "skip"), "train.no_signal_update",
-          "must be step (AdamW steps on a zero gradient, as TRL does) or skip (no optimizer step on it)")
-    _need(t.logp_gap_limit is None or t.logp_gap_limit > 0, "train.logp_gap_limit", "must be > 0 (nats), or null for no limit")
-    _need(t.logp_gap_max_limit is None or t.logp_gap_max_limit > 0, "train.logp_gap_max_limit", "must be > 0 (nats), or null for no limit")
-    _need(t.dev_every >= 0 and t.dev_problems >= 1 and t.dev_samples >= 1, "train.dev_every",
-          "dev_every must be >= 0 (0 = off), dev_problems and dev_samples >= 1")
+    _need(
+        t.importance_cap is None or t.importance_cap > 0,
+        "train.importance_cap",
+        "must be > 0 (e.g. 2.0), or null for no correction",
+    )
+    _need(
+        t.no_signal_update in ("step", "skip"),
+        "train.no_signal_update",
+        "must be step (AdamW steps on a zero gradient, as TRL does) or skip (no optimizer step on it)",
+    )
+    _need(
+        t.logp_gap_limit is None or t.logp_gap_limit > 0,
+        "train.logp_gap_limit",
+        "must be > 0 (nats), or null for no limit",
+    )
+    _need(
+        t.logp_gap_max_limit is None or t.logp_gap_max_limit > 0,
+        "train.logp_gap_max_limit",
+        "must be > 0 (nats), or null for no limit",
+    )
+    _need(
+        t.dev_every >= 0 and t.dev_problems >= 1 and t.dev_samples >= 1,
+        "train.dev_every",
+        "dev_every must be >= 0 (0 = off), dev_problems and dev_samples >= 1",
+    )
 
 
 def _check_conditions(cfg: Config) -> None:
     """conditions: the registry."""
     _need(bool(cfg.conditions), "conditions", "must register at least one condition, e.g. {many: {problems: all}}")
     for name, c in cfg.conditions.items():
-        _need(bool(CONDITION_NAME.fullmatch(name)), f"conditions.{name}",
-              "names use letters, digits and '-' only (they become file names: train_<name>_s<seed>)")
-        _need(c.problems == "all" or (c.problems.startswith("select-") and c.problems[7:].isdigit() and int(c.problems[7:]) >= 1)
-              or bool(re.fullmatch(r"stratum:borrows-[0-9]+", c.problems)),
-              f"conditions.{name}.problems", f"must be 'all', 'select-N' with N >= 1 or 'stratum:borrows-K', got {c.problems!r}")
+        _need(
+            bool(CONDITION_NAME.fullmatch(name)),
+            f"conditions.{name}",
+            "names use letters, digits and '-' only (they become file names: train_<name>_s<seed>)",
+        )
+        _need(
+            c.problems == "all"
+            or (c.problems.startswith("select-") and c.problems[7:].isdigit() and int(c.problems[7:]) >= 1)
+            or bool(re.fullmatch(r"stratum:borrows-[0-9]+", c.problems)),
+            f"conditions.{name}.problems",
+            f"must be 'all', 'select-N' with N >= 1 or 'stratum:borrows-K', got {c.problems!r}",
+        )
         _need(c.reward in REWARDS, f"conditions.{name}.reward", f"must be one of {', '.join(REWARDS)}")
         _need(c.method in METHODS, f"conditions.{name}.method", f"must be one of {', '.join(METHODS)}")
         _need(c.kl >= 0, f"conditions.{name}.kl", "must be >= 0")
@@ -176,43 +268,78 @@ def _check_eval(cfg: Config) -> None:
     from countdown import TASKS  # no torch: cheap
 
     for name, es in cfg.eval_sets.items():
-        _need(bool(CONDITION_NAME.fullmatch(name)) and name != "test", f"eval_sets.{name}",
-              "names use letters, digits and '-' ('test' is the eval section)")
-        _need(es.task is None or (es.task in TASKS and es.task != "countdown"), f"eval_sets.{name}.task",
-              f"must be null or one of {', '.join(t for t in TASKS if t != 'countdown')}")
-        _need(es.n_problems >= 1 and es.n >= 1 and 1 <= es.k_max <= es.n, f"eval_sets.{name}.k_max",
-              "need n_problems >= 1 and 1 <= k_max <= n")
-        _need(es.task not in (None, cfg.task.name) or es.n_problems <= cfg.task.n_test, f"eval_sets.{name}.n_problems",
-              f"the set takes the first test problems: at most task.n_test ({cfg.task.n_test})")
+        _need(
+            bool(CONDITION_NAME.fullmatch(name)) and name != "test",
+            f"eval_sets.{name}",
+            "names use letters, digits and '-' ('test' is the eval section)",
+        )
+        _need(
+            es.task is None or (es.task in TASKS and es.task != "countdown"),
+            f"eval_sets.{name}.task",
+            f"must be null or one of {', '.join(t for t in TASKS if t != 'countdown')}",
+        )
+        _need(
+            es.n_problems >= 1 and es.n >= 1 and 1 <= es.k_max <= es.n,
+            f"eval_sets.{name}.k_max",
+            "need n_problems >= 1 and 1 <= k_max <= n",
+        )
+        _need(
+            es.task not in (None, cfg.task.name) or es.n_problems <= cfg.task.n_test,
+            f"eval_sets.{name}.n_problems",
+            f"the set takes the first test problems: at most task.n_test ({cfg.task.n_test})",
+        )
         _need(es.models in EVAL_MODELS, f"eval_sets.{name}.models", f"must be one of {', '.join(EVAL_MODELS)}")
         sm = es.sampling or cfg.eval.sampling
-        _need(sm.temperature > 0 and 0 < sm.top_p <= 1 and sm.top_k >= 0 and sm.max_new_tokens >= 1,
-              f"eval_sets.{name}.sampling", "needs temperature > 0, top_p in (0, 1], top_k >= 0, max_new_tokens >= 1")
+        _need(
+            sm.temperature > 0 and 0 < sm.top_p <= 1 and sm.top_k >= 0 and sm.max_new_tokens >= 1,
+            f"eval_sets.{name}.sampling",
+            "needs temperature > 0, top_p in (0, 1], top_k >= 0, max_new_tokens >= 1",
+        )
         _need(sm.tail in ("sort", "cut"), f"eval_sets.{name}.sampling.tail", "must be sort or cut")
         _need(es.problems_per_batch >= 1, f"eval_sets.{name}.problems_per_batch", "must be >= 1")
         _need(es.seeds in ("own", "test"), f"eval_sets.{name}.seeds", "must be own or test")
     _need(cfg.eval.n >= 1, "eval.n", "must be >= 1")
     _need(1 <= cfg.eval.k_max <= cfg.eval.n, "eval.k_max", f"must be in 1..eval.n ({cfg.eval.n}): pass@k needs k <= n")
-    _need(cfg.eval.n_base is None or cfg.eval.n_base >= cfg.eval.n, "eval.n_base", f"must be null or >= eval.n ({cfg.eval.n})")
+    _need(
+        cfg.eval.n_base is None or cfg.eval.n_base >= cfg.eval.n,
+        "eval.n_base",
+        f"must be null or >= eval.n ({cfg.eval.n})",
+    )
     _need(cfg.eval.problems_per_batch >= 1, "eval.problems_per_batch", "must be >= 1")
-    _need(cfg.eval.draw in ("sample", "batch"), "eval.draw",
-          "must be sample (each sample its own stream: PLAN_CHANGES.md change 52) or batch (one generator per call, as before)")
+    _need(
+        cfg.eval.draw in ("sample", "batch"),
+        "eval.draw",
+        "must be sample (each sample its own stream: PLAN_CHANGES.md change 52) or batch (one generator per call, as before)",
+    )
     _need(cfg.eval.max_rows is None or cfg.eval.max_rows >= 1, "eval.max_rows", "must be null (no cap) or >= 1")
-    _need(cfg.eval.max_rows is None or cfg.eval.draw == "sample", "eval.max_rows",
-          "needs eval.draw: sample (under draw: batch, splitting a call changes its samples)")
+    _need(
+        cfg.eval.max_rows is None or cfg.eval.draw == "sample",
+        "eval.max_rows",
+        "needs eval.draw: sample (under draw: batch, splitting a call changes its samples)",
+    )
 
 
 def _check_lr_sweep(cfg: Config) -> None:
     """lr_sweep: the learning-rate sweep."""
     if cfg.lr_sweep.per_condition:
         for name, c in cfg.conditions.items():
-            _need(c.method != "sft" or c.lr is not None, f"conditions.{name}.lr",
-                  "an sft condition draws no rollouts, so it has no reward to sweep on: give it its own lr "
-                  "(or set lr_sweep.per_condition: false)")
-    _need(len(cfg.lr_sweep.candidates) >= 1 and all(c > 0 for c in cfg.lr_sweep.candidates), "lr_sweep.candidates",
-          "must be positive numbers")
+            _need(
+                c.method != "sft" or c.lr is not None,
+                f"conditions.{name}.lr",
+                "an sft condition draws no rollouts, so it has no reward to sweep on: give it its own lr "
+                "(or set lr_sweep.per_condition: false)",
+            )
+    _need(
+        len(cfg.lr_sweep.candidates) >= 1 and all(c > 0 for c in cfg.lr_sweep.candidates),
+        "lr_sweep.candidates",
+        "must be positive numbers",
+    )
     _need(1 <= cfg.lr_sweep.last <= cfg.lr_sweep.steps, "lr_sweep.last", "must be in 1..lr_sweep.steps")
-    _need(cfg.lr_sweep.rule in ("dev", "reward"), "lr_sweep.rule", "must be dev (held-out dev pass@1) or reward (the report's rule)")
+    _need(
+        cfg.lr_sweep.rule in ("dev", "reward"),
+        "lr_sweep.rule",
+        "must be dev (held-out dev pass@1) or reward (the report's rule)",
+    )
 
 
 def _check_tokens(cfg: Config) -> None:
@@ -223,8 +350,11 @@ def _check_tokens(cfg: Config) -> None:
 def _check_analyze(cfg: Config) -> None:
     """analyze, its support test and calibration."""
     _need(cfg.analyze.extrapolate_to >= 1, "analyze.extrapolate_to", "must be >= 1")
-    _need(cfg.analyze.primary_condition in cfg.conditions, "analyze.primary_condition",
-          f"must name a registered condition ({', '.join(cfg.conditions)})")
+    _need(
+        cfg.analyze.primary_condition in cfg.conditions,
+        "analyze.primary_condition",
+        f"must name a registered condition ({', '.join(cfg.conditions)})",
+    )
     _need(cfg.analyze.primary_scoring in ("strict", "loose"), "analyze.primary_scoring", "must be strict or loose")
     _need(0 < cfg.analyze.equivalence_margin < 1, "analyze.equivalence_margin", "must be in (0, 1)")
     _need(0 < cfg.analyze.margin_headroom_fraction <= 1, "analyze.margin_headroom_fraction", "must be in (0, 1]")
@@ -236,43 +366,102 @@ def _check_analyze(cfg: Config) -> None:
     sup = cfg.analyze.support
     if sup is not None:
         _need(sup.w_star >= 1, "analyze.support.w_star", "must be >= 1 (a tilt towards correct answers)")
-        _need(not sup.primary or "eval" in sup.pools, "analyze.support.primary", "needs a pool at the evaluation sampler (pools.eval)")
-        _need(not (sup.primary and cfg.analyze.base_support is not None and cfg.analyze.base_support.primary),
-              "analyze.support.primary", "one registered primary question: analyze.base_support.primary is set too")
+        _need(
+            not sup.primary or "eval" in sup.pools,
+            "analyze.support.primary",
+            "needs a pool at the evaluation sampler (pools.eval)",
+        )
+        _need(
+            not (sup.primary and cfg.analyze.base_support is not None and cfg.analyze.base_support.primary),
+            "analyze.support.primary",
+            "one registered primary question: analyze.base_support.primary is set too",
+        )
         for sampler, name in sup.pools.items():
             es = cfg.eval_sets.get(name)
-            _need(es is not None and es.models == "base" and es.seeds == "own" and es.task in (None, cfg.task.name)
-                  and es.n_problems == cfg.task.n_test, f"analyze.support.pools.{sampler}",
-                  "must name an eval set of the trained task with models: base, seeds: own and n_problems = task.n_test")
+            _need(
+                es is not None
+                and es.models == "base"
+                and es.seeds == "own"
+                and es.task in (None, cfg.task.name)
+                and es.n_problems == cfg.task.n_test,
+                f"analyze.support.pools.{sampler}",
+                "must name an eval set of the trained task with models: base, seeds: own and n_problems = task.n_test",
+            )
     bs = cfg.analyze.base_support
     if bs is not None:
-        _need(cfg.eval.base_support, "analyze.base_support", "needs eval.base_support: true (the evaluations record the measure)")
-    if cfg.eval.base_support:  # the measure applies decoding.filter_logits, the sort tail's rule: cut breaks ties otherwise
-        tails = [cfg.eval.sampling.tail] + [es.sampling.tail for es in cfg.eval_sets.values() if es.sampling is not None]
-        _need(all(t == "sort" for t in tails), "eval.base_support", "needs every evaluation sampler's tail: sort (the rule it applies)")
-        _need(bs is None or 0 <= bs.tolerance < 1 and 0 < bs.kept_margin < 1, "analyze.base_support.tolerance",
-              "tolerance in [0, 1) and kept_margin in (0, 1)")
+        _need(
+            cfg.eval.base_support,
+            "analyze.base_support",
+            "needs eval.base_support: true (the evaluations record the measure)",
+        )
+    if (
+        cfg.eval.base_support
+    ):  # the measure applies decoding.filter_logits, the sort tail's rule: cut breaks ties otherwise
+        tails = [cfg.eval.sampling.tail] + [
+            es.sampling.tail for es in cfg.eval_sets.values() if es.sampling is not None
+        ]
+        _need(
+            all(t == "sort" for t in tails),
+            "eval.base_support",
+            "needs every evaluation sampler's tail: sort (the rule it applies)",
+        )
+        _need(
+            bs is None or 0 <= bs.tolerance < 1 and 0 < bs.kept_margin < 1,
+            "analyze.base_support.tolerance",
+            "tolerance in [0, 1) and kept_margin in (0, 1)",
+        )
         es = cfg.eval_sets.get(bs.matched) if bs is not None and bs.matched is not None else None
-        _need(bs is None or bs.matched is None
-              or (es is not None and es.models == "final" and es.seeds == "own" and es.task in (None, cfg.task.name)
-                                     and es.n_problems == cfg.task.n_test), "analyze.base_support.matched",
-              "must be null or name an eval set of the trained task with models: final, seeds: own and n_problems = task.n_test")
+        _need(
+            bs is None
+            or bs.matched is None
+            or (
+                es is not None
+                and es.models == "final"
+                and es.seeds == "own"
+                and es.task in (None, cfg.task.name)
+                and es.n_problems == cfg.task.n_test
+            ),
+            "analyze.base_support.matched",
+            "must be null or name an eval set of the trained task with models: final, seeds: own and n_problems = task.n_test",
+        )
     col = cfg.analyze.collapse
-    _need(col is None or (0 <= col.late_from < 1 and 0 < col.share <= 1), "analyze.collapse",
-          "late_from in [0, 1) and share in (0, 1]")
+    _need(
+        col is None or (0 <= col.late_from < 1 and 0 < col.share <= 1),
+        "analyze.collapse",
+        "late_from in [0, 1) and share in (0, 1]",
+    )
     cal = cfg.analyze.calibration
     if cal is not None:
-        _need(cal.pool_set in cfg.eval_sets and cfg.eval_sets[cal.pool_set].models == "base"
-              and cfg.eval_sets[cal.pool_set].task in (None, cfg.task.name) and cfg.eval_sets[cal.pool_set].n_problems == cfg.task.n_test,
-              "analyze.calibration.pool_set", "must name an eval set of the trained task with models: base and n_problems = task.n_test")
+        _need(
+            cal.pool_set in cfg.eval_sets
+            and cfg.eval_sets[cal.pool_set].models == "base"
+            and cfg.eval_sets[cal.pool_set].task in (None, cfg.task.name)
+            and cfg.eval_sets[cal.pool_set].n_problems == cfg.task.n_test,
+            "analyze.calibration.pool_set",
+            "must name an eval set of the trained task with models: base and n_problems = task.n_test",
+        )
         primary_seeds = len(seeds_of(cfg, cfg.analyze.primary_condition))
-        _need(cfg.eval_sets[cal.pool_set].n >= primary_seeds * cfg.eval.n, f"eval_sets.{cal.pool_set}.n",
-              f"the null arm takes disjoint slices of the pool: needs >= {primary_seeds} primary seeds x eval.n ({cfg.eval.n})")
-        _need(cal.resplits >= 10 and cal.resamples >= 100, "analyze.calibration.resplits", "resplits >= 10 and resamples >= 100")
-        _need(all(w > 0 for w in cal.selection_w) and all(0 < e < 1 for e in cal.teaching_eps), "analyze.calibration.selection_w",
-              "w > 0 and teaching_eps in (0, 1)")
-        _need(cal.taught is None or (cal.taught in cfg.conditions and cfg.conditions[cal.taught].problems.startswith("stratum:")),
-              "analyze.calibration.taught", "must name a condition whose problems are stratum:<name>")
+        _need(
+            cfg.eval_sets[cal.pool_set].n >= primary_seeds * cfg.eval.n,
+            f"eval_sets.{cal.pool_set}.n",
+            f"the null arm takes disjoint slices of the pool: needs >= {primary_seeds} primary seeds x eval.n ({cfg.eval.n})",
+        )
+        _need(
+            cal.resplits >= 10 and cal.resamples >= 100,
+            "analyze.calibration.resplits",
+            "resplits >= 10 and resamples >= 100",
+        )
+        _need(
+            all(w > 0 for w in cal.selection_w) and all(0 < e < 1 for e in cal.teaching_eps),
+            "analyze.calibration.selection_w",
+            "w > 0 and teaching_eps in (0, 1)",
+        )
+        _need(
+            cal.taught is None
+            or (cal.taught in cfg.conditions and cfg.conditions[cal.taught].problems.startswith("stratum:")),
+            "analyze.calibration.taught",
+            "must name a condition whose problems are stratum:<name>",
+        )
     _need(cfg.analyze.resamples >= 100, "analyze.resamples", "must be >= 100")
     _need(0 < cfg.analyze.ci < 1, "analyze.ci", "must be in (0, 1)")
 
@@ -282,7 +471,11 @@ def _check_select(cfg: Config) -> None:
     s = cfg.select
     _need(1 <= s.n_problems <= cfg.task.n_train, "select.n_problems", "must be in 1..task.n_train")
     _need(s.samples >= 2, "select.samples", "must be >= 2")
-    _need(cfg.select.scoring in ("strict", "loose"), "select.scoring", "must be strict or loose (the pass rate the selection rule reads)")
+    _need(
+        cfg.select.scoring in ("strict", "loose"),
+        "select.scoring",
+        "must be strict or loose (the pass rate the selection rule reads)",
+    )
 
 
 def _check_probe(cfg: Config) -> None:

@@ -4,6 +4,7 @@ before anything is written, moving aside what a rerun replaces, and one line for
 method's own commands, `train` and `lr-sweep`, run method/training.py; the others method/evaluate.py
 and the bases'.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,28 +57,49 @@ def build_base(cfg: config.Config, run: Path, progress: bool) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = cli.Parser(description="The model stages of the study, one command each (pipeline.py runs them in "
-                                            "PLAN.md's order).")
+    p = cli.Parser(
+        description="The model stages of the study, one command each (pipeline.py runs them in PLAN.md's order)."
+    )
     sub = p.add_subparsers(dest="cmd", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     for name, what in COMMANDS.items():
         q = sub.add_parser(name, help=what, description=what[0].upper() + what[1:] + ".")
-        q.add_argument("--config", default=None,
-                       help="YAML config (default: orchestration/config.py's defaults, the registered study, which "
-                            "configs/qwen05b.yaml writes out)")
+        q.add_argument(
+            "--config",
+            default=None,
+            help="YAML config (default: orchestration/config.py's defaults, the registered study, which "
+            "configs/qwen05b.yaml writes out)",
+        )
         q.add_argument("--run", default=None, help="run folder (default: results/<config name>)")
-        q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. train.steps=10")
+        q.add_argument(
+            "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. train.steps=10"
+        )
         q.add_argument("--quiet", action="store_true", help="no progress bars")
         if name == "train":
-            q.add_argument("--condition", required=True, help="a condition registered in the config's `conditions` (many, 16, 1, ...)")
-            q.add_argument("--seed", type=int, default=None, help="a training seed from train.seeds (default: the first)")
+            q.add_argument(
+                "--condition",
+                required=True,
+                help="a condition registered in the config's `conditions` (many, 16, 1, ...)",
+            )
+            q.add_argument(
+                "--seed", type=int, default=None, help="a training seed from train.seeds (default: the first)"
+            )
             q.add_argument("--out", default=None, help="output folder (default: RUN/train_<condition>_s<seed>)")
         if name == "eval":
             q.add_argument("--adapter", default=None, help="a PEFT adapter folder (default: evaluate the base)")
-            q.add_argument("--eval-set", default="test", help="test (the eval section), or a set registered in eval_sets (wide, ood)")
-            q.add_argument("--out", default=None,
-                           help="output JSON (default: RUN[/evalsets/<set>]/eval_base.json or eval_<cond>_s<seed>_<step>.json)")
+            q.add_argument(
+                "--eval-set",
+                default="test",
+                help="test (the eval section), or a set registered in eval_sets (wide, ood)",
+            )
+            q.add_argument(
+                "--out",
+                default=None,
+                help="output JSON (default: RUN[/evalsets/<set>]/eval_base.json or eval_<cond>_s<seed>_<step>.json)",
+            )
         if name == "tokens":
-            q.add_argument("--adapter", required=True, help="a PEFT adapter folder RUN/train_<cond>_s<seed>/step_<step>")
+            q.add_argument(
+                "--adapter", required=True, help="a PEFT adapter folder RUN/train_<cond>_s<seed>/step_<step>"
+            )
             q.add_argument("--out", default=None, help="output JSON (default: RUN/tokens_<cond>_s<seed>_<step>.json)")
     return p
 
@@ -93,38 +115,61 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
     if a.cmd != "base" and (bad := bf16_problem(cfg, pick_device(cfg))):
         raise config.ConfigError(bad)
     if a.cmd == "base" and not study.builds_base(cfg):
-        raise config.ConfigError("model.build / model.qwen_shape: this config builds no base model (it loads model.path)")
+        raise config.ConfigError(
+            "model.build / model.qwen_shape: this config builds no base model (it loads model.path)"
+        )
     if a.cmd == "train":
         if a.condition not in cfg.conditions:
-            raise config.ConfigError(f"--condition {a.condition!r}: not registered in conditions ({', '.join(cfg.conditions)})")
+            raise config.ConfigError(
+                f"--condition {a.condition!r}: not registered in conditions ({', '.join(cfg.conditions)})"
+            )
         seeds = config.seeds_of(cfg, a.condition)
         seed = seeds[0] if a.seed is None else a.seed
         if seed not in seeds:
-            raise config.ConfigError(f"--seed {seed}: not a seed of condition {a.condition} {seeds} "
-                                     "(train.seeds, train.seeds_by_condition)")
+            raise config.ConfigError(
+                f"--seed {seed}: not a seed of condition {a.condition} {seeds} (train.seeds, train.seeds_by_condition)"
+            )
     if a.cmd == "eval" and a.eval_set != "test" and a.eval_set not in cfg.eval_sets:
-        raise config.ConfigError(f"--eval-set {a.eval_set!r}: not registered "
-                                 f"(test, or one of eval_sets: {', '.join(cfg.eval_sets) or 'none'})")
+        raise config.ConfigError(
+            f"--eval-set {a.eval_set!r}: not registered "
+            f"(test, or one of eval_sets: {', '.join(cfg.eval_sets) or 'none'})"
+        )
     if a.cmd in ("eval", "tokens") and a.adapter and not Path(a.adapter).exists():
         raise config.ConfigError(missing_adapter(Path(a.adapter)))
     if a.cmd in ("eval", "tokens") and a.adapter and (bad := provenance.adapter_problem(a.adapter)):
         identity = study.adapter_identity(a.adapter)
-        redo = (f"run the pipeline on its folder ({cli.pipeline_command(a.config, Path(a.adapter).parent.parent, a.set)}): "
-                f"it moves that training run aside and retrains it, and redoes what reads it"
-                if identity["condition"] else "give an intact adapter folder")
+        redo = (
+            f"run the pipeline on its folder ({cli.pipeline_command(a.config, Path(a.adapter).parent.parent, a.set)}): "
+            f"it moves that training run aside and retrains it, and redoes what reads it"
+            if identity["condition"]
+            else "give an intact adapter folder"
+        )
         raise config.ConfigError(f"--adapter {a.adapter}: {bad}; {redo}")
     out = None
     if a.cmd == "eval":
         out = Path(a.out) if a.out else study.eval_dir(run, a.eval_set) / study.adapter_eval_name(a.adapter)
     if a.cmd == "tokens":
         out = Path(a.out) if a.out else run / study.adapter_tokens_name(a.adapter)
-    writes = [Path(a.out) if a.out else study.train_dir(run, a.condition, seed)] if a.cmd == "train" else None if out is None else [out]
-    foreign.check_command(Plan(cfg, run, a.config, a.set), a.cmd, writes)  # what it reads and writes: before anything is written
+    writes = (
+        [Path(a.out) if a.out else study.train_dir(run, a.condition, seed)]
+        if a.cmd == "train"
+        else None
+        if out is None
+        else [out]
+    )
+    foreign.check_command(
+        Plan(cfg, run, a.config, a.set), a.cmd, writes
+    )  # what it reads and writes: before anything is written
     study.check_model_reachable(cfg)
     base = None if a.cmd == "base" else study.model_path(cfg, run)
-    if base is not None and study.builds_base(cfg) and (
-            bad := provenance.model_folder_problem(base) or provenance.weights_problem(base, cfg.model.base_sha256)):
-        raise config.ConfigError(f"{bad}; build the base again ({cli.pipeline_command(a.config, run, stage='base', force=True)})")
+    if (
+        base is not None
+        and study.builds_base(cfg)
+        and (bad := provenance.model_folder_problem(base) or provenance.weights_problem(base, cfg.model.base_sha256))
+    ):
+        raise config.ConfigError(
+            f"{bad}; build the base again ({cli.pipeline_command(a.config, run, stage='base', force=True)})"
+        )
     return cfg, run, base, out, seed
 
 
@@ -134,7 +179,11 @@ def missing_adapter(adapter: Path) -> str:
     there = sorted(d.name for d in adapter.parent.glob("step_*") if d.is_dir()) if adapter.parent.is_dir() else []
     if there:
         return f"--adapter {adapter}: no such checkpoint; {adapter.parent} holds {', '.join(there)}"
-    runs = sorted(d.name for d in adapter.parent.parent.glob("train_*") if d.is_dir()) if adapter.parent.parent.is_dir() else []
+    runs = (
+        sorted(d.name for d in adapter.parent.parent.glob("train_*") if d.is_dir())
+        if adapter.parent.parent.is_dir()
+        else []
+    )
     if runs:
         return f"--adapter {adapter}: no such training run; {adapter.parent.parent} holds {', '.join(runs)}"
     return f"--adapter {adapter}: no such folder"
@@ -147,18 +196,28 @@ def main(argv: list[str] | None = None) -> int:
     except (config.ConfigError, Refused) as e:
         print(f"grpo.py: {e}", file=sys.stderr)
         return 2
-    replaced = {"eval": [out_eval], "tokens": [out_eval], "select": [run / "selection.json"], "lr-sweep": [run / "lr_choice.json"],
-                "probe": [run / f"probe_{t}.json" for t in cfg.probe.tasks]}.get(a.cmd, [])
+    replaced = {
+        "eval": [out_eval],
+        "tokens": [out_eval],
+        "select": [run / "selection.json"],
+        "lr-sweep": [run / "lr_choice.json"],
+        "probe": [run / f"probe_{t}.json" for t in cfg.probe.tasks],
+    }.get(a.cmd, [])
     when = provenance.stamp()
     moved = []  # (old place, where it went): put back if this command fails before writing it again
     try:
         run.mkdir(parents=True, exist_ok=True)
         for old in replaced:  # a rerun by hand replaces nothing in place: RUN/superseded/<time>/
-            if old.resolve().is_relative_to(run.resolve()) and (dest := provenance.move_aside(run.resolve(), old.resolve(), when)):
+            if old.resolve().is_relative_to(run.resolve()) and (
+                dest := provenance.move_aside(run.resolve(), old.resolve(), when)
+            ):
                 moved.append((old.resolve(), dest))
                 print(f"moved aside {old} -> {dest} (this command writes it again)", flush=True)
     except OSError as e:  # a read-only or full run folder: one line, as every other fault
-        print(f"grpo.py {a.cmd}: {e.strerror or e} ({e.filename or run}); the run folder must be writable", file=sys.stderr)
+        print(
+            f"grpo.py {a.cmd}: {e.strerror or e} ({e.filename or run}); the run folder must be writable",
+            file=sys.stderr,
+        )
         provenance.put_back(moved, run.resolve() / "superseded" / when)
         return 1
     rc = 1
@@ -173,8 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     return rc
 
 
-def run_command(a, cfg: config.Config, run: Path, base: str | None, out_eval: Path | None, progress: bool,
-                seed: int | None) -> int:
+def run_command(
+    a, cfg: config.Config, run: Path, base: str | None, out_eval: Path | None, progress: bool, seed: int | None
+) -> int:
     """The command's work, once its arguments and inputs are checked; its exit status (0, 1, or
     study.EXIT_OUT_OF_MEMORY with one line naming the job, the memory and the settings that lower it)."""
     try:
@@ -185,15 +245,21 @@ def run_command(a, cfg: config.Config, run: Path, base: str | None, out_eval: Pa
             training.train_command(cfg, a.condition, seed, run, out, base, progress)
         elif a.cmd == "tokens":
             r = evaluate.token_compare(cfg, base, a.adapter, out_eval, progress)["summary"]
-            print(f"{out_eval}: {r['positions']} positions, reranked {r['share_reranked'] or 0:.4f}, shifted {r['share_shifted'] or 0:.4f}")
+            print(
+                f"{out_eval}: {r['positions']} positions, reranked {r['share_reranked'] or 0:.4f}, shifted {r['share_shifted'] or 0:.4f}"
+            )
         elif a.cmd == "eval":
             r = evaluate.evaluate(cfg, base, a.adapter, out_eval, progress, a.eval_set)
-            print(f"{out_eval}: strict pass@1 {r['pass_at_k']['strict']['1']:.3f}  loose pass@1 {r['pass_at_k']['loose']['1']:.3f}  "
-                  f"loose pass@{(k := max(r['pass_at_k']['loose'], key=int))} {r['pass_at_k']['loose'][k]:.3f}  "
-                  f"format {r['format_rate']:.3f}")
+            print(
+                f"{out_eval}: strict pass@1 {r['pass_at_k']['strict']['1']:.3f}  loose pass@1 {r['pass_at_k']['loose']['1']:.3f}  "
+                f"loose pass@{(k := max(r['pass_at_k']['loose'], key=int))} {r['pass_at_k']['loose'][k]:.3f}  "
+                f"format {r['format_rate']:.3f}"
+            )
         elif a.cmd == "select":
             r = evaluate.select(cfg, base, run, progress)
-            print(f"{run / 'selection.json'}: {len(r['informative'])} of {cfg.select.n_problems} informative; sets {r['sets']}")
+            print(
+                f"{run / 'selection.json'}: {len(r['informative'])} of {cfg.select.n_problems} informative; sets {r['sets']}"
+            )
         elif a.cmd == "lr-sweep":
             r = training.lr_sweep(cfg, base, run, progress)
             print(f"{run / 'lr_choice.json'}: {r.get('dev_loose_pass1', r['mean_reward_last'])} -> {r['chosen']:g}")
@@ -202,12 +268,19 @@ def run_command(a, cfg: config.Config, run: Path, base: str | None, out_eval: Pa
                 print(path)
     except (FileNotFoundError, ValueError, RuntimeError) as e:  # training.Diverged is a RuntimeError
         if out_of_memory(e):
-            job = study.job_label(a.cmd, getattr(a, "condition", None), seed, getattr(a, "adapter", None), getattr(a, "eval_set", None))
-            print(f"grpo.py: {job} ran out of memory {memory_state(pick_device(cfg))}; "
-                  f"{study.memory_advice(cfg, a.cmd, getattr(a, 'eval_set', 'test'), base=getattr(a, 'adapter', None) is None)}",
-                  file=sys.stderr)
+            job = study.job_label(
+                a.cmd, getattr(a, "condition", None), seed, getattr(a, "adapter", None), getattr(a, "eval_set", None)
+            )
+            print(
+                f"grpo.py: {job} ran out of memory {memory_state(pick_device(cfg))}; "
+                f"{study.memory_advice(cfg, a.cmd, getattr(a, 'eval_set', 'test'), base=getattr(a, 'adapter', None) is None)}",
+                file=sys.stderr,
+            )
             return study.EXIT_OUT_OF_MEMORY
-        print(f"grpo.py {a.cmd}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}", file=sys.stderr)
+        print(
+            f"grpo.py {a.cmd}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}",
+            file=sys.stderr,
+        )
         return 1
     except OSError as e:
         print(f"grpo.py {a.cmd}: {e.strerror or e} ({e.filename or 'no file name'})", file=sys.stderr)

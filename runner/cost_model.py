@@ -11,6 +11,7 @@ costs more than the weights at 128 rows); a training step's forward and backward
 FLOPs per token (LoRA: no weight gradients); prompts are PROMPT_TOKENS long. The same model gives
 the hours on the assumed laptop GPU and on an H200's class.
 """
+
 from __future__ import annotations
 
 import json
@@ -68,10 +69,23 @@ PROMPT_TOKENS = 80  # the instruct prompt in Qwen's chat template is about 70 to
 # Models the registered configs load from a hub, by id: their config.json's shape (Qwen2.5-0.5B-Instruct at
 # revision 7ae5576, as qwen_shape.ARCH; a test checks the two agree).
 REGISTERED_SHAPES = {
-    "Qwen/Qwen2.5-0.5B-Instruct": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                                       num_attention_heads=14, num_key_value_heads=2),
+    "Qwen/Qwen2.5-0.5B-Instruct": dict(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+    ),
 }
-SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+SHAPE_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+)
 
 
 def model_shape(cfg: config.Config, run: Path) -> tuple[dict | None, str]:
@@ -112,7 +126,9 @@ class CostModel:
         mc = SimpleNamespace(**shape)
         self.params = memory.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), PROMPT_TOKENS, 1, 1, 1)["params"]
         self.weight_bytes = self.params * (4 if cfg.model.dtype == "float32" else 2)
-        self.keyed = cfg.eval.draw == "sample"  # the evaluation-type calls' draw; training's rollouts draw from one generator
+        self.keyed = (
+            cfg.eval.draw == "sample"
+        )  # the evaluation-type calls' draw; training's rollouts draw from one generator
 
     def on(self, device: Device) -> "CostModel":
         """The same model on another device."""
@@ -139,8 +155,10 @@ class CostModel:
     def train_step(self) -> float:
         t = self.cfg.train
         rows = t.problems_per_step * t.group_size
-        return (self.decode(rows, t.sampling.max_new_tokens, t.sampling, keyed=False)
-                + 4 * self.params * rows * (PROMPT_TOKENS + t.sampling.max_new_tokens) / self.device.flops)
+        return (
+            self.decode(rows, t.sampling.max_new_tokens, t.sampling, keyed=False)
+            + 4 * self.params * rows * (PROMPT_TOKENS + t.sampling.max_new_tokens) / self.device.flops
+        )
 
     def train(self, steps: int, dev_every: int) -> float:
         checks = (steps // dev_every + 1) if dev_every > 0 else 0
@@ -151,15 +169,32 @@ class CostModel:
         c = self.cfg
         e = c.eval
         if stage == "probe":
-            return sum(self.sample(*((c.probe.n_problems, c.probe.samples) if task == "countdown" else
-                                     (c.probe.arith_problems, c.probe.arith_samples)), e.problems_per_batch, e.sampling)
-                       for task in c.probe.tasks)
+            return sum(
+                self.sample(
+                    *(
+                        (c.probe.n_problems, c.probe.samples)
+                        if task == "countdown"
+                        else (c.probe.arith_problems, c.probe.arith_samples)
+                    ),
+                    e.problems_per_batch,
+                    e.sampling,
+                )
+                for task in c.probe.tasks
+            )
         if stage == "select":
-            return self.sample(c.select.n_problems, c.select.samples, e.problems_per_batch,
-                               replace(c.train.sampling, temperature=c.select.temperature))
+            return self.sample(
+                c.select.n_problems,
+                c.select.samples,
+                e.problems_per_batch,
+                replace(c.train.sampling, temperature=c.select.temperature),
+            )
         if stage == "lr-sweep" and study.sweep_runs(c):
             sweeps = len(c.conditions) if c.lr_sweep.per_condition else 1
-            return sweeps * len(c.lr_sweep.candidates) * self.train(c.lr_sweep.steps, c.lr_sweep.steps if c.lr_sweep.rule == "dev" else 0)
+            return (
+                sweeps
+                * len(c.lr_sweep.candidates)
+                * self.train(c.lr_sweep.steps, c.lr_sweep.steps if c.lr_sweep.rule == "dev" else 0)
+            )
         return 0.0
 
     def job(self, job) -> float:
@@ -170,8 +205,9 @@ class CostModel:
         if job.stage == "tokens":
             per = c.eval.problems_per_batch
             greedy = replace(c.eval.sampling, temperature=0.0)
-            return self.sample(c.tokens.n_problems, 1, per, greedy, keyed=False) + \
-                2 * math.ceil(c.tokens.n_problems / per) * self.decode(per, 0)
+            return self.sample(c.tokens.n_problems, 1, per, greedy, keyed=False) + 2 * math.ceil(
+                c.tokens.n_problems / per
+            ) * self.decode(per, 0)
         es = job.argv[job.argv.index("--eval-set") + 1] if "--eval-set" in job.argv else "test"
         if es == "test":
             n = job.samples // c.task.n_test if job.samples else c.eval.n  # the base's job draws eval.n_base each
@@ -186,8 +222,10 @@ class CostModel:
         if isinstance(seconds, tuple):
             seconds, fast = seconds
         lo, hi = (seconds * f for f in PRACTICE)
-        text = (f"~{span(lo, hi)} (an estimate: {span(seconds)} at the bound, x{PRACTICE[0]:g}-{PRACTICE[1]:g} for "
-                f"per-token overheads, on {self.device.name}")
+        text = (
+            f"~{span(lo, hi)} (an estimate: {span(seconds)} at the bound, x{PRACTICE[0]:g}-{PRACTICE[1]:g} for "
+            f"per-token overheads, on {self.device.name}"
+        )
         if fast is not None:
             text += f"; ~{span(*(fast * f for f in PRACTICE))} on {H200.name}"
         return text + f"; the sampling tail counted; shape from {self.source})"

@@ -4,6 +4,7 @@ whole folder against its config first, and refuses in one line naming the first 
 fix (the model, then the task, then the rest: provenance.fix_order), leaving every file as it was.
 Reads each output's record only: no hash of an input, no weights. No torch.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,8 +14,15 @@ from runner.stages import STAGES, Plan, Refused, registered_stages
 
 # What each stage reads that an earlier stage made (the base's folder, selection.json, lr_choice.json,
 # the adapters): a stage reading a file made under other settings is reported as such, never hashed.
-READS = {"probe": ("base",), "select": ("base",), "lr-sweep": ("base",), "train": ("base", "select", "lr-sweep"),
-         "eval": ("base", "train"), "tokens": ("base", "train"), "analyze": ("eval", "tokens")}
+READS = {
+    "probe": ("base",),
+    "select": ("base",),
+    "lr-sweep": ("base",),
+    "train": ("base", "select", "lr-sweep"),
+    "eval": ("base", "train"),
+    "tokens": ("base", "train"),
+    "analyze": ("eval", "tokens"),
+}
 
 REFUSING = "refusing to overwrite it (pipeline.py --force replaces it and what depends on it; or --run another folder)"
 
@@ -67,8 +75,10 @@ def notes(plan: Plan, todo: list[str]) -> list[str]:
             what = "its outputs were" if any(f[0] == s for f in found) else f"what it reads ({', '.join(reads)}) was"
             out.append(f"stage {s}: {what} made under other settings")
     if found:
-        out.append(f"the pipeline refuses before writing anything: {refusal_line(plan, found)}; the commands below are "
-                   "what --force would run")
+        out.append(
+            f"the pipeline refuses before writing anything: {refusal_line(plan, found)}; the commands below are "
+            "what --force would run"
+        )
     return out
 
 
@@ -83,9 +93,15 @@ def foreign_reads(stage: str, found: list[tuple[str, Path, str]]) -> list[str]:
 # writes. Run in that order, the pipeline has checked the rest, or under --force moved it aside and
 # redone it, before it runs a stage's commands; so the first refusal is the pipeline's, in the same line,
 # unless that lies in the evaluations or in another job's output.
-ANCESTORS = {"base": (), "probe": ("base",), "select": ("base", "probe"), "lr-sweep": ("base", "probe", "select"),
-             "train": ("base", "probe", "select", "lr-sweep"), "eval": ("base", "probe", "select", "lr-sweep", "train"),
-             "tokens": ("base", "probe", "select", "lr-sweep", "train")}
+ANCESTORS = {
+    "base": (),
+    "probe": ("base",),
+    "select": ("base", "probe"),
+    "lr-sweep": ("base", "probe", "select"),
+    "train": ("base", "probe", "select", "lr-sweep"),
+    "eval": ("base", "probe", "select", "lr-sweep", "train"),
+    "tokens": ("base", "probe", "select", "lr-sweep", "train"),
+}
 
 
 def check_command(plan: Plan, stage: str, writes: list[Path] | None = None) -> None:

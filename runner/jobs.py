@@ -4,6 +4,7 @@ jobs it waits for are done, with an ETA from the run's measured times. Also the 
 and the move-aside of outputs that a rerun replaces (RUN/superseded/<time>/, never deleted).
 This module imports no torch: with --jobs 1 a job's grpo.py runs in this process, with N > 1 in a worker.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,6 +31,7 @@ now = provenance.now  # the manifest's time stamps
 @dataclass
 class Job:
     """One unit of work: the `grpo.py` command that makes `outputs`."""
+
     stage: str  # train | eval | tokens
     name: str  # e.g. "train many s0", "eval many s0 step 50", "eval base", "eval-wide base", "tokens many s0 step 50"
     argv: list[str]  # grpo.py's arguments
@@ -62,8 +64,19 @@ class Runner:
     way a job is grpo.py run as __main__ (run_grpo) with the argv of the command a user would type. Prints what is
     running, done and left, with an ETA from the measured step and evaluation times."""
 
-    def __init__(self, run: Path, threads: int, n: int, executor: str, ray_address: str | None, quiet: bool, on_start, on_done,
-                 gpus: list[str] | None = None, cost=None):
+    def __init__(
+        self,
+        run: Path,
+        threads: int,
+        n: int,
+        executor: str,
+        ray_address: str | None,
+        quiet: bool,
+        on_start,
+        on_done,
+        gpus: list[str] | None = None,
+        cost=None,
+    ):
         self.folder, self.threads, self.n, self.executor, self.quiet = run, threads, n, executor, quiet
         self.on_start, self.on_done = on_start, on_done
         self.gpus = gpus or []  # one per worker (assign_gpus); none on a CPU
@@ -119,7 +132,9 @@ class Runner:
                 for fut in finished:
                     job = running.pop(fut)
                     status[job.name] = self._finish(job, fut.result(), started)
-            if time.perf_counter() - last_report > self.report_every and (waiting or running):  # the ETA, from the times measured so far
+            if time.perf_counter() - last_report > self.report_every and (
+                waiting or running
+            ):  # the ETA, from the times measured so far
                 last_report = time.perf_counter()
                 self.progress(jobs, status, [j.name for j in running.values()])
         return status
@@ -130,8 +145,11 @@ class Runner:
             log(f"done  {job.name} ({sec:.0f} s)")
             self.on_done(job)
             return {"status": "done", "seconds": sec, "finished": now()}
-        why = ("out of memory: its line above names the memory it had and the settings that lower it" if rc == study.EXIT_OUT_OF_MEMORY
-               else f"exit {rc}")
+        why = (
+            "out of memory: its line above names the memory it had and the settings that lower it"
+            if rc == study.EXIT_OUT_OF_MEMORY
+            else f"exit {rc}"
+        )
         log(f"FAILED {job.name} ({why}); rerun it by hand: {job.command()}")
         return {"status": "failed", "seconds": sec, "exit": rc}
 
@@ -139,8 +157,10 @@ class Runner:
         left = [j for j in jobs if j.name not in status and j.name not in running]
         done = sum(v["status"] == "done" for v in status.values())
         eta = estimate_seconds(self.folder, [j for j in jobs if j.name not in status], self.n, self.cost)
-        log(f"jobs: running {', '.join(running) or '-'}; done {done}/{len(jobs)}; waiting {len(left)}; "
-            f"ETA {fmt_minutes(eta, self.cost)}")
+        log(
+            f"jobs: running {', '.join(running) or '-'}; done {done}/{len(jobs)}; waiting {len(left)}; "
+            f"ETA {fmt_minutes(eta, self.cost)}"
+        )
 
     def _run_ray(self, jobs: list[Job]) -> dict[str, dict]:
         """The same commands on a Ray cluster (ray.init(address=...); an embedded local Ray when
@@ -152,7 +172,9 @@ class Runner:
             raise config.ConfigError("--executor ray: ray is not installed (pip install -r requirements-optional.txt)")
         ray.init(address=self.ray_address, ignore_reinit_error=True, log_to_driver=False)
 
-        @ray.remote(num_cpus=max(1, self.threads), num_gpus=1 if self.gpus else 0)  # Ray sets CUDA_VISIBLE_DEVICES itself
+        @ray.remote(
+            num_cpus=max(1, self.threads), num_gpus=1 if self.gpus else 0
+        )  # Ray sets CUDA_VISIBLE_DEVICES itself
         def run_job(argv: list[str]) -> int:
             return subprocess.run([sys.executable, str(ROOT / "grpo.py"), *argv], cwd=ROOT).returncode
 
@@ -202,8 +224,10 @@ def assign_gpus(n: int, gpus: list[str]) -> list[str]:
     if not gpus:
         return []
     if len(gpus) < n:
-        raise config.ConfigError(f"--jobs {n} with {len(gpus)} GPU(s) ({','.join(gpus)}): a job needs a GPU of its own; "
-                                 f"use --jobs {len(gpus)}, or name a GPU twice to share it (--gpus {','.join(gpus + gpus[:1])})")
+        raise config.ConfigError(
+            f"--jobs {n} with {len(gpus)} GPU(s) ({','.join(gpus)}): a job needs a GPU of its own; "
+            f"use --jobs {len(gpus)}, or name a GPU twice to share it (--gpus {','.join(gpus + gpus[:1])})"
+        )
     return gpus[:n]
 
 
@@ -265,8 +289,11 @@ def estimate_seconds(run: Path, jobs: list[Job], n: int, cost=None) -> tuple[flo
     on a GPU config, the cost model's bound in seconds on its device and on an H200's class
     (cost_model.CostModel.both; None without one)."""
     sps = train_seconds_per_step(run)
-    per = [d["seconds"] / (d["n_problems"] * d["sampling"]["n"]) for f in run.glob("eval_*.json")
-           if (d := provenance.read_json(f)) and "seconds" in d and "n_problems" in d]
+    per = [
+        d["seconds"] / (d["n_problems"] * d["sampling"]["n"])
+        for f in run.glob("eval_*.json")
+        if (d := provenance.read_json(f)) and "seconds" in d and "n_problems" in d
+    ]
     per_sample = sum(per) / len(per) if per else None
     total, unknown, bound, fast = 0.0, set(), 0.0, 0.0
     for j in jobs:
@@ -281,7 +308,11 @@ def estimate_seconds(run: Path, jobs: list[Job], n: int, cost=None) -> tuple[flo
             if cost is not None:
                 b = cost.both(lambda c: c.job(j))
                 bound, fast = bound + b[0], fast + b[1]
-    return total / max(1, n), sorted(unknown), ((bound / max(1, n), fast / max(1, n)) if cost is not None and unknown else None)
+    return (
+        total / max(1, n),
+        sorted(unknown),
+        ((bound / max(1, n), fast / max(1, n)) if cost is not None and unknown else None),
+    )
 
 
 def _cond_seed(job: Job) -> tuple[str, int]:
@@ -297,7 +328,12 @@ def fmt_minutes(est: tuple, cost=None) -> str:
     if not unknown:
         return text
     kinds = " and ".join(unknown)
-    first = " and ".join({"training": "the first training step", "evaluation": "the first evaluation"}[k] for k in unknown)
-    left = (f"{kinds} not measured yet, {cost.describe(bound)}" if cost is not None and bound is not None
-            else f"{kinds} not measured yet (measured once {first} {'have' if len(unknown) > 1 else 'has'} run)")
+    first = " and ".join(
+        {"training": "the first training step", "evaluation": "the first evaluation"}[k] for k in unknown
+    )
+    left = (
+        f"{kinds} not measured yet, {cost.describe(bound)}"
+        if cost is not None and bound is not None
+        else f"{kinds} not measured yet (measured once {first} {'have' if len(unknown) > 1 else 'has'} run)"
+    )
     return left if sec == 0 else f"{text}, plus {left}"

@@ -2,6 +2,7 @@
 the versions) and every stage's and job's state; a later run under another header keeps the earlier
 one in `earlier`. The states end as done, interrupted, failed or not started (end_states).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +14,14 @@ from runner.stages import registered_stages
 ROOT = Path(__file__).resolve().parents[1]
 
 
-MANIFEST_HEADER = ("config", "config_hash", "plan_sha256", "changes_sha256", "revision", "versions")  # what made the files
+MANIFEST_HEADER = (
+    "config",
+    "config_hash",
+    "plan_sha256",
+    "changes_sha256",
+    "revision",
+    "versions",
+)  # what made the files
 
 
 def write_manifest(run: Path, cfg: config.Config, stages: dict, jobs: dict) -> None:
@@ -22,16 +30,33 @@ def write_manifest(run: Path, cfg: config.Config, stages: dict, jobs: dict) -> N
     never rewritten: when the manifest on disk was written under another header (another config
     record, revision, PLAN.md or versions: a stage run into an existing run by later code), that
     header is appended to `earlier`, with the stages and jobs that were done under it."""
-    here = {"config": config.to_dict(cfg), "config_hash": config.digest(config.to_dict(cfg)),
-            **provenance.plan_hashes(), "revision": provenance.code_revision(),
-            "versions": provenance.versions()}
+    here = {
+        "config": config.to_dict(cfg),
+        "config_hash": config.digest(config.to_dict(cfg)),
+        **provenance.plan_hashes(),
+        "revision": provenance.code_revision(),
+        "versions": provenance.versions(),
+    }
     old = provenance.read_json(run / "manifest.json") or {}
     earlier = list(old.get("earlier", []))
     if "config" in old and any(old.get(k) != here[k] for k in MANIFEST_HEADER):
-        earlier.append({**{k: old[k] for k in MANIFEST_HEADER if k in old}, "stages_done": _done(old.get("stages")),
-                        "jobs_done": _done(old.get("jobs"))})
-    provenance.atomic_write_json(run / "manifest.json", {
-        **here, **({"earlier": earlier} if earlier else {}), "stage_order": registered_stages(cfg), "stages": stages, "jobs": jobs})
+        earlier.append(
+            {
+                **{k: old[k] for k in MANIFEST_HEADER if k in old},
+                "stages_done": _done(old.get("stages")),
+                "jobs_done": _done(old.get("jobs")),
+            }
+        )
+    provenance.atomic_write_json(
+        run / "manifest.json",
+        {
+            **here,
+            **({"earlier": earlier} if earlier else {}),
+            "stage_order": registered_stages(cfg),
+            "stages": stages,
+            "jobs": jobs,
+        },
+    )
 
 
 def job_record(run: Path, job: Job, status: str, **more) -> dict:

@@ -2,6 +2,7 @@
 stage's state (done, to do, out of date, made under other settings) and the time left; --print-jobs
 what is left as the shell commands a user or a scheduler runs, grouped by what they wait for.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,10 +21,21 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
     for s in todo:
         if s in JOB_STAGES:
             states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
-            counts = {k: states.count(k) for k in ("done", "missing", "damaged", "weightless", "stale", "foreign") if states.count(k)}
-            words = {"foreign": "made under other settings (would refuse; --force)",
-                     "weightless": "without their weights (would be remade)", "stale": "out of date"}
-            state = "done" if counts.get("done") == len(states) else ", ".join(f"{v} {words.get(k, k)}" for k, v in counts.items())
+            counts = {
+                k: states.count(k)
+                for k in ("done", "missing", "damaged", "weightless", "stale", "foreign")
+                if states.count(k)
+            }
+            words = {
+                "foreign": "made under other settings (would refuse; --force)",
+                "weightless": "without their weights (would be remade)",
+                "stale": "out of date",
+            }
+            state = (
+                "done"
+                if counts.get("done") == len(states)
+                else ", ".join(f"{v} {words.get(k, k)}" for k, v in counts.items())
+            )
             if counts.get("weightless") and counts["weightless"] + counts.get("done", 0) == len(states):
                 state = kept_weights_note(plan, s, counts["weightless"]) or state
             if counts.get("foreign"):
@@ -31,13 +43,24 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
             if s == "eval" and (under := evals_under_way(plan)):
                 state += f"; under way, resumed by the next run: {', '.join(under)}"
         elif s == "analyze":
-            state = "done" if plan.analyze_done() else ("out of date" if (plan.run / "verdicts.json").exists() else "to do")
+            state = (
+                "done" if plan.analyze_done() else ("out of date" if (plan.run / "verdicts.json").exists() else "to do")
+            )
         else:
             states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
-            state = ("done" if all(x == "done" for x in states) else "made under other settings (would refuse; --force)"
-                     if "foreign" in states else "damaged (would be redone)" if "damaged" in states
-                     else "without its weights (would be remade)" if "weightless" in states
-                     else "out of date (made from other inputs)" if "stale" in states else "to do")
+            state = (
+                "done"
+                if all(x == "done" for x in states)
+                else "made under other settings (would refuse; --force)"
+                if "foreign" in states
+                else "damaged (would be redone)"
+                if "damaged" in states
+                else "without its weights (would be remade)"
+                if "weightless" in states
+                else "out of date (made from other inputs)"
+                if "stale" in states
+                else "to do"
+            )
             if states == ["weightless"]:
                 state = kept_weights_note(plan, s, 1) or state
             if "foreign" in states:
@@ -47,16 +70,22 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
         reads = foreign.foreign_reads(s, found)
         print(f"  {s:<9} {state}" + (f"; reads what {', '.join(reads)} made under other settings" if reads else ""))
     if found:
-        print(f"  the run would refuse before writing anything: {foreign.refusal_line(plan, found)}; "
-              "the jobs below are what --force would run (it moves each such output aside and redoes it)")
+        print(
+            f"  the run would refuse before writing anything: {foreign.refusal_line(plan, found)}; "
+            "the jobs below are what --force would run (it moves each such output aside and redoes it)"
+        )
     left = plan.jobs(todo)
     cost = plan.cost_model()
     eta = estimate_seconds(plan.run, left, n, cost)
-    print(f"  {len(left)} train/eval jobs left, with --jobs {n}: {fmt_minutes(eta, cost)}"
-          + (" (from this run's measured step and evaluation times)" if not eta[1] else ""))
+    print(
+        f"  {len(left)} train/eval jobs left, with --jobs {n}: {fmt_minutes(eta, cost)}"
+        + (" (from this run's measured step and evaluation times)" if not eta[1] else "")
+    )
     singles = [s for s in todo if s in ("probe", "select", "lr-sweep") and not plan.done(s)]
     if cost is not None and singles:
-        print(f"  {', '.join(singles)} before them: {cost.describe(cost.both(lambda c: sum(c.single(s) for s in singles)))}")
+        print(
+            f"  {', '.join(singles)} before them: {cost.describe(cost.both(lambda c: sum(c.single(s) for s in singles)))}"
+        )
 
 
 def evals_under_way(plan: Plan) -> list[str]:
@@ -81,8 +110,10 @@ def print_jobs(plan: Plan, todo: list[str]) -> None:
             print(plan.command(s))
     jobs = plan.jobs([s for s in todo if s in JOB_STAGES])
     if jobs and plan.cfg.device != "cpu":
-        print("# every job wants one GPU of its own: a scheduler's one-GPU slot (Slurm --gres=gpu:1), or "
-              "CUDA_VISIBLE_DEVICES=<one id> before the command")
+        print(
+            "# every job wants one GPU of its own: a scheduler's one-GPU slot (Slurm --gres=gpu:1), or "
+            "CUDA_VISIBLE_DEVICES=<one id> before the command"
+        )
     train = [j for j in jobs if j.stage == "train"]
     evals = [j for j in jobs if j.stage != "train"]
     if train:
@@ -90,8 +121,10 @@ def print_jobs(plan: Plan, todo: list[str]) -> None:
         for j in train:
             print(j.command())
     if evals:
-        print("# 3. evaluations (and token-level comparisons): each waits for its training run (the base's for nothing "
-              "but the base); independent of each other")
+        print(
+            "# 3. evaluations (and token-level comparisons): each waits for its training run (the base's for nothing "
+            "but the base); independent of each other"
+        )
         for j in evals:
             print(j.command())
     if "analyze" in todo and not plan.done("analyze"):

@@ -3,6 +3,7 @@ the jobs as its `grpo.py` command (run_single), the train/eval/token stages as o
 (run_jobs), the manifest's states as they change, and how the run ends (ENDINGS: the exit code and
 one line). pipeline.py is its command line.
 """
+
 from __future__ import annotations
 
 import signal
@@ -72,7 +73,9 @@ class Session:
             lock.acquire()
             old = provenance.read_json(run / "manifest.json") or {}
             self.stages, self.jobs = old.get("stages", {}), old.get("jobs", {})
-            end_states(self.stages, self.jobs, "interrupted", "the pipeline that ran it ended without saying how (killed?)")
+            end_states(
+                self.stages, self.jobs, "interrupted", "the pipeline that ran it ended without saying how (killed?)"
+            )
             aside = Aside(run)
             self.opened = True
             rc = self.stages_in_order(aside)
@@ -84,7 +87,10 @@ class Session:
         finally:
             lock.release()
         report = run / "report.md"
-        log(f"all done in {time.perf_counter() - t_all:.1f} s" + (f"; see {report}" if "analyze" in self.todo and report.exists() else ""))
+        log(
+            f"all done in {time.perf_counter() - t_all:.1f} s"
+            + (f"; see {report}" if "analyze" in self.todo and report.exists() else "")
+        )
         return 0
 
     def stages_in_order(self, aside: Aside) -> int:
@@ -98,7 +104,13 @@ class Session:
                 self.current = s
                 rc = run_jobs(plan, group, a, self.stages, self.jobs, aside, self.gpu_slots)
                 if rc:
-                    end_states(self.stages, self.jobs, "failed", f"stage {self.current} failed", todo[todo.index(group[-1]) + 1:])
+                    end_states(
+                        self.stages,
+                        self.jobs,
+                        "failed",
+                        f"stage {self.current} failed",
+                        todo[todo.index(group[-1]) + 1 :],
+                    )
                     self.manifest()
                     return rc
                 continue
@@ -132,47 +144,88 @@ class Session:
         if isinstance(e, Refused):
             print(f"pipeline.py: {e}", file=sys.stderr)
             return 2
-        if isinstance(e, OSError) and not self.opened:  # the run folder itself: not there to make, not writable, read-only
-            print(f"pipeline.py: cannot write in {run}: {_os_words(e, run)}; give a folder you can write: --run DIR", file=sys.stderr)
+        if (
+            isinstance(e, OSError) and not self.opened
+        ):  # the run folder itself: not there to make, not writable, read-only
+            print(
+                f"pipeline.py: cannot write in {run}: {_os_words(e, run)}; give a folder you can write: --run DIR",
+                file=sys.stderr,
+            )
             return 1
         stage = under_way(self.stages, self.todo, self.current)
         for types, code, status, words in ENDINGS:
             if isinstance(e, types):
-                why = {"interrupted": "Ctrl-C or a signal"}.get(status) or (_os_words(e, run) if isinstance(e, OSError) else
-                                                                            f"{type(e).__name__}: {e}" if types == (Exception,) else str(e))
+                why = {"interrupted": "Ctrl-C or a signal"}.get(status) or (
+                    _os_words(e, run)
+                    if isinstance(e, OSError)
+                    else f"{type(e).__name__}: {e}"
+                    if types == (Exception,)
+                    else str(e)
+                )
                 _mark(run, cfg, self.stages, self.jobs, self.todo, stage, status, why)
                 if types == (Exception,):  # a bug: its traceback is for a report
                     traceback.print_exc()
-                print("pipeline.py: " + words.format(stage=stage, e=e, why=why, resumes=resumes(cfg, stage), name=type(e).__name__,
-                                                     manifest=run / "manifest.json"), file=sys.stderr)
+                print(
+                    "pipeline.py: "
+                    + words.format(
+                        stage=stage,
+                        e=e,
+                        why=why,
+                        resumes=resumes(cfg, stage),
+                        name=type(e).__name__,
+                        manifest=run / "manifest.json",
+                    ),
+                    file=sys.stderr,
+                )
                 return code
         raise e  # SystemExit and the like: not ours to end
 
 
 def _os_words(e: OSError, run: Path) -> str:
-    return f"{e.strerror} ({e.filename or run})" if e.strerror else str(e)  # a system call's error, or ours with a message
+    return (
+        f"{e.strerror} ({e.filename or run})" if e.strerror else str(e)
+    )  # a system call's error, or ours with a message
 
 
 # How the pipeline ends, in the order they are tried: the exception types, the exit code, the status the
 # stage under way and everything after it get in the manifest, and the one line (Session.ended).
 ENDINGS = (
-    ((KeyboardInterrupt,), 130, "interrupted", "interrupted during stage {stage}; run the same command again: {resumes}"),
+    (
+        (KeyboardInterrupt,),
+        130,
+        "interrupted",
+        "interrupted during stage {stage}; run the same command again: {resumes}",
+    ),
     ((OSError,), 1, "failed", "stage {stage} failed: {why}"),
-    ((MissingInput,), 2, "failed", "stage {stage} cannot run: {e}"),  # an input's fault, as before any stage (README: exit codes)
+    (
+        (MissingInput,),
+        2,
+        "failed",
+        "stage {stage} cannot run: {e}",
+    ),  # an input's fault, as before any stage (README: exit codes)
     ((StageFailed, ValueError, RuntimeError, config.ConfigError), 1, "failed", "stage {stage} failed: {e}"),
-    ((Exception,), 1, "failed", "stage {stage} failed with an unexpected {name} (the traceback above is for a bug report); "
-                                "{manifest} records it as failed"),
+    (
+        (Exception,),
+        1,
+        "failed",
+        "stage {stage} failed with an unexpected {name} (the traceback above is for a bug report); "
+        "{manifest} records it as failed",
+    ),
 )
 
 
 def resumes(cfg: config.Config, stage: str | None) -> str:
     """What running the same command again redoes, for the interrupted stage."""
     if stage == "base" and cfg.model.build is not None:
-        return (f"the base's pre-training resumes from its last saved step (every {study.BASE_SAVE_EVERY} steps; "
-                "from the start if it had not reached the first)")
+        return (
+            f"the base's pre-training resumes from its last saved step (every {study.BASE_SAVE_EVERY} steps; "
+            "from the start if it had not reached the first)"
+        )
     if stage in JOB_STAGES:
-        return (f"finished jobs are kept, training runs resume from their last checkpoint (every {cfg.train.save_last_every} steps), "
-                "evaluations under way continue from their last finished sampling call")
+        return (
+            f"finished jobs are kept, training runs resume from their last checkpoint (every {cfg.train.save_last_every} steps), "
+            "evaluations under way continue from their last finished sampling call"
+        )
     if stage == "lr-sweep":
         return f"finished candidates are kept, the one under way resumes from its last checkpoint (every {cfg.train.save_last_every} steps)"
     return f"stage {stage} is redone" if stage else "nothing is lost"
@@ -184,7 +237,9 @@ def under_way(stages: dict, todo: list[str], current: str | None) -> str | None:
     return next((s for s in todo if stages.get(s, {}).get("status") == "running"), current)
 
 
-def _mark(run: Path, cfg: config.Config, stages: dict, jobs: dict, todo: list[str], stage: str | None, status: str, why: str) -> None:
+def _mark(
+    run: Path, cfg: config.Config, stages: dict, jobs: dict, todo: list[str], stage: str | None, status: str, why: str
+) -> None:
     """Record how the pipeline ended: the stage it was in, the stages it did not reach, every job
     that was running or waiting. Further signals are ignored while this is written; a read-only
     folder may refuse even this."""
@@ -193,9 +248,18 @@ def _mark(run: Path, cfg: config.Config, stages: dict, jobs: dict, todo: list[st
         if run.exists():
             if stage is not None and stages.get(stage, {}).get("status") != "done":
                 stages[stage] = {**stages.get(stage, {}), "status": status, "error": why, "ended": now()}
-            group = JOB_STAGES if stage in JOB_STAGES else ()  # stages run together: done or under way, not "not reached"
-            later = [s for s in todo[todo.index(stage) + 1:]
-                     if not (s in group and stages.get(s, {}).get("status") in ("running", "done"))] if stage in todo else []
+            group = (
+                JOB_STAGES if stage in JOB_STAGES else ()
+            )  # stages run together: done or under way, not "not reached"
+            later = (
+                [
+                    s
+                    for s in todo[todo.index(stage) + 1 :]
+                    if not (s in group and stages.get(s, {}).get("status") in ("running", "done"))
+                ]
+                if stage in todo
+                else []
+            )
             end_states(stages, jobs, status, why, later)
             write_manifest(run, cfg, stages, jobs)
     except OSError:
@@ -210,7 +274,9 @@ def job_stage(name: str) -> str:
     return name.split()[0].split("-")[0]
 
 
-def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, aside: Aside, gpu_slots: list[str]) -> int:
+def run_jobs(
+    plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, aside: Aside, gpu_slots: list[str]
+) -> int:
     """The train and eval stages as one set of jobs (an evaluation starts when its training run is done)."""
     run, cfg = plan.run, plan.cfg
     jobs = prepare_jobs(plan, group, a, stages, jobs_status, aside)
@@ -224,8 +290,10 @@ def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, a
         jobs_status[j.name] = job_record(run, j, "waiting")
     write_manifest(run, cfg, stages, jobs_status)
     eta = estimate_seconds(plan.run, jobs, a.jobs, plan.cost_model())
-    log(f"{len(jobs)} jobs ({sum(j.stage == 'train' for j in jobs)} training, {sum(j.stage != 'train' for j in jobs)} evaluation), "
-        f"{a.jobs} at a time; ETA {fmt_minutes(eta, plan.cost_model())}; again every minute as jobs finish")
+    log(
+        f"{len(jobs)} jobs ({sum(j.stage == 'train' for j in jobs)} training, {sum(j.stage != 'train' for j in jobs)} evaluation), "
+        f"{a.jobs} at a time; ETA {fmt_minutes(eta, plan.cost_model())}; again every minute as jobs finish"
+    )
     t0 = time.perf_counter()
 
     def on_start(job: Job) -> None:
@@ -237,7 +305,10 @@ def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, a
     def on_done(job: Job) -> None:
         jobs_status[job.name] = job_record(run, job, "done")
         if all(jobs_status[j.name]["status"] == "done" for j in jobs if j.stage == job.stage):
-            stages[job.stage] = {**stages[job.stage], "status": "done"}  # e.g. every training run: an interrupt now is eval's
+            stages[job.stage] = {
+                **stages[job.stage],
+                "status": "done",
+            }  # e.g. every training run: an interrupt now is eval's
         if job.stage == "train":
             from analysis import figures
 
@@ -247,8 +318,18 @@ def run_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dict, a
                 log(f"training figure not written: {e}")
         write_manifest(run, cfg, stages, jobs_status)
 
-    status = Runner(run, cfg.threads, a.jobs, a.executor, a.ray_address, a.quiet, on_start, on_done, gpu_slots,
-                    cost=plan.cost_model()).run(jobs)
+    status = Runner(
+        run,
+        cfg.threads,
+        a.jobs,
+        a.executor,
+        a.ray_address,
+        a.quiet,
+        on_start,
+        on_done,
+        gpu_slots,
+        cost=plan.cost_model(),
+    ).run(jobs)
     return finish_jobs(plan, group, jobs, status, a, stages, jobs_status, round(time.perf_counter() - t0, 1))
 
 
@@ -264,7 +345,9 @@ def prepare_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dic
             if a.stage != "train" or not a.condition or path.name.startswith(f"train_{a.condition}_s"):
                 aside.move(path, "--force")
     jobs = plan.jobs(group, a.condition)
-    not_done = {j.name for j in (plan.jobs(group) if a.condition else jobs)}  # every condition's, not only --condition's
+    not_done = {
+        j.name for j in (plan.jobs(group) if a.condition else jobs)
+    }  # every condition's, not only --condition's
     design = {j.name: j for j in plan.jobs(group, done_too=True)}
     for name in [k for k in jobs_status if job_stage(k) in group and k not in design]:
         del jobs_status[name]  # a job of another design: its outputs were moved aside (check_stage)
@@ -278,7 +361,9 @@ def prepare_jobs(plan: Plan, group: list[str], a, stages: dict, jobs_status: dic
     return jobs
 
 
-def finish_jobs(plan: Plan, group: list[str], jobs: list[Job], status: dict, a, stages: dict, jobs_status: dict, sec: float) -> int:
+def finish_jobs(
+    plan: Plan, group: list[str], jobs: list[Job], status: dict, a, stages: dict, jobs_status: dict, sec: float
+) -> int:
     """Record how each job and stage of the group ended; one line naming what failed (with the
     out-of-memory advice where a job ran out of memory). Returns the exit code."""
     run, cfg = plan.run, plan.cfg
@@ -293,8 +378,17 @@ def finish_jobs(plan: Plan, group: list[str], jobs: list[Job], status: dict, a, 
         if mine:
             began = [j for j in mine if j.name in status]
             ok = all(status.get(j.name, {}).get("status") == "done" for j in mine)
-            stages[s] = ({"status": "not started", "error": "its jobs wait for jobs that failed"} if not began else
-                         {"status": "done" if ok else "failed", "seconds": sec, "finished": now(), "jobs": len(mine), "parallel": a.jobs})
+            stages[s] = (
+                {"status": "not started", "error": "its jobs wait for jobs that failed"}
+                if not began
+                else {
+                    "status": "done" if ok else "failed",
+                    "seconds": sec,
+                    "finished": now(),
+                    "jobs": len(mine),
+                    "parallel": a.jobs,
+                }
+            )
     write_manifest(run, cfg, stages, jobs_status)
     if failed or not_run:
         by_name = {j.name: j for j in jobs}
@@ -303,11 +397,21 @@ def finish_jobs(plan: Plan, group: list[str], jobs: list[Job], status: dict, a, 
         if oom:
             j = by_name[oom[0]]
             es = j.argv[j.argv.index("--eval-set") + 1] if "--eval-set" in j.argv else "test"
-            advice = f"; {oom[0]} ran out of memory: {study.memory_advice(cfg, j.stage, es, base='--adapter' not in j.argv)}"
-        print(f"pipeline.py: {len(failed)} job(s) failed ({', '.join(failed)})"
-              + (f"; {len(not_run)} not started because they wait for them" if not_run else "")
-              + (advice or f"; each job's own line above says why; rerun one by hand: {by_name[failed[0]].command()}" if failed else ""),
-              file=sys.stderr)
-        return study.EXIT_OUT_OF_MEMORY if oom else 1  # the README's exit 3: out of memory, for the pipeline as for the job
+            advice = (
+                f"; {oom[0]} ran out of memory: {study.memory_advice(cfg, j.stage, es, base='--adapter' not in j.argv)}"
+            )
+        print(
+            f"pipeline.py: {len(failed)} job(s) failed ({', '.join(failed)})"
+            + (f"; {len(not_run)} not started because they wait for them" if not_run else "")
+            + (
+                advice or f"; each job's own line above says why; rerun one by hand: {by_name[failed[0]].command()}"
+                if failed
+                else ""
+            ),
+            file=sys.stderr,
+        )
+        return (
+            study.EXIT_OUT_OF_MEMORY if oom else 1
+        )  # the README's exit 3: out of memory, for the pipeline as for the job
     log(f"{', '.join(group)}: {len(jobs)} jobs done in {sec:.1f} s")
     return 0

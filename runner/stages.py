@@ -4,6 +4,7 @@ under other settings), the train/eval/token jobs still to do, and the checks bef
 (refuse foreign outputs, move aside stale and damaged ones), and the folder's lock and move-aside.
 No torch; pipeline.py runs the stages.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,8 +65,12 @@ class Plan:
         if models == "base":
             return []
         steps = self.steps_of() if models == "all" else self.steps_of()[-1:]
-        return [study.adapter_dir(self.run, c, s, st) for c in self.cfg.conditions
-                for s in config.seeds_of(self.cfg, c)[:None if models != "final-first-seed" else 1] for st in steps]
+        return [
+            study.adapter_dir(self.run, c, s, st)
+            for c in self.cfg.conditions
+            for s in config.seeds_of(self.cfg, c)[: None if models != "final-first-seed" else 1]
+            for st in steps
+        ]
 
     def evals(self) -> list[tuple[str, Path, Path | None]]:
         """(evaluation set, eval file, adapter folder or None) for the base and every model each set evaluates."""
@@ -103,9 +108,13 @@ class Plan:
             return None
         reads = [("select", self.run / "selection.json")] if study.selection_sizes(self.cfg) else []
         reads += [("lr-sweep", self.run / "lr_choice.json")] if study.sweep_runs(self.cfg) else []
-        return next((f for s, f in reads if f.exists() and (provenance.json_problem(f) or self.other_settings(s, f))), None)
+        return next(
+            (f for s, f in reads if f.exists() and (provenance.json_problem(f) or self.other_settings(s, f))), None
+        )
 
-    def eval_hash(self, adapter: Path | None, eval_set: str = "test", stage: str = "eval", recorded: Path | None = None) -> str | None:
+    def eval_hash(
+        self, adapter: Path | None, eval_set: str = "test", stage: str = "eval", recorded: Path | None = None
+    ) -> str | None:
         """The hash an evaluation (or token comparison) of `adapter` should record. An adapter whose weights
         were not kept (weights_not_kept: a committed run) counts by the sha256 its `recorded` output names:
         the chain is recorded, and a hash of what is not there cannot be computed."""
@@ -134,13 +143,20 @@ class Plan:
         """Training runs without their weights (weights_not_kept) that an evaluation or token comparison
         still to do reads: these are trained again; the others stay done."""
         reads = [("eval", f, a, es) for es, f, a in self.evals()] + [("tokens", f, a, "test") for f, a in self.tokens()]
-        return {a.parent for st, f, a, es in reads if a is not None and self.weights_not_kept(a)
-                and self.state(st, f, self.eval_hash(a, es, st, recorded=f)) != "done"}
+        return {
+            a.parent
+            for st, f, a, es in reads
+            if a is not None
+            and self.weights_not_kept(a)
+            and self.state(st, f, self.eval_hash(a, es, st, recorded=f)) != "done"
+        }
 
     def base_needed(self) -> bool:
         """Does a stage still to do load the base (a probe, the selection, the LR sweep, a job)?"""
         early = [s for s in ("probe", "select", "lr-sweep") if s in registered_stages(self.cfg)]
-        return any(not self.done(s) for s in early) or bool(self.jobs([s for s in JOB_STAGES if s in registered_stages(self.cfg)]))
+        return any(not self.done(s) for s in early) or bool(
+            self.jobs([s for s in JOB_STAGES if s in registered_stages(self.cfg)])
+        )
 
     def outputs(self, stage: str, hashes: bool = True) -> list[tuple[Path, Path, str | None]]:
         """(output to move aside, the file recording its provenance, the hash it should record; None
@@ -155,7 +171,10 @@ class Plan:
             h = provenance.stage_hash(cfg, "probe")
             return [(run / f"probe_{t}.json",) * 2 + (h,) for t in cfg.probe.tasks]
         if stage == "select":
-            return [(run / "selection.json",) * 2 + (provenance.stage_hash(cfg, "select", {"sizes": study.selection_sizes(cfg)}),)]
+            return [
+                (run / "selection.json",) * 2
+                + (provenance.stage_hash(cfg, "select", {"sizes": study.selection_sizes(cfg)}),)
+            ]
         if stage == "lr-sweep":
             if not study.sweep_runs(cfg):
                 return []
@@ -188,8 +207,16 @@ class Plan:
             if self.other_settings(stage, marker):
                 return "foreign"
         faults = self.faults(stage, marker)
-        if faults and stage in ("base", "train") and want is not None and got == want and all(f.endswith(WEIGHTS_ABSENT) for f in faults):
-            return "weightless"  # made, its weights not kept (a committed run): done unless a stage still to do reads them
+        if (
+            faults
+            and stage in ("base", "train")
+            and want is not None
+            and got == want
+            and all(f.endswith(WEIGHTS_ABSENT) for f in faults)
+        ):
+            return (
+                "weightless"  # made, its weights not kept (a committed run): done unless a stage still to do reads them
+            )
         if faults:
             return "damaged"
         return "done" if want is not None and got == want else "stale"
@@ -226,16 +253,24 @@ class Plan:
             return [f"{marker}: {bad}"]
         if stage == "base":
             return [x for x in [provenance.model_folder_problem(marker.parent)] if x]  # RUN/base_model/build.json
-        if stage in ("train", "lr-sweep") and marker.name == "done.json":  # its log; every checkpoint the run was asked for
+        if (
+            stage in ("train", "lr-sweep") and marker.name == "done.json"
+        ):  # its log; every checkpoint the run was asked for
             done = provenance.read_json(marker)
             bad = log_problem(marker.parent / "train_log.csv", done.get("steps"))
             if bad or stage == "lr-sweep":
                 return [bad] if bad else []
             steps = ((done.get("provenance") or {}).get("config") or {}).get("train", {}).get("checkpoints", [])
             return [bad for st in steps if (bad := provenance.adapter_problem(marker.parent / f"step_{st:03d}"))]
-        if stage in ("train", "lr-sweep") and marker.name == "state.json":  # a resume point RUN/[lr_sweep/]*/last/: adapter, optimizer
+        if (
+            stage in ("train", "lr-sweep") and marker.name == "state.json"
+        ):  # a resume point RUN/[lr_sweep/]*/last/: adapter, optimizer
             bad = provenance.torch_file_problem(marker.parent / "optimizer.pt")
-            return [x for x in (provenance.adapter_problem(marker.parent), bad and f"{marker.parent / 'optimizer.pt'}: {bad}") if x]
+            return [
+                x
+                for x in (provenance.adapter_problem(marker.parent), bad and f"{marker.parent / 'optimizer.pt'}: {bad}")
+                if x
+            ]
         return []
 
     def sweep_damage(self) -> list[tuple[Path, str]]:
@@ -252,7 +287,8 @@ class Plan:
     def why(self, stage: str, marker: Path) -> str:
         rec = provenance.read_json(marker)
         return next(iter(self.other_settings(stage, marker)), None) or provenance.differing_setting(
-            (rec or {}).get("provenance"), self.cfg, stage)
+            (rec or {}).get("provenance"), self.cfg, stage
+        )
 
     # ------------------------------------------------------------------ done
 
@@ -264,21 +300,35 @@ class Plan:
         if not v or not (self.run / "report.md").exists():
             return False
         run = self.run
-        files = sorted(run.glob("eval_*.json")) + sorted(run.glob("evalsets/*/eval_*.json")) + sorted(run.glob("tokens_*.json"))
-        now = {f.relative_to(run).as_posix(): provenance.content_sha256(f) for f in files}  # what analysis.assemble records
+        files = (
+            sorted(run.glob("eval_*.json"))
+            + sorted(run.glob("evalsets/*/eval_*.json"))
+            + sorted(run.glob("tokens_*.json"))
+        )
+        now = {
+            f.relative_to(run).as_posix(): provenance.content_sha256(f) for f in files
+        }  # what analysis.assemble records
         made = v.get("provenance", {})
-        return (bool(now) and made.get("inputs") == now
-                and provenance.analyze_identity(made.get("analyze")) == provenance.analyze_identity(config.to_dict(self.cfg.analyze)))
+        return (
+            bool(now)
+            and made.get("inputs") == now
+            and provenance.analyze_identity(made.get("analyze"))
+            == provenance.analyze_identity(config.to_dict(self.cfg.analyze))
+        )
 
     def done(self, stage: str, condition: str | None = None) -> bool:
         if stage == "analyze":
             return self.analyze_done()
         if stage == "train" and condition:
-            return all(self.state("train", study.train_dir(self.run, c, s) / "done.json", self.train_hash(c, s)) == "done"
-                       for c, s in self.train_units(condition))
+            return all(
+                self.state("train", study.train_dir(self.run, c, s) / "done.json", self.train_hash(c, s)) == "done"
+                for c, s in self.train_units(condition)
+            )
         if stage == "train":
             return all(self.state(stage, d / "done.json", h) == "done" for d, _, h in self.outputs(stage))
-        ok = ("done", "weightless") if stage == "base" else ("done",)  # a base whose weights were not kept: done unless read
+        ok = (
+            ("done", "weightless") if stage == "base" else ("done",)
+        )  # a base whose weights were not kept: done unless read
         return all(self.state(stage, m, h) in ok for _, m, h in self.outputs(stage))
 
     # ------------------------------------------------------------------ jobs
@@ -300,7 +350,9 @@ class Plan:
             aside = shlex.quote(str(self.run / "superseded" / "by-hand"))
             return f"mkdir -p {aside} && mv {shlex.quote(str(self.run / rel[0]))} {aside}/ && {self.command()}"
         for stage in ("probe", "select", "lr-sweep"):
-            if any(path in (p, m) for p, m, _ in self.outputs(stage)) or (stage == "lr-sweep" and rel[:1] == ("lr_sweep",)):
+            if any(path in (p, m) for p, m, _ in self.outputs(stage)) or (
+                stage == "lr-sweep" and rel[:1] == ("lr_sweep",)
+            ):
                 return self.command(stage, force=True)
         return self.command()
 
@@ -317,36 +369,68 @@ class Plan:
         if "train" in stages:
             for c, s in self.train_units(condition):
                 st = self.state("train", study.train_dir(self.run, c, s) / "done.json", self.train_hash(c, s))
-                if done_too or st not in ("done", "weightless") or (st == "weightless" and study.train_dir(self.run, c, s) in needed):
-                    out.append(Job("train", f"train {c} s{s}", self.base_argv("train") + ["--condition", c, "--seed", str(s)],
-                                   steps=self.cfg.train.steps, output=str(study.train_dir(self.run, c, s))))
+                if (
+                    done_too
+                    or st not in ("done", "weightless")
+                    or (st == "weightless" and study.train_dir(self.run, c, s) in needed)
+                ):
+                    out.append(
+                        Job(
+                            "train",
+                            f"train {c} s{s}",
+                            self.base_argv("train") + ["--condition", c, "--seed", str(s)],
+                            steps=self.cfg.train.steps,
+                            output=str(study.train_dir(self.run, c, s)),
+                        )
+                    )
         pending = {j.name for j in out}
 
         def needs(adapter: Path) -> tuple[str, list[str]]:
             identity = study.adapter_identity(adapter)
             train_name = f"train {identity['condition']} s{identity['train_seed']}"
-            return (f"{identity['condition']} s{identity['train_seed']} step {identity['step']}",
-                    [train_name] if train_name in pending else [])
+            return (
+                f"{identity['condition']} s{identity['train_seed']} step {identity['step']}",
+                [train_name] if train_name in pending else [],
+            )
 
         if "eval" in stages:
             for es, f, adapter in self.evals():
                 if not done_too and self.state("eval", f, self.eval_hash(adapter, es, recorded=f)) == "done":
                     continue
                 label, opt = ("eval", []) if es == "test" else (f"eval-{es}", ["--eval-set", es])
-                size = (self.cfg.task.n_test * self.cfg.eval.n if es == "test"
-                        else self.cfg.eval_sets[es].n_problems * self.cfg.eval_sets[es].n)
+                size = (
+                    self.cfg.task.n_test * self.cfg.eval.n
+                    if es == "test"
+                    else self.cfg.eval_sets[es].n_problems * self.cfg.eval_sets[es].n
+                )
                 if adapter is None:
                     out.append(Job("eval", f"{label} base", self.base_argv("eval") + opt, samples=size, output=str(f)))
                     continue
                 what, need = needs(adapter)
-                out.append(Job("eval", f"{label} {what}", self.base_argv("eval") + opt + ["--adapter", str(adapter)], needs=need,
-                               samples=size, output=str(f)))
+                out.append(
+                    Job(
+                        "eval",
+                        f"{label} {what}",
+                        self.base_argv("eval") + opt + ["--adapter", str(adapter)],
+                        needs=need,
+                        samples=size,
+                        output=str(f),
+                    )
+                )
         if "tokens" in stages:
             for f, adapter in self.tokens():
                 if done_too or self.state("tokens", f, self.eval_hash(adapter, stage="tokens", recorded=f)) != "done":
                     what, need = needs(adapter)
-                    out.append(Job("tokens", f"tokens {what}", self.base_argv("tokens") + ["--adapter", str(adapter)], needs=need,
-                                   samples=3 * self.cfg.tokens.n_problems, output=str(f)))  # one greedy answer, two forwards
+                    out.append(
+                        Job(
+                            "tokens",
+                            f"tokens {what}",
+                            self.base_argv("tokens") + ["--adapter", str(adapter)],
+                            needs=need,
+                            samples=3 * self.cfg.tokens.n_problems,
+                            output=str(f),
+                        )
+                    )  # one greedy answer, two forwards
         return out
 
 
@@ -360,16 +444,23 @@ def kept_weights_note(plan: Plan, stage: str, weightless: int) -> str | None:
     if stage == "base" and not plan.base_needed():
         took = (provenance.read_json(plan.run / "base_model" / "build.json") or {}).get("seconds")
         again = "copies them again from model.base_from" if plan.cfg.model.base_from else "builds them again"
-        return (f"done; its weights are not committed: the base stage {again} when a stage reads them"
-                + (f" ({took:.0f} s when built)" if isinstance(took, (int, float)) and not plan.cfg.model.base_from else ""))
+        return f"done; its weights are not committed: the base stage {again} when a stage reads them" + (
+            f" ({took:.0f} s when built)" if isinstance(took, (int, float)) and not plan.cfg.model.base_from else ""
+        )
     if stage != "train" or plan.weights_needed():
         return None
     jobs = (provenance.read_json(plan.run / "manifest.json") or {}).get("jobs") or {}
-    took = sum((jobs.get(f"train {c} s{s}") or {}).get("seconds") or 0 for c, s in plan.train_units()
-               if plan.weights_not_kept(study.adapter_dir(plan.run, c, s, plan.steps_of()[-1])))
-    return (f"done; the weights of {weightless} training run(s) are not committed: remaking them is {weightless} training "
-            f"job(s)" + (f", {took / 3600:.1f} h of jobs as measured when made" if took else "")
-            + ", run only when an evaluation still to do reads them")
+    took = sum(
+        (jobs.get(f"train {c} s{s}") or {}).get("seconds") or 0
+        for c, s in plan.train_units()
+        if plan.weights_not_kept(study.adapter_dir(plan.run, c, s, plan.steps_of()[-1]))
+    )
+    return (
+        f"done; the weights of {weightless} training run(s) are not committed: remaking them is {weightless} training "
+        f"job(s)"
+        + (f", {took / 3600:.1f} h of jobs as measured when made" if took else "")
+        + ", run only when an evaluation still to do reads them"
+    )
 
 
 # the faults of a checkpoint, or a base, whose weights were not kept
@@ -413,7 +504,9 @@ def check_inputs(plan: Plan, stage: str, condition: str | None = None, group: tu
         return
     kept = [plan.state("base", m, h) for _, m, h in plan.outputs("base")] == ["weightless"] and not plan.base_needed()
     if study.builds_base(cfg) and stage != "analyze" and not kept:  # the analysis reads JSON and CSV files only
-        bad = provenance.model_folder_problem(run / "base_model") or provenance.weights_problem(run / "base_model", cfg.model.base_sha256)
+        bad = provenance.model_folder_problem(run / "base_model") or provenance.weights_problem(
+            run / "base_model", cfg.model.base_sha256
+        )
         if bad:
             raise MissingInput(f"{bad}; build the base: {plan.command('base')}")
     if stage == "train":
@@ -425,8 +518,11 @@ def check_inputs(plan: Plan, stage: str, condition: str | None = None, group: tu
                 raise MissingInput(f"{e} ({plan.command(first)})")
     if stage in ("eval", "tokens") and "train" not in group:
         todo = {Path(j.output) for j in plan.jobs([stage])}  # an evaluation done by its recorded chain reads no weights
-        adapters = [a for _, f, a in plan.evals() if a is not None and f in todo] if stage == "eval" else [
-            a for f, a in plan.tokens() if f in todo]
+        adapters = (
+            [a for _, f, a in plan.evals() if a is not None and f in todo]
+            if stage == "eval"
+            else [a for f, a in plan.tokens() if f in todo]
+        )
         bad = next((b for a in adapters if (b := provenance.adapter_problem(a))), None)
         if bad:
             raise MissingInput(f"{bad}: train it (again) first: {plan.command('train')}")
@@ -435,8 +531,10 @@ def check_inputs(plan: Plan, stage: str, condition: str | None = None, group: tu
         missing = [f for f in files if not f.exists()]
         if missing:
             more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
-            raise MissingInput(f"{missing[0]}{more} missing: evaluate first ({plan.command()}; or analyse what is there: "
-                               f"python analyze_b.py --run {shlex.quote(str(run))} --partial)")
+            raise MissingInput(
+                f"{missing[0]}{more} missing: evaluate first ({plan.command()}; or analyse what is there: "
+                f"python analyze_b.py --run {shlex.quote(str(run))} --partial)"
+            )
         bad = next(((f, b) for f in files if (b := provenance.json_problem(f))), None)
         if bad:
             raise MissingInput(f"{bad[0]}: {bad[1]}; make it again: {plan.remake(bad[0])}")
@@ -450,7 +548,13 @@ def remake_note(plan: Plan, path: Path | None) -> str:
 def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
     """Before a stage runs: refuse outputs made under other settings (unless force); move aside
     outputs made from other inputs, and (train, eval) folders and files the design no longer has."""
-    needed = plan.weights_needed() if stage == "train" else {plan.run / "base_model"} if stage == "base" and plan.base_needed() else set()
+    needed = (
+        plan.weights_needed()
+        if stage == "train"
+        else {plan.run / "base_model"}
+        if stage == "base" and plan.base_needed()
+        else set()
+    )
     for path, marker, want in plan.outputs(stage):
         st = plan.state(stage, marker, want)
         if st == "damaged" or (st == "weightless" and path in needed):
@@ -458,8 +562,10 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
             aside.move(path, f"{why}, so it is redone: {plan.damage(stage, marker)}")
             continue
         if st == "foreign" and not force:
-            raise Refused(f"{marker}: made under {plan.why(stage, marker)}; refusing to overwrite it "
-                          "(pipeline.py --force replaces it and what depends on it; or --run another folder)")
+            raise Refused(
+                f"{marker}: made under {plan.why(stage, marker)}; refusing to overwrite it "
+                "(pipeline.py --force replaces it and what depends on it; or --run another folder)"
+            )
         if st in ("foreign", "stale") and stage != "base":
             aside.move(path, "made under other settings (--force)" if st == "foreign" else "made from other inputs")
         elif st == "foreign" and stage == "base":
@@ -485,8 +591,11 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
         for f in sorted(run.glob("tokens_*.json")):
             if f not in expected:
                 aside.move(f, "not a token-level comparison this config expects")
-    sweep_to_do = stage == "lr-sweep" and study.sweep_runs(plan.cfg) and plan.state(
-        stage, run / "lr_choice.json", plan.outputs(stage)[0][2]) != "done"
+    sweep_to_do = (
+        stage == "lr-sweep"
+        and study.sweep_runs(plan.cfg)
+        and plan.state(stage, run / "lr_choice.json", plan.outputs(stage)[0][2]) != "done"
+    )
     if sweep_to_do:
         for d, why in plan.sweep_damage():  # as a training run's: moved aside, that candidate trained again
             aside.move(d, f"damaged, so it is redone: {why}")
@@ -495,8 +604,10 @@ def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
             m = d / "done.json" if (d / "done.json").exists() else d / "last" / "state.json"
             if m.exists() and plan.state("lr-sweep", m, plan.outputs(stage)[0][2]) == "foreign":
                 if not force:
-                    raise Refused(f"{m}: made under {plan.why('lr-sweep', m)}; refusing to overwrite it "
-                                  "(pipeline.py --force replaces it and what depends on it; or --run another folder)")
+                    raise Refused(
+                        f"{m}: made under {plan.why('lr-sweep', m)}; refusing to overwrite it "
+                        "(pipeline.py --force replaces it and what depends on it; or --run another folder)"
+                    )
                 aside.move(d, "made under other settings (--force)")
 
 
@@ -509,12 +620,20 @@ def stale_resume(state: str, want: str | None, out: Path) -> str | None:
     if state == "done":
         return "the resume folder of an evaluation that is done"
     got = eval_resume.recorded_hash(out)
-    return f"a resume folder made under stage hash {str(got)[:12]}, not {want[:12]}" if want is not None and got != want else None
+    return (
+        f"a resume folder made under stage hash {str(got)[:12]}, not {want[:12]}"
+        if want is not None and got != want
+        else None
+    )
 
 
 def registered_stages(cfg: config.Config) -> list[str]:
     """PLAN.md's order of stages, less those this config has none of (its own base; the token level)."""
-    return [s for s in STAGES if not (s == "base" and not study.builds_base(cfg)) and not (s == "tokens" and not cfg.tokens.enabled)]
+    return [
+        s
+        for s in STAGES
+        if not (s == "base" and not study.builds_base(cfg)) and not (s == "tokens" and not cfg.tokens.enabled)
+    ]
 
 
 class Refused(Exception):
@@ -540,12 +659,18 @@ class Lock:
             except FileExistsError:
                 other = provenance.read_json(self.path) or {}
                 if other.get("host") == me["host"] and _alive(other.get("pid")):
-                    raise Refused(f"{self.path.parent} is in use by another pipeline.py (pid {other.get('pid')}, started "
-                                  f"{other.get('started')}); wait for it to finish or stop it")
+                    raise Refused(
+                        f"{self.path.parent} is in use by another pipeline.py (pid {other.get('pid')}, started "
+                        f"{other.get('started')}); wait for it to finish or stop it"
+                    )
                 if other.get("host") not in (None, me["host"]):
-                    raise Refused(f"{self.path} is held by host {other['host']} (pid {other.get('pid')}); "
-                                  "if that run is dead, delete the file")
-                log(f"stale lock from pid {other.get('pid')} (no longer running, started {other.get('started')}): taken over")
+                    raise Refused(
+                        f"{self.path} is held by host {other['host']} (pid {other.get('pid')}); "
+                        "if that run is dead, delete the file"
+                    )
+                log(
+                    f"stale lock from pid {other.get('pid')} (no longer running, started {other.get('started')}): taken over"
+                )
                 self.path.unlink(missing_ok=True)
                 continue
             with os.fdopen(fd, "w") as f:

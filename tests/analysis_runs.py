@@ -1,5 +1,6 @@
 """Fake run folders for the analysis tests (test_analyze*.py): eval files, the config recorded in
 them, training logs, and edits of a JSON file in place. No model, no torch."""
+
 import csv
 import json
 import subprocess
@@ -16,18 +17,42 @@ def eval_doc(counts_strict, counts_loose=None, n=8, ids=None, fmt=0.9, config=No
     """An eval file with the fields analyze_b reads (the layout of evaluate.evaluate)."""
     counts_loose = counts_strict if counts_loose is None else counts_loose
     ids = list(range(len(counts_strict))) if ids is None else ids
-    problems = [{"id": i, "question": f"q{i}", "answer": f"a{i}", "n": n, "correct_strict": int(cs),
-                 "correct_loose": int(cl), "format_ok": n, "responses": [f"resp {i}.{j}" for j in range(n)]}
-                for i, cs, cl in zip(ids, counts_strict, counts_loose)]
-    return {"sampling": {"n": n}, "format_rate": fmt, "problems": problems, **fields,
-            "provenance": {"config": config or {}, "stage_hash": "x", "plan_sha256": "y"}}
+    problems = [
+        {
+            "id": i,
+            "question": f"q{i}",
+            "answer": f"a{i}",
+            "n": n,
+            "correct_strict": int(cs),
+            "correct_loose": int(cl),
+            "format_ok": n,
+            "responses": [f"resp {i}.{j}" for j in range(n)],
+        }
+        for i, cs, cl in zip(ids, counts_strict, counts_loose)
+    ]
+    return {
+        "sampling": {"n": n},
+        "format_rate": fmt,
+        "problems": problems,
+        **fields,
+        "provenance": {"config": config or {}, "stage_hash": "x", "plan_sha256": "y"},
+    }
 
 
 def make_config(conds, seeds, steps, k_max=8, resamples=B, legacy=False, **analyze):
-    cfg = {"seed": 0, "eval": {"k_max": k_max},
-           "analyze": {"resamples": resamples, "ci": 0.95, "beyond_resamples": 40, "ceiling_null": "selection", "coverage_sims": 200,
-                       **analyze},
-           "lr_sweep": {"steps": 6, "last": 2}}
+    cfg = {
+        "seed": 0,
+        "eval": {"k_max": k_max},
+        "analyze": {
+            "resamples": resamples,
+            "ci": 0.95,
+            "beyond_resamples": 40,
+            "ceiling_null": "selection",
+            "coverage_sims": 200,
+            **analyze,
+        },
+        "lr_sweep": {"steps": 6, "last": 2},
+    }
     if legacy:  # a single-seed run before train.seeds (results/tiny's config)
         cfg["train"] = {"conditions": list(conds), "checkpoints": list(steps)}
     else:
@@ -42,8 +67,11 @@ def write_run(run: Path, base, rl: dict, n=8, k_max=None, resamples=B, legacy=Fa
     rl's keys unless `design` = (conds, seeds, steps) is given; it is recorded in eval_base.json."""
     run.mkdir(parents=True, exist_ok=True)
     keys = {(k[0], 0, k[1]) if len(k) == 2 else k: v for k, v in rl.items()}
-    conds, seeds, steps = design or (list(dict.fromkeys(c for c, _, _ in keys)), sorted({s for _, s, _ in keys}),
-                                     sorted({st for _, _, st in keys}))
+    conds, seeds, steps = design or (
+        list(dict.fromkeys(c for c, _, _ in keys)),
+        sorted({s for _, s, _ in keys}),
+        sorted({st for _, _, st in keys}),
+    )
     if "primary_condition" not in analyze and "many" not in conds:
         analyze["primary_condition"] = conds[0]
     cfg = make_config(conds, seeds, steps, k_max=k_max or n, resamples=resamples, legacy=legacy, **analyze)
@@ -66,14 +94,33 @@ def entry(out, cond, step, scoring="loose"):
 
 
 def write_train_log(path: Path, steps=6, cols=None, blank=()):
-    cols = cols or ["step", "reward_mean", "zero_signal_frac", "format_rate", "len_mean", "len_max", "truncated_frac", "loss",
-                    "grad_norm", "lr", "sec_sampling", "sec_fwd_bwd", "tokens", "peak_mem_mb"]
+    cols = cols or [
+        "step",
+        "reward_mean",
+        "zero_signal_frac",
+        "format_rate",
+        "len_mean",
+        "len_max",
+        "truncated_frac",
+        "loss",
+        "grad_norm",
+        "lr",
+        "sec_sampling",
+        "sec_fwd_bwd",
+        "tokens",
+        "peak_mem_mb",
+    ]
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
         for s in range(1, steps + 1):
-            w.writerow([s if c == "step" else "" if c in blank and s % 2 else round(0.1 * s + i, 3) for i, c in enumerate(cols)])
+            w.writerow(
+                [
+                    s if c == "step" else "" if c in blank and s % 2 else round(0.1 * s + i, 3)
+                    for i, c in enumerate(cols)
+                ]
+            )
 
 
 def edit_json(path: Path, fn):
@@ -89,12 +136,15 @@ def set_json(path, *keys_value):
         for k in keys[:-1]:
             d = d[k]
         d[keys[-1]] = value
+
     edit_json(path, fn)
 
 
 def analyze_cli(*args) -> subprocess.CompletedProcess:
     """analyze_b.py run as a user runs it, from the repository root."""
-    return subprocess.run([sys.executable, "analyze_b.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "analyze_b.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def axes_drawn(monkeypatch) -> dict:
@@ -106,5 +156,6 @@ def axes_drawn(monkeypatch) -> dict:
     def spy(fig, path):
         seen[path.name] = [ax for ax in fig.axes if ax.axison]
         return save(fig, path)
+
     monkeypatch.setattr(figures, "_save", spy)
     return seen

@@ -1,5 +1,6 @@
 """Shared fixtures: tiny offline Qwen2-architecture models, and a finished small study on the smoke
 config (read only: a test that changes it works on a copy). Nothing here touches the network."""
+
 import os
 import shutil
 import sys
@@ -14,7 +15,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402  (after the environment above)
-from pipeline_runs import SMOKE, pipeline  # noqa: E402  (tests/pipeline_runs.py: the small study below runs pipeline.py)
+from pipeline_runs import (  # noqa: E402  (tests/pipeline_runs.py: the small study below runs pipeline.py)
+    SMOKE,
+    pipeline,
+)
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from bases import tiny_base  # noqa: E402
@@ -64,7 +68,9 @@ def fitted_dir(tmp_path_factory, smoke_cfg, worker_id):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: a test file that runs whole pipelines or real weights (left out by -m 'not slow')")
+    config.addinivalue_line(
+        "markers", "slow: a test file that runs whole pipelines or real weights (left out by -m 'not slow')"
+    )
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
 """Helpers the model-level test files share: the smoke settings pointed at a model folder, prompts,
 a LoRA model with a non-zero update, and a short training run. No fixtures here (conftest.py)."""
+
 import torch
 
 import countdown

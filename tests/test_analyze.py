@@ -3,6 +3,7 @@ completeness of a run and its design, the report and figures. Malformed inputs a
 line: test_analyze_inputs.py; a study with controls, sets and tokens: test_analyze_study.py.
 
 Everything runs on synthetic eval files written into tmp_path; no model is involved."""
+
 import json
 import stat
 
@@ -56,7 +57,10 @@ def test_crossed_with_one_seed_end_to_end_equals_the_paired(tmp_path):
     out = assemble.run_analysis(write_run(tmp_path / "run", base, {("many", 10): rl}), make_figures=False)
     e = entry(out, "many", 10)
     idx = np.random.default_rng(0).integers(0, 50, size=(B, 50))  # the registered seed 0
-    b, r = stats.per_problem(base, 8, 1), stats.per_problem(rl, 8, 1)  # the estimator itself is checked against fractions above
+    b, r = (
+        stats.per_problem(base, 8, 1),
+        stats.per_problem(rl, 8, 1),
+    )  # the estimator itself is checked against fractions above
     old = r[idx].mean(axis=1) - b[idx].mean(axis=1)  # the first version's replicates
     assert e["pass1_ci"] == pytest.approx(list(np.quantile(old, [0.025, 0.975])), abs=1e-12)
     assert e["rises"]["p_boot"] == pytest.approx((1 + np.count_nonzero(old <= 1e-12)) / (B + 1))
@@ -64,10 +68,48 @@ def test_crossed_with_one_seed_end_to_end_equals_the_paired(tmp_path):
     assert e["seeds"] == [0] and e["per_seed"][0]["pass1_diff"] == pytest.approx(e["pass1_diff"], abs=1e-15)
 
 
-ENTRY_FIELDS = {"condition", "step", "scoring", "seeds", "k_max", "n", "n_base", "pass1_base", "pass1_rl", "pass1_diff", "pass1_ci",
-                "passk_base", "passk_rl", "passk_diff", "passk_ci", "passk_ci90", "rises", "falls", "null", "vs_null", "label", "reason",
-                "adjusted", "adjusted_mc_se", "near_level", "base_null", "v1", "crossover", "band", "per_seed", "primary", "family",
-                "headroom", "ceiling_rises", "coverage_base", "coverage_rl", "only_rl", "only_base", "format_base", "format_rl"}
+ENTRY_FIELDS = {
+    "condition",
+    "step",
+    "scoring",
+    "seeds",
+    "k_max",
+    "n",
+    "n_base",
+    "pass1_base",
+    "pass1_rl",
+    "pass1_diff",
+    "pass1_ci",
+    "passk_base",
+    "passk_rl",
+    "passk_diff",
+    "passk_ci",
+    "passk_ci90",
+    "rises",
+    "falls",
+    "null",
+    "vs_null",
+    "label",
+    "reason",
+    "adjusted",
+    "adjusted_mc_se",
+    "near_level",
+    "base_null",
+    "v1",
+    "crossover",
+    "band",
+    "per_seed",
+    "primary",
+    "family",
+    "headroom",
+    "ceiling_rises",
+    "coverage_base",
+    "coverage_rl",
+    "only_rl",
+    "only_base",
+    "format_base",
+    "format_rl",
+}
 
 
 def test_end_to_end_layout_order_and_families(main_run):
@@ -78,12 +120,19 @@ def test_end_to_end_layout_order_and_families(main_run):
     assert set(out["provenance"]["inputs"]) == {"eval_base.json"} | {f"eval_{c}_s0_{s:03d}.json" for c, s in DESIGN}
     # the config's condition order (many, 16, 1), never alphabetical; checkpoints ascending
     assert [(e["condition"], e["step"], e["scoring"]) for e in out["entries"]] == [
-        (c, s, sc) for c in ("many", "16", "1") for s in (75, 150) for sc in ("strict", "loose")]
+        (c, s, sc) for c in ("many", "16", "1") for s in (75, 150) for sc in ("strict", "loose")
+    ]
     for e in out["entries"]:
         assert ENTRY_FIELDS <= set(e), ENTRY_FIELDS - set(e)
-        assert (e["seeds"] == [0] and e["base_null"]["margin"] == 0.10
-                and e["label"] in ("selection", "beyond selection", "degradation", "undecided"))
-        assert e["pass1_ci"][0] <= e["pass1_diff"] <= e["pass1_ci"][1] and e["passk_ci"][0] <= e["passk_diff"] <= e["passk_ci"][1]
+        assert (
+            e["seeds"] == [0]
+            and e["base_null"]["margin"] == 0.10
+            and e["label"] in ("selection", "beyond selection", "degradation", "undecided")
+        )
+        assert (
+            e["pass1_ci"][0] <= e["pass1_diff"] <= e["pass1_ci"][1]
+            and e["passk_ci"][0] <= e["passk_diff"] <= e["passk_ci"][1]
+        )
         assert e["passk_ci"][0] <= e["passk_ci90"][0] <= e["passk_ci90"][1] <= e["passk_ci"][1]
         assert e["vs_null"]["ci"][0] <= e["vs_null"]["diff"] <= e["vs_null"]["ci"][1]
         for t, x in e["adjusted"].items():  # adjusted p-values are never below the raw ones
@@ -102,8 +151,14 @@ def test_end_to_end_layout_order_and_families(main_run):
         adj = [e["adjusted"][t] for e in es for t in assemble.TESTS if assemble.raw_p(e)[t] is not None]
         assert adj == pytest.approx(list(stats.holm(p, lv)), abs=1e-15)
     assert "many/150" not in fam["secondary-loose"]["entries"] and "many/150" in fam["secondary-strict"]["entries"]
-    assert out["levels"] == {"ci": 0.95, "one_sided": 0.025, "tost": 0.05, "margin": 0.10, "selection_margin": 0.05,
-                             "headroom_fraction": pytest.approx(1 / 3)}
+    assert out["levels"] == {
+        "ci": 0.95,
+        "one_sided": 0.025,
+        "tost": 0.05,
+        "margin": 0.10,
+        "selection_margin": 0.05,
+        "headroom_fraction": pytest.approx(1 / 3),
+    }
     assert out["partial"] is False and out["missing"] == []
 
 
@@ -136,8 +191,9 @@ def test_end_to_end_verdict_branches(main_run):
     assert (e["label"], e["reason"]["code"]) == ("selection", "below-null")
     b = e["base_null"]
     assert (b["pass1_rises"], b["ceiling_equivalent"], b["ceiling_falls"], b["selection"]) == (True, True, False, True)
-    assert (e["v1"]["third_clause"] is True
-            and e["v1"]["third_clause_ci"] == pytest.approx([-e["pass1_ci"][1] / 3, -e["pass1_ci"][0] / 3], abs=1e-12))
+    assert e["v1"]["third_clause"] is True and e["v1"]["third_clause_ci"] == pytest.approx(
+        [-e["pass1_ci"][1] / 3, -e["pass1_ci"][0] / 3], abs=1e-12
+    )
     assert e["crossover"]["point"] == {"outcome": "crosses", "k": 7}
     assert e["crossover"]["cross_share"] == 1 and e["crossover"]["median"] == 7 and e["crossover"]["ci"] == [7, 7]
     assert (e["coverage_base"], e["coverage_rl"], e["only_rl"], e["only_base"]) == (40, 40, 0, 0)
@@ -146,7 +202,11 @@ def test_end_to_end_verdict_branches(main_run):
     assert e["pass1_diff"] == pytest.approx(0.125) and e["passk_diff"] == pytest.approx(-0.25)
     assert e["label"] == "selection" and e["vs_null"]["below"]["p"] < 0.025 and e["vs_null"]["above"]["p"] > 0.5
     assert (e["base_null"]["ceiling_falls"], e["base_null"]["selection"]) == (True, True)
-    assert e["v1"]["ceiling_unchanged_v1"] is False and e["v1"]["ceiling_falls_v1"] is True and e["v1"]["third_clause"] is False
+    assert (
+        e["v1"]["ceiling_unchanged_v1"] is False
+        and e["v1"]["ceiling_falls_v1"] is True
+        and e["v1"]["third_clause"] is False
+    )
     assert out["primary"]["label"] == "selection"
 
     e = entry(out, "16", 75)  # no change in pass@1: undecided; never above
@@ -160,13 +220,21 @@ def test_end_to_end_verdict_branches(main_run):
     assert (e["label"], e["reason"]["code"]) == ("beyond selection", "above-null") and e["vs_null"]["diff"] > 0.1
     assert e["base_null"]["selection"] is False and e["crossover"]["point"] == {"outcome": "always above", "k": None}
 
-    e = entry(out, "1", 75)  # pass@1 falls: degradation, whatever the ceiling does (here above the null's, reweighted away, w < 1)
+    e = entry(
+        out, "1", 75
+    )  # pass@1 falls: degradation, whatever the ceiling does (here above the null's, reweighted away, w < 1)
     assert e["pass1_diff"] == pytest.approx(-0.0625) and e["pass1_ci"][1] < 0
-    assert (e["label"], e["reason"]["code"]) == ("degradation", "pass1-falls") and e["null"]["w"] < 1 and e["vs_null"]["diff"] > 0
+    assert (
+        (e["label"], e["reason"]["code"]) == ("degradation", "pass1-falls")
+        and e["null"]["w"] < 1
+        and e["vs_null"]["diff"] > 0
+    )
     assert e["v1"]["ceiling_unchanged_v1"] is True and e["crossover"]["never_share"] == 1
 
     e = entry(out, "1", 150)  # the base itself
-    assert e["label"] == "undecided" and e["pass1_diff"] == 0 and e["vs_null"]["diff"] == pytest.approx(0, abs=1e-12)  # w = 1: the base
+    assert (
+        e["label"] == "undecided" and e["pass1_diff"] == 0 and e["vs_null"]["diff"] == pytest.approx(0, abs=1e-12)
+    )  # w = 1: the base
 
 
 def test_end_to_end_h3_power_and_band(main_run):
@@ -175,17 +243,26 @@ def test_end_to_end_h3_power_and_band(main_run):
     assert set(h3) == {(c, s) for c in ("many", "16", "1") for s in ("strict", "loose")}
     h = h3[("many", "loose")]  # Delta pass@8: 0 at step 75, -0.25 at 150: narrows
     assert (h["first_step"], h["last_step"], h["seeds"]) == (75, 150, [0])
-    assert h["passk_diff_first"] == 0 and h["passk_diff_last"] == pytest.approx(-0.25) and h["diff"] == pytest.approx(-0.25)
+    assert (
+        h["passk_diff_first"] == 0
+        and h["passk_diff_last"] == pytest.approx(-0.25)
+        and h["diff"] == pytest.approx(-0.25)
+    )
     assert h["ci"][1] < 0 and h["narrows"] is True and h["p_narrows"] == pytest.approx(1 / 2001)
     h = h3[("16", "loose")]  # 0 -> +0.5: widens
     assert h["diff"] == pytest.approx(0.5) and h["narrows"] is False and h["p_narrows"] == 1.0
     pw = out["power"]
     assert (pw["n_problems"], pw["seeds"], pw["n_samples"], pw["n_base"], pw["power"]) == (80, 1, 8, 8, 0.8)
     t = scipy.stats.t  # one seed: SE^2 = var_n(Delta) / N on N - 1 df (power.variance_components)
-    assert pw["df_pass1"] == 79 and pw["mde_pass1"] == pytest.approx((t.ppf(0.975, 79) + t.ppf(0.8, 79)) * pw["se_pass1"], rel=1e-9)
+    assert pw["df_pass1"] == 79 and pw["mde_pass1"] == pytest.approx(
+        (t.ppf(0.975, 79) + t.ppf(0.8, 79)) * pw["se_pass1"], rel=1e-9
+    )
     assert 0 < pw["se_pass1"] < 0.1
     from analysis import power
-    assert pw["tost_power_at_zero"] == pytest.approx(power.power_equivalence(0.0, pw["se_passk"], pw["df_passk"], 0.10, 0.05))
+
+    assert pw["tost_power_at_zero"] == pytest.approx(
+        power.power_equivalence(0.0, pw["se_passk"], pw["df_passk"], 0.10, 0.05)
+    )
     band = entry(out, "many", 75)["band"]
     assert len(band["lo"]) == len(band["hi"]) == len(band["diff"]) == 8
     assert all(lo <= d <= hi for lo, d, hi in zip(band["lo"], band["diff"], band["hi"]))
@@ -200,14 +277,18 @@ def test_primary_answer_leads_the_report(main_run):
     cal, prim = lines.index("## Calibration: arms whose truth is known"), lines.index("## The primary question")
     assert cal < prim and "No calibration arms" in lines[cal + 2]
     sentence = lines[prim + 2]
-    assert sentence.startswith("Does RL on `many` select (loose scoring, step 150, 1 seed, 80 problems)? **Selection**: pass@1 rises")
+    assert sentence.startswith(
+        "Does RL on `many` select (loose scoring, step 150, 1 seed, 80 problems)? **Selection**: pass@1 rises"
+    )
     assert "+0.125 [" in sentence and "selection null" in sentence and "No calibration" in sentence
 
 
 def test_primary_answer_beyond_selection_when_the_ceiling_rises(tmp_path):
     """Primary answer beyond selection when the ceiling rises past the null."""
     base = [0] * 20 + [4] * 20
-    out = assemble.run_analysis(write_run(tmp_path / "run", base, {("many", 10): [2] * 20 + [4] * 20}, n=8, k_max=4), make_figures=False)
+    out = assemble.run_analysis(
+        write_run(tmp_path / "run", base, {("many", 10): [2] * 20 + [4] * 20}, n=8, k_max=4), make_figures=False
+    )
     e = entry(out, "many", 10)
     assert e["label"] == "beyond selection" and e["vs_null"]["diff"] > 0 and e["ceiling_rises"]
     assert e["base_null"]["selection"] is False  # the base-null reading: neither equivalent nor lower
@@ -241,12 +322,16 @@ def test_the_base_null_cannot_be_decided_when_its_ceiling_test(tmp_path):
     assert b["pass1_rises"] and not b["ceiling_falls"] and b["testable"] is False and b["p_equiv_adj"] is None
     assert b["selection"] is None and b["selection_v2"] is True and out["primary"]["answer_base_null"] is None
     assert "**Undecided (base null)**" in (run / "report.md").read_text()
-    doc = json.loads((run / "verdicts.json").read_text())  # one label: the JSON and the headline say what the report says
+    doc = json.loads(
+        (run / "verdicts.json").read_text()
+    )  # one label: the JSON and the headline say what the report says
     assert doc["primary"]["label"] == "undecided (base null)" == doc["primary"]["label_base_null"]
     assert doc["primary"]["label_selection_null"] == entry(out, "many", 10)["label"]
     assert "): undecided (base null)" in report.headline(doc).splitlines()[0]
-    out = assemble.run_analysis(write_run(tmp_path / "run2", [4] * 40, {("many", 10): [6] * 40}, n=8, k_max=4,
-                                           equivalence_margin=0.004), make_figures=False)
+    out = assemble.run_analysis(
+        write_run(tmp_path / "run2", [4] * 40, {("many", 10): [6] * 40}, n=8, k_max=4, equivalence_margin=0.004),
+        make_figures=False,
+    )
     b = entry(out, "many", 10)["base_null"]
     assert b["testable"] is True and b["ceiling_equivalent"] is False and b["selection"] is False
 
@@ -256,15 +341,25 @@ def test_v1_one_third_branch_and_the_inferential_clause(tmp_path):
     (c = 4 -> 8: pass@4 1 - 1/70 -> 1). v1's ceiling is 'unchanged' by its one-third branch; the
     inferential clause agrees (T = |dk| - d1/3 is clearly negative); the ceiling also 'rises'."""
     base_s = [4, 5] * 20
-    out = assemble.run_analysis(write_run(tmp_path / "run", (base_s, base_s), {("many", 10): ([8] * 40, base_s)}, n=8, k_max=4),
-                                 make_figures=False)
+    out = assemble.run_analysis(
+        write_run(tmp_path / "run", (base_s, base_s), {("many", 10): ([8] * 40, base_s)}, n=8, k_max=4),
+        make_figures=False,
+    )
     e = entry(out, "many", 10, "strict")
     assert e["pass1_diff"] == pytest.approx(0.5 * 4 / 8 + 0.5 * 3 / 8) and e["passk_diff"] == pytest.approx(0.5 / 70)
     assert e["passk_ci"][0] > 0 and e["v1"]["ceiling_unchanged_v1"] is True and e["ceiling_rises"] is True
-    assert e["v1"]["third_clause"] is True and e["base_null"]["ceiling_equivalent"] is None and e["base_null"]["selection_v2"] is True
+    assert (
+        e["v1"]["third_clause"] is True
+        and e["base_null"]["ceiling_equivalent"] is None
+        and e["base_null"]["selection_v2"] is True
+    )
     e = entry(out, "many", 10, "loose")  # correct_loose: nothing changed
     assert e["pass1_diff"] == 0 and e["passk_diff"] == 0 and e["pass1_ci"] == [0.0, 0.0]
-    assert e["label"] == "undecided" and e["v1"]["third_clause"] is None and e["crossover"]["point"]["outcome"] == "never above"
+    assert (
+        e["label"] == "undecided"
+        and e["v1"]["third_clause"] is None
+        and e["crossover"]["point"]["outcome"] == "never above"
+    )
 
 
 def test_multi_seed_against_a_reference_loop(tmp_path):
@@ -285,28 +380,41 @@ def test_multi_seed_against_a_reference_loop(tmp_path):
     pr = [ref_pass1(seeds[s], 8) for s in (0, 1, 2)]
     reps = [np.mean([pr[j][idx[b]].mean() - pb[idx[b]].mean() for j in sidx[b]]) for b in range(500)]
     assert e["pass1_ci"] == pytest.approx(list(np.quantile(reps, [0.025, 0.975])), abs=1e-12)
-    assert e["rises"]["p_boot"] == pytest.approx((1 + sum(r <= 1e-12 for r in reps)) / 501)  # ties within 1e-12 count as 0 (stats.TIE)
+    assert e["rises"]["p_boot"] == pytest.approx(
+        (1 + sum(r <= 1e-12 for r in reps)) / 501
+    )  # ties within 1e-12 count as 0 (stats.TIE)
     # without the tie tolerance (v2) a replicate equal to 0 in exact arithmetic lands on either side of it by rounding
     assert e["base_null"]["p_rises_v2"] <= e["rises"]["p_boot"]
     assert abs(e["base_null"]["p_rises_v2"] - (1 + sum(r <= 0 for r in reps)) / 501) <= 2 / 501
-    assert e["rises"]["p"] == max(e["rises"]["p_boot"], e["rises"]["p_t"])  # the larger of the bootstrap's and the t test's
+    assert e["rises"]["p"] == max(
+        e["rises"]["p_boot"], e["rises"]["p_t"]
+    )  # the larger of the bootstrap's and the t test's
     assert out["power"]["seeds"] == 3
     assert e["coverage_rl"] == pytest.approx((20 + 30 + 20) / 3)
     rep = (run / "report.md").read_text()
     assert "3 seeds, 30 problems" in rep
-    assert "## Per-seed spread" in rep and rep.count("| many | 20 | loose |") == 3 + 2  # 3 per-seed rows, the earlier versions, coverage
+    assert (
+        "## Per-seed spread" in rep and rep.count("| many | 20 | loose |") == 3 + 2
+    )  # 3 per-seed rows, the earlier versions, coverage
 
 
 def _three_seeds(tmp_path, drop=(), **kw):
     rl = {(c, s, st): [1 + s, 2, 3, 0] for c in ("many", "16-kl") for s in (0, 1) for st in (5, 10)}
     for k in drop:
         rl.pop(k)
-    return write_run(tmp_path / "run", [1, 0, 3, 8], rl, design=(["many", "16-kl"], [0, 1], [5, 10]), resamples=100, **kw)
+    return write_run(
+        tmp_path / "run", [1, 0, 3, 8], rl, design=(["many", "16-kl"], [0, 1], [5, 10]), resamples=100, **kw
+    )
 
 
 def test_complete_run_with_dashes_and_digits_in_names(tmp_path):
     out = assemble.run_analysis(_three_seeds(tmp_path), make_figures=False)
-    assert [(e["condition"], e["step"]) for e in out["entries"]][::2] == [("many", 5), ("many", 10), ("16-kl", 5), ("16-kl", 10)]
+    assert [(e["condition"], e["step"]) for e in out["entries"]][::2] == [
+        ("many", 5),
+        ("many", 10),
+        ("16-kl", 5),
+        ("16-kl", 10),
+    ]
     assert all(e["seeds"] == [0, 1] for e in out["entries"])
 
 
@@ -334,12 +442,15 @@ def test_partial_run_says_so_in_its_first_line(tmp_path):
     assert r.returncode == 0 and "PARTIAL" in r.stdout
 
 
-@pytest.mark.parametrize("name,what", [
-    ("eval_other_s0_005.json", "condition 'other'"),  # a condition the config does not register
-    ("eval_many_s7_005.json", "seed 7"),
-    ("eval_many_s0_020.json", "step 20"),
-    ("eval_many_005.json", "without a training seed"),  # the old layout in a seeded design
-])
+@pytest.mark.parametrize(
+    "name,what",
+    [
+        ("eval_other_s0_005.json", "condition 'other'"),  # a condition the config does not register
+        ("eval_many_s7_005.json", "seed 7"),
+        ("eval_many_s0_020.json", "step 20"),
+        ("eval_many_005.json", "without a training seed"),  # the old layout in a seeded design
+    ],
+)
 def test_evaluation_outside_the_design_is_an_error(tmp_path, name, what):
     run = _three_seeds(tmp_path)
     (run / name).write_text((run / "eval_many_s0_005.json").read_text())
@@ -351,7 +462,9 @@ def test_evaluation_outside_the_design_is_an_error(tmp_path, name, what):
 def test_fields_must_agree_with_the_file_name(tmp_path):
     run = _three_seeds(tmp_path)
     set_json(run / "eval_many_s1_010.json", "train_seed", 0)
-    with pytest.raises(run_files.InputError, match=r"eval_many_s1_010.json: its train_seed field is 0 but its name says 1"):
+    with pytest.raises(
+        run_files.InputError, match=r"eval_many_s1_010.json: its train_seed field is 0 but its name says 1"
+    ):
         assemble.run_analysis(run, make_figures=False)
 
 
@@ -371,7 +484,9 @@ def test_design_comes_from_the_manifest_first(tmp_path):
 
 def test_single_seed_layout_of_older_runs(tmp_path):
     """results/tiny: eval_<cond>_<step>.json and train.conditions as a list; read as seed 0."""
-    run = write_run(tmp_path / "run", BASE_MAIN, {("many", 50): DESIGN[("many", 75)], ("16", 50): DESIGN[("16", 75)]}, legacy=True)
+    run = write_run(
+        tmp_path / "run", BASE_MAIN, {("many", 50): DESIGN[("many", 75)], ("16", 50): DESIGN[("16", 75)]}, legacy=True
+    )
     write_train_log(run / "train_many" / "train_log.csv")
     out = assemble.run_analysis(run, make_figures=False)
     assert [e["condition"] for e in out["entries"]] == ["many", "many", "16", "16"]
@@ -386,11 +501,18 @@ def test_single_seed_layout_of_older_runs(tmp_path):
 def test_config_errors_name_the_key(tmp_path):
     run = _three_seeds(tmp_path)
     set_json(run / "eval_base.json", "provenance", "config", "analyze", "primary_condition", "nope")
-    with pytest.raises(run_files.InputError, match=r"eval_base.json: config analyze.primary_condition: must name a registered condition"):
+    with pytest.raises(
+        run_files.InputError,
+        match=r"eval_base.json: config analyze.primary_condition: must name a registered condition",
+    ):
         assemble.run_analysis(run, make_figures=False)
     set_json(run / "eval_base.json", "provenance", "config", "analyze", "primary_condition", "many")
-    set_json(run / "eval_base.json", "provenance", "config", "analyze", "resamples", "many")  # config.load's own check, through the record
-    with pytest.raises(run_files.InputError, match=r"eval_base.json: config analyze.resamples: expected an integer, got 'many'"):
+    set_json(
+        run / "eval_base.json", "provenance", "config", "analyze", "resamples", "many"
+    )  # config.load's own check, through the record
+    with pytest.raises(
+        run_files.InputError, match=r"eval_base.json: config analyze.resamples: expected an integer, got 'many'"
+    ):
         assemble.run_analysis(run, make_figures=False)
 
 
@@ -467,10 +589,15 @@ def test_training_figure_tolerates_new_and_missing_columns(tmp_path):
     assert figures.training_figure(run, [5]) is None  # no logs, no figure, nothing written
     assert not (run / "figures").exists()
     write_train_log(run / "train_many_s0" / "train_log.csv", cols=["step", "reward_mean"])  # the two required ones
-    write_train_log(run / "train_many_s1" / "train_log.csv",
-                    cols=["step", "reward_mean", "entropy_mean", "kl_mean", "a_new_column"], blank=("kl_mean",))
+    write_train_log(
+        run / "train_many_s1" / "train_log.csv",
+        cols=["step", "reward_mean", "entropy_mean", "kl_mean", "a_new_column"],
+        blank=("kl_mean",),
+    )
     (run / "train_16_s0").mkdir()
-    (run / "train_16_s0" / "train_log.csv").write_text("step,note,reward_mean\n1,warm-up,0.1\n2,,0.2\n")  # a text column
+    (run / "train_16_s0" / "train_log.csv").write_text(
+        "step,note,reward_mean\n1,warm-up,0.1\n2,,0.2\n"
+    )  # a text column
     assert [r["reward_mean"] for r in run_files.read_csv(run / "train_16_s0" / "train_log.csv")] == [0.1, 0.2]
     p = figures.training_figure(run, [2, 4])
     assert p == run / "figures" / "training.png" and p.stat().st_size > 1000
@@ -509,7 +636,10 @@ def test_report_warns_on_another_change_log_only_where_both_record_it(tmp_path):
     set_json(f, "provenance", "changes_sha256", "c" * 64)  # the base records none
     doc = assemble.run_analysis(run, make_figures=False)
     assert not any("PLAN_CHANGES.md" in w for w in doc["warnings"])
-    assert "| PLAN_CHANGES.md sha256 |" in (run / "report.md").read_text() and "| " + "c" * 12 + " |" in (run / "report.md").read_text()
+    assert (
+        "| PLAN_CHANGES.md sha256 |" in (run / "report.md").read_text()
+        and "| " + "c" * 12 + " |" in (run / "report.md").read_text()
+    )
     set_json(run / "eval_base.json", "provenance", "changes_sha256", "d" * 64)
     doc = assemble.run_analysis(run, make_figures=False)
     assert "eval_many_s0_075.json was made under a different PLAN_CHANGES.md than eval_base.json" in doc["warnings"]
@@ -523,11 +653,24 @@ def test_report_says_which_inputs_are_missing_or_from_another(tmp_path):
     assemble.run_analysis(run, make_figures=False)
     rep = (run / "report.md").read_text()
     assert "selection.json is missing" in rep and "train_many_s0/train_log.csv is missing" in rep
-    (run / "selection.json").write_text(json.dumps({"rule": "r", "informative": [], "sets": {}, "short": {}, "pass_rates": {},
-                                                     "provenance": {"config_hash": "not-the-same"}}))
+    (run / "selection.json").write_text(
+        json.dumps(
+            {
+                "rule": "r",
+                "informative": [],
+                "sets": {},
+                "short": {},
+                "pass_rates": {},
+                "provenance": {"config_hash": "not-the-same"},
+            }
+        )
+    )
     assemble.run_analysis(run, make_figures=False)
     rep = (run / "report.md").read_text()
-    assert "selection.json is missing" not in rep and "selection.json was made with another config (hash not-the-same)" in rep
+    assert (
+        "selection.json is missing" not in rep
+        and "selection.json was made with another config (hash not-the-same)" in rep
+    )
 
 
 def test_deterministic(tmp_path):
@@ -542,13 +685,20 @@ def test_deterministic(tmp_path):
 
 def test_smoke_design_skips_the_controls_and_uses_the_test_set(tmp_path):
     """many, 4, 1 (configs/smoke.yaml): no pair for H4-H6; no sets: the test set is the largest n."""
-    run = write_run(tmp_path / "run", BASE_MAIN, {("many", 6): DESIGN[("many", 75)], ("4", 6): DESIGN[("16", 75)], ("1", 6): BASE_MAIN},
-                    resamples=FAST)
+    run = write_run(
+        tmp_path / "run",
+        BASE_MAIN,
+        {("many", 6): DESIGN[("many", 75)], ("4", 6): DESIGN[("16", 75)], ("1", 6): BASE_MAIN},
+        resamples=FAST,
+    )
     out = assemble.run_analysis(run, make_figures=False)
     assert out["controls"]["h4"] == out["controls"]["h5"] == out["controls"]["h6"] == []
     assert [s["hypothesis"] for s in out["controls"]["skipped"]] == ["H4", "H5", "H6"]
-    assert (out["beyond_n"]["set"] == "test" and out["beyond_n"]["check"] == []
-            and "no evaluation set has more samples" in out["beyond_n"]["check_skipped"])
+    assert (
+        out["beyond_n"]["set"] == "test"
+        and out["beyond_n"]["check"] == []
+        and "no evaluation set has more samples" in out["beyond_n"]["check_skipped"]
+    )
     assert out["boundary"]["set"] == "test" and out["ood"] == {} and out["diversity"]["conditions"] == []
     assert out["tokens"]["rows"] == [] and out["eval_sets"].keys() == {"test"}
     rep = (run / "report.md").read_text()

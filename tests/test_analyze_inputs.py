@@ -2,6 +2,7 @@
 command line, and what it does to a run folder (--out, moving an old analysis aside, keys added since).
 
 Everything runs on synthetic eval files written into tmp_path; no model is involved."""
+
 import json
 from pathlib import Path
 
@@ -16,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _good_run(tmp_path):
-    return write_run(tmp_path / "run", [1, 0, 3, 8], {("many", 75): [2, 0, 4, 8], ("16", 75): [1, 1, 1, 1]}, resamples=FAST)
-
+    return write_run(
+        tmp_path / "run", [1, 0, 3, 8], {("many", 75): [2, 0, 4, 8], ("16", 75): [1, 1, 1, 1]}, resamples=FAST
+    )
 
 
 M, S16 = "eval_many_s0_075.json", "eval_16_s0_075.json"
@@ -36,8 +38,10 @@ BREAKAGES = {
     "empty_problems": (lambda r: set_json(r / M, "problems", []), M),
     "mismatched_ids": (lambda r: set_json(r / M, "problems", 3, "id", 99), M),
     "reordered_ids": (lambda r: edit_json(r / S16, lambda d: d["problems"].reverse()), S16),
-    "n_differs_from_base": (lambda r: edit_json(r / S16, lambda d: (d["sampling"].update(n=16),
-                                                                      [p.update(n=16) for p in d["problems"]])), S16),
+    "n_differs_from_base": (
+        lambda r: edit_json(r / S16, lambda d: (d["sampling"].update(n=16), [p.update(n=16) for p in d["problems"]])),
+        S16,
+    ),
     "no_format_rate": (lambda r: edit_json(r / M, lambda d: d.pop("format_rate")), M),
     "no_problem_id": (lambda r: edit_json(r / M, lambda d: d["problems"][0].pop("id")), M),
     "no_rl_files": (lambda r: [f.unlink() for f in r.glob("eval_*_*.json")], "run"),
@@ -71,7 +75,9 @@ def test_cli_broken_inputs_exit_2_with_one_line(tmp_path, name):
     r = analyze_cli("--run", str(run), "--no-figures")
     assert r.returncode == 2, r.stderr  # an input's fault, as the pipeline's (README: exit codes)
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("analyze_b.py: ") and fname in lines[0] and "Traceback" not in r.stderr
+    assert (
+        len(lines) == 1 and lines[0].startswith("analyze_b.py: ") and fname in lines[0] and "Traceback" not in r.stderr
+    )
     assert (run / "verdicts.json").read_bytes() == before
 
 
@@ -90,8 +96,15 @@ def test_cli_success_prints_the_headline(tmp_path):
     assert not (run / "figures").exists()
 
 
-@pytest.mark.parametrize("row", ["7,0.5\n", "7,abc,0,0,0,0,0,0,0,0,0,0,0,0\n", "7,,0,0,0,0,0,0,0,0,0,0,0,0\n",
-                                 "7,0.5,0,0,0,0,0,0,0,0,0,0,0,0,99\n"])
+@pytest.mark.parametrize(
+    "row",
+    [
+        "7,0.5\n",
+        "7,abc,0,0,0,0,0,0,0,0,0,0,0,0\n",
+        "7,,0,0,0,0,0,0,0,0,0,0,0,0\n",
+        "7,0.5,0,0,0,0,0,0,0,0,0,0,0,0,99\n",
+    ],
+)
 def test_malformed_training_log_is_an_input_error_and_writes(tmp_path, row):
     """Malformed training log is an input error and writes nothing."""
     run = write_run(tmp_path / "run", [1, 0, 3, 8], {("many", 75): [2, 0, 4, 8]}, resamples=100)
@@ -104,7 +117,6 @@ def test_malformed_training_log_is_an_input_error_and_writes(tmp_path, row):
         assemble.run_analysis(run)
     assert (run / "verdicts.json").read_bytes() == before
     assert not (run / "figures").exists()
-
 
 
 def test_a_key_added_since_at_its_old_value_is_not_another(tmp_path):
@@ -133,7 +145,9 @@ def test_a_key_added_since_at_its_old_value_is_not_another(tmp_path):
 def test_out_analyses_a_copy_and_leaves_the_run_as_it_was(tmp_path):
     run = _good_run(tmp_path)
     (run / "train_many_s0" / "step_075").mkdir(parents=True)
-    (run / "train_many_s0" / "step_075" / "adapter_model.safetensors").write_bytes(b"weights")  # not an input: not copied
+    (run / "train_many_s0" / "step_075" / "adapter_model.safetensors").write_bytes(
+        b"weights"
+    )  # not an input: not copied
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     new = tmp_path / "new"
     r = analyze_cli("--run", str(run), "--out", str(new), "--no-figures")
@@ -142,14 +156,18 @@ def test_out_analyses_a_copy_and_leaves_the_run_as_it_was(tmp_path):
     assert not list(new.rglob("*.safetensors")) and f"wrote {new / 'verdicts.json'}" in r.stdout
     copied = json.loads((new / "verdicts.json").read_text())
     in_place = assemble.run_analysis(run, make_figures=False)
-    assert copied["entries"] == in_place["entries"] and copied["provenance"]["inputs"] == in_place["provenance"]["inputs"]
+    assert (
+        copied["entries"] == in_place["entries"] and copied["provenance"]["inputs"] == in_place["provenance"]["inputs"]
+    )
     for bad in (new, run / "inside"):  # not empty; inside the run
         r = analyze_cli("--run", str(run), "--out", str(bad), "--no-figures")
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     BREAKAGES["count_above_n"][0](run)
     r = analyze_cli("--run", str(run), "--out", str(tmp_path / "other"), "--no-figures")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert f"{run / M}: problem" in r.stderr and "python pipeline.py --config" in r.stderr  # the run's file, the command
+    assert (
+        f"{run / M}: problem" in r.stderr and "python pipeline.py --config" in r.stderr
+    )  # the run's file, the command
     assert not (tmp_path / "other").exists()  # the copy, holding no result, is gone
 
 

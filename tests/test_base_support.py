@@ -1,6 +1,7 @@
 """Support from the base's own probabilities (method/base_support.py, PLAN_CHANGES.md change 57): the rule is the
 sampler's own filter, a token outside a hand-built nucleus reads outside, the base's own draws at that
 sampler never do, and an untruncated sampler puts nothing outside."""
+
 import pytest
 import torch
 
@@ -45,7 +46,9 @@ def test_the_token_that_crosses_top_p_is_kept():
     _, excess = base_support.token_excess(logits, torch.tensor([[1]]), 1.0, 0, 0.8)
     assert excess.item() == pytest.approx(0.5 - 0.8)
     _, excess = base_support.token_excess(logits, torch.tensor([[2]]), 1.0, 0, 0.8)
-    assert excess.item() == pytest.approx(0.8 - 0.8, abs=1e-7)  # exactly at the edge: outside by the rule, not beyond rounding
+    assert excess.item() == pytest.approx(
+        0.8 - 0.8, abs=1e-7
+    )  # exactly at the edge: outside by the rule, not beyond rounding
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +112,13 @@ def test_an_evaluation_records_the_support_of_each_correct_response(fitted_dir, 
     from method import evaluate
 
     cfg = cfg_for(smoke_cfg, **{"eval.base_support": True, "eval.n": 8, "eval.k_max": 8, "eval.n_base": 8})
-    plain = evaluate.evaluate(cfg_for(smoke_cfg, **{"eval.n": 8, "eval.k_max": 8, "eval.n_base": 8}), str(fitted_dir), None,
-                              tmp_path / "p.json", progress=False)
+    plain = evaluate.evaluate(
+        cfg_for(smoke_cfg, **{"eval.n": 8, "eval.k_max": 8, "eval.n_base": 8}),
+        str(fitted_dir),
+        None,
+        tmp_path / "p.json",
+        progress=False,
+    )
     doc = evaluate.evaluate(cfg, str(fitted_dir), None, tmp_path / "t.json", progress=False)
     assert sum(r["correct_loose"] for r in doc["problems"]) > 0  # the fitted base answers some right
     problems = {p.id: p for p in evaluate.eval_set_settings(cfg, "test")[0]}
@@ -139,6 +147,10 @@ def test_the_posthoc_tool_takes_text_only_where_it_fixes_the_ids(base):
     why, whole = tool.segmentation(tok)
     assert why is None and "<answer>" in whole
     ids = tool.drawn_ids(tok, "<answer>12</answer>", 1, 96)
-    assert ids == tok.encode("<answer>12</answer>", add_special_tokens=False) + [1] and len(ids) == 5  # <answer> taken whole
-    assert tool.drawn_ids(tok, "12", 1, 2) == tok.encode("12", add_special_tokens=False)  # cut at max_new_tokens: no stop token
+    assert (
+        ids == tok.encode("<answer>12</answer>", add_special_tokens=False) + [1] and len(ids) == 5
+    )  # <answer> taken whole
+    assert tool.drawn_ids(tok, "12", 1, 2) == tok.encode(
+        "12", add_special_tokens=False
+    )  # cut at max_new_tokens: no stop token
     assert "decodes to" in tool.segmentation(qwen_shape.load_tokenizer())[0]

@@ -2,6 +2,7 @@
 57) on worlds whose truth is built in: a taught unreachable subset beside reachable problems in Z reads
 expanded; a selection of the base (nothing outside, some within rounding of the edge) reads kept; one
 seed's stray answers do not read expanded; a failed gate answers nothing; the report prints it."""
+
 from types import SimpleNamespace
 
 import numpy as np
@@ -21,12 +22,28 @@ def doc(correct, excess, n, logp=-3.0, sampling=None):
     rows = []
     for p, c, ex in zip(PROBLEMS, correct, excess):
         ex = list(ex) if isinstance(ex, (list, tuple)) else [ex] * int(c)
-        rows.append({"id": p.id, "question": p.question, "answer": p.answer, "n": n, "correct_strict": int(c),
-                     "correct_loose": int(c), "base_support": {"index": list(range(int(c))), "strict": [True] * int(c),
-                                                               "outside": [e is not None and e >= 0 for e in ex],
-                                                               "excess": ex, "logp_t1": [logp] * int(c)}})
-    return {"task": "arith-2x1", "sampling": sampling or {"n": n, "temperature": 0.6, "top_p": 0.95, "top_k": 0},
-            "problems": rows}
+        rows.append(
+            {
+                "id": p.id,
+                "question": p.question,
+                "answer": p.answer,
+                "n": n,
+                "correct_strict": int(c),
+                "correct_loose": int(c),
+                "base_support": {
+                    "index": list(range(int(c))),
+                    "strict": [True] * int(c),
+                    "outside": [e is not None and e >= 0 for e in ex],
+                    "excess": ex,
+                    "logp_t1": [logp] * int(c),
+                },
+            }
+        )
+    return {
+        "task": "arith-2x1",
+        "sampling": sampling or {"n": n, "temperature": 0.6, "top_p": 0.95, "top_k": 0},
+        "problems": rows,
+    }
 
 
 def world(trained_outside, base_excess=-0.3, seeds=6, z=20, trained_correct=8):
@@ -34,20 +51,40 @@ def world(trained_outside, base_excess=-0.3, seeds=6, z=20, trained_correct=8):
     every problem, its correct responses at excess trained_outside(seed, problem) (a number)."""
     base_correct = [0] * z + [10] * (len(PROBLEMS) - z)
     base = doc(base_correct, [base_excess] * len(PROBLEMS), N_BASE)
-    rl = {("many", s, 100): doc([trained_correct] * len(PROBLEMS), [trained_outside(s, i) for i in range(len(PROBLEMS))], N)
-          for s in range(seeds)}
+    rl = {
+        ("many", s, 100): doc(
+            [trained_correct] * len(PROBLEMS), [trained_outside(s, i) for i in range(len(PROBLEMS))], N
+        )
+        for s in range(seeds)
+    }
     return base, rl
 
 
 def design(seeds=6, matched=None):
-    cfg = config.load(None, ["eval.base_support=true", "eval_sets={}", "analyze.support=null", "analyze.calibration=null",
-                                  "analyze.base_support={primary: true}"])
-    return SimpleNamespace(cfg=cfg, primary_scoring="loose", checkpoints=[100], conditions=["many"], primary_condition="many",
-                           seeds_of=lambda c: list(range(seeds)))
+    cfg = config.load(
+        None,
+        [
+            "eval.base_support=true",
+            "eval_sets={}",
+            "analyze.support=null",
+            "analyze.calibration=null",
+            "analyze.base_support={primary: true}",
+        ],
+    )
+    return SimpleNamespace(
+        cfg=cfg,
+        primary_scoring="loose",
+        checkpoints=[100],
+        conditions=["many"],
+        primary_condition="many",
+        seeds_of=lambda c: list(range(seeds)),
+    )
 
 
 def inference(resamples=2000):
-    return SimpleNamespace(levels=verdict.Levels(0.95, 0.10, 0.05, 1 / 3), draws=verdict.Draws(len(PROBLEMS), resamples, 0))
+    return SimpleNamespace(
+        levels=verdict.Levels(0.95, 0.10, 0.05, 1 / 3), draws=verdict.Draws(len(PROBLEMS), resamples, 0)
+    )
 
 
 def test_a_taught_unreachable_subset_beside_reachable_z_reads_expanded():
@@ -83,7 +120,9 @@ def test_a_failed_gate_answers_nothing():
     base, rl = world(lambda s, i: 0.2 if i < 8 else -0.3, base_excess=0.01)  # the base's own answers read outside
     out = base_support.analyze(design(), base, rl, {}, inference())
     assert not out["gate"]["passed"]
-    assert out["conditions"]["many"]["test"]["answer"] == "not shown" and out["conditions"]["many"]["test"]["gate_failed"]
+    assert (
+        out["conditions"]["many"]["test"]["answer"] == "not shown" and out["conditions"]["many"]["test"]["gate_failed"]
+    )
 
 
 def test_the_deciding_interval_is_the_part_with_the_larger_p():
@@ -104,16 +143,28 @@ def test_the_training_sampler_reads_log_probabilities_and_the_tilt_curve():
     d = design()
     d.cfg.eval_sets = {"pool-train": config.EvalSetCfg(models="base"), "matched": config.EvalSetCfg(models="final")}
     d.cfg.analyze.base_support.matched = "matched"
-    out = base_support.analyze(d, base, rl, {"pool-train": (pool, {}, ""), "matched": (None, matched, "")}, inference(500))
+    out = base_support.analyze(
+        d, base, rl, {"pool-train": (pool, {}, ""), "matched": (None, matched, "")}, inference(500)
+    )
     tr = out["train"]
     assert tr["base"]["all"]["quantiles"]["0.5"] == -2.0 and tr["conditions"]["many"]["all"]["quantiles"]["0.5"] == -9.0
     assert tr["conditions"]["many"]["all"]["beyond"]["1024"] == 1.0  # e^9 > 1,024 draws for each exact response
     curve = tr["conditions"]["many"]["tilt_curve"]
     assert [r["w_star"] for r in curve["rows"]] == d.cfg.analyze.base_support.w_grid
-    assert curve["rows"][0]["answer"] == "expanded" and curve["rows"][-1]["answer"] != "expanded"  # the answer depends on w*
+    assert (
+        curve["rows"][0]["answer"] == "expanded" and curve["rows"][-1]["answer"] != "expanded"
+    )  # the answer depends on w*
     assert curve["flips"] and curve["flips"][0]["from"] == "expanded"
-    doc_ = {"primary": {"condition": "many", "scoring": "loose", "step": 100, "label": "support " + out["answer"],
-                        "label_selection_null": "selection"}, "base_support": out}
+    doc_ = {
+        "primary": {
+            "condition": "many",
+            "scoring": "loose",
+            "step": 100,
+            "label": "support " + out["answer"],
+            "label_selection_null": "selection",
+        },
+        "base_support": out,
+    }
     text = "\n".join(report_base_support.base_support_section(doc_))
     assert "The gate** (passed)" in text and "its flips over w*" in text
     assert "**Support expanded**" in report_base_support.primary_sentence(doc_)
@@ -131,7 +182,10 @@ def test_change_42s_test_prints_the_interval_of_the_part_that_decided():
     assert t["decided_by"] == ("t" if part["p_t"] >= part["p_boot"] else "bootstrap")
     assert report.deciding_interval(t) == (t["rl_ci_t"] if t["decided_by"] == "t" else t["rl_ci"])
     assert t["rl_ci_t"][0] < t["rl_rate"] < t["rl_ci_t"][1] and t["rl_ci_t"] != t["rl_ci"]
-    assert report.deciding_interval({"rl_ci": [0.1, 0.2]}) == [0.1, 0.2]  # a document from before keeps its bootstrap interval
+    assert report.deciding_interval({"rl_ci": [0.1, 0.2]}) == [
+        0.1,
+        0.2,
+    ]  # a document from before keeps its bootstrap interval
 
 
 def test_a_condition_without_the_measure_is_skipped_not_fatal():
@@ -141,8 +195,13 @@ def test_a_condition_without_the_measure_is_skipped_not_fatal():
     d = design()
     d.conditions = ["many", "other"]
     d.seeds_of = lambda c: list(range(6))
-    unmeasured = {("other", s, 100): {**v, "problems": [{kk: vv for kk, vv in p.items() if kk != "base_support"}
-                                                        for p in v["problems"]]} for (_, s, _), v in rl.items()}
+    unmeasured = {
+        ("other", s, 100): {
+            **v,
+            "problems": [{kk: vv for kk, vv in p.items() if kk != "base_support"} for p in v["problems"]],
+        }
+        for (_, s, _), v in rl.items()
+    }
     out = base_support.analyze(d, base, rl | unmeasured, {}, inference(500))
     assert out["conditions"]["other"]["skipped"] and out["answer"] == "expanded"
     text = "\n".join(report_base_support.base_support_section({"base_support": out}))
@@ -212,17 +271,28 @@ def test_change_42s_test_is_the_primary_where_the_config_registers_it():
     from analysis import assemble
 
     v5 = tiny_v5_doc()
-    res = {"base_support": {"skipped": "not registered"}, "support": v5["support"],
-           "primary": {"label": "selection", "reason": None}}
-    on = SimpleNamespace(cfg=config.load(None, ["analyze.support.primary=true"]), primary_condition="many",
-                         analyze={"ceiling_null": "selection"})
+    res = {
+        "base_support": {"skipped": "not registered"},
+        "support": v5["support"],
+        "primary": {"label": "selection", "reason": None},
+    }
+    on = SimpleNamespace(
+        cfg=config.load(None, ["analyze.support.primary=true"]),
+        primary_condition="many",
+        analyze={"ceiling_null": "selection"},
+    )
     off = SimpleNamespace(cfg=config.load(None), primary_condition="many", analyze={"ceiling_null": "selection"})
-    assert assemble.registered_question(res, on) == (f"support {v5['support']['conditions']['many']['tests']['eval']['answer']}", "support")
+    assert assemble.registered_question(res, on) == (
+        f"support {v5['support']['conditions']['many']['tests']['eval']['answer']}",
+        "support",
+    )
     assert assemble.registered_question(res, on)[0] == "support expanded"
     assert assemble.registered_question(res, off) == ("selection", None)
     assert assemble.registered_question({**res, "support": {"skipped": "no pool"}}, on) == ("selection", None)
     with pytest.raises(config.ConfigError, match="analyze.support.primary"):
-        config.load(None, ["analyze.support.primary=true", "eval.base_support=true", "analyze.base_support={primary: true}"])
+        config.load(
+            None, ["analyze.support.primary=true", "eval.base_support=true", "analyze.base_support={primary: true}"]
+        )
 
 
 def test_the_report_and_the_terminal_print_change_42s_primary_first():

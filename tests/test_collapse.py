@@ -1,5 +1,6 @@
 """The collapse rule (analysis/collapse.py, PLAN_CHANGES.md change 59) on hand-made training logs, and the
 collapse rate's exact interval against scipy's binomial test."""
+
 import pytest
 from scipy import stats as st
 
@@ -18,7 +19,9 @@ def test_a_run_without_signal_late_is_collapsed_and_one_with_signal_is_not():
     assert collapse.collapsed(sparse)["share"] == pytest.approx(14 / 15) and collapsed(sparse)  # 0.933 >= 0.9
     assert not collapsed(log([0] * 15 + [1] * 12 + [0] * 3))  # 12 of 15: signal came back
     assert not collapsed(log([1] * 15 + [0] * 15))  # an early drought is not a collapse
-    assert collapse.collapsed([{"step": 1, "no_signal": float("nan")}])["collapsed"] is None  # an sft log: nothing to read
+    assert (
+        collapse.collapsed([{"step": 1, "no_signal": float("nan")}])["collapsed"] is None
+    )  # an sft log: nothing to read
 
 
 def collapsed(rows):

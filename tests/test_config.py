@@ -1,4 +1,5 @@
 """orchestration/config.py: numbers as users type them and the checks that need more than one key."""
+
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,9 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 REPORT = CONFIGS / "report.yaml"
 
 
-@pytest.mark.parametrize("typed, value", [("1e-4", 1e-4), ("3E-4", 3e-4), (".5", 0.5), ("1_000", 1000.0), ("2.5e+3", 2500.0)])
+@pytest.mark.parametrize(
+    "typed, value", [("1e-4", 1e-4), ("3E-4", 3e-4), (".5", 0.5), ("1_000", 1000.0), ("2.5e+3", 2500.0)]
+)
 def test_numbers_as_users_type_them(typed, value):
     assert config.load(None, [f"train.lr={typed}"]).train.lr == value
     assert config.load(None, [f"lr_sweep.candidates=[{typed}, 2e-4]"]).lr_sweep.candidates == [value, 2e-4]
@@ -41,13 +44,19 @@ def test_seeds_by_condition_gives_one_condition_its_own_seeds():
     assert config.seeds_of(cfg, "many") == list(range(4)) and config.seeds_of(cfg, "16") == [0, 1, 2]
     plain = config.load(None)
     for stage in ("train", "lr-sweep"):  # the per-condition seeds enter no stage's shared hash
-        assert provenance.hashed_settings(config.to_dict(cfg), stage) == provenance.hashed_settings(config.to_dict(plain), stage)
+        assert provenance.hashed_settings(config.to_dict(cfg), stage) == provenance.hashed_settings(
+            config.to_dict(plain), stage
+        )
     with pytest.raises(config.ConfigError, match=r"train\.seeds_by_condition\.nope: is not a condition"):
         config.load(None, ["train.seeds_by_condition={nope: [0]}"])
-    with pytest.raises(config.ConfigError, match=r"train\.seeds_by_condition\.many: must be a non-empty list of distinct"):
+    with pytest.raises(
+        config.ConfigError, match=r"train\.seeds_by_condition\.many: must be a non-empty list of distinct"
+    ):
         config.load(None, ["train.seeds_by_condition={many: [1, 1]}"])
     with pytest.raises(config.ConfigError, match=r"eval_sets\.pool\.n: .* needs >= 8 primary seeds x eval\.n \(32\)"):
-        config.load(None, ["train.seeds_by_condition={many: [0, 1, 2, 3, 4, 5, 6, 7]}"])  # the registered pool holds 6 x 32
+        config.load(
+            None, ["train.seeds_by_condition={many: [0, 1, 2, 3, 4, 5, 6, 7]}"]
+        )  # the registered pool holds 6 x 32
 
 
 def test_lr_sweep_rule_is_dev_or_reward_and_the_default():
@@ -82,7 +91,12 @@ def test_the_settings_added_for_the_gpu_path_leave_every_hash():
     for stage in provenance.STAGE_KEYS:
         assert provenance.hashed_settings(made, stage) == provenance.hashed_settings(config.to_dict(base), stage)
     assert provenance.config_identity(made) == provenance.config_identity(config.to_dict(base))
-    for sets, stages in ((["determinism=kernels"], {"probe", "select", "lr-sweep", "train", "eval", "tokens"}),
-                         (["train.importance_cap=2.0"], {"lr-sweep", "train"}), (["train.logp_gap_limit=0.1"], set())):
+    for sets, stages in (
+        (["determinism=kernels"], {"probe", "select", "lr-sweep", "train", "eval", "tokens"}),
+        (["train.importance_cap=2.0"], {"lr-sweep", "train"}),
+        (["train.logp_gap_limit=0.1"], set()),
+    ):
         other = config.load(None, sets)
-        assert {s for s in provenance.STAGE_KEYS if provenance.stage_hash(other, s) != provenance.stage_hash(base, s)} == stages, sets
+        assert {
+            s for s in provenance.STAGE_KEYS if provenance.stage_hash(other, s) != provenance.stage_hash(base, s)
+        } == stages, sets

@@ -1,6 +1,7 @@
 """The confirmatory run's pieces (PLAN_CHANGES.md change 44): the fresh test split, the reused base (copied only
 when its stage hash and sha256 agree, and checked by that sha256 before any stage loads it), the
 evaluation sets' sampling seeds, and the computation table."""
+
 from __future__ import annotations
 
 import copy
@@ -33,15 +34,22 @@ def v5():
 def test_confirm_split_shares_no_problem_with_tiny_v4(v5):
     v4 = config.load(str(ROOT / "configs/tiny_skill.yaml"))
     t = v4.task
-    old = countdown.draw_splits(t.name, t.seed, {"test": t.n_test, "train": t.n_train, "pretrain": study.pretrain_count(v4),
-                                                  "dev": v4.train.dev_problems})
+    old = countdown.draw_splits(
+        t.name,
+        t.seed,
+        {"test": t.n_test, "train": t.n_train, "pretrain": study.pretrain_count(v4), "dev": v4.train.dev_problems},
+    )
     fresh = study.test_problems(v5)
     assert len(fresh) == v5.task.n_test == len({p.question for p in fresh})
     for split, problems in old.items():  # tiny_v4's test, train, the base's pretraining problems and dev
         assert not {p.question for p in fresh} & {p.question for p in problems}, split
-    assert [p.question for p in study.test_problems(v4)] == [p.question for p in old["test"]]  # test_split test: as before
+    assert [p.question for p in study.test_problems(v4)] == [
+        p.question for p in old["test"]
+    ]  # test_split test: as before
     # the training problems are tiny_v4's: the condition trains on what the base's world was built around
-    assert [p.question for p in study.condition_pool(v5, v5.conditions["many"], Path("."))[0]] == [p.question for p in old["train"]]
+    assert [p.question for p in study.condition_pool(v5, v5.conditions["many"], Path("."))[0]] == [
+        p.question for p in old["train"]
+    ]
     assert {countdown.stratum(p) for p in fresh} == {"borrows-0", "borrows-1", "borrows-2"}
 
 
@@ -50,8 +58,17 @@ def test_confirm2_split_is_fresh_against_every_earlier_split(v5):
     problem with it nor with the test, train, pretrain and dev splits, and tiny_v5's set is unchanged."""
     v6 = config.load(str(ROOT / "configs/tiny_v6.yaml"))
     t = v6.task
-    earlier = countdown.draw_splits(t.name, t.seed, {"test": t.n_test, "train": t.n_train, "pretrain": study.pretrain_count(v6),
-                                                      "dev": v6.train.dev_problems, "confirm": t.n_test})
+    earlier = countdown.draw_splits(
+        t.name,
+        t.seed,
+        {
+            "test": t.n_test,
+            "train": t.n_train,
+            "pretrain": study.pretrain_count(v6),
+            "dev": v6.train.dev_problems,
+            "confirm": t.n_test,
+        },
+    )
     fresh = study.test_problems(v6)
     assert len(fresh) == t.n_test == len({p.question for p in fresh})
     for split, problems in earlier.items():
@@ -73,9 +90,16 @@ def test_pool_seeds_are_not_the_test_seeds(v5):
     seeds = {}
     for name in ("test", "pool", "pool-train"):
         problems, _, _, _, per = evaluate.eval_set_settings(v5, name)
-        seeds[name] = {study.seed_for(v5.task.seed, evaluate.seed_tag(v5, name), problems[b].id) for b in range(0, len(problems), per)}
+        seeds[name] = {
+            study.seed_for(v5.task.seed, evaluate.seed_tag(v5, name), problems[b].id)
+            for b in range(0, len(problems), per)
+        }
     assert evaluate.seed_tag(v5, "pool") != evaluate.seed_tag(v5, "test") != evaluate.seed_tag(v5, "pool-train")
-    assert not seeds["test"] & seeds["pool"] and not seeds["test"] & seeds["pool-train"] and not seeds["pool"] & seeds["pool-train"]
+    assert (
+        not seeds["test"] & seeds["pool"]
+        and not seeds["test"] & seeds["pool-train"]
+        and not seeds["pool"] & seeds["pool-train"]
+    )
     same = copy.deepcopy(v5)  # (the config refuses a support pool with the test seeds; here only the tag is asked)
     same.eval_sets["pool"].seeds = "test"
     assert evaluate.seed_tag(same, "pool") == evaluate.seed_tag(same, "test")  # the tag is what keeps them apart
@@ -93,16 +117,22 @@ def fake_base(folder: Path, stage_hash: str, value: float = 1.0) -> str:
 def test_reused_base_is_copied_only_when_hash_and_sha256_agree(v5, tmp_path):
     h = provenance.stage_hash(v5, "base")
     sha = fake_base(tmp_path / "src", h)
-    cfg = config.load(str(ROOT / "configs/tiny_v5.yaml"), [f"model.base_from={tmp_path / 'src'}", f"model.base_sha256={sha}"])
+    cfg = config.load(
+        str(ROOT / "configs/tiny_v5.yaml"), [f"model.base_from={tmp_path / 'src'}", f"model.base_sha256={sha}"]
+    )
     info = reuse.copy_base(cfg, tmp_path / "run" / "base_model", h)
     assert info["reused_from"] == str(tmp_path / "src") and info["stage_hash"] == h and info["steps"] == 2000
-    assert (tmp_path / "run/base_model/model.safetensors").read_bytes() == (tmp_path / "src/model.safetensors").read_bytes()
+    assert (tmp_path / "run/base_model/model.safetensors").read_bytes() == (
+        tmp_path / "src/model.safetensors"
+    ).read_bytes()
     assert json.loads((tmp_path / "run/base_model/build.json").read_text())["sha256"] == sha
     assert provenance.weights_problem(tmp_path / "run/base_model", sha) is None
 
     with pytest.raises(config.ConfigError, match="base stage hash"):  # another recipe
         reuse.copy_base(cfg, tmp_path / "other", "0123456789abcdef")
-    wrong = config.load(str(ROOT / "configs/tiny_v5.yaml"), [f"model.base_from={tmp_path / 'src'}", "model.base_sha256=" + "f" * 64])
+    wrong = config.load(
+        str(ROOT / "configs/tiny_v5.yaml"), [f"model.base_from={tmp_path / 'src'}", "model.base_sha256=" + "f" * 64]
+    )
     with pytest.raises(config.ConfigError, match="other weights than the registered base"):
         reuse.copy_base(wrong, tmp_path / "other", h)
     assert not (tmp_path / "other").exists()  # nothing half-written
@@ -111,7 +141,9 @@ def test_reused_base_is_copied_only_when_hash_and_sha256_agree(v5, tmp_path):
 def test_tampered_weights_stop_every_stage_before_it_loads(v5, tmp_path):
     h = provenance.stage_hash(v5, "base")
     sha = fake_base(tmp_path / "src", h)
-    cfg = config.load(str(ROOT / "configs/tiny_v5.yaml"), [f"model.base_from={tmp_path / 'src'}", f"model.base_sha256={sha}"])
+    cfg = config.load(
+        str(ROOT / "configs/tiny_v5.yaml"), [f"model.base_from={tmp_path / 'src'}", f"model.base_sha256={sha}"]
+    )
     run = tmp_path / "run"
     reuse.copy_base(cfg, run / "base_model", h)
     plan = stages.Plan(cfg, run, "configs/tiny_v5.yaml", [])
@@ -130,20 +162,35 @@ def test_the_committed_base_is_the_registered_one(v5):
 
 
 def test_computation_table_counts_each_response_once():
-    doc = {"task": "arith-2x1", "problems": [
-        {"id": "a", "question": "15 * 7 - 38", "answer": 67, "responses": [
-            "15 * 7 = 10 * 7 + 5 * 7 = 70 + 35 = 105. 105 - 38 = 67",  # clean split
-            "15 * 7 = 105. 105 - 38 = 67",  # clean one-step
-            "15 * 7 = 95. 95 - 38 = 67",  # compensating: a product 10 too small, a forgotten borrow
-            "15 * 7 = 105. 105 - 38 = 77",  # wrong
-            "It is 67"]},  # other correct
-        {"id": "b", "question": "58 * 8 - 54", "answer": 410, "responses": ["58 * 8 = 464. 464 - 54 = 410"] * 5}]}
+    doc = {
+        "task": "arith-2x1",
+        "problems": [
+            {
+                "id": "a",
+                "question": "15 * 7 - 38",
+                "answer": 67,
+                "responses": [
+                    "15 * 7 = 10 * 7 + 5 * 7 = 70 + 35 = 105. 105 - 38 = 67",  # clean split
+                    "15 * 7 = 105. 105 - 38 = 67",  # clean one-step
+                    "15 * 7 = 95. 95 - 38 = 67",  # compensating: a product 10 too small, a forgotten borrow
+                    "15 * 7 = 105. 105 - 38 = 77",  # wrong
+                    "It is 67",
+                ],
+            },  # other correct
+            {"id": "b", "question": "58 * 8 - 54", "answer": 410, "responses": ["58 * 8 = 464. 464 - 54 = 410"] * 5},
+        ],
+    }
     counts = secondary.strategy_counts(doc)
     strata = secondary.problem_strata(doc)
     rows = {r["stratum"]: r for r in secondary.computation_table("m", counts, strata)}
     assert strata.tolist() == ["borrows-2", "borrows-0"]
     assert {k: rows["borrows-2"][k] for k in secondary.COMPUTATION_ROWS} == {
-        "clean split": 1, "clean one-step": 1, "compensating": 1, "other correct": 1, "wrong": 1}
+        "clean split": 1,
+        "clean one-step": 1,
+        "compensating": 1,
+        "other correct": 1,
+        "wrong": 1,
+    }
     assert rows["borrows-2"]["compensating_share_of_correct"] == 0.25
     assert rows["all"]["clean one-step"] == 6 and sum(rows["all"][k] for k in secondary.COMPUTATION_ROWS) == 10
     assert np.isclose(rows["borrows-0"]["compensating_share_of_correct"], 0.0)

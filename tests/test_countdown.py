@@ -1,6 +1,7 @@
 """countdown.py beyond its scores: score() on a problem, problem generation, prompts and the
 command line (the scores themselves: tests/test_scoring.py).
 """
+
 from __future__ import annotations
 
 import math
@@ -34,7 +35,6 @@ CD_SEED = 1
 
 def tagged(body: str, think: str = "Let me compute.") -> str:
     return f"<think>{think}</think>\n<answer>{body}</answer>"
-
 
 
 # ============================================================================ score()
@@ -199,7 +199,13 @@ def test_generate_matches_make_splits(task):
 
 @pytest.mark.parametrize(
     "args",
-    [("arith-4x4", 10, 10, 0), ("", 10, 10, 0), ("Arith-3x2", 10, 10, 0), ("arith-3x2", -1, 10, 0), ("arith-3x2", 10, -1, 0)],
+    [
+        ("arith-4x4", 10, 10, 0),
+        ("", 10, 10, 0),
+        ("Arith-3x2", 10, 10, 0),
+        ("arith-3x2", -1, 10, 0),
+        ("arith-3x2", 10, -1, 0),
+    ],
 )
 def test_make_splits_bad_arguments(args):
     with pytest.raises(ValueError):
@@ -242,9 +248,7 @@ def test_prompt_unknown_style(style):
 
 
 def run_cli(*args):
-    return subprocess.run(
-        [sys.executable, "countdown.py", *args], cwd=REPO, capture_output=True, text=True, timeout=60
-    )
+    return subprocess.run([sys.executable, "countdown.py", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
 def test_cli_prints_problems():

@@ -2,6 +2,7 @@
 nucleus and tokens on random logits (ties, a boundary token at top_p, rows that need the fallback,
 top-k combined, both draws); the nucleus against a plain-Python reading of its definition; and
 that it is not today's tail (decoding.filter_logits), which is why it is not the default."""
+
 import pytest
 import torch
 
@@ -24,7 +25,9 @@ def both_draws(x, top_k, top_p, cut, seed):
     out = []
     for keyed in (True, False):
         kw = {"u": u} if keyed else {}
-        tok, exact = cut_tail.cut_draw(x, top_k, top_p, gen=None if keyed else torch.Generator().manual_seed(seed), cut=cut, **kw)
+        tok, exact = cut_tail.cut_draw(
+            x, top_k, top_p, gen=None if keyed else torch.Generator().manual_seed(seed), cut=cut, **kw
+        )
         ref = cut_tail.full_draw(x, top_k, top_p, gen=None if keyed else torch.Generator().manual_seed(seed), **kw)
         out.append((tok, ref, exact))
     return out
@@ -106,7 +109,9 @@ def test_the_keyed_draw_over_the_cut_takes_each_kept_token_with_its_probability(
     n = 40_000
     u = torch.rand(n, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     tok, exact = cut_tail.cut_draw(x.expand(n, -1), 0, 0.85, u=u, cut=4)
-    assert bool(exact.all())  # 0.4 + 0.3 < 0.85 <= 0.9: the nucleus is the first three tokens, the fourth (dropped) in the cut
+    assert bool(
+        exact.all()
+    )  # 0.4 + 0.3 < 0.85 <= 0.9: the nucleus is the first three tokens, the fourth (dropped) in the cut
     counts = torch.bincount(tok, minlength=5)
     assert counts[3:].sum() == 0
     want = torch.tensor([0.4, 0.3, 0.2], dtype=torch.float64)
@@ -150,14 +155,20 @@ def test_a_decode_under_tail_cut_does_not_depend_on_the_cut_nor_on_the_decode(fi
     got, fell = [], []
     real = cut_tail.cut_draw
     for cut in (2, 16, None):
+
         def counting(*a, _cut=cut, **kw):
             tok, exact = real(*a, **{**kw, "cut": _cut})
             fell.append(int((~exact).sum()))
             return tok, exact
+
         monkeypatch.setattr(sampler, "cut_draw", counting)
         monkeypatch.setattr(static_decode, "cut_draw", counting)
         got.append(sampler.sample_eager(model, prompts, 3, s, seed, stops, pad).tokens)
-        got.append(static_decode.sample_static(model, prompts, 3, s, seed, stops, pad, graphs=static_decode.EagerGraphs()).tokens)
+        got.append(
+            static_decode.sample_static(
+                model, prompts, 3, s, seed, stops, pad, graphs=static_decode.EagerGraphs()
+            ).tokens
+        )
     assert all(g == got[0] for g in got)
     assert sum(fell) > 0 and min(fell) == 0  # both paths ran
     assert len({tuple(t) for t in got[0]}) > 1  # really sampled

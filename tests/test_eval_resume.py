@@ -2,6 +2,7 @@
 (orchestration/eval_resume.py): in this process, across processes, and through the pipeline; a resume
 folder made for another evaluation is never read; the pipeline keeps a matching one and moves aside
 the rest."""
+
 import json
 import subprocess
 import sys
@@ -53,8 +54,12 @@ def counting(monkeypatch) -> list:
 
 
 @pytest.mark.parametrize("draw", ["sample", "batch"])
-def test_an_evaluation_cut_after_two_calls_resumes_to_the_uncut_file(draw, fitted_dir, smoke_cfg, tmp_path, monkeypatch):
-    cfg = cfg_for(smoke_cfg, **{"eval.draw": draw, "eval.problems_per_batch": 4})  # 16 problems: 4 calls of 4 x 16 samples
+def test_an_evaluation_cut_after_two_calls_resumes_to_the_uncut_file(
+    draw, fitted_dir, smoke_cfg, tmp_path, monkeypatch
+):
+    cfg = cfg_for(
+        smoke_cfg, **{"eval.draw": draw, "eval.problems_per_batch": 4}
+    )  # 16 problems: 4 calls of 4 x 16 samples
     uncut = evaluate.evaluate(cfg, str(fitted_dir), None, tmp_path / "uncut.json", progress=False)
     out = tmp_path / "eval_base.json"
     cut_after(monkeypatch, 2)
@@ -88,15 +93,22 @@ def adapters(cfg, base, tmp_path) -> list[str]:
     return [str(tmp_path / "train_x_s0" / f"step_00{i}") for i in (1, 2)]
 
 
-def test_a_resume_folder_of_another_adapter_or_settings_is_not_used(fitted_dir, smoke_cfg, tmp_path, monkeypatch, capsys):
+def test_a_resume_folder_of_another_adapter_or_settings_is_not_used(
+    fitted_dir, smoke_cfg, tmp_path, monkeypatch, capsys
+):
     cfg = cfg_for(smoke_cfg, **{"eval.problems_per_batch": 4})  # adapters: n 8, 4 calls
     a, b = adapters(cfg, fitted_dir, tmp_path)
     uncut = evaluate.evaluate(cfg, str(fitted_dir), b, tmp_path / "uncut.json", progress=False)
     out = tmp_path / "eval_x.json"
-    for other_cfg, adapter, why in [(cfg, a, "made for another evaluation (stage hash"),
-                                    (cfg_for(smoke_cfg, **{"eval.problems_per_batch": 4, "eval.sampling.temperature": 1.0}), b,
-                                     "made for another evaluation (stage hash"),
-                                    (cfg_for(smoke_cfg, **{"eval.problems_per_batch": 2}), b, "made with other sampler calls")]:
+    for other_cfg, adapter, why in [
+        (cfg, a, "made for another evaluation (stage hash"),
+        (
+            cfg_for(smoke_cfg, **{"eval.problems_per_batch": 4, "eval.sampling.temperature": 1.0}),
+            b,
+            "made for another evaluation (stage hash",
+        ),
+        (cfg_for(smoke_cfg, **{"eval.problems_per_batch": 2}), b, "made with other sampler calls"),
+    ]:
         cut = cut_after(monkeypatch, 3)
         with pytest.raises(KeyboardInterrupt):
             evaluate.evaluate(other_cfg, str(fitted_dir), adapter, out, progress=False)
@@ -133,11 +145,20 @@ def test_an_evaluation_cut_in_one_process_finishes_in_another(fitted_dir, smoke_
     cfg = cfg_for(smoke_cfg, **{"eval.problems_per_batch": 4})
     uncut = evaluate.evaluate(cfg, str(fitted_dir), None, tmp_path / "uncut.json", progress=False)
     out = tmp_path / "eval_base.json"
-    args = {"root": str(ROOT / "tests"), "smoke": str(ROOT / "configs" / "smoke.yaml"), "base": str(fitted_dir), "out": str(out)}
+    args = {
+        "root": str(ROOT / "tests"),
+        "smoke": str(ROOT / "configs" / "smoke.yaml"),
+        "base": str(fitted_dir),
+        "out": str(out),
+    }
     env = {**ENV, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    first = subprocess.run([sys.executable, "-c", FIRST_PART.format(**args)], cwd=ROOT, env=env, capture_output=True, text=True)
+    first = subprocess.run(
+        [sys.executable, "-c", FIRST_PART.format(**args)], cwd=ROOT, env=env, capture_output=True, text=True
+    )
     assert first.returncode == 130 and not out.exists() and eval_resume.progress(out) == (2, 4), first.stderr[-2000:]
-    second = subprocess.run([sys.executable, "-c", SECOND_PART.format(**args)], cwd=ROOT, env=env, capture_output=True, text=True)
+    second = subprocess.run(
+        [sys.executable, "-c", SECOND_PART.format(**args)], cwd=ROOT, env=env, capture_output=True, text=True
+    )
     assert second.returncode == 0, second.stderr[-2000:]
     resumed = json.loads(out.read_text())
     assert resumed["resumed_from_calls"] == 2 and resumed["problems"] == uncut["problems"]
@@ -150,9 +171,13 @@ def partial(out, stage_hash: str, calls: int = 4, done: int = 1) -> None:
     folder = eval_resume.folder_of(out)
     folder.mkdir(parents=True)
     spans = [[4 * i, 4 * i + 4, 0, 16] for i in range(calls)]
-    (folder / "identity.json").write_text(json.dumps({"stage_hash": stage_hash, "n": 16, "seed_tag": "eval", "calls": spans}))
+    (folder / "identity.json").write_text(
+        json.dumps({"stage_hash": stage_hash, "n": 16, "seed_tag": "eval", "calls": spans})
+    )
     for i in range(done):
-        (folder / eval_resume.call_name(i)).write_text(json.dumps({"span": spans[i], "seconds": 1.0, "tokens": [], "entropy": []}))
+        (folder / eval_resume.call_name(i)).write_text(
+            json.dumps({"span": spans[i], "seconds": 1.0, "tokens": [], "entropy": []})
+        )
 
 
 def test_the_pipeline_keeps_a_matching_resume_folder_and_moves_aside_the_rest(smoke_cfg, tmp_path, capsys):
@@ -172,8 +197,10 @@ def test_the_pipeline_keeps_a_matching_resume_folder_and_moves_aside_the_rest(sm
     assert not eval_resume.folder_of(run / "evalsets" / "pool" / "eval_base.json").exists()
     assert not eval_resume.folder_of(run / "eval_gone_s0_003.json").exists()
     moved = sorted(p.relative_to(run).as_posix() for p in run.glob("superseded/*/**/identity.json"))
-    assert [m.split("/", 2)[2] for m in moved] == ["eval_gone_s0_003.json.partial/identity.json",
-                                                   "evalsets/pool/eval_base.json.partial/identity.json"]
+    assert [m.split("/", 2)[2] for m in moved] == [
+        "eval_gone_s0_003.json.partial/identity.json",
+        "evalsets/pool/eval_base.json.partial/identity.json",
+    ]
     # an evaluation that is done (a run stopped after writing it) leaves nothing to continue
     base.write_text(json.dumps({"provenance": {"stage_hash": want, "config": config.to_dict(smoke_cfg)}}))
     check_stage(plan, "eval", False, Aside(run))
@@ -191,7 +218,9 @@ def test_force_moves_an_evaluations_resume_folder_aside_with_it(smoke_cfg, tmp_p
 
 
 @pytest.mark.slow
-def test_a_study_cut_during_an_evaluation_and_continued_in_a_copy_equals_the_uncut_one(small_cfg, small_jobs2, tmp_path, monkeypatch):
+def test_a_study_cut_during_an_evaluation_and_continued_in_a_copy_equals_the_uncut_one(
+    small_cfg, small_jobs2, tmp_path, monkeypatch
+):
     """The pipeline interrupted (Ctrl-C, exit 130) inside an evaluation, its folder copied, and the same command
     run again on the copy in a fresh process: bench/same_run.py finds the files of the same command run uncut."""
     import pipeline as pl
@@ -213,6 +242,10 @@ def test_a_study_cut_during_an_evaluation_and_continued_in_a_copy_equals_the_unc
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads((clone / "eval_base.json").read_text())["resumed_from_calls"] == 2
     assert not list(clone.rglob("*.partial"))  # removed once written; none moved aside (superseded/ included)
-    same = subprocess.run([sys.executable, str(ROOT / "bench" / "same_run.py"), str(uncut), str(clone)], cwd=ROOT,
-                          capture_output=True, text=True)
+    same = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "same_run.py"), str(uncut), str(clone)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert same.returncode == 0, same.stdout[-3000:]

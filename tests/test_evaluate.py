@@ -1,4 +1,5 @@
 """method/evaluate.py: answer diversity, evaluation sets, the token-level comparison and the selection rule."""
+
 import json
 import math
 
@@ -11,12 +12,19 @@ from method.model import apply_lora, load_model, save_adapter
 from orchestration import config
 
 
-@pytest.mark.parametrize("responses, distinct, entropy", [
-    (["<answer>5</answer>", "<answer>5</answer>"], 1, 0.0),
-    (["<answer>5</answer>", "so 5", "the answer is 6", "no number"], 3, -(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25))),
-    (["a", "b"], 1, 0.0),  # no integer at all is one class
-    (["<answer>7</answer> then 9", "9"], 2, math.log(2)),  # the block's integer wins over a later one
-])
+@pytest.mark.parametrize(
+    "responses, distinct, entropy",
+    [
+        (["<answer>5</answer>", "<answer>5</answer>"], 1, 0.0),
+        (
+            ["<answer>5</answer>", "so 5", "the answer is 6", "no number"],
+            3,
+            -(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25)),
+        ),
+        (["a", "b"], 1, 0.0),  # no integer at all is one class
+        (["<answer>7</answer> then 9", "9"], 2, math.log(2)),  # the block's integer wins over a later one
+    ],
+)
 def test_answer_diversity(responses, distinct, entropy):
     d, h = evaluate.answer_diversity(responses)
     assert d == distinct and h == pytest.approx(entropy)
@@ -39,8 +47,16 @@ def test_a_wide_set_with_the_test_sets_n_and_batching_reproduces(fitted_dir, smo
     """A wide set with the test sets n and batching reproduces its counts."""
     cfg = cfg_for(smoke_cfg)
     cfg.eval.n_base = None  # the base at the trained models' n, as a set with the test set's n and seeds draws it
-    cfg.eval_sets = {"wide": config.EvalSetCfg(n_problems=cfg.task.n_test, n=cfg.eval.n, k_max=cfg.eval.k_max, models="final",
-                                          problems_per_batch=cfg.eval.problems_per_batch, seeds="test")}
+    cfg.eval_sets = {
+        "wide": config.EvalSetCfg(
+            n_problems=cfg.task.n_test,
+            n=cfg.eval.n,
+            k_max=cfg.eval.k_max,
+            models="final",
+            problems_per_batch=cfg.eval.problems_per_batch,
+            seeds="test",
+        )
+    }
     t = evaluate.evaluate(cfg, str(fitted_dir), None, tmp_path / "t.json", progress=False)
     w = evaluate.evaluate(cfg, str(fitted_dir), None, tmp_path / "w.json", progress=False, eval_set="wide")
     assert w["eval_set"] == "wide" and t["eval_set"] == "test"
@@ -52,12 +68,20 @@ def test_a_wide_set_with_the_test_sets_n_and_batching_reproduces(fitted_dir, smo
 
 
 def test_classify_tokens_on_hand_made_logits():
-    base = torch.tensor([[5.0, 4.0, 3.0, 2.0, 1.0, 0.0, -1.0],   # base order: 0 1 2 3 4 5 6
-                         [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0],    # base order: 6 5 4 3 2 1 0
-                         [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]])
-    trained = torch.tensor([[9.0, 0, 0, 0, 0, 0, 0],   # picks 0: the base's first -> unchanged
-                            [0, 0, 0, 9.0, 0, 0, 0],   # picks 3: base rank 4 -> reranked
-                            [0, 0, 0, 0, 0, 0, 9.0]])  # picks 6 where every base logit ties: rank 1 -> unchanged
+    base = torch.tensor(
+        [
+            [5.0, 4.0, 3.0, 2.0, 1.0, 0.0, -1.0],  # base order: 0 1 2 3 4 5 6
+            [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0],  # base order: 6 5 4 3 2 1 0
+            [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+        ]
+    )
+    trained = torch.tensor(
+        [
+            [9.0, 0, 0, 0, 0, 0, 0],  # picks 0: the base's first -> unchanged
+            [0, 0, 0, 9.0, 0, 0, 0],  # picks 3: base rank 4 -> reranked
+            [0, 0, 0, 0, 0, 0, 9.0],
+        ]
+    )  # picks 6 where every base logit ties: rank 1 -> unchanged
     r = evaluate.classify_tokens(base, trained, top=3)
     assert r["classes"].tolist() == [0, 2, 0] and r["ranks"].tolist() == [1, 4, 1]  # rank 4 > top 3: shifted
     r = evaluate.classify_tokens(base, trained, top=5)
@@ -72,14 +96,18 @@ def test_token_compare_finds_no_change_against_itself(fitted_dir, smoke_cfg, tmp
     model, tok = load_model(cfg, str(fitted_dir), CPU)
     apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, seed=0)
     save_adapter(model, tmp_path / "train_x_s0" / "step_001", cfg, str(fitted_dir))  # B = 0: the base itself
-    same = evaluate.token_compare(cfg, str(fitted_dir), str(tmp_path / "train_x_s0" / "step_001"), tmp_path / "t0.json", progress=False)
+    same = evaluate.token_compare(
+        cfg, str(fitted_dir), str(tmp_path / "train_x_s0" / "step_001"), tmp_path / "t0.json", progress=False
+    )
     assert same["summary"]["positions"] > 0 and same["summary"]["unchanged"] == same["summary"]["positions"]
     with torch.no_grad():
         for n, p in model.named_parameters():
             if ".lora_B." in n:
                 p.normal_(0, 0.5, generator=torch.Generator().manual_seed(3))
     save_adapter(model, tmp_path / "train_x_s0" / "step_002", cfg, str(fitted_dir))
-    moved = evaluate.token_compare(cfg, str(fitted_dir), str(tmp_path / "train_x_s0" / "step_002"), tmp_path / "t1.json", progress=False)
+    moved = evaluate.token_compare(
+        cfg, str(fitted_dir), str(tmp_path / "train_x_s0" / "step_002"), tmp_path / "t1.json", progress=False
+    )
     s = moved["summary"]
     assert s["reranked"] + s["shifted"] > 0 and s["unchanged"] + s["reranked"] + s["shifted"] == s["positions"]
     assert (moved["condition"], moved["train_seed"], moved["step"]) == ("x", 0, 2)
@@ -101,14 +129,26 @@ def test_select_reads_the_pass_rate_of_its_scoring(scoring, tmp_path, monkeypatc
     strict pass rate 0 everywhere, so only the loose rule finds informative problems."""
     import countdown
 
-    cfg = config.load(None, ["task.name=arith-1x1", "task.n_train=20", "select.n_problems=4", "select.samples=4",
-                             f"select.scoring={scoring}", "device=cpu"])
+    cfg = config.load(
+        None,
+        [
+            "task.name=arith-1x1",
+            "task.n_train=20",
+            "select.n_problems=4",
+            "select.samples=4",
+            f"select.scoring={scoring}",
+            "device=cpu",
+        ],
+    )
     problems = countdown.make_splits("arith-1x1", 20, cfg.task.n_test, cfg.task.seed)[0][:4]
     wrong = [p.answer + 1 for p in problems]
     # problem 0: right once in four, untagged (loose only); problem 1: right twice, tagged (both); 2, 3: never
-    texts = [[f"so {problems[0].answer}"] + [f"so {wrong[0]}"] * 3,
-             [f"<answer>{problems[1].answer}</answer>"] * 2 + [f"<answer>{wrong[1]}</answer>"] * 2,
-             [str(wrong[2])] * 4, [str(wrong[3])] * 4]
+    texts = [
+        [f"so {problems[0].answer}"] + [f"so {wrong[0]}"] * 3,
+        [f"<answer>{problems[1].answer}</answer>"] * 2 + [f"<answer>{wrong[1]}</answer>"] * 2,
+        [str(wrong[2])] * 4,
+        [str(wrong[3])] * 4,
+    ]
     monkeypatch.setattr(evaluate, "load_model", lambda *a, **k: (None, None))
     monkeypatch.setattr(evaluate, "sample_problems", lambda *a, **k: (texts, [0.0] * 4))
     res = evaluate.select(cfg, "unused", tmp_path, progress=False)

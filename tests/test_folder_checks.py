@@ -2,6 +2,7 @@
 the look-ahead (--dry-run, --print-jobs) on every committed folder under every committed config ends
 without a traceback, and a refused command (pipeline.py, grpo.py's commands) leaves every byte of the
 folder as it was, naming the setting a user fixes first (the model, then the task, then the rest)."""
+
 import contextlib
 import hashlib
 import io
@@ -25,11 +26,17 @@ RUNS = sorted(p for p in (ROOT / "results").iterdir() if p.is_dir())
 
 def folder_bytes(run: Path) -> dict[str, str]:
     """Every file under `run` (the file list) with its sha256."""
-    return {p.relative_to(run).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(run.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(run).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(run.rglob("*"))
+        if p.is_file()
+    }
 
 
 def analyze_b(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "analyze_b.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "analyze_b.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
 
 
 def look_ahead(cfg_name: str, run: Path, mode: str) -> tuple[int, str, str]:
@@ -42,8 +49,9 @@ def look_ahead(cfg_name: str, run: Path, mode: str) -> tuple[int, str, str]:
 def foreign_selection(cfg: config.Config, run: Path) -> bool:
     """selection.json is there and records other select settings than cfg's (read here, not by the code under test)."""
     rec = provenance.read_json(run / "selection.json")
-    return bool(rec) and provenance.hashed_settings(rec["provenance"]["config"], "select") != provenance.hashed_settings(
-        config.to_dict(cfg), "select")
+    return bool(rec) and provenance.hashed_settings(
+        rec["provenance"]["config"], "select"
+    ) != provenance.hashed_settings(config.to_dict(cfg), "select")
 
 
 @pytest.mark.parametrize("cfg_name", CONFIGS)
@@ -86,14 +94,14 @@ def test_a_refused_pipeline_or_command_leaves_every_byte(tmp_path):
     for r in [pipeline(*smoke, "--quiet", timeout=300), pipeline(*smoke, "--stage", "eval", "--quiet", timeout=300)]:
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
         assert r.stderr.startswith("pipeline.py: ")
-        lines.add(r.stderr.strip()[len("pipeline.py: "):])
+        lines.add(r.stderr.strip()[len("pipeline.py: ") :])
     for cmd in (["eval"], ["probe"], ["select"], ["train", "--condition", "many"]):
         r = grpo_cmd(cmd[0], *smoke, *cmd[1:], "--quiet", timeout=300)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
-        lines.add(r.stderr.strip()[len("grpo.py: "):])
+        lines.add(r.stderr.strip()[len("grpo.py: ") :])
     r = analyze_b("--run", str(run), "--config", "configs/smoke.yaml")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
-    lines.add(r.stderr.strip()[len("analyze_b.py: "):])
+    lines.add(r.stderr.strip()[len("analyze_b.py: ") :])
     assert len(lines) == 1, lines  # the same line from every entry script
     line = lines.pop()
     assert line.startswith(f"{run / 'base_model' / 'build.json'}: made under model.build=null there"), line
@@ -111,7 +119,9 @@ def test_the_refusal_names_the_task_before_the_rest(tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
     assert ': made under task.prompt_style="bare" there, "instruct" here' in r.stderr, r.stderr
     g = grpo_cmd("eval", "--config", "configs/tiny_v5.yaml", "--run", str(run), *sets, timeout=300)
-    assert g.returncode == 2 and g.stderr.strip()[len("grpo.py: "):] == r.stderr.strip()[len("pipeline.py: "):], g.stderr
+    assert g.returncode == 2 and g.stderr.strip()[len("grpo.py: ") :] == r.stderr.strip()[len("pipeline.py: ") :], (
+        g.stderr
+    )
     assert folder_bytes(run) == before
     d = pipeline("--config", "configs/tiny_v5.yaml", "--run", str(run), *sets, "--dry-run", timeout=300)
     assert d.returncode == 0 and 'task.prompt_style="bare" there' in d.stdout, d.stdout
@@ -121,13 +131,16 @@ def test_an_evaluation_by_hand_refuses_a_folder_of_another_config(tmp_path):
     """grpo.py eval of the base, under the smoke config, into a copy of results/tiny_v4 (its base's weights
     are there, so it could run): the pipeline's refusal, exit 2, eval_base.json and every other byte as
     they were (before: the tiny base evaluated on smoke's test set, eval_base.json moved aside, exit 0)."""
-    run = shutil.copytree(ROOT / "results" / "tiny_v4", tmp_path / "run",
-                          ignore=shutil.ignore_patterns("train_*", "evalsets", "figures", "tokens_*", "eval_*_s*", "lr_sweep"))
+    run = shutil.copytree(
+        ROOT / "results" / "tiny_v4",
+        tmp_path / "run",
+        ignore=shutil.ignore_patterns("train_*", "evalsets", "figures", "tokens_*", "eval_*_s*", "lr_sweep"),
+    )
     before = folder_bytes(run)
     g = grpo_cmd("eval", "--config", "configs/smoke.yaml", "--run", str(run), "--quiet", timeout=300)
     p = pipeline("--config", "configs/smoke.yaml", "--run", str(run), "--stage", "eval", timeout=300)
     assert g.returncode == p.returncode == 2, g.stderr[-2000:]
-    assert g.stderr.strip()[len("grpo.py: "):] == p.stderr.strip()[len("pipeline.py: "):], (g.stderr, p.stderr)
+    assert g.stderr.strip()[len("grpo.py: ") :] == p.stderr.strip()[len("pipeline.py: ") :], (g.stderr, p.stderr)
     assert "made under model.build." in g.stderr
     assert folder_bytes(run) == before
 
@@ -135,7 +148,9 @@ def test_an_evaluation_by_hand_refuses_a_folder_of_another_config(tmp_path):
 def test_an_analysis_by_hand_checks_against_the_config_it_is_given(tmp_path):
     """analyze_b.py --config with the run's own config analyses (the check passes a folder made under it);
     --set without --config is a usage error, exit 2, nothing written."""
-    run = shutil.copytree(ROOT / "results" / "smollm2_study", tmp_path / "run", ignore=shutil.ignore_patterns("figures"))
+    run = shutil.copytree(
+        ROOT / "results" / "smollm2_study", tmp_path / "run", ignore=shutil.ignore_patterns("figures")
+    )
     (run / "verdicts.json").unlink()
     r = analyze_b("--run", str(run), "--set", "analyze.resamples=50")
     assert r.returncode == 2 and "--set needs --config" in r.stderr and not (run / "verdicts.json").exists()
@@ -143,8 +158,13 @@ def test_an_analysis_by_hand_checks_against_the_config_it_is_given(tmp_path):
     assert r.returncode == 0 and (run / "verdicts.json").exists(), r.stderr[-2000:]
 
 
-OWN = {"smollm2_study": "smollm2_study.yaml", "smollm2": "smollm2.yaml", "tiny_v5": "tiny_v5.yaml", "tiny_v4": "tiny_skill.yaml",
-       "tiny_v3": "tiny.yaml"}  # each committed run whose config is committed as it made it (results/README.md)
+OWN = {
+    "smollm2_study": "smollm2_study.yaml",
+    "smollm2": "smollm2.yaml",
+    "tiny_v5": "tiny_v5.yaml",
+    "tiny_v4": "tiny_skill.yaml",
+    "tiny_v3": "tiny.yaml",
+}  # each committed run whose config is committed as it made it (results/README.md)
 
 
 @pytest.mark.parametrize("name", sorted(OWN))
@@ -159,8 +179,12 @@ def test_a_committed_run_reads_done_under_its_own_config(name, monkeypatch):
     assert rc == 0 and "0 train/eval jobs left" in out, out + err
     assert all(v == "done" or v.startswith("done; ") for k, v in rows.items() if k[0].isalpha() and k != "0"), out
     weightless = [d for d in run.glob("train_*") if d.is_dir() and not list(d.glob("step_*/adapter_model.safetensors"))]
-    assert (f"the weights of {len(weightless)} training run(s) are not committed" in rows["train"]) == bool(weightless), out
-    assert ("its weights are not committed" in rows.get("base", "")) == (not (run / "base_model" / "model.safetensors").exists())
+    assert (f"the weights of {len(weightless)} training run(s) are not committed" in rows["train"]) == bool(
+        weightless
+    ), out
+    assert ("its weights are not committed" in rows.get("base", "")) == (
+        not (run / "base_model" / "model.safetensors").exists()
+    )
 
 
 def test_the_pipeline_on_a_committed_run_changes_nothing_but_its_manifest(tmp_path):
@@ -172,22 +196,29 @@ def test_the_pipeline_on_a_committed_run_changes_nothing_but_its_manifest(tmp_pa
     r = pipeline("--config", "configs/smollm2_study.yaml", "--run", str(run), "--quiet", timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     after = folder_bytes(run)
-    assert {k: v for k, v in after.items() if k != "manifest.json"} == {k: v for k, v in before.items() if k != "manifest.json"}
+    assert {k: v for k, v in after.items() if k != "manifest.json"} == {
+        k: v for k, v in before.items() if k != "manifest.json"
+    }
 
 
 def test_the_readme_names_the_runs_whose_weights_are_committed():
     """README's note on committed weights is `git ls-files results | grep safetensors`, folder by folder."""
     import subprocess
 
-    files = subprocess.run(["git", "ls-files", "results"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "results"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     weights = [f.split("/") for f in files if f.endswith(".safetensors")]
     base = sorted({p[1] for p in weights if p[2] == "base_model"})
     adapters = sorted({p[1] for p in weights if p[2].startswith("train_")} - set(base))
+
     def listed(xs):
         return ", ".join(f"`{x}`" for x in xs[:-1]) + (" and " if len(xs) > 1 else "") + f"`{xs[-1]}`"
 
-    said = (f"results/ keeps the base and adapter weights of {listed(base)}, the adapter weights of {listed(adapters)}, "
-            "and no weights of the other runs")
+    said = (
+        f"results/ keeps the base and adapter weights of {listed(base)}, the adapter weights of {listed(adapters)}, "
+        "and no weights of the other runs"
+    )
     assert said in " ".join((ROOT / "README.md").read_text().split())
 
 
@@ -199,8 +230,16 @@ def test_a_checkpoint_that_is_not_there_names_those_that_are(tmp_path):
     for step in ("step_003", "step_006"):
         shutil.copytree(ROOT / "results" / "tiny_v5" / "train_many_s0" / "step_100", run / "train_many_s0" / step)
     before = folder_bytes(run)
-    r = grpo_cmd("eval", "--config", "configs/smoke.yaml", "--run", str(run), "--adapter", str(run / "train_many_s0" / "step_100"),
-                 timeout=120)
+    r = grpo_cmd(
+        "eval",
+        "--config",
+        "configs/smoke.yaml",
+        "--run",
+        str(run),
+        "--adapter",
+        str(run / "train_many_s0" / "step_100"),
+        timeout=120,
+    )
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert r.stderr.strip().endswith(f"no such checkpoint; {run / 'train_many_s0'} holds step_003, step_006"), r.stderr
     assert "retrain" not in r.stderr and folder_bytes(run) == before
@@ -216,11 +255,20 @@ def test_analysis_faults_end_alike_in_every_entry_script(tmp_path):
     from pipeline_runs import ENV
 
     def analyze_b(*args):
-        return subprocess.run([sys.executable, str(ROOT / "analyze_b.py"), *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                              timeout=300)
+        return subprocess.run(
+            [sys.executable, str(ROOT / "analyze_b.py"), *args],
+            cwd=ROOT,
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
-    codes = dict(line.split(" | ")[0:2] for line in (x.strip("| ") for x in (ROOT / "README.md").read_text().splitlines())
-                 if line.split(" | ")[0].isdigit())
+    codes = dict(
+        line.split(" | ")[0:2]
+        for line in (x.strip("| ") for x in (ROOT / "README.md").read_text().splitlines())
+        if line.split(" | ")[0].isdigit()
+    )
     assert sorted(map(int, codes)) == [0, 1, 2, 3, 130] and codes["2"].startswith("a fault in what was given")
     assert study.EXIT_OUT_OF_MEMORY == 3 and codes["3"].startswith("out of memory")
     for fault in ("cut short", "counts above n"):
@@ -230,9 +278,11 @@ def test_analysis_faults_end_alike_in_every_entry_script(tmp_path):
             f.write_bytes(f.read_bytes()[:200])
         else:
             d = json.loads(f.read_text())
-            d["problems"][0]["correct_strict"] = 10 ** 6
+            d["problems"][0]["correct_strict"] = 10**6
             f.write_text(json.dumps(d))
-        p = pipeline("--config", "configs/smollm2_study.yaml", "--run", str(run), "--stage", "analyze", "--quiet", timeout=300)
+        p = pipeline(
+            "--config", "configs/smollm2_study.yaml", "--run", str(run), "--stage", "analyze", "--quiet", timeout=300
+        )
         a = analyze_b("--run", str(run), "--no-figures")
         assert (p.returncode, a.returncode) == (2, 2), (fault, p.stderr[-1500:], a.stderr[-1500:])
         assert len(a.stderr.strip().splitlines()) == 1 and "eval_many_s0_030.json" in a.stderr

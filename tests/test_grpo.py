@@ -1,6 +1,7 @@
 """method/objective.py and method/training.py (what grpo.py runs): advantages, the Dr. GRPO loss and the
 control terms, the micro-batched policy gradient, and training with resume for every condition of the
 smoke registry (one test, parametrized over it)."""
+
 import json
 import math
 from pathlib import Path
@@ -12,7 +13,16 @@ import countdown
 import grpo
 from helpers import CPU, cfg_for, model_with_lora, prompts_for, train_smoke
 from method import evaluate, objective, sampler, training
-from method.model import LoRALinear, apply_lora, completion_logprobs, load_model, lora_disabled, pack, pad_id, render_prompts
+from method.model import (
+    LoRALinear,
+    apply_lora,
+    completion_logprobs,
+    load_model,
+    lora_disabled,
+    pack,
+    pad_id,
+    render_prompts,
+)
 from orchestration import config, provenance, study
 
 # ----------------------------------------------------------------------------- the loss
@@ -94,9 +104,19 @@ def test_format_reward_ignores_the_value():
 
 def test_method_batches():
     rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
-    assert objective.METHODS["grpo"].rollouts and objective.METHODS["grpo"].advantages(rewards).tolist() == [0.5, -0.5, -0.5, 0.5]
+    assert objective.METHODS["grpo"].rollouts and objective.METHODS["grpo"].advantages(rewards).tolist() == [
+        0.5,
+        -0.5,
+        -0.5,
+        0.5,
+    ]
     # the correct, weight 1
-    assert objective.METHODS["rft"].rollouts and objective.METHODS["rft"].advantages(rewards).tolist() == [1.0, 0.0, 0.0, 1.0]
+    assert objective.METHODS["rft"].rollouts and objective.METHODS["rft"].advantages(rewards).tolist() == [
+        1.0,
+        0.0,
+        0.0,
+        1.0,
+    ]
     # gold solutions: one per problem, weight G (the gradient of G copies: next test)
     assert not objective.METHODS["sft"].rollouts and objective.METHODS["sft"].advantages(rewards).tolist() == [4.0]
 
@@ -114,7 +134,9 @@ def test_sft_one_gold_copy_of_weight_g_is_the_gradient_of_g(fitted_dir, smoke_cf
         gold = [[7, 8, 9], [10, tok.eos_token_id]]
         P = [prompts[i] for i in range(2) for _ in range(copies)]
         comps = [gold[i] for i in range(2) for _ in range(copies)]
-        loss = objective.policy_gradient(model, P, comps, torch.full((2 * copies,), weight), 8 * 10, 3, pad_id(tok))["loss"]
+        loss = objective.policy_gradient(model, P, comps, torch.full((2 * copies,), weight), 8 * 10, 3, pad_id(tok))[
+            "loss"
+        ]
         grads.append((loss, torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad])))
     assert grads[1][0] == pytest.approx(grads[0][0], rel=1e-5)
     torch.testing.assert_close(grads[1][1], grads[0][1], rtol=1e-4, atol=1e-7)
@@ -168,8 +190,11 @@ def test_length_sorted_micro_batches_give_the_same_gradient(fitted_dir, smoke_cf
         adv = torch.tensor([0.5, -0.5, 0.25, -0.25, 0.5, -0.5, 0.25, -0.25])
         real = pack
         pads = []
-        monkeypatch.setattr(objective, "pack",
-                            lambda p, c, pad: pads.append(len(c) * max(map(len, c)) - sum(map(len, c))) or real(p, c, pad))
+        monkeypatch.setattr(
+            objective,
+            "pack",
+            lambda p, c, pad: pads.append(len(c) * max(map(len, c)) - sum(map(len, c))) or real(p, c, pad),
+        )
         objective.policy_gradient(model, P, comps, adv, 8 * 10, 2, pad_id(tok), sort_by_length=sort)
         monkeypatch.setattr(objective, "pack", real)
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad]))
@@ -247,8 +272,16 @@ def selected(fitted_dir, smoke_cfg, tmp_path_factory):
 
 @pytest.mark.parametrize("name", list(CONDITIONS))
 def test_every_condition_trains_and_resumes_bit_identically(name, fitted_dir, smoke_cfg, selected, tmp_path):
-    cfg = cfg_for(smoke_cfg, **{"train.save_last_every": 1, "train.dev_every": 2, "train.dev_problems": 3, "train.dev_samples": 2,
-                                "train.log_kl_every": 1})
+    cfg = cfg_for(
+        smoke_cfg,
+        **{
+            "train.save_last_every": 1,
+            "train.dev_every": 2,
+            "train.dev_problems": 3,
+            "train.dev_samples": 2,
+            "train.log_kl_every": 1,
+        },
+    )
     cond = CONDITIONS[name]
     pool, _ = study.condition_pool(cfg, cond, selected)
     straight = train_smoke(cfg, fitted_dir, tmp_path / "straight", steps=3, condition=(name, cond), pool=pool)
@@ -288,9 +321,11 @@ def test_fold_for_sampling_reaches_training_and_evaluation(fitted_dir, smoke_cfg
     cfg.lora.fold_for_sampling = True
     seen = []
     real = sampler.sample
+
     def spy(m, *a, **k):  # records whether every LoRA layer was folded away when the sampler ran
         seen.append(all(not x.enabled for x in m.modules() if isinstance(x, LoRALinear)))
         return real(m, *a, **k)
+
     monkeypatch.setattr(evaluate, "sample", spy)  # evaluation and dev checks
     monkeypatch.setattr(training, "sample", spy)  # training rollouts
     _, test = countdown.make_splits("arith-1x1", 10, 3, 0)
@@ -302,8 +337,13 @@ def test_fold_for_sampling_reaches_training_and_evaluation(fitted_dir, smoke_cfg
     train_set, _ = countdown.make_splits("arith-1x1", 20, 2, 0)
     cfg.model.path = str(fitted_dir)
     seen.clear()
-    training.train(cfg, training.TrainingRun("many", config.ConditionCfg(), 0, train_set, 1e-3, 1, [], dev_every=cfg.train.dev_every),
-                   tmp_path / "t", str(fitted_dir), progress=False)
+    training.train(
+        cfg,
+        training.TrainingRun("many", config.ConditionCfg(), 0, train_set, 1e-3, 1, [], dev_every=cfg.train.dev_every),
+        tmp_path / "t",
+        str(fitted_dir),
+        progress=False,
+    )
     assert seen and all(seen)
 
 
@@ -314,13 +354,18 @@ def test_k3_is_its_formula_up_to_the_cap_and_its_tangent_beyond():
     r = (ref - logp).detach()
     assert torch.allclose(k[:3], torch.exp(r[:3]) - r[:3] - 1)
     R = objective.K3_LOG_RATIO_MAX
-    assert k[3].item() == pytest.approx(math.exp(R) - R - 1 + (math.exp(R) - 1) * (14 - R))  # continuous, linear above R
+    assert k[3].item() == pytest.approx(
+        math.exp(R) - R - 1 + (math.exp(R) - 1) * (14 - R)
+    )  # continuous, linear above R
     k.sum().backward()
     weight = -logp.grad  # d k3 / d log pi = -(exp(r) - 1)
     assert weight[:3].tolist() == pytest.approx((torch.exp(r[:3]) - 1).tolist())
     assert weight[3].item() == pytest.approx(math.exp(R) - 1)  # capped: one token cannot outweigh the batch
-    assert torch.allclose(objective.k3(torch.tensor([-0.3]), torch.tensor([-0.3 + 5.0 - 1e-6])),
-                          objective.k3(torch.tensor([-0.3]), torch.tensor([-0.3 + 5.0 + 1e-6])), atol=1e-3)  # no jump at the cap
+    assert torch.allclose(
+        objective.k3(torch.tensor([-0.3]), torch.tensor([-0.3 + 5.0 - 1e-6])),
+        objective.k3(torch.tensor([-0.3]), torch.tensor([-0.3 + 5.0 + 1e-6])),
+        atol=1e-3,
+    )  # no jump at the cap
 
 
 def test_the_policy_gap_is_logged_and_is_rounding_in_fp32(fitted_dir, smoke_cfg, tmp_path):
@@ -330,7 +375,9 @@ def test_the_policy_gap_is_logged_and_is_rounding_in_fp32(fitted_dir, smoke_cfg,
     assert any(r["grad_norm"] > 0 for r in rows), rows  # some step went through the trainer
     assert all(0 <= r["logp_gap_mean"] <= r["logp_gap_max"] < 1e-4 for r in rows if r["grad_norm"] > 0), rows
     sft = train_smoke(cfg, fitted_dir, tmp_path / "sft", steps=1, condition=("sft", config.ConditionCfg(method="sft")))
-    assert math.isnan(training.read_log(sft / "train_log.csv")[0]["logp_gap_mean"])  # no rollouts: nothing sampled to compare
+    assert math.isnan(
+        training.read_log(sft / "train_log.csv")[0]["logp_gap_mean"]
+    )  # no rollouts: nothing sampled to compare
 
 
 def test_the_gap_is_measured_against_what_the_sampler_reported(fitted_dir, smoke_cfg):
@@ -348,7 +395,9 @@ def test_the_gap_is_measured_against_what_the_sampler_reported(fitted_dir, smoke
     off = [[x + 0.25 for x in true[0]], true[1]]  # one sample's log-probs off by 0.25 nats
     model.zero_grad()
     g = objective.policy_gradient(model, prompts, comps, adv, 10.0, 2, pad_id(tok), sampled_logp=off)
-    assert g["logp_gap_max"] == pytest.approx(0.25, abs=1e-5) and g["logp_gap_mean"] == pytest.approx(0.25 * 3 / 5, abs=1e-5)
+    assert g["logp_gap_max"] == pytest.approx(0.25, abs=1e-5) and g["logp_gap_mean"] == pytest.approx(
+        0.25 * 3 / 5, abs=1e-5
+    )
 
 
 def test_resume_loads_the_optimizer_state_as_an_uninterrupted(fitted_dir, smoke_cfg, tmp_path, monkeypatch):
@@ -370,7 +419,9 @@ def test_lr_sweep_rule_dev_ignores_the_training_reward(tmp_path, monkeypatch, ru
     """PLAN_CHANGES.md change 29: with lr_sweep.rule dev the rate with the best held-out dev pass@1 wins even
     where another has the higher training reward (the effect under test); rule reward is the
     report's choice. The sweep's training is replaced by one that writes the two logs."""
-    cfg = config.load(None, ["lr_sweep.candidates=[0.001, 0.003]", "lr_sweep.steps=4", "lr_sweep.last=2", f"lr_sweep.rule={rule}"])
+    cfg = config.load(
+        None, ["lr_sweep.candidates=[0.001, 0.003]", "lr_sweep.steps=4", "lr_sweep.last=2", f"lr_sweep.rule={rule}"]
+    )
     reward = {0.001: 0.2, 0.003: 0.6}
     dev = {0.001: 0.30, 0.003: 0.10}
     seen = []
@@ -378,14 +429,19 @@ def test_lr_sweep_rule_dev_ignores_the_training_reward(tmp_path, monkeypatch, ru
     def fake_train(cfg, run, out, base, progress):
         seen.append(run.dev_every)
         out.mkdir(parents=True)
-        (out / "train_log.csv").write_text("step,reward_mean\n" + "".join(f"{s},{reward[run.lr]}\n" for s in range(1, 5)))
+        (out / "train_log.csv").write_text(
+            "step,reward_mean\n" + "".join(f"{s},{reward[run.lr]}\n" for s in range(1, 5))
+        )
         (out / "train_eval.csv").write_text(f"step,loose_pass1\n0,0.05\n4,{dev[run.lr]}\n")
         (out / "done.json").write_text("{}")
+
     monkeypatch.setattr(training, "train", fake_train)
     monkeypatch.setattr(training.study, "condition_pool", lambda cfg, cond, run: ([], {"problems": "all"}))
     res = training.lr_sweep(cfg, "base", tmp_path, progress=False)
     assert res["chosen"] == chosen and res["rule_name"] == rule
-    assert seen == ([4, 4] if rule == "dev" else [0, 0])  # the dev check runs after the sweep's last step, only under dev
+    assert seen == (
+        [4, 4] if rule == "dev" else [0, 0]
+    )  # the dev check runs after the sweep's last step, only under dev
     assert ("dev_loose_pass1" in res) == (rule == "dev")
     assert json.loads((tmp_path / "lr_choice.json").read_text())["chosen"] == chosen
 
@@ -416,7 +472,9 @@ def test_importance_weights_correct_a_bf16_sampler_against(fitted_dir, smoke_cfg
 
     def grad(**kw):
         trainer.zero_grad()
-        out = objective.policy_gradient(trainer, P, smp.tokens, adv, 12 * 12, 12, pad_id(tok), sampled_logp=smp.logprobs, **kw)
+        out = objective.policy_gradient(
+            trainer, P, smp.tokens, adv, 12 * 12, 12, pad_id(tok), sampled_logp=smp.logprobs, **kw
+        )
         return out, torch.cat([p.grad.flatten() for p in params])
 
     plain, g_plain = grad()
@@ -440,34 +498,46 @@ def test_a_policy_gap_above_the_limit_stops_the_run_in_one_line(fitted_dir, smok
     trips at the first step that trains any token."""
     import yaml
 
-    d = config.to_dict(cfg_for(smoke_cfg, **{"train.lr": 0.01, "train.dev_every": 0, "train.save_last_every": 1,
-                                             f"train.{key}": 1e-9}))
+    d = config.to_dict(
+        cfg_for(smoke_cfg, **{"train.lr": 0.01, "train.dev_every": 0, "train.save_last_every": 1, f"train.{key}": 1e-9})
+    )
     d["model"]["path"] = str(fitted_dir)
     d["conditions"] = {"many": d["conditions"]["many"]}
     d["analyze"]["calibration"] = None  # its taught arm names a condition left out here
     cfg_file = tmp_path / "gap.yaml"
     cfg_file.write_text(yaml.safe_dump(d))
     run = tmp_path / "run"
-    rc = grpo.main(["train", "--config", str(cfg_file), "--run", str(run), "--condition", "many", "--seed", "0", "--quiet"])
+    rc = grpo.main(
+        ["train", "--config", str(cfg_file), "--run", str(run), "--condition", "many", "--seed", "0", "--quiet"]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1, err
-    assert f"exceeds train.{key} 1e-09" in err[0] and f"({what} |log pi" in err[0] and "stopped before this step's update" in err[0]
+    assert (
+        f"exceeds train.{key} 1e-09" in err[0]
+        and f"({what} |log pi" in err[0]
+        and "stopped before this step's update" in err[0]
+    )
     step = int(err[0].split("step ")[1].split(":")[0])
     rows = training.read_log(run / "train_many_s0" / "train_log.csv") if step > 1 else []
     assert [r["step"] for r in rows] == list(range(1, step)) and all(math.isnan(r["logp_gap_mean"]) for r in rows)
     assert not (run / "train_many_s0" / "done.json").exists()
     limit = config.load(str(cfg_file))
-    assert (provenance.stage_hash(limit, "train")
-            == provenance.stage_hash(config.load(str(cfg_file), [f"train.{key}=null"]), "train"))
+    assert provenance.stage_hash(limit, "train") == provenance.stage_hash(
+        config.load(str(cfg_file), [f"train.{key}=null"]), "train"
+    )
 
 
 def test_no_signal_warning_reads_the_first_steps():
-    rows = [{"step": s, "zero_signal_frac": z} for s, z in enumerate([1.0, 1.0, 0.875, 0.875, 0.875, 0.0, 0.0], start=1)]
+    rows = [
+        {"step": s, "zero_signal_frac": z} for s, z in enumerate([1.0, 1.0, 0.875, 0.875, 0.875, 0.0, 0.0], start=1)
+    ]
     w = training.no_signal_warning(rows, "train many s0")
     assert w.startswith("warning: train many s0: 92% of groups") and "steps 1-5" in w and "\n" not in w
     # 0.9 (PLAN_CHANGES.md change 45): tiny_v4's seeds that learned started at 0.70-0.85, tiny_v3's that did not at 0.95-1.00
     assert training.no_signal_warning([{**r, "zero_signal_frac": 0.85} for r in rows], "x") is None
-    assert training.no_signal_warning([{**r, "zero_signal_frac": 0.9} for r in rows], "x") is None  # above it, not at it
+    assert (
+        training.no_signal_warning([{**r, "zero_signal_frac": 0.9} for r in rows], "x") is None
+    )  # above it, not at it
     assert "steps 1-2" in training.no_signal_warning(rows[:2], "x")  # a shorter run: all its steps
     assert training.no_signal_warning([{"step": 1, "zero_signal_frac": float("nan")}], "x") is None  # sft: no groups
 
@@ -479,8 +549,14 @@ def test_training_prints_the_no_signal_warning_by_its_rule(fitted_dir, smoke_cfg
     rows = training.read_log(out / "train_log.csv")
     share = (rows[0]["zero_signal_frac"] + rows[1]["zero_signal_frac"]) / 2
     err = [x for x in capsys.readouterr().out.splitlines() if x.startswith("warning:")]
-    assert err == ([f"warning: train many s0: {share:.0%} of groups carried no reward signal over steps 1-2 (all samples of a problem "
-                    "scored alike: zero advantage, no gradient); most of each step's samples teach nothing"] if share > 0.9 else [])
+    assert err == (
+        [
+            f"warning: train many s0: {share:.0%} of groups carried no reward signal over steps 1-2 (all samples of a problem "
+            "scored alike: zero advantage, no gradient); most of each step's samples teach nothing"
+        ]
+        if share > 0.9
+        else []
+    )
 
 
 def test_the_training_figure_draws_the_no_signal_share(fitted_dir, smoke_cfg, tmp_path, monkeypatch):
@@ -518,8 +594,21 @@ def test_a_zero_gradient_steps_or_not_by_the_registered_rule(rule):
     assert torch.equal(w.detach(), before) is (rule == "skip")
     assert opt.state_dict()["state"][0]["step"].item() == state + (rule == "step")
     samples = sampler.Samples([[1, 2]], [False], [0.5])
-    row = training.log_row(2, 0.1, objective.METHODS["grpo"], torch.zeros(1, 1), [{"format": 1.0}], samples, [[1, 2]],
-                       {**grad, "kl_mean": 0.0}, gnorm, gnorm, (0.0, 0.0), (0.0, 0.0), updated)
+    row = training.log_row(
+        2,
+        0.1,
+        objective.METHODS["grpo"],
+        torch.zeros(1, 1),
+        [{"format": 1.0}],
+        samples,
+        [[1, 2]],
+        {**grad, "kl_mean": 0.0},
+        gnorm,
+        gnorm,
+        (0.0, 0.0),
+        (0.0, 0.0),
+        updated,
+    )
     assert (row["no_signal"], row["updated"]) == (1, int(rule == "step"))
 
 
@@ -540,14 +629,20 @@ def test_a_read_only_run_folder_ends_in_one_line(fitted_dir, smoke_cfg, tmp_path
     rc = grpo.main(["eval", "--config", str(cfg_file), "--run", str(tmp_path / "run"), "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1, err
-    assert err[0].startswith("grpo.py eval: Permission denied (") and "eval_base.json" in err[0] and "must be writable" in err[0]
+    assert (
+        err[0].startswith("grpo.py eval: Permission denied (")
+        and "eval_base.json" in err[0]
+        and "must be writable" in err[0]
+    )
 
 
 def test_the_micro_batch_is_said_only_when_computed(fitted_dir, smoke_cfg, tmp_path, capsys):
     """A training run says its micro-batch when it sized it from memory_gb (micro_batch 0), not when the
     config sets it (before: the smoke run's 18 training runs each printed "micro_batch 16, set in the
     config (it wins: ...)"); done.json records the reason either way."""
-    pool, _ = countdown.make_splits(smoke_cfg.task.name, smoke_cfg.task.n_train, smoke_cfg.task.n_test, smoke_cfg.task.seed)
+    pool, _ = countdown.make_splits(
+        smoke_cfg.task.name, smoke_cfg.task.n_train, smoke_cfg.task.n_test, smoke_cfg.task.seed
+    )
     said = {}
     for mb in (16, 0):
         cfg = cfg_for(smoke_cfg, **{"train.dev_every": 0, "micro_batch": mb})

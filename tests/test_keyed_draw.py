@@ -2,6 +2,7 @@
 closed form and scipy's chi-square, streams that read nothing of their batch, one evaluation at
 several batchings giving the same samples and hash, the per-batch draw of the earlier runs kept
 exactly, and the registered Qwen design's largest sampling call within an 8 GB GPU by the estimate."""
+
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -31,7 +32,9 @@ def test_keyed_draw_takes_each_token_with_its_probability():
 
 def test_keyed_draw_at_the_ends_of_the_unit_interval():
     probs = torch.tensor([[0.0, 0.3, 0.7, 0.0, 0.0]] * 3)
-    u = torch.tensor([0.0, 0.3 - 1e-9, 1.0 - 2**-53], dtype=torch.float64)  # 1 - 2^-53: u * total can round to the total
+    u = torch.tensor(
+        [0.0, 0.3 - 1e-9, 1.0 - 2**-53], dtype=torch.float64
+    )  # 1 - 2^-53: u * total can round to the total
     assert decoding.keyed_draw(probs, u).tolist() == [1, 1, 2]  # never a zero-probability token past the last one
     unnormalised = probs * 5  # the draw normalises by the row's total
     assert decoding.keyed_draw(unnormalised, u).tolist() == [1, 1, 2]
@@ -67,8 +70,11 @@ def test_a_keyed_sample_does_not_depend_on_what_shares_its_call(fitted):
     n, stops, pad = 4, stop_ids(model, tok), pad_id(tok)
     seeds = [study.seed_for(0, "t", p.id, j) for p in problems for j in range(n)]
     together = sampler.sample_eager(model, prompts, n, s, seeds, stops, pad)
-    apart = [sampler.sample_eager(model, [prompts[i]], 1, s, [seeds[i * n + j]], stops, pad).tokens[0]
-             for i in range(len(prompts)) for j in range(n)]
+    apart = [
+        sampler.sample_eager(model, [prompts[i]], 1, s, [seeds[i * n + j]], stops, pad).tokens[0]
+        for i in range(len(prompts))
+        for j in range(n)
+    ]
     assert apart == together.tokens
     assert len({tuple(t) for t in together.tokens}) > len(problems)  # the streams differ within a problem
     # the static decode makes the same keyed draws (its logits agree with the eager ones here)
@@ -85,8 +91,16 @@ def _old_sample_problems(model, tok, cfg, problems, n, s, tag, per_batch):
     prompts = render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
     texts, entropies = [], []
     for b in range(0, len(problems), per_batch):
-        samples = sampler.sample(model, prompts[b : b + per_batch], n, s, study.seed_for(cfg.task.seed, tag, problems[b].id), stops, pad,
-                                 entropy=True)
+        samples = sampler.sample(
+            model,
+            prompts[b : b + per_batch],
+            n,
+            s,
+            study.seed_for(cfg.task.seed, tag, problems[b].id),
+            stops,
+            pad,
+            entropy=True,
+        )
         decoded = tok.batch_decode(samples.tokens, skip_special_tokens=True)
         texts += [decoded[i : i + n] for i in range(0, len(decoded), n)]
         for i in range(0, len(decoded), n):
@@ -100,10 +114,13 @@ def test_draw_batch_samples_exactly_as_the_runs_before_change_52(fitted, smoke_c
     cfg = cfg_for(smoke_cfg, **{"eval.draw": "batch"})
     s = cfg.eval.sampling
     for per in (2, 5):
-        assert evaluate.sample_problems(model, tok, cfg, problems, 3, s, "t", per, progress=False) == \
-            _old_sample_problems(model, tok, cfg, problems, 3, s, "t", per)
-    assert evaluate.sample_problems(model, tok, cfg, problems, 3, s, "t", 2, progress=False)[0] != \
-        evaluate.sample_problems(model, tok, cfg, problems, 3, s, "t", 5, progress=False)[0]  # the batching decides
+        assert evaluate.sample_problems(
+            model, tok, cfg, problems, 3, s, "t", per, progress=False
+        ) == _old_sample_problems(model, tok, cfg, problems, 3, s, "t", per)
+    assert (
+        evaluate.sample_problems(model, tok, cfg, problems, 3, s, "t", 2, progress=False)[0]
+        != evaluate.sample_problems(model, tok, cfg, problems, 3, s, "t", 5, progress=False)[0]
+    )  # the batching decides
 
 
 def test_one_evaluation_at_four_batchings_gives_the_same_samples(fitted_dir, smoke_cfg, tmp_path):
@@ -124,7 +141,9 @@ def test_one_evaluation_at_four_batchings_gives_the_same_samples(fitted_dir, smo
         assert d["provenance"]["stage_hash"] == first["provenance"]["stage_hash"]
         for a, b in zip(first["problems"], d["problems"]):
             assert a["responses"] == b["responses"]
-            assert {k: v for k, v in a.items() if k != "token_entropy"} == {k: v for k, v in b.items() if k != "token_entropy"}
+            assert {k: v for k, v in a.items() if k != "token_entropy"} == {
+                k: v for k, v in b.items() if k != "token_entropy"
+            }
             assert a["token_entropy"] == pytest.approx(b["token_entropy"], abs=1e-6)
         assert d["pass_at_k"] == first["pass_at_k"]
     assert len({r for p in first["problems"] for r in p["responses"]}) > 1  # really sampled
@@ -139,7 +158,9 @@ def test_the_batching_enters_the_hash_under_draw_batch_only(smoke_cfg):
     assert all(h["batch", 4][st] != h["batch", 2][st] for st in ("eval", "probe", "select", "tokens"))
     assert all(h["sample", 4][st] == h["sample", 2][st] for st in ("eval", "probe", "select"))
     assert h["sample", 4]["tokens"] != h["sample", 2]["tokens"]  # the token stage batches its greedy decode its own way
-    assert all(h["sample", 4][st] != h["batch", 4][st] for st in ("eval", "probe", "select", "train"))  # the dev checks too
+    assert all(
+        h["sample", 4][st] != h["batch", 4][st] for st in ("eval", "probe", "select", "train")
+    )  # the dev checks too
     # a config recorded before the key existed hashes as draw: batch
     d = config.to_dict(cfg_for(smoke_cfg, **{"eval.draw": "batch"}))
     del d["eval"]["draw"], d["eval"]["max_rows"]
@@ -147,8 +168,14 @@ def test_the_batching_enters_the_hash_under_draw_batch_only(smoke_cfg):
     assert provenance.hashed_settings(d, "eval") == provenance.hashed_settings(now, "eval")
 
 
-@pytest.mark.parametrize("sets, key", [(["eval.draw=keyed"], "eval.draw"), (["eval.max_rows=0"], "eval.max_rows"),
-                                       (["eval.draw=batch", "eval.max_rows=64"], "eval.max_rows")])
+@pytest.mark.parametrize(
+    "sets, key",
+    [
+        (["eval.draw=keyed"], "eval.draw"),
+        (["eval.max_rows=0"], "eval.max_rows"),
+        (["eval.draw=batch", "eval.max_rows=64"], "eval.max_rows"),
+    ],
+)
 def test_bad_draw_settings_end_in_one_line_naming_the_key(sets, key):
     with pytest.raises(config.ConfigError, match=key.replace(".", r"\.")):
         config.load(str(ROOT / "configs" / "smoke.yaml"), sets)
@@ -164,8 +191,14 @@ def test_out_of_memory_advice_names_max_rows_and_says_nothing(smoke_cfg):
     assert "eval.problems_per_batch" in old and "refused" in old
 
 
-QWEN = SimpleNamespace(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                       num_key_value_heads=2, vocab_size=151936)  # Qwen2.5-0.5B-Instruct's config.json
+QWEN = SimpleNamespace(
+    hidden_size=896,
+    intermediate_size=4864,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    vocab_size=151936,
+)  # Qwen2.5-0.5B-Instruct's config.json
 
 
 def test_the_registered_qwen_designs_sampling_calls_fit_an_8_gb():
@@ -178,13 +211,18 @@ def test_the_registered_qwen_designs_sampling_calls_fit_an_8_gb():
     cfg = config.load(str(ROOT / "configs" / "qwen05b.yaml"))
     e, prompt = cfg.eval, 80
     weights = memory.estimate_memory(QWEN, cfg.lora.r, len(cfg.lora.targets), prompt, 1, 1, 1)["params"] * 2
-    calls = {"eval base": (e.n_base, e.problems_per_batch, e.sampling), "dev": (cfg.train.dev_samples, e.problems_per_batch, e.sampling),
-             "select": (cfg.select.samples, e.problems_per_batch, cfg.train.sampling),
-             "probe": (max(cfg.probe.samples, cfg.probe.arith_samples), e.problems_per_batch, e.sampling),
-             **{f"eval {k}": (s.n, s.problems_per_batch, s.sampling or e.sampling) for k, s in cfg.eval_sets.items()}}
+    calls = {
+        "eval base": (e.n_base, e.problems_per_batch, e.sampling),
+        "dev": (cfg.train.dev_samples, e.problems_per_batch, e.sampling),
+        "select": (cfg.select.samples, e.problems_per_batch, cfg.train.sampling),
+        "probe": (max(cfg.probe.samples, cfg.probe.arith_samples), e.problems_per_batch, e.sampling),
+        **{f"eval {k}": (s.n, s.problems_per_batch, s.sampling or e.sampling) for k, s in cfg.eval_sets.items()},
+    }
     for name, (n, per, s) in calls.items():
         rows = memory.largest_call(cfg, n, per)
-        est = memory.decoder_bytes(QWEN, rows, prompt + s.max_new_tokens, top_p=s.top_p < 1 or s.top_k > 0, keyed=True, graphs=True)
+        est = memory.decoder_bytes(
+            QWEN, rows, prompt + s.max_new_tokens, top_p=s.top_p < 1 or s.top_k > 0, keyed=True, graphs=True
+        )
         assert weights + est <= 0.85 * 8 * 2**30, (name, rows, est / 2**30)
     old = memory.decoder_bytes(QWEN, e.problems_per_batch * e.n_base, prompt + e.sampling.max_new_tokens, top_p=True)
     assert weights + old > 8 * 2**30  # the uncapped call could not run
@@ -201,7 +239,10 @@ def test_lowered_batching_is_the_same_config_under_keyed_draws():
 
     for path, draw_sets, same in [("qwen05b.yaml", [], True), ("tiny_v5.yaml", [], False)]:
         a = prov(path, draw_sets)
-        b = prov(path, [*draw_sets, "eval.problems_per_batch=2", "eval_sets.wide.problems_per_batch=2"]
-                 + (["eval.max_rows=128"] if same else []))
+        b = prov(
+            path,
+            [*draw_sets, "eval.problems_per_batch=2", "eval_sets.wide.problems_per_batch=2"]
+            + (["eval.max_rows=128"] if same else []),
+        )
         assert provenance.same_config(a["provenance"], b["provenance"]) is same
         assert (inputs.compared_settings(a) == inputs.compared_settings(b)) is same

@@ -2,6 +2,7 @@
 and the layers point one way. orchestration/ (the study's definition) imports no other package; method/,
 analysis/ and bases/ import orchestration/ and never runner/ (the run machinery, above them); nothing
 but the tests imports an entry script (grpo.py, pipeline.py)."""
+
 import ast
 from pathlib import Path
 
@@ -44,7 +45,7 @@ def cycle(g: dict[str, set[str]]) -> list[str] | None:
         path.append(m)
         for n in sorted(g[m]):
             if state.get(n) == "open":
-                return path[path.index(n):] + [n]
+                return path[path.index(n) :] + [n]
             if n not in state and (found := visit(n)):
                 return found
         state[m] = "done"
@@ -57,7 +58,9 @@ def cycle(g: dict[str, set[str]]) -> list[str] | None:
 def test_the_search_finds_a_cycle_and_skips_type_checking():
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle({"a": {"b"}, "b": set()}) is None
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\ndef f():\n    from y import z\n")
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\ndef f():\n    from y import z\n"
+    )
     assert imported(tree) == {"typing", "typing.TYPE_CHECKING", "y", "y.z"}
 
 

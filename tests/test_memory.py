@@ -1,4 +1,5 @@
 """orchestration/memory.py: the memory estimate against the parameter count and the automatic micro-batch."""
+
 import pytest
 import torch
 
@@ -10,21 +11,32 @@ from orchestration import config, memory
 def test_memory_estimate_and_automatic_micro_batch(smoke_cfg):
     from transformers import Qwen2Config
 
-    mc = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                     num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True)
+    mc = Qwen2Config(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
     est = [memory.estimate_memory(mc, 32, 7, 80, 384, b, 128) for b in (1, 2, 3)]
     assert round(est[0]["params"] / 1e6) == 494  # Qwen2.5-0.5B's parameter count (tied embeddings)
     assert round(est[0]["lora_params"] / 1e6, 1) == 17.6  # r 32 on the seven projections of 24 layers
     # the micro-batch-dependent parts scale linearly; the static part does not move
     assert est[1]["activations"] == pytest.approx(2 * est[0]["activations"])
-    assert est[2]["logits"] - est[0]["logits"] == pytest.approx(2 * (est[1]["logits"] - est[0]["logits"]))  # + one chunk's fp32 temporaries
+    assert est[2]["logits"] - est[0]["logits"] == pytest.approx(
+        2 * (est[1]["logits"] - est[0]["logits"])
+    )  # + one chunk's fp32 temporaries
     assert est[0]["logits"] - (est[1]["logits"] - est[0]["logits"]) == 3 * 4 * TokenLogProbs.CHUNK
     assert est[0]["static"] == est[2]["static"]
     cfg = config.load(None)  # the study's defaults: micro_batch 0 -> chosen from memory_gb 8
     b = memory.auto_micro_batch(cfg, mc, 80)
+
     def fits(m):
         e = memory.estimate_memory(mc, 32, 7, 80, 384, m, 128)
         return e["static"] + memory.MEASURED_OVER_ESTIMATE * (e["activations"] + e["logits"]) <= 0.85 * 8 * 2**30
+
     assert fits(b) and not fits(b + 1)
     assert b == 3  # the README's figure for an 8 GB GPU at 16 x 8 x 384
     cfg.micro_batch = 5
@@ -40,15 +52,25 @@ def test_memory_gb_auto_does_not_count_the_loaded_weights_twice():
     the weights again gave 2."""
     from transformers import Qwen2Config
 
-    mc = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                     num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True)
+    mc = Qwen2Config(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
     cfg = config.load(None, ["memory_gb=auto"])
     e = [memory.estimate_memory(mc, 32, 7, 80, 384, b, 128) for b in range(1, 6)]
     resident = e[0]["params"] * 2 + e[0]["lora_params"] * 4  # bf16 weights, fp32 LoRA weights
 
     def fits(b, free):  # the rule, with the resident weights taken out of the static part
         x = e[b - 1]
-        return x["static"] - resident + memory.MEASURED_OVER_ESTIMATE * (x["activations"] + x["logits"]) <= 0.85 * free * 2**30
+        return (
+            x["static"] - resident + memory.MEASURED_OVER_ESTIMATE * (x["activations"] + x["logits"])
+            <= 0.85 * free * 2**30
+        )
 
     free = 6.3
     b, why = memory.micro_batch_choice(cfg, mc, 80, free)
@@ -60,14 +82,24 @@ def test_memory_gb_auto_does_not_count_the_loaded_weights_twice():
 
 def test_a_set_micro_batch_says_it_wins_over_memory_gb():
     cfg = config.load(None, ["micro_batch=5", "memory_gb=2"])
-    assert memory.micro_batch_choice(cfg, None, 80) == (5, "micro_batch 5, set in the config (it wins: memory_gb 2.0 is not read)")
+    assert memory.micro_batch_choice(cfg, None, 80) == (
+        5,
+        "micro_batch 5, set in the config (it wins: memory_gb 2.0 is not read)",
+    )
 
 
 def test_what_the_static_decoders_hold_is_taken_from_the_budget(smoke_cfg):
     from transformers import Qwen2Config
 
-    mc = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                     num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True)
+    mc = Qwen2Config(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
     cfg = config.load(None)
     held = memory.decoders_held(cfg, mc, 80, rollouts=True, dev=True)
     kv = 24 * 2 * 2 * 64 * 2  # bytes per position and row: layers x (K, V) x kv heads x head dim x bf16
@@ -77,7 +109,9 @@ def test_what_the_static_decoders_hold_is_taken_from_the_budget(smoke_cfg):
     assert memory.auto_micro_batch(cfg, mc, 80, held_bytes=0.0) == b  # nothing held: as before
     e = memory.estimate_memory(mc, 32, 7, 80, 384, b, 128)
     room = 0.85 * 8 * 2**30 - e["static"] - memory.MEASURED_OVER_ESTIMATE * (e["activations"] + e["logits"])
-    assert memory.auto_micro_batch(cfg, mc, 80, held_bytes=room + 1) == b - 1  # what the decoders hold is not there for the step
+    assert (
+        memory.auto_micro_batch(cfg, mc, 80, held_bytes=room + 1) == b - 1
+    )  # what the decoders hold is not there for the step
 
 
 def test_decoder_bytes_counts_the_decoders_buffers(fitted_dir, smoke_cfg):
@@ -111,8 +145,14 @@ def test_the_readme_and_the_config_promise_the_micro_batch_the_code_picks():
     from types import SimpleNamespace
 
     root = Path(__file__).resolve().parents[1]
-    mc = SimpleNamespace(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                         num_key_value_heads=2, vocab_size=151936)
+    mc = SimpleNamespace(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151936,
+    )
     cfg = config.load(str(root / "configs" / "qwen05b.yaml"))
     held = memory.decoders_held(cfg, mc, 80, rollouts=True, dev=True)
     b, _ = memory.micro_batch_choice(cfg, mc, 80, None, held)
@@ -120,9 +160,15 @@ def test_the_readme_and_the_config_promise_the_micro_batch_the_code_picks():
     step = (e["static"] + held + memory.MEASURED_OVER_ESTIMATE * (e["activations"] + e["logits"])) / 2**30
     call = memory.decoder_bytes(mc, 256, 80 + 384, top_p=True, keyed=True, graphs=True) / 2**30
     readme = (root / "README.md").read_text()
-    m = re.search(r"At `memory_gb: 8` the automatic\s+micro-batch is (\d+) .*?estimated peak is\s+([\d.]+) GiB, of which ([\d.]+) GiB"
-                  r".*?\(256 rows at `eval.max_rows: 256`\) ([\d.]+) GiB with CUDA\s+graphs", readme, re.S)
+    m = re.search(
+        r"At `memory_gb: 8` the automatic\s+micro-batch is (\d+) .*?estimated peak is\s+([\d.]+) GiB, of which ([\d.]+) GiB"
+        r".*?\(256 rows at `eval.max_rows: 256`\) ([\d.]+) GiB with CUDA\s+graphs",
+        readme,
+        re.S,
+    )
     assert m and int(m[1]) == b == 2
     assert (float(m[2]), float(m[3]), float(m[4])) == (round(step, 1), round(held / 2**30, 1), round(call, 1))
     assert f"({b} here on a GPU: memory.auto_micro_batch)" in (root / "configs" / "qwen05b.yaml").read_text()
-    assert memory.decoder_bytes(mc, 256, 464, True, 2, True, graphs=True) > memory.decoder_bytes(mc, 256, 464, True, 2, True)
+    assert memory.decoder_bytes(mc, 256, 464, True, 2, True, graphs=True) > memory.decoder_bytes(
+        mc, 256, 464, True, 2, True
+    )

@@ -1,5 +1,6 @@
 """method/model.py: the hand-written LoRA against PEFT (outputs, adapter files), the shared fp32 cast and
 the folded sampling weights, and the completion log-probabilities against plain autograd."""
+
 import peft
 import pytest
 import torch
@@ -69,7 +70,9 @@ def test_adapter_loads_in_peft_with_same_logits(fitted_dir, smoke_cfg, tmp_path)
     base = AutoModelForCausalLM.from_pretrained(str(fitted_dir), dtype=torch.float32)
     theirs_model = peft.PeftModel.from_pretrained(base, str(tmp_path / "adapter")).eval()
     theirs = theirs_model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
-    assert (ours - load_model(cfg, str(fitted_dir), CPU)[0](input_ids=ids, attention_mask=mask, position_ids=pos).logits).abs().max() > 1e-3
+    assert (
+        ours - load_model(cfg, str(fitted_dir), CPU)[0](input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    ).abs().max() > 1e-3
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
     # and our loader reads the same file back exactly
     model2, _ = load_model(cfg, str(fitted_dir), CPU)
@@ -121,7 +124,9 @@ def test_folded_sampling_weights_are_w_plus_scaled_ba(fitted_dir, smoke_cfg):
         with lora_folded(model):
             m = layers[0]
             assert not m.enabled
-            torch.testing.assert_close(m.base_layer.weight, frozen[0] + m.scaling * m.lora_B.weight @ m.lora_A.weight, rtol=0, atol=1e-6)
+            torch.testing.assert_close(
+                m.base_layer.weight, frozen[0] + m.scaling * m.lora_B.weight @ m.lora_A.weight, rtol=0, atol=1e-6
+            )
             folded = model(**batch).logits
         assert all(m.base_layer.weight is w and m.enabled for m, w in zip(layers, frozen))
         assert torch.equal(model(**batch).logits, exact)
@@ -238,7 +243,9 @@ def test_completion_entropy_and_logprobs_are_the_full_vocabulary(fitted_dir, smo
     Lc = 4
     lp, ent = completion_logprobs(model, ids, attn, pos, Lc, with_entropy=True)
     with torch.no_grad():
-        full = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits[:, -Lc - 1:-1].float().log_softmax(-1)
+        full = (
+            model(input_ids=ids, attention_mask=attn, position_ids=pos).logits[:, -Lc - 1 : -1].float().log_softmax(-1)
+        )
     assert torch.allclose(lp, full.gather(-1, ids[:, -Lc:, None])[..., 0], atol=1e-6)
     assert torch.allclose(ent, -(full.exp() * full).sum(-1), atol=1e-6)
     assert completion_logprobs(model, ids, attn, pos, Lc)[1] is None
@@ -259,7 +266,9 @@ def test_tf32_and_determinism_settings_reach_torch(smoke_cfg):
             cfg = cfg_for(smoke_cfg, **{"lora.tf32": tf32, "determinism": determinism})
             setup_torch(cfg)
             want = "tf32" if tf32 else "ieee"
-            assert torch.backends.cuda.matmul.fp32_precision == want and torch.backends.cudnn.conv.fp32_precision == want
+            assert (
+                torch.backends.cuda.matmul.fp32_precision == want and torch.backends.cudnn.conv.fp32_precision == want
+            )
             assert torch.are_deterministic_algorithms_enabled() == (determinism != "off")
             assert torch.utils.deterministic.fill_uninitialized_memory == (determinism == "full")
             if determinism == "full":  # the CPU runs' setting: an unwritten tensor reads NaN

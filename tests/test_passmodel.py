@@ -2,6 +2,7 @@
 fit (recovering known parameters), the parametric bootstrap (against the spread of fresh data sets),
 the check on a contrast (calibrated on simulated beta-binomial worlds), and the boundary with its
 chance null (calibrated where RL is the base)."""
+
 import numpy as np
 import pytest
 
@@ -36,7 +37,10 @@ def test_model_pass_at_k_is_the_closed_form_and_the_expected():
     for a, b, pi in [(0.8, 2.5, 0.0), (2.0, 0.5, 0.0), (0.3, 4.0, 0.25)]:
         ks = np.array([1, 2, 5, 16, 32, 100, 1024])
         got = passmodel.betabinom_pass_at_k(a, b, ks, pi)
-        ref = [(1 - pi) * integrate.quad(lambda p: (1 - (1 - p) ** k) * scipy.stats.beta.pdf(p, a, b), 0, 1, limit=200)[0] for k in ks]
+        ref = [
+            (1 - pi) * integrate.quad(lambda p: (1 - (1 - p) ** k) * scipy.stats.beta.pdf(p, a, b), 0, 1, limit=200)[0]
+            for k in ks
+        ]
         assert got == pytest.approx(ref, abs=1e-7)
         n = 32
         pmf = scipy.stats.betabinom.pmf(np.arange(n + 1), n, a, b)
@@ -44,7 +48,9 @@ def test_model_pass_at_k_is_the_closed_form_and_the_expected():
         for k in (1, 3, 8, 32):
             expected = sum(pmf[c] * stats.pass_at_k(n, c, k) for c in range(n + 1))
             assert passmodel.betabinom_pass_at_k(a, b, [k], pi)[0] == pytest.approx(expected, abs=1e-12)
-    assert passmodel.model_pass_at_k({"alpha": 1.0, "beta": 1.0, "pi": 0.0}, [1, 3]) == pytest.approx([1 / 2, 3 / 4])  # 1 - 1/(k+1)
+    assert passmodel.model_pass_at_k({"alpha": 1.0, "beta": 1.0, "pi": 0.0}, [1, 3]) == pytest.approx(
+        [1 / 2, 3 / 4]
+    )  # 1 - 1/(k+1)
 
 
 def _fisher_se(a, b, n, N):
@@ -114,20 +120,25 @@ def test_aic_prefers_the_zero_inflated_model_when_some_problems():
 def test_degenerate_counts_fit_without_error():
     """All zeros, all n, and one count for every problem (a binomial): the fit ends on its box,
     says so, and its curve is the limit (0, 1, the binomial's 1 - (1 - p)^k)."""
-    f0, f1, fb = passmodel.fit_pass_model([0] * 30, 8), passmodel.fit_pass_model([8] * 30, 8), passmodel.fit_pass_model([2] * 30, 8)
+    f0, f1, fb = (
+        passmodel.fit_pass_model([0] * 30, 8),
+        passmodel.fit_pass_model([8] * 30, 8),
+        passmodel.fit_pass_model([2] * 30, 8),
+    )
     assert f0["at_bound"] and passmodel.model_pass_at_k(f0, [1024])[0] < 1e-3
     assert f1["at_bound"] and passmodel.model_pass_at_k(f1, [1])[0] > 0.999
-    assert fb["at_bound"] and passmodel.model_pass_at_k(fb, [1, 8, 32]) == pytest.approx(1 - 0.75 ** np.array([1, 8, 32]), abs=1e-3)
+    assert fb["at_bound"] and passmodel.model_pass_at_k(fb, [1, 8, 32]) == pytest.approx(
+        1 - 0.75 ** np.array([1, 8, 32]), abs=1e-3
+    )
 
 
 def test_extrapolation_check_by_hand():
     """Fit on n = 8 counts all 2 (a binomial with p = 1/4), predict pass@32 = 1 - (3/4)^32; the large
     set solves 14 of 16 problems: measured 0.875; naive pass@8 = 1 - (3/4)^8 per problem."""
     r = passmodel.extrapolation_check([2] * 16, 8, [20] * 10 + [0] * 2 + [5] * 4, 32)
-    assert r["predicted"] == pytest.approx(1 - 0.75 ** 32, abs=1e-3) and r["measured"] == 0.875
+    assert r["predicted"] == pytest.approx(1 - 0.75**32, abs=1e-3) and r["measured"] == 0.875
     assert r["error"] == pytest.approx(r["predicted"] - 0.875) and r["naive"] == pytest.approx(stats.pass_at_k(8, 2, 8))
     assert (r["fit_n"], r["target_k"], r["model_used"]) == (8, 32, "beta-binomial")
-
 
 
 def test_boundary_by_hand():
@@ -136,13 +147,15 @@ def test_boundary_by_hand():
     assert (b["solved_base"], b["solved_rl"]) == (3, 3)
 
 
-
 def test_parametric_replicates_spread_matches_fresh_data_sets():
     """The parametric bootstrap's SD of the model-based pass@256 equals, within 30%, the SD of the
     same prediction over 60 fresh data sets of the true model (N = 64 problems, n = 32)."""
     rng = np.random.default_rng(11)
     a, b, n, N = 0.7, 2.0, 32, 64
-    fresh = [passmodel.model_pass_at_k(passmodel.fit_betabinom(rng.binomial(n, rng.beta(a, b, N)), n), [256])[0] for _ in range(60)]
+    fresh = [
+        passmodel.model_pass_at_k(passmodel.fit_betabinom(rng.binomial(n, rng.beta(a, b, N)), n), [256])[0]
+        for _ in range(60)
+    ]
     fit = passmodel.fit_betabinom(rng.binomial(n, rng.beta(a, b, N)), n)
     reps = passmodel.parametric_replicates(fit, n, N, [256], 60, seed=3)[:, 0]
     assert reps.std() == pytest.approx(np.std(fresh), rel=0.3)
@@ -164,14 +177,26 @@ def test_contrast_check_covers_the_measured_contrast_in_beta():
     for s in range(20):
         pb = rng.beta(0.8, 2.5, N)
         pr = np.clip(pb * rng.uniform(0.5, 1.2), 0, 1) if s % 2 else rng.beta(0.6, 1.5, N)
-        r = passmodel.contrast_check(rng.binomial(256, pb), 256, rng.binomial(32, pr), 32, rng.binomial(256, pb), rng.binomial(256, pr),
-                                     256, 80, s, 0.95)
+        r = passmodel.contrast_check(
+            rng.binomial(256, pb),
+            256,
+            rng.binomial(32, pr),
+            32,
+            rng.binomial(256, pb),
+            rng.binomial(256, pr),
+            256,
+            80,
+            s,
+            0.95,
+        )
         covered += r["covered"]
         errors.append(r["error"])
         widths.append(r["error_ci"][1] - r["error_ci"][0])
         assert r["fit_n_base"] == 256 and r["fit_n"] == 32
     assert abs(np.mean(errors)) < 0.02 and covered >= 16, (np.mean(errors), covered)
-    assert np.median(widths) < 0.4  # the paired bootstrap's intervals say something (tiny_v3's parametric ones: median 0.54)
+    assert (
+        np.median(widths) < 0.4
+    )  # the paired bootstrap's intervals say something (tiny_v3's parametric ones: median 0.54)
 
 
 def test_boundary_null_by_hand_for_problems_alike():
@@ -196,7 +221,9 @@ def test_boundary_null_has_no_excess_when_rl_is_the_base():
     excess, small = [], 0
     for s in range(40):
         p = rng.beta(0.5, 2.0, 64)
-        out = passmodel.boundary_null(rng.binomial(32, p), rng.binomial(32, p), 32, rng.binomial(32, p), 32, sims=2000, seed=s)
+        out = passmodel.boundary_null(
+            rng.binomial(32, p), rng.binomial(32, p), 32, rng.binomial(32, p), 32, sims=2000, seed=s
+        )
         excess.append(out["only_rl"]["excess"])
         small += out["only_rl"]["p"] < 0.05
     assert abs(np.mean(excess)) < 0.5 and small <= 5, (np.mean(excess), small)

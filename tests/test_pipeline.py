@@ -1,5 +1,6 @@
 """The whole study on configs/smoke.yaml end to end: every file written, a second run that skips
 everything, --jobs 2 and a resumed run byte for byte, reruns by hand, refusals on a finished run."""
+
 import json
 import os
 import shutil
@@ -50,9 +51,20 @@ def test_the_readme_quotes_the_smoke_runs_label(smoke_run):
 def test_end_to_end_writes_every_file(smoke_run):
     missing = [str(p) for p in expected_files(smoke_run) if not p.exists() or p.stat().st_size == 0]
     assert not missing
-    assert not (smoke_run / "superseded").exists()  # a first run moves nothing aside (the training figure is drawn again)
+    assert not (
+        smoke_run / "superseded"
+    ).exists()  # a first run moves nothing aside (the training figure is drawn again)
     man = json.loads((smoke_run / "manifest.json").read_text())
-    assert [s for s in man["stage_order"]] == ["base", "probe", "select", "lr-sweep", "train", "eval", "tokens", "analyze"]
+    assert [s for s in man["stage_order"]] == [
+        "base",
+        "probe",
+        "select",
+        "lr-sweep",
+        "train",
+        "eval",
+        "tokens",
+        "analyze",
+    ]
     assert all(man["stages"][s]["status"] == "done" and man["stages"][s]["seconds"] >= 0 for s in man["stage_order"])
     assert len(man["jobs"]) == N_TRAIN + N_EVAL + (1 + 8) + (1 + 16) + 1 + 32  # + wide, ood, pool, tokens
     assert all(j["status"] == "done" for j in man["jobs"].values())
@@ -61,7 +73,16 @@ def test_end_to_end_writes_every_file(smoke_run):
     ev = json.loads((smoke_run / "eval_many_s1_006.json").read_text())
     assert (ev["condition"], ev["train_seed"], ev["step"]) == ("many", 1, 6)
     n = ev["sampling"]["n"]
-    assert set(ev["sampling"]) >= {"n", "temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens", "seed", "stop_ids"}
+    assert set(ev["sampling"]) >= {
+        "n",
+        "temperature",
+        "top_p",
+        "top_k",
+        "repetition_penalty",
+        "max_new_tokens",
+        "seed",
+        "stop_ids",
+    }
     assert ev["sampling"]["repetition_penalty"] == 1.0
     from analysis.stats import pass_at_k
 
@@ -78,12 +99,21 @@ def test_end_to_end_writes_every_file(smoke_run):
     v = json.loads((smoke_run / "verdicts.json").read_text())
     assert len(v["entries"]) == 7 * 2 * 2  # conditions x checkpoints x scorings, each over both seeds
     assert json.loads((smoke_run / "eval_base.json").read_text())["adapter_sha256"] is None
-    shas = {json.loads((smoke_run / f"eval_{c}_s{s}_006.json").read_text())["adapter_sha256"] for c in CONDS for s in SEEDS}
+    shas = {
+        json.loads((smoke_run / f"eval_{c}_s{s}_006.json").read_text())["adapter_sha256"] for c in CONDS for s in SEEDS
+    }
     assert len(shas) == 14  # every condition and seed trained its own adapter
     done = json.loads((smoke_run / "train_many_s0" / "done.json").read_text())
     assert done["train_seed"] == 0 and done["micro_batch"] == 16 and done["micro_batch_auto"] is False
     # outputs are readable by others
-    for f in ("eval_base.json", "verdicts.json", "report.md", "manifest.json", "selection.json", "train_many_s0/done.json"):
+    for f in (
+        "eval_base.json",
+        "verdicts.json",
+        "report.md",
+        "manifest.json",
+        "selection.json",
+        "train_many_s0/done.json",
+    ):
         assert (smoke_run / f).stat().st_mode & 0o777 == 0o644, f
 
 
@@ -93,9 +123,16 @@ def test_second_run_skips_everything_and_dry_run_says_done(smoke_run):
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("done, skipped") == 8
     after = snapshot(smoke_run)
-    assert {k: v for k, v in after.items() if k != "manifest.json"} == {k: v for k, v in before.items() if k != "manifest.json"}
+    assert {k: v for k, v in after.items() if k != "manifest.json"} == {
+        k: v for k, v in before.items() if k != "manifest.json"
+    }
     d = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--dry-run", timeout=120)
-    assert d.returncode == 0 and d.stdout.count(" done") == 8 and "to do" not in d.stdout and "0 train/eval jobs left" in d.stdout
+    assert (
+        d.returncode == 0
+        and d.stdout.count(" done") == 8
+        and "to do" not in d.stdout
+        and "0 train/eval jobs left" in d.stdout
+    )
     j = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--print-jobs", timeout=120)
     assert j.returncode == 0 and "grpo.py" not in j.stdout
 
@@ -111,27 +148,48 @@ def test_changing_train_seeds_leaves_problems_selection_and_base(smoke_run, tmp_
     from orchestration import config, provenance
 
     one = config.load(str(SMOKE))
-    other = config.load(str(SMOKE), ["train.seeds=[7, 8, 9]", "eval_sets.pool.n=24"])  # the calibration's pool: 3 seeds x 8
+    other = config.load(
+        str(SMOKE), ["train.seeds=[7, 8, 9]", "eval_sets.pool.n=24"]
+    )  # the calibration's pool: 3 seeds x 8
     for stage in ("base", "probe"):
         assert provenance.stage_hash(one, stage) == provenance.stage_hash(other, stage), stage
 
     sizes = {"sizes": study.selection_sizes(one)}
-    assert (sizes == {"sizes": study.selection_sizes(other)}
-            and provenance.stage_hash(one, "select", sizes) == provenance.stage_hash(other, "select", sizes))
-    assert provenance.stage_hash(one, "eval", {"adapter_sha256": None}) == provenance.stage_hash(other, "eval", {"adapter_sha256": None})
+    assert sizes == {"sizes": study.selection_sizes(other)} and provenance.stage_hash(
+        one, "select", sizes
+    ) == provenance.stage_hash(other, "select", sizes)
+    assert provenance.stage_hash(one, "eval", {"adapter_sha256": None}) == provenance.stage_hash(
+        other, "eval", {"adapter_sha256": None}
+    )
     # and the pipeline agrees: with other seeds, base, probe, select and the base evaluation are done
-    d = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--dry-run", "--set", "train.seeds=[7, 8, 9]",
-                 "--set", "eval_sets.pool.n=24", timeout=120)
+    d = pipeline(
+        "--config",
+        str(SMOKE),
+        "--out",
+        str(smoke_run),
+        "--dry-run",
+        "--set",
+        "train.seeds=[7, 8, 9]",
+        "--set",
+        "eval_sets.pool.n=24",
+        timeout=120,
+    )
     assert d.returncode == 0, d.stderr
-    rows = dict(line.split(None, 1) for line in d.stdout.splitlines()[1:] if line.startswith("  ") and "jobs left" not in line)
+    rows = dict(
+        line.split(None, 1) for line in d.stdout.splitlines()[1:] if line.startswith("  ") and "jobs left" not in line
+    )
     assert rows["base"] == "done" and rows["probe"] == "done" and rows["select"] == "done"
-    assert rows["eval"].startswith("3 done")  # the base on test, wide and ood (the larger pool is new); every adapter evaluation to do
+    assert rows["eval"].startswith(
+        "3 done"
+    )  # the base on test, wide and ood (the larger pool is new); every adapter evaluation to do
 
 
 def test_rerun_one_stage_by_hand(smoke_run):
     report = smoke_run / "report.md"
     old = report.stat().st_mtime_ns
-    r = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--stage", "analyze", "--force", "--quiet", timeout=300)
+    r = pipeline(
+        "--config", str(SMOKE), "--out", str(smoke_run), "--stage", "analyze", "--force", "--quiet", timeout=300
+    )
     assert r.returncode == 0, r.stderr
     assert "analyze: running" in r.stdout and report.stat().st_mtime_ns != old
     assert f"see {smoke_run / 'report.md'}" in r.stdout
@@ -142,9 +200,16 @@ def test_killed_mid_training_then_resumed_equals_uninterrupted(smoke_run, small_
     run = tmp_path / "run"
     run.mkdir()
     shutil.copytree(fitted_dir, run / "base_model")  # the same base, bit for bit (checked below)
-    assert (run / "base_model" / "model.safetensors").read_bytes() == (smoke_run / "base_model" / "model.safetensors").read_bytes()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "pipeline.py"), "--config", str(small_cfg), "--out", str(run), "--quiet"],
-                            cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert (run / "base_model" / "model.safetensors").read_bytes() == (
+        smoke_run / "base_model" / "model.safetensors"
+    ).read_bytes()
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "pipeline.py"), "--config", str(small_cfg), "--out", str(run), "--quiet"],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     state = run / "train_many_s0" / "last" / "state.json"
     deadline = time.time() + 300
     while time.time() < deadline and not state.exists():
@@ -162,7 +227,10 @@ def test_killed_mid_training_then_resumed_equals_uninterrupted(smoke_run, small_
     a, b = outputs_bytes(run), outputs_bytes(smoke_run)
     assert len(a) == 12 + 13 and [k for k in a if a[k] != b.get(k)] == []
     # the verdicts equal those of the same study run with --jobs 2, never killed
-    assert json.loads((run / "verdicts.json").read_text())["entries"] == json.loads((small_jobs2 / "verdicts.json").read_text())["entries"]
+    assert (
+        json.loads((run / "verdicts.json").read_text())["entries"]
+        == json.loads((small_jobs2 / "verdicts.json").read_text())["entries"]
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -172,9 +240,15 @@ def test_ctrl_c_ends_in_one_line_and_records_interrupted(sig, small_cfg, fitted_
     shutil.copytree(fitted_dir, run / "base_model")
     # a shell that starts jobs in the background hands them SIGINT ignored, and Python then
     # installs no KeyboardInterrupt handler: restore the default, as a terminal's Ctrl-C has it
-    proc = subprocess.Popen([sys.executable, str(ROOT / "pipeline.py"), "--config", str(small_cfg), "--out", str(run), "--quiet"],
-                            cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "pipeline.py"), "--config", str(small_cfg), "--out", str(run), "--quiet"],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     state = run / "train_many_s0" / "last" / "state.json"
     deadline = time.time() + 300
     while time.time() < deadline and not state.exists():
@@ -183,7 +257,11 @@ def test_ctrl_c_ends_in_one_line_and_records_interrupted(sig, small_cfg, fitted_
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and "interrupted during stage train" in lines[0] and "resume from their last checkpoint" in lines[0], err
+    assert (
+        len(lines) == 1
+        and "interrupted during stage train" in lines[0]
+        and "resume from their last checkpoint" in lines[0]
+    ), err
     man = json.loads((run / "manifest.json").read_text())
     assert man["stages"]["train"]["status"] == "interrupted"
     assert not (run / ".pipeline.lock").exists()
@@ -203,7 +281,9 @@ def test_another_config_on_a_finished_run_is_refused_and_changes(smoke_run, tmp_
 
 def test_a_second_pipeline_on_the_same_folder_is_refused(smoke_run, tmp_path):
     run = copy_run(smoke_run, tmp_path / "run")
-    (run / ".pipeline.lock").write_text(json.dumps({"pid": os.getpid(), "host": __import__("socket").gethostname(), "started": "now"}))
+    (run / ".pipeline.lock").write_text(
+        json.dumps({"pid": os.getpid(), "host": __import__("socket").gethostname(), "started": "now"})
+    )
     before = snapshot(run)
     r = pipeline("--config", str(SMOKE), "--out", str(run), "--quiet", timeout=120)
     assert r.returncode == 2
@@ -214,7 +294,10 @@ def test_a_second_pipeline_on_the_same_folder_is_refused(smoke_run, tmp_path):
 
 def test_outputs_are_readable_by_all_and_the_smoke_report_says(smoke_run):
     """Outputs are readable by all and the smoke report says it is no result."""
-    for f in [*smoke_run.glob("train_*/step_*/adapter_model.safetensors"), smoke_run / "base_model" / "model.safetensors"]:
+    for f in [
+        *smoke_run.glob("train_*/step_*/adapter_model.safetensors"),
+        smoke_run / "base_model" / "model.safetensors",
+    ]:
         assert f.stat().st_mode & 0o777 == 0o644, f
     assert (smoke_run / "report.md").read_text().startswith("**A pipeline check on a toy model")
     r = pipeline("--config", str(SMOKE), "--out", str(smoke_run / "new"), "--print-jobs", timeout=120)
@@ -240,8 +323,10 @@ def test_a_read_only_folder_is_one_line_naming_it(smoke_run, tmp_path, monkeypat
     monkeypatch.chdir(ROOT)
     assert pl.main(["--config", str(SMOKE), "--out", str(run), "--quiet"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0] == (f"pipeline.py: cannot write in {run}: Read-only file system ({run / '.pipeline.lock'}); "
-                                        "give a folder you can write: --run DIR"), err
+    assert len(err) == 1 and err[0] == (
+        f"pipeline.py: cannot write in {run}: Read-only file system ({run / '.pipeline.lock'}); "
+        "give a folder you can write: --run DIR"
+    ), err
     assert "None" not in err[0] and snapshot(run) == before
 
     def refuse(folder, path, *a, **kw):  # provenance.move_aside: its superseded/<time>/ folder cannot be made

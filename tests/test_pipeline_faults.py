@@ -1,13 +1,26 @@
 """What the pipeline does when things break, on copies of a finished small study: damaged adapters,
 resume points and evaluations, interrupts at every point, out of memory, missing inputs, the manifest
 after each, and bench/recheck.py's reruns."""
+
 import json
 import shutil
 import subprocess
 import sys
 
 import pytest
-from pipeline_runs import ENV, ROOT, SMOKE, copy_run, ended, eval_content, grpo_cmd, pipeline, recheck, snapshot, truncate
+from pipeline_runs import (
+    ENV,
+    ROOT,
+    SMOKE,
+    copy_run,
+    ended,
+    eval_content,
+    grpo_cmd,
+    pipeline,
+    recheck,
+    snapshot,
+    truncate,
+)
 
 pytestmark = pytest.mark.slow  # whole pipelines or real weights: left out of the fast loop
 
@@ -44,8 +57,11 @@ def test_a_damaged_adapter_is_one_line_for_grpo_and_redone(small_cfg, small_jobs
     before = snapshot(run)
     r = grpo_cmd("eval", "--config", str(small_cfg), "--run", str(run), "--adapter", str(adapter), timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert ("adapter_model.safetensors" in r.stderr and "cut short" in r.stderr
-            and f"--run {run}): it moves that training run aside and retrains it, and redoes what reads it" in r.stderr)
+    assert (
+        "adapter_model.safetensors" in r.stderr
+        and "cut short" in r.stderr
+        and f"--run {run}): it moves that training run aside and retrains it, and redoes what reads it" in r.stderr
+    )
     assert snapshot(run) == before  # nothing moved or written
     r = pipeline("--config", str(small_cfg), "--out", str(run), "--quiet", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -61,24 +77,47 @@ def test_a_damaged_resume_point_or_base_is_one_line_and_writes(small_cfg, small_
     """A damaged resume point or base is one line and writes nothing."""
     run = copy_run(small_jobs2, tmp_path / "run")
     shutil.rmtree(run / "train_many_s0")
-    shutil.copytree(small_jobs2 / "train_many_s0", run / "train_many_s0", ignore=shutil.ignore_patterns("done.json", "step_006"))
+    shutil.copytree(
+        small_jobs2 / "train_many_s0", run / "train_many_s0", ignore=shutil.ignore_patterns("done.json", "step_006")
+    )
     truncate(run / "train_many_s0" / "last" / "optimizer.pt")
     before = snapshot(run)
-    r = grpo_cmd("train", "--config", str(small_cfg), "--run", str(run), "--condition", "many", "--seed", "0", "--quiet", timeout=300)
+    r = grpo_cmd(
+        "train",
+        "--config",
+        str(small_cfg),
+        "--run",
+        str(run),
+        "--condition",
+        "many",
+        "--seed",
+        "0",
+        "--quiet",
+        timeout=300,
+    )
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "the resume point" in r.stderr and "move" in r.stderr and str(run / "train_many_s0") in r.stderr
     assert snapshot(run) == before
     d = pipeline("--config", str(small_cfg), "--out", str(run), "--dry-run", timeout=120)
-    assert d.returncode == 0 and "1 damaged" in next(x for x in d.stdout.splitlines() if x.startswith("  train ")), d.stdout
+    assert d.returncode == 0 and "1 damaged" in next(x for x in d.stdout.splitlines() if x.startswith("  train ")), (
+        d.stdout
+    )
     truncate(run / "base_model" / "model.safetensors", 1000)
     r = grpo_cmd("eval", "--config", str(small_cfg), "--run", str(run), timeout=120)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "model.safetensors" in r.stderr and "--stage base" in r.stderr
+    assert (
+        r.returncode == 2
+        and len(r.stderr.strip().splitlines()) == 1
+        and "model.safetensors" in r.stderr
+        and "--stage base" in r.stderr
+    )
     d = pipeline("--config", str(small_cfg), "--out", str(run), "--dry-run", timeout=120)
     assert d.returncode == 0 and "damaged (would be redone)" in d.stdout, d.stdout
 
 
 @pytest.mark.parametrize("where", list(INTERRUPTS))
-def test_the_manifest_never_says_running_after_an_interrupt(where, small_cfg, small_jobs2, tmp_path, monkeypatch, capsys):
+def test_the_manifest_never_says_running_after_an_interrupt(
+    where, small_cfg, small_jobs2, tmp_path, monkeypatch, capsys
+):
     import importlib
 
     import pipeline as pl
@@ -115,31 +154,47 @@ def test_the_manifest_never_says_running_after_an_interrupt(where, small_cfg, sm
         assert man["stages"]["train"]["status"] == "done"  # every training run was done before the Ctrl-C
     # the killed pipeline's leftover: interrupted, until a run finds its output done
     assert man["jobs"]["train many s0"]["status"] == ("interrupted" if stage == "probe" else "done")
-    later = pl.STAGES[pl.STAGES.index(stage) + 1:]
+    later = pl.STAGES[pl.STAGES.index(stage) + 1 :]
     assert all(man["stages"][s]["status"] == "not started" for s in later if s in man["stages"])  # never reached
     # only the job under way (if any) was interrupted; the ones still waiting never started
-    assert sum(v["status"] == "interrupted" for k, v in man["jobs"].items() if k != "train many s0") <= (stage == "eval")
+    assert sum(v["status"] == "interrupted" for k, v in man["jobs"].items() if k != "train many s0") <= (
+        stage == "eval"
+    )
     assert {v["status"] for v in man["jobs"].values()} <= {"done", "interrupted", "not started"}
     assert not (run / ".pipeline.lock").exists()
     if where != "in a single stage":
         return
-    monkeypatch.setattr(owner, attr, real)  # the rerun recovers: every stage and job done, no error left from the interrupt
+    monkeypatch.setattr(
+        owner, attr, real
+    )  # the rerun recovers: every stage and job done, no error left from the interrupt
     capsys.readouterr()
     assert pl.main(["--config", str(small_cfg), "--out", str(run), "--quiet"]) == 0
     man = json.loads((run / "manifest.json").read_text())
     states = {k: v for part in ("stages", "jobs") for k, v in man[part].items()}
-    assert all(v["status"] == "done" and "error" not in v
-               for v in states.values()), {k: v for k, v in states.items() if v["status"] != "done"}
+    assert all(v["status"] == "done" and "error" not in v for v in states.values()), {
+        k: v for k, v in states.items() if v["status"] != "done"
+    }
 
 
 def test_a_hand_rerun_moves_the_old_output_aside_and_leaves(small_cfg, small_jobs2, tmp_path):
     """A hand rerun moves the old output aside and leaves the analysis done."""
     run = copy_run(small_jobs2, tmp_path / "run")
-    r = grpo_cmd("eval", "--config", str(small_cfg), "--run", str(run), "--adapter", str(run / "train_4_s1" / "step_003"), "--quiet",
-                 timeout=300)
+    r = grpo_cmd(
+        "eval",
+        "--config",
+        str(small_cfg),
+        "--run",
+        str(run),
+        "--adapter",
+        str(run / "train_4_s1" / "step_003"),
+        "--quiet",
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     moved = list((run / "superseded").glob("*/eval_4_s1_003.json"))
-    assert len(moved) == 1 and eval_content(moved[0]) == eval_content(run / "eval_4_s1_003.json")  # the same counts, rewritten
+    assert len(moved) == 1 and eval_content(moved[0]) == eval_content(
+        run / "eval_4_s1_003.json"
+    )  # the same counts, rewritten
     d = pipeline("--config", str(small_cfg), "--out", str(run), "--dry-run", timeout=120)
     assert "  analyze   done" in d.stdout, d.stdout  # timings and time stamps are not what the analysis computed from
 
@@ -154,18 +209,30 @@ def test_recheck_reruns_a_sample_of_jobs_and_finds_what_differs(small_cfg, small
     d["problems"][0]["responses"][0] = "altered"
     f.write_text(json.dumps(d))
     out = tmp_path / "re"
-    r = recheck("--run", str(committed), "--config", str(small_cfg), "--out", str(out), "--train", "many:0", timeout=600)
+    r = recheck(
+        "--run", str(committed), "--config", str(small_cfg), "--out", str(out), "--train", "many:0", timeout=600
+    )
     assert r.returncode == 1, r.stderr[-3000:]  # one file differs
     rec = json.loads((out / "recheck.json").read_text())
     by = {x["file"]: x for x in rec["files"]}
-    assert set(by) == {"train_many_s0/step_003/adapter_model.safetensors", "train_many_s0/step_006/adapter_model.safetensors",
-                       "train_many_s0/train_log.csv", "train_many_s0/train_eval.csv", "eval_many_s0_003.json", "eval_many_s0_006.json",
-                       "eval_base.json", "verdicts.json"}
+    assert set(by) == {
+        "train_many_s0/step_003/adapter_model.safetensors",
+        "train_many_s0/step_006/adapter_model.safetensors",
+        "train_many_s0/train_log.csv",
+        "train_many_s0/train_eval.csv",
+        "eval_many_s0_003.json",
+        "eval_many_s0_006.json",
+        "eval_base.json",
+        "verdicts.json",
+    }
     assert [k for k, x in by.items() if not x["equal"]] == ["eval_many_s0_006.json"]
     bad = by["eval_many_s0_006.json"]
     assert (bad["problems_differing_loose"], bad["responses_differing"]) == (1, 1)
     assert bad["correct_loose"][0] == bad["correct_loose"][1] + 1
-    assert by["verdicts.json"]["numbers"] > 100 and by["verdicts.json"]["primary_answer"][0] == by["verdicts.json"]["primary_answer"][1]
+    assert (
+        by["verdicts.json"]["numbers"] > 100
+        and by["verdicts.json"]["primary_answer"][0] == by["verdicts.json"]["primary_answer"][1]
+    )
     assert "DIFFERS  evaluation   eval_many_s0_006.json" in r.stdout
     # only that run and what reads it were redone: another run's adapter is the committed file's copy
     other = "train_sft_s1/step_006/adapter_model.safetensors"
@@ -182,10 +249,30 @@ def test_recheck_refuses_another_config_or_a_run_this_code_would(small_cfg, smal
     d = json.loads(done.read_text())
     d["provenance"]["stage_hash"] = "0" * 16  # as if another revision's code hashed its settings otherwise
     done.write_text(json.dumps(d))
-    r = recheck("--run", str(committed), "--config", str(small_cfg), "--out", str(tmp_path / "b"), "--train", "many:0", timeout=120)
+    r = recheck(
+        "--run",
+        str(committed),
+        "--config",
+        str(small_cfg),
+        "--out",
+        str(tmp_path / "b"),
+        "--train",
+        "many:0",
+        timeout=120,
+    )
     assert r.returncode == 2 and "train sft s0" in r.stderr and "revision" in r.stderr, r.stderr
     assert not (tmp_path / "b").exists()
-    r = recheck("--run", str(small_jobs2), "--config", str(small_cfg), "--out", str(tmp_path / "c"), "--train", "many:9", timeout=120)
+    r = recheck(
+        "--run",
+        str(small_jobs2),
+        "--config",
+        str(small_cfg),
+        "--out",
+        str(tmp_path / "c"),
+        "--train",
+        "many:9",
+        timeout=120,
+    )
     assert r.returncode == 2 and "many:9" in r.stderr and not (tmp_path / "c").exists()
 
 
@@ -237,8 +324,7 @@ def test_weightless_only_when_every_fault_is_absent_weights(small_cfg, small_job
     assert len(plan.faults("train", marker)) == 2 and plan.state("train", marker, want) == "damaged"
 
 
-def test_a_run_committed_without_its_base_weights_moves_nothing(small_cfg, small_jobs2, fitted_dir,
-                                                                                                     tmp_path):
+def test_a_run_committed_without_its_base_weights_moves_nothing(small_cfg, small_jobs2, fitted_dir, tmp_path):
     """A run committed without its base weights reads done, and its base stage rebuilds them once a stage reads them.
 
     results/smollm2 is committed without base_model's weights: before, the base counted as done,
@@ -252,9 +338,13 @@ def test_a_run_committed_without_its_base_weights_moves_nothing(small_cfg, small
     assert "base_model/model.safetensors: missing" in r.stderr and "--stage base" in r.stderr
     d = pipeline("--config", str(small_cfg), "--out", str(run), "--dry-run", timeout=120)
     assert "  base      done; its weights are not committed" in d.stdout and "  train     done" in d.stdout, d.stdout
-    r = pipeline("--config", str(small_cfg), "--out", str(run), "--quiet", timeout=600)  # everything done: nothing reads the base
+    r = pipeline(
+        "--config", str(small_cfg), "--out", str(run), "--quiet", timeout=600
+    )  # everything done: nothing reads the base
     assert r.returncode == 0 and r.stdout.count("done, skipped") == 7, r.stdout + r.stderr[-3000:]
-    assert {k: v for k, v in snapshot(run).items() if k != "manifest.json"} == {k: v for k, v in before.items() if k != "manifest.json"}
+    assert {k: v for k, v in snapshot(run).items() if k != "manifest.json"} == {
+        k: v for k, v in before.items() if k != "manifest.json"
+    }
     (run / "eval_base.json").unlink()  # now a stage still to do reads the base
     before = snapshot(run)
     for stage in ("train", "eval"):  # a later stage alone: one line naming the base and the command, nothing moved
@@ -265,7 +355,9 @@ def test_a_run_committed_without_its_base_weights_moves_nothing(small_cfg, small
     assert snapshot(run) == before  # nothing moved aside, not even the manifest rewritten
     d = pipeline("--config", str(small_cfg), "--out", str(run), "--dry-run", timeout=120)
     assert "  base      without its weights (would be remade)" in d.stdout and "  train     done" in d.stdout, d.stdout
-    r = pipeline("--config", str(small_cfg), "--out", str(run), "--quiet", timeout=600)  # the whole study: the base stage rebuilds it
+    r = pipeline(
+        "--config", str(small_cfg), "--out", str(run), "--quiet", timeout=600
+    )  # the whole study: the base stage rebuilds it
     assert r.returncode == 0, r.stderr[-3000:]
     assert (run / "base_model" / "model.safetensors").read_bytes() == (fitted_dir / "model.safetensors").read_bytes()
     moved = sorted({p.relative_to(run / "superseded").parts[1] for p in (run / "superseded").rglob("*") if p.is_file()})
@@ -290,7 +382,11 @@ def test_a_stage_whose_inputs_are_missing_writes_nothing(small_cfg, small_jobs2,
     (run / "selection.json").write_text((small_jobs2 / "selection.json").read_text())
     before = snapshot(run)
     r = pipeline("--config", str(small_cfg), "--out", str(run), "--stage", "eval", "--quiet", timeout=120)
-    assert r.returncode == 2 and "train_many_s0/step_006/adapter_config.json: missing" in r.stderr and "--stage train" in r.stderr
+    assert (
+        r.returncode == 2
+        and "train_many_s0/step_006/adapter_config.json: missing" in r.stderr
+        and "--stage train" in r.stderr
+    )
     assert snapshot(run) == before  # its evaluation was not moved aside
 
 
@@ -307,7 +403,9 @@ def test_a_truncated_evaluation_at_the_analysis_is_one_line(small_cfg, small_job
     assert snapshot(run) == before
     fix = line.split("make it again: ", 1)[1]
     assert fix.endswith(f"--adapter {run / 'train_many_s0' / 'step_006'}")
-    done = subprocess.run([sys.executable, *fix.split()[1:], "--quiet"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, *fix.split()[1:], "--quiet"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert eval_content(run / "eval_many_s0_006.json") == eval_content(small_jobs2 / "eval_many_s0_006.json")
     # an evaluation that is valid JSON but wrong inside: the analysis finds it; the manifest says failed, not running
@@ -315,15 +413,28 @@ def test_a_truncated_evaluation_at_the_analysis_is_one_line(small_cfg, small_job
     d["problems"][0]["correct_loose"] = 999
     (run / "eval_many_s0_003.json").write_text(json.dumps(d))
     r = pipeline("--config", str(small_cfg), "--out", str(run), "--stage", "analyze", "--quiet", timeout=300)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr  # an input's fault
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, (
+        r.stderr
+    )  # an input's fault
     assert "eval_many_s0_003.json: problem" in r.stderr and "make it again: python grpo.py eval" in r.stderr
     man = json.loads((run / "manifest.json").read_text())
     assert man["stages"]["analyze"]["status"] == "failed" and ended(man)
     # analyze_b.py by hand says the same, with the command from the manifest
-    r = subprocess.run([sys.executable, str(ROOT / "analyze_b.py"), "--run", str(run), "--no-figures"], cwd=ROOT, env=ENV,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr  # the pipeline's code for the same fault
-    assert "make it again: python grpo.py eval" in r.stderr and f"--adapter {run / 'train_many_s0' / 'step_003'}" in r.stderr
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "analyze_b.py"), "--run", str(run), "--no-figures"],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (
+        r.stderr
+    )  # the pipeline's code for the same fault
+    assert (
+        "make it again: python grpo.py eval" in r.stderr
+        and f"--adapter {run / 'train_many_s0' / 'step_003'}" in r.stderr
+    )
 
 
 def test_the_manifest_names_each_jobs_output(small_jobs2, tmp_path):
@@ -363,19 +474,36 @@ def test_out_of_memory_is_one_line_naming_the_job_the_memory(small_cfg, small_jo
     from method import evaluate, training
 
     def oom(*a, **kw):
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 7.63 GiB")
+        raise torch.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 7.63 GiB"
+        )
 
     run = copy_run(small_jobs2, tmp_path / "run")
     before = snapshot(run)
     monkeypatch.setattr(evaluate, "evaluate", oom)
     monkeypatch.chdir(ROOT)
-    rc = grpo.main(["eval", "--config", str(small_cfg), "--run", str(run), "--adapter", str(run / "train_4_s1" / "step_003"), "--quiet"])
+    rc = grpo.main(
+        [
+            "eval",
+            "--config",
+            str(small_cfg),
+            "--run",
+            str(run),
+            "--adapter",
+            str(run / "train_4_s1" / "step_003"),
+            "--quiet",
+        ]
+    )
     assert rc == 3
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"grpo.py: eval {run / 'train_4_s1' / 'step_003'} (test) ran out of memory on the CPU (")
-    assert ("GiB available now; this process peaked at" in err[0]
-            and "--set eval.max_rows=64, then 32, then 1 (now no cap: 128 rows a call)" in err[0]  # the adapter's 16 x 8
-            and "changes no sample" in err[0]), err
+    assert len(err) == 1 and err[0].startswith(
+        f"grpo.py: eval {run / 'train_4_s1' / 'step_003'} (test) ran out of memory on the CPU ("
+    )
+    assert (
+        "GiB available now; this process peaked at" in err[0]
+        and "--set eval.max_rows=64, then 32, then 1 (now no cap: 128 rows a call)" in err[0]  # the adapter's 16 x 8
+        and "changes no sample" in err[0]
+    ), err
     assert snapshot(run) == before and not (run / "superseded").exists()  # eval_4_s1_003.json put back where it was
     monkeypatch.undo()
     shutil.rmtree(run / "train_many_s0")
@@ -383,17 +511,29 @@ def test_out_of_memory_is_one_line_naming_the_job_the_memory(small_cfg, small_jo
         f.unlink()
     monkeypatch.setattr(training, "load_model", oom)  # what the training loop loads: the job's first step needs memory
     monkeypatch.chdir(ROOT)
-    assert pl.main(["--config", str(small_cfg), "--out", str(run), "--quiet"]) == 3  # out of memory: 3, as the README says
+    assert (
+        pl.main(["--config", str(small_cfg), "--out", str(run), "--quiet"]) == 3
+    )  # out of memory: 3, as the README says
     cap = capsys.readouterr()
     err = cap.err.strip().splitlines()
-    assert len(err) == 2 and err[0].startswith("grpo.py: train many s0 ran out of memory on the CPU"), err  # the job's line
-    assert err[1].startswith("pipeline.py: 1 job(s) failed (train many s0); 2 not started because they wait for them; "
-                             "train many s0 ran out of memory: lower it: --set micro_batch=8, then 4, then 1 (now 16)"), err[1]
+    assert len(err) == 2 and err[0].startswith("grpo.py: train many s0 ran out of memory on the CPU"), (
+        err
+    )  # the job's line
+    assert err[1].startswith(
+        "pipeline.py: 1 job(s) failed (train many s0); 2 not started because they wait for them; "
+        "train many s0 ran out of memory: lower it: --set micro_batch=8, then 4, then 1 (now 16)"
+    ), err[1]
     assert "FAILED train many s0 (out of memory: its line above names the memory it had" in cap.out
     man = json.loads((run / "manifest.json").read_text())
     assert man["jobs"]["train many s0"]["status"] == "failed" and man["jobs"]["train many s0"]["exit"] == 3
-    assert man["jobs"]["eval many s0 step 6"]["status"] == "not started" and man["stages"]["train"]["status"] == "failed"
-    assert man["stages"]["eval"]["status"] == "not started" and man["stages"]["analyze"]["status"] == "not started" and ended(man)
+    assert (
+        man["jobs"]["eval many s0 step 6"]["status"] == "not started" and man["stages"]["train"]["status"] == "failed"
+    )
+    assert (
+        man["stages"]["eval"]["status"] == "not started"
+        and man["stages"]["analyze"]["status"] == "not started"
+        and ended(man)
+    )
 
 
 def test_damaged_lr_sweep_runs_are_moved_aside_and_redone(small_cfg, small_jobs2, tmp_path):
@@ -409,8 +549,15 @@ def test_damaged_lr_sweep_runs_are_moved_aside_and_redone(small_cfg, small_jobs2
     assert "2 damaged candidate run(s)" in row, d.stdout
     r = pipeline("--config", str(small_cfg), "--out", str(run), "--stage", "lr-sweep", "--quiet", timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "moved aside lr_sweep/lr_0.01" in r.stdout and "moved aside lr_sweep/lr_0.001" in r.stdout and "damaged" in r.stdout
-    assert provenance.content_sha256(run / "lr_choice.json") == provenance.content_sha256(small_jobs2 / "lr_choice.json")
+    assert (
+        "moved aside lr_sweep/lr_0.01" in r.stdout
+        and "moved aside lr_sweep/lr_0.001" in r.stdout
+        and "damaged" in r.stdout
+    )
+    assert provenance.content_sha256(run / "lr_choice.json") == provenance.content_sha256(
+        small_jobs2 / "lr_choice.json"
+    )
     for lr in ("0.01", "0.001"):
-        assert (run / "lr_sweep" / f"lr_{lr}" / "train_log.csv").read_text().count("\n") == \
-            (small_jobs2 / "lr_sweep" / f"lr_{lr}" / "train_log.csv").read_text().count("\n")
+        assert (run / "lr_sweep" / f"lr_{lr}" / "train_log.csv").read_text().count("\n") == (
+            small_jobs2 / "lr_sweep" / f"lr_{lr}" / "train_log.csv"
+        ).read_text().count("\n")

@@ -1,6 +1,7 @@
 """What the pipeline says before it runs, and the faults that stop it at once: broken configs and
 overrides, an unreachable model, --print-jobs, --dry-run on committed runs, GPU assignment, the cost
 and memory plans, help texts."""
+
 import json
 import os
 import re
@@ -36,8 +37,12 @@ def test_print_jobs_lists_every_job_as_a_command(tmp_path):
     r = pipeline("--config", str(SMOKE), "--out", str(tmp_path / "new"), "--print-jobs", timeout=120)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert [x.split("--stage ")[1] for x in lines
-            if x.startswith("python pipeline.py") and "--stage" in x] == ["base", "probe", "select", "lr-sweep"]
+    assert [x.split("--stage ")[1] for x in lines if x.startswith("python pipeline.py") and "--stage" in x] == [
+        "base",
+        "probe",
+        "select",
+        "lr-sweep",
+    ]
     train = [x for x in lines if x.startswith("python grpo.py train")]
     evals = [x for x in lines if x.startswith("python grpo.py eval")]
     assert len(train) == N_TRAIN and len(evals) == N_EVAL + 9 + 17 + 1
@@ -53,16 +58,30 @@ def test_print_jobs_trains_a_condition_on_its_own_seeds(tmp_path):
     """train.seeds_by_condition (PLAN_CHANGES.md change 29): many on seeds 0-3, the rest on train.seeds
     [0, 1]: two more training jobs, each with its two test evaluations and its ood one; the wide
     set still evaluates the first seed only (the calibration's pool grows to 4 seeds x 8 samples)."""
-    r = pipeline("--config", str(SMOKE), "--out", str(tmp_path / "new"), "--print-jobs",
-                 "--set", "train.seeds_by_condition={many: [0, 1, 2, 3]}", "--set", "eval_sets.pool.n=32", timeout=120)
+    r = pipeline(
+        "--config",
+        str(SMOKE),
+        "--out",
+        str(tmp_path / "new"),
+        "--print-jobs",
+        "--set",
+        "train.seeds_by_condition={many: [0, 1, 2, 3]}",
+        "--set",
+        "eval_sets.pool.n=32",
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     train = [x for x in lines if x.startswith("python grpo.py train")]
     assert len(train) == N_TRAIN + 2 and sum("--condition many " in x for x in train) == 4
-    assert any("--condition many --seed 3" in x for x in train) and not any("--condition 16 --seed 2" in x for x in train)
+    assert any("--condition many --seed 3" in x for x in train) and not any(
+        "--condition 16 --seed 2" in x for x in train
+    )
     evals = [x for x in lines if x.startswith("python grpo.py eval")]
     assert len(evals) == N_EVAL + 9 + 17 + 1 + 2 * 2 + 2
-    assert sum("train_many_s3/step_006" in x for x in evals) == 2  # test and ood at the last step, test at step 3: below
+    assert (
+        sum("train_many_s3/step_006" in x for x in evals) == 2
+    )  # test and ood at the last step, test at step 3: below
     assert any(x.endswith("train_many_s3/step_003") for x in evals)
 
 
@@ -100,8 +119,16 @@ def test_set_override_and_its_errors(tmp_path):
     assert r.returncode == 2 and "train.nope" in r.stderr
     r = pipeline("--config", str(tmp_path / "absent.yaml"), timeout=120)
     assert r.returncode == 2 and "absent.yaml" in r.stderr
-    r = pipeline("--config", str(SMOKE), "--out", str(tmp_path / "r"), "--set", "lr_sweep.candidates=[1e-4, 3E-4]", "--dry-run",
-                 timeout=120)
+    r = pipeline(
+        "--config",
+        str(SMOKE),
+        "--out",
+        str(tmp_path / "r"),
+        "--set",
+        "lr_sweep.candidates=[1e-4, 3E-4]",
+        "--dry-run",
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr  # numbers as users type them
 
 
@@ -111,11 +138,19 @@ def test_offline_the_hub_model_fails_in_a_second_with_the_right(tmp_path):
     cfg.write_text("")
     for env in ({"HF_HUB_OFFLINE": "1"}, {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"}):
         t0 = time.perf_counter()
-        r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(cfg), "--out", str(tmp_path / "run")], cwd=ROOT,
-                           env={**ENV, **env}, capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [sys.executable, str(ROOT / "pipeline.py"), "--config", str(cfg), "--out", str(tmp_path / "run")],
+            cwd=ROOT,
+            env={**ENV, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         took = time.perf_counter() - t0
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-        assert "`hf download Qwen/Qwen2.5-0.5B-Instruct --revision 7ae557604adf67be50417f59c2c2f167def9a775`" in r.stderr
+        assert (
+            "`hf download Qwen/Qwen2.5-0.5B-Instruct --revision 7ae557604adf67be50417f59c2c2f167def9a775`" in r.stderr
+        )
         assert took < 5, took  # the hub client's own retries take about 27 s
 
 
@@ -149,8 +184,20 @@ def test_one_gpu_per_job_from_a_fake_device_list(monkeypatch):
     r = pipeline("--config", str(SMOKE), "--out", "/tmp/never", "--jobs", "3", "--gpus", "0,1", "--dry-run", timeout=60)
     assert r.returncode == 0  # the smoke config runs on the CPU (device: cpu): GPUs do not apply
     cfg_gpu = ROOT / "configs" / "rehearsal.yaml"
-    r = pipeline("--config", str(cfg_gpu), "--out", "/tmp/never", "--set", "device=auto", "--jobs", "3", "--gpus", "0,1", "--dry-run",
-                 timeout=60)
+    r = pipeline(
+        "--config",
+        str(cfg_gpu),
+        "--out",
+        "/tmp/never",
+        "--set",
+        "device=auto",
+        "--jobs",
+        "3",
+        "--gpus",
+        "0,1",
+        "--dry-run",
+        timeout=60,
+    )
     assert r.returncode == 2 and "--jobs 3 with 2 GPU(s) (0,1)" in r.stderr
 
 
@@ -162,12 +209,24 @@ def test_single_stages_run_in_a_worker_on_the_first_assigned_gpu(monkeypatch, tm
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert jobs.in_worker(env_after, 0.0, gpu="9") == "9"  # the worker sees exactly that GPU
-    assert jobs.in_worker(env_after, 0.0) is None and "CUDA_VISIBLE_DEVICES" not in os.environ  # no GPU: here, unchanged
+    assert (
+        jobs.in_worker(env_after, 0.0) is None and "CUDA_VISIBLE_DEVICES" not in os.environ
+    )  # no GPU: here, unchanged
     seen = []
     monkeypatch.setattr(session, "in_worker", lambda fn, argv, gpu=None: seen.append((fn, argv[0], gpu)) or 0)
     monkeypatch.chdir(ROOT)
     shutil.copytree(fitted_dir, tmp_path / "run" / "base_model")  # the probe reads the base (stages.check_inputs)
-    args = ["--config", str(SMOKE), "--out", str(tmp_path / "run"), "--set", "device=auto", "--stage", "probe", "--quiet"]
+    args = [
+        "--config",
+        str(SMOKE),
+        "--out",
+        str(tmp_path / "run"),
+        "--set",
+        "device=auto",
+        "--stage",
+        "probe",
+        "--quiet",
+    ]
     assert pl.main(args + ["--gpus", "7,9", "--jobs", "2"]) == 0
     assert pl.main(args + ["--gpus", "5", "--force"]) == 0
     assert seen == [(jobs.run_grpo, "probe", "7"), (jobs.run_grpo, "probe", "5")]
@@ -203,9 +262,13 @@ def test_a_model_folder_without_weights_is_not_a_model(tmp_path, fitted_dir):
     (d / "model.safetensors").unlink()  # as results/smollm2/base_model is committed
     assert provenance.model_folder_problem(d) == f"{d / 'model.safetensors'}: missing (the folder holds no weights)"
     shutil.copy(fitted_dir / "model.safetensors", d / "model-00001-of-00002.safetensors")
-    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors",
-                                                                               "b": "model-00002-of-00002.safetensors"}}))
-    assert "model-00002-of-00002.safetensors: missing (named by model.safetensors.index.json)" in provenance.model_folder_problem(d)
+    (d / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}})
+    )
+    assert (
+        "model-00002-of-00002.safetensors: missing (named by model.safetensors.index.json)"
+        in provenance.model_folder_problem(d)
+    )
 
 
 def test_the_eta_is_said_again_as_jobs_finish(tmp_path, monkeypatch, capsys):
@@ -227,27 +290,59 @@ def test_a_gpu_config_plans_without_its_weights_and_gives_hours(tmp_path):
     """A gpu config plans without its weights and gives hours labelled an estimate."""
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}  # an empty cache: the model is not downloaded
     q = ROOT / "configs" / "qwen05b.yaml"
-    r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(q), "--out", str(tmp_path / "q"), "--dry-run"],
-                       cwd=ROOT, env={**ENV, **env}, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "pipeline.py"), "--config", str(q), "--out", str(tmp_path / "q"), "--dry-run"],
+        cwd=ROOT,
+        env={**ENV, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert "`hf download Qwen/Qwen2.5-0.5B-Instruct --revision 7ae557604adf67be50417f59c2c2f167def9a775`" in r.stdout
     jobs_line = next(x for x in r.stdout.splitlines() if "jobs left" in x)
     assert "156 train/eval jobs left" in jobs_line and " h (an estimate: " in jobs_line and "at the bound" in jobs_line
     assert "the registered shape of Qwen/Qwen2.5-0.5B-Instruct" in jobs_line and "~0 s" not in r.stdout
-    assert "on the laptop GPU" in jobs_line and "on an H200's class" in jobs_line and "the sampling tail counted" in jobs_line
+    assert (
+        "on the laptop GPU" in jobs_line
+        and "on an H200's class" in jobs_line
+        and "the sampling tail counted" in jobs_line
+    )
     # the README's GPU section states these very hours (laptop range, its bound, the H200's range)
-    got = re.search(r"~(\d+)-(\d+) h \(an estimate: (\d+) h at the bound.*?~([\d.]+)-([\d.]+) h on an H200", jobs_line).groups()
+    got = re.search(
+        r"~(\d+)-(\d+) h \(an estimate: (\d+) h at the bound.*?~([\d.]+)-([\d.]+) h on an H200", jobs_line
+    ).groups()
     readme = (ROOT / "README.md").read_text()
-    assert re.search(r"156 jobs, \*\*about (\d+)–(\d+) h\*\*.*? (\d+) h at the bound.*?about ([\d.]+)–([\d.]+) h on\s+an H200",
-                     readme, re.S).groups() == got
-    r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(q), "--out", str(tmp_path / "q"), "--print-jobs"],
-                       cwd=ROOT, env={**ENV, **env}, capture_output=True, text=True, timeout=120)
+    assert (
+        re.search(
+            r"156 jobs, \*\*about (\d+)–(\d+) h\*\*.*? (\d+) h at the bound.*?about ([\d.]+)–([\d.]+) h on\s+an H200",
+            readme,
+            re.S,
+        ).groups()
+        == got
+    )
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "pipeline.py"), "--config", str(q), "--out", str(tmp_path / "q"), "--print-jobs"],
+        cwd=ROOT,
+        env={**ENV, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and sum(x.startswith("python grpo.py train") for x in r.stdout.splitlines()) == 24
     assert all(x.startswith(("python ", "#")) for x in r.stdout.splitlines() if x.strip())
     assert not (tmp_path / "q").exists()
-    r = subprocess.run([sys.executable, str(ROOT / "pipeline.py"), "--config", str(q), "--out", str(tmp_path / "q")],
-                       cwd=ROOT, env={**ENV, **env}, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "q").exists()  # running it needs them
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "pipeline.py"), "--config", str(q), "--out", str(tmp_path / "q")],
+        cwd=ROOT,
+        env={**ENV, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "q").exists()
+    )  # running it needs them
 
 
 def test_the_cost_models_shape_is_qwens():
@@ -263,18 +358,28 @@ def test_memory_advice_names_each_stages_settings_and_says():
     from orchestration import config
 
     q = config.load(str(ROOT / "configs" / "qwen05b.yaml"))
-    assert study.memory_advice(q, "train").startswith("lower it: --set memory_gb=6, then 4 (now 8.0; micro_batch 0 sizes")
-    assert "--set eval.max_rows=128, then 64, then 1 (now 256: 256 rows a call)" in study.memory_advice(q, "eval")  # the base's
-    assert "--set eval.max_rows=64, then 32, then 1 (now 256: 128 rows a call)" in study.memory_advice(q, "eval", base=False)
-    assert "--set eval.max_rows=32, then 16, then 1 (now 256: 64 rows a call)" in study.memory_advice(q, "select")  # 4 x 16
+    assert study.memory_advice(q, "train").startswith(
+        "lower it: --set memory_gb=6, then 4 (now 8.0; micro_batch 0 sizes"
+    )
+    assert "--set eval.max_rows=128, then 64, then 1 (now 256: 256 rows a call)" in study.memory_advice(
+        q, "eval"
+    )  # the base's
+    assert "--set eval.max_rows=64, then 32, then 1 (now 256: 128 rows a call)" in study.memory_advice(
+        q, "eval", base=False
+    )
+    assert "--set eval.max_rows=32, then 16, then 1 (now 256: 64 rows a call)" in study.memory_advice(
+        q, "select"
+    )  # 4 x 16
     assert "--set eval.problems_per_batch=2, then 1 (now 4)" in study.memory_advice(q, "tokens")
     assert "--set eval.max_rows=128" in study.memory_advice(q, "eval", "wide")  # one problem's 256 samples, split
-    assert study.memory_advice(config.load(str(ROOT / "configs" / "qwen05b.yaml"), ["eval.max_rows=1"]), "eval", "wide") == (
-        "nothing left to lower: one row a call already; this needs a device with more memory")
+    assert study.memory_advice(
+        config.load(str(ROOT / "configs" / "qwen05b.yaml"), ["eval.max_rows=1"]), "eval", "wide"
+    ) == ("nothing left to lower: one row a call already; this needs a device with more memory")
     batch = config.load(str(ROOT / "configs" / "qwen05b.yaml"), ["eval.draw=batch", "eval.max_rows=null"])
     assert study.memory_advice(batch, "eval", "wide") == (
         "nothing left to lower: eval_sets.wide.problems_per_batch is already 1 (one "
-        "problem's 256 samples are decoded together); this needs a device with more memory")
+        "problem's 256 samples are decoded together); this needs a device with more memory"
+    )
     one = config.load(str(ROOT / "configs" / "qwen05b.yaml"), ["micro_batch=1", "eval.max_rows=1"])
     assert study.memory_advice(one, "train").startswith("nothing left to lower: micro_batch is already 1")
 
@@ -287,13 +392,25 @@ def test_dry_run_says_the_run_would_refuse_what_other_settings(tmp_path):
     --force would spend. Nothing is written (the run folder is the committed results/tiny_v5)."""
     run = ROOT / "results" / "tiny_v5"
     before = sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*") if p.is_file())
-    d = pipeline("--config", "configs/tiny_v5.yaml", "--out", str(run), "--dry-run", "--set", "eval.sampling.top_p=0.9", timeout=120)
+    d = pipeline(
+        "--config",
+        "configs/tiny_v5.yaml",
+        "--out",
+        str(run),
+        "--dry-run",
+        "--set",
+        "eval.sampling.top_p=0.9",
+        timeout=120,
+    )
     assert d.returncode == 0, d.stderr
     rows = dict(line.split(None, 1) for line in d.stdout.splitlines()[1:] if line.startswith("  ") and line[2] != " ")
     assert rows["train"] == "done" and rows["eval"] == "23 made under other settings (would refuse; --force)", d.stdout
     assert rows["probe"].startswith("made under other settings (would refuse; --force)")
-    assert ("the run would refuse before writing anything: " + str(run / "probe_countdown.json")
-            + ": made under eval.sampling.top_p=0.95 there, 0.9 here") in d.stdout and "what --force would run" in d.stdout
+    assert (
+        "the run would refuse before writing anything: "
+        + str(run / "probe_countdown.json")
+        + ": made under eval.sampling.top_p=0.95 there, 0.9 here"
+    ) in d.stdout and "what --force would run" in d.stdout
     assert sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*") if p.is_file()) == before
 
 
@@ -304,9 +421,19 @@ def test_a_committed_analysis_stays_done_as_keys_are_added():
     run = ROOT / "results" / "tiny_v3"
 
     def analyze_row(*sets):
-        d = pipeline("--config", "configs/tiny.yaml", "--out", str(run), "--dry-run", *sum((["--set", x] for x in sets), []), timeout=120)
+        d = pipeline(
+            "--config",
+            "configs/tiny.yaml",
+            "--out",
+            str(run),
+            "--dry-run",
+            *sum((["--set", x] for x in sets), []),
+            timeout=120,
+        )
         assert d.returncode == 0, d.stderr
-        return dict(line.split(None, 1) for line in d.stdout.splitlines()[1:] if line.startswith("  ") and line[2] != " ")["analyze"]
+        return dict(
+            line.split(None, 1) for line in d.stdout.splitlines()[1:] if line.startswith("  ") and line[2] != " "
+        )["analyze"]
 
     assert analyze_row() == "done"
     assert analyze_row("analyze.selection_margin=0.1") == "out of date"
@@ -325,7 +452,9 @@ def test_a_later_run_appends_its_header_and_keeps(tmp_path, monkeypatch):
     run.mkdir()
     first = config.load(str(SMOKE))
     monkeypatch.setattr(provenance, "code_revision", lambda: "aaaa")
-    manifest.write_manifest(run, first, {"base": {"status": "done"}, "probe": {"status": "failed"}}, {"train many s0": {"status": "done"}})
+    manifest.write_manifest(
+        run, first, {"base": {"status": "done"}, "probe": {"status": "failed"}}, {"train many s0": {"status": "done"}}
+    )
     manifest.write_manifest(run, first, {"base": {"status": "done"}}, {})
     assert "earlier" not in json.loads((run / "manifest.json").read_text())
     monkeypatch.setattr(provenance, "code_revision", lambda: "bbbb")
@@ -336,7 +465,11 @@ def test_a_later_run_appends_its_header_and_keeps(tmp_path, monkeypatch):
     assert man["revision"] == "bbbb" and man["config"]["analyze"]["resamples"] == 300
     assert len(man["earlier"]) == 1
     e = man["earlier"][0]
-    assert e["revision"] == "aaaa" and e["config"] == config.to_dict(first) and e["config_hash"] == config.digest(config.to_dict(first))
+    assert (
+        e["revision"] == "aaaa"
+        and e["config"] == config.to_dict(first)
+        and e["config_hash"] == config.digest(config.to_dict(first))
+    )
     assert e["stages_done"] == ["base"] and e["jobs_done"] == []
     changes = provenance.file_sha256(ROOT / "PLAN_CHANGES.md")  # the change log's hash, in both headers
     assert changes and man["changes_sha256"] == e["changes_sha256"] == changes
@@ -355,12 +488,20 @@ def test_the_remake_command_is_one_pipeline_command_the_cli_reads_back(tmp_path)
 
     run = tmp_path / "a run"
     cmd = cli.pipeline_command("configs/smoke.yaml", run, ["train.steps=4", "eval.n=2"], "train", force=True)
-    assert cmd == (f"python pipeline.py --config configs/smoke.yaml --run {shlex.quote(str(run))} --set train.steps=4 "
-                   "--set eval.n=2 --stage train --force")
+    assert cmd == (
+        f"python pipeline.py --config configs/smoke.yaml --run {shlex.quote(str(run))} --set train.steps=4 "
+        "--set eval.n=2 --stage train --force"
+    )
     words = shlex.split(cmd)
     assert words[:2] == ["python", "pipeline.py"]
     a = pl.parse_args(words[2:])
-    assert (a.config, Path(a.run), a.set, a.stage, a.force) == ("configs/smoke.yaml", run, ["train.steps=4", "eval.n=2"], "train", True)
+    assert (a.config, Path(a.run), a.set, a.stage, a.force) == (
+        "configs/smoke.yaml",
+        run,
+        ["train.steps=4", "eval.n=2"],
+        "train",
+        True,
+    )
     plan = Plan(config.load(str(SMOKE)), run, str(SMOKE), ["eval.n=2"])
     assert plan.command("probe") == cli.pipeline_command(str(SMOKE), run, ["eval.n=2"], "probe")
     assert shlex.split(cli.pipeline_command(None, run))[3] == cli.REGISTERED_CONFIG

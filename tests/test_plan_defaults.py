@@ -3,6 +3,7 @@ that states a setting's value is found by a small regex anchored on its words, a
 held against the dataclass defaults of orchestration/config.py (and analysis_settings.py through it),
 or against the config file the sentence names. A stated value that drifts from the code fails here;
 so does a sentence reworded out of the regex's reach (update the pattern with the sentence)."""
+
 import re
 from pathlib import Path
 
@@ -33,71 +34,163 @@ def numbers(s: str) -> list:
 
 # (what, the sentence's pattern with the stated values as groups, the code's values in that order)
 STATED = [
-    ("bootstrap resamples (section 7)", r"each of `analyze\.resamples` replicates\s+\(([\d,]+) by default\)",
-     lambda: [D.analyze.resamples]),
-    ("the primary question (section 1)", r"\*\*The primary question\*\* \(section 7\): the `(\w+)` condition, (\w+) scoring, last",
-     lambda: [D.analyze.primary_condition, D.analyze.primary_scoring]),
-    ("task and train split (section 2)", r"c 3-digit \(`([\w-]+)`\).*?split in a fixed order: test, train \(([\d,]+)\)",
-     lambda: [D.task.name, D.task.n_train]),
-    ("model revision (section 3)", r"^- ([\w.-]+), revision `([0-9a-f]{40})`",
-     lambda: [D.model.path.split("/")[-1], D.model.revision]),
+    (
+        "bootstrap resamples (section 7)",
+        r"each of `analyze\.resamples` replicates\s+\(([\d,]+) by default\)",
+        lambda: [D.analyze.resamples],
+    ),
+    (
+        "the primary question (section 1)",
+        r"\*\*The primary question\*\* \(section 7\): the `(\w+)` condition, (\w+) scoring, last",
+        lambda: [D.analyze.primary_condition, D.analyze.primary_scoring],
+    ),
+    (
+        "task and train split (section 2)",
+        r"c 3-digit \(`([\w-]+)`\).*?split in a fixed order: test, train \(([\d,]+)\)",
+        lambda: [D.task.name, D.task.n_train],
+    ),
+    (
+        "model revision (section 3)",
+        r"^- ([\w.-]+), revision `([0-9a-f]{40})`",
+        lambda: [D.model.path.split("/")[-1], D.model.revision],
+    ),
     ("LoRA (section 3)", r"LoRA written by hand: rank (\d+), alpha (\d+)", lambda: [D.lora.r, D.lora.alpha]),
-    ("rollouts (section 3)",
-     r"each step (\d+) problems × (\d+) answers at temperature ([\d.]+), top-p ([\d.]+),\s+top-k (off), no repetition penalty, "
-     r"at most (\d+) new tokens",
-     lambda: [D.train.problems_per_step, D.train.group_size, D.train.sampling.temperature, D.train.sampling.top_p,
-              D.train.sampling.top_k, D.train.sampling.max_new_tokens]),
-    ("loss constant (section 3)", r"response tokens ÷ \((\d+) × (\d+) × (\d+)\)",
-     lambda: [D.train.problems_per_step, D.train.group_size, D.train.sampling.max_new_tokens]),
-    ("optimiser (section 3)", r"AdamW betas \(([\d.]+), ([\d.]+)\), (no) weight decay",
-     lambda: [*D.train.betas, "no" if D.train.weight_decay == 0 else D.train.weight_decay]),
-    ("steps and checkpoints (section 3)", r"clipping, (\d+) steps, adapters saved at (\d+) and (\d+)",
-     lambda: [D.train.steps, *D.train.checkpoints]),
-    ("training seeds (section 3)", r"`train\.seeds` = ([\d, ]+), or its\s+own list.*?\(`many`: (\d+) seeds for Qwen",
-     lambda: [D.train.seeds, len(D.train.seeds_by_condition["many"])]),
+    (
+        "rollouts (section 3)",
+        r"each step (\d+) problems × (\d+) answers at temperature ([\d.]+), top-p ([\d.]+),\s+top-k (off), no repetition penalty, "
+        r"at most (\d+) new tokens",
+        lambda: [
+            D.train.problems_per_step,
+            D.train.group_size,
+            D.train.sampling.temperature,
+            D.train.sampling.top_p,
+            D.train.sampling.top_k,
+            D.train.sampling.max_new_tokens,
+        ],
+    ),
+    (
+        "loss constant (section 3)",
+        r"response tokens ÷ \((\d+) × (\d+) × (\d+)\)",
+        lambda: [D.train.problems_per_step, D.train.group_size, D.train.sampling.max_new_tokens],
+    ),
+    (
+        "optimiser (section 3)",
+        r"AdamW betas \(([\d.]+), ([\d.]+)\), (no) weight decay",
+        lambda: [*D.train.betas, "no" if D.train.weight_decay == 0 else D.train.weight_decay],
+    ),
+    (
+        "steps and checkpoints (section 3)",
+        r"clipping, (\d+) steps, adapters saved at (\d+) and (\d+)",
+        lambda: [D.train.steps, *D.train.checkpoints],
+    ),
+    (
+        "training seeds (section 3)",
+        r"`train\.seeds` = ([\d, ]+), or its\s+own list.*?\(`many`: (\d+) seeds for Qwen",
+        lambda: [D.train.seeds, len(D.train.seeds_by_condition["many"])],
+    ),
     ("16-kl's beta (section 4)", r"β = ([\d.]+), k3 = exp", lambda: [config.default_conditions()["16-kl"].kl]),
-    ("selection rule (section 4)",
-     r"The base answers each of the first (\d+) train problems (\d+) times at temperature\s+([\d.]+)\..*?chooses the rate: (\w+) unless",
-     lambda: [D.select.n_problems, D.select.samples, D.select.temperature, D.select.scoring]),
-    ("learning-rate sweep (section 5)",
-     r"(\d+) steps of `many` on the first seed for each of ([\de\-, ]+); the rate.*?`dev` problems \((\d+) × (\d+) samples"
-     r".*?\(`lr_sweep\.rule: (\w+)`\)",
-     lambda: [D.lr_sweep.steps, D.lr_sweep.candidates, D.train.dev_problems, D.train.dev_samples, D.lr_sweep.rule]),
-    ("test evaluation (section 6)",
-     r"\(condition × seed × checkpoint\) (\d+) samples,\s+the base \*\*(\d+)\*\* \(`eval\.n_base`\), at temperature ([\d.]+), "
-     r"top-p ([\d.]+), top-k (off), at most (\d+) new\s+tokens",
-     lambda: [D.eval.n, D.eval.n_base, D.eval.sampling.temperature, D.eval.sampling.top_p, D.eval.sampling.top_k,
-              D.eval.sampling.max_new_tokens]),
-    ("wide and ood sets (section 6)",
-     r"\*\*`wide`\*\*: the first (\d+) test problems × (\d+) samples.*?\(`([\w-]+)` for\s+Qwen\), (\d+) × (\d+)",
-     lambda: [D.eval_sets["wide"].n_problems, D.eval_sets["wide"].n, D.eval_sets["ood"].task, D.eval_sets["ood"].n_problems,
-              D.eval_sets["ood"].n]),
-    ("dev checks (section 6)", r"Held-out `dev` checks every (\d+) steps \((\d+) × (\d+)\)",
-     lambda: [D.train.dev_every, D.train.dev_problems, D.train.dev_samples]),
-    ("selection null's margin (section 7)", r"D, margin ±([\d.]+) \| TOST, p < [\d.]+; asked only where ([\d.]+) ≤ (⅓) ×",
-     lambda: [D.analyze.selection_margin, D.analyze.selection_margin, D.analyze.margin_headroom_fraction]),
-    ("base-null margin (section 7)", r"equivalent to the base's within ±([\d.]+) \(asked only where ([\d.]+) ≤ (⅓) × the base's",
-     lambda: [D.analyze.equivalence_margin, D.analyze.equivalence_margin, D.analyze.margin_headroom_fraction]),
-    ("calibration re-splits (section 7)", r"Each of `resplits` \((\d+)\) re-splits", lambda: [D.analyze.calibration.resplits]),
-    ("calibration arms (section 7)",
-     r"\| selection w = ([\d.]+), ([\d.]+) \|.*?\| teaching ε = ([\d.]+), ([\d.]+) \|"
-     r".*?\| selection w = ([\d.]+) \+ teaching ε = ([\d.]+) \|",
-     lambda: [*D.analyze.calibration.selection_w, *D.analyze.calibration.teaching_eps, D.analyze.calibration.mixed[0].w,
-              D.analyze.calibration.mixed[0].eps]),
-    ("power and coverage (section 7)", r"detects with (\d+)% power.*?in ([\d,]+) count-level simulations",
-     lambda: [round(D.analyze.power * 100), D.analyze.coverage_sims]),
-    ("Qwen column of the CPU worlds' table (section 9)",
-     r"\| LoRA \| r (\d+), α (\d+) \|.*?\| steps, checkpoints \| (\d+); (\d+), (\d+) \|"
-     r".*?\| LR candidates, sweep \| ([\de\-, ]+); (\d+) steps"
-     r".*?\| max new tokens \| (\d+) \|",
-     lambda: [D.lora.r, D.lora.alpha, D.train.steps, *D.train.checkpoints, D.lr_sweep.candidates, D.lr_sweep.steps,
-              D.train.sampling.max_new_tokens]),
-    ("the world with a skill to select's design (section 9, configs/tiny_skill.yaml)",
-     r"taught arm.*?the base sampled (\d+) times\s+per problem.*?`wide` (\d+) × (\d+), `ood` \(`([\w-]+)`\) (\d+) × (\d+).*?"
-     r"([\d,]+) bootstrap replicates, calibration (\d+) re-splits of ([\d,]+)",
-     lambda: [TINY_SKILL.eval.n_base, TINY_SKILL.eval_sets["wide"].n_problems, TINY_SKILL.eval_sets["wide"].n,
-              TINY_SKILL.eval_sets["ood"].task, TINY_SKILL.eval_sets["ood"].n_problems, TINY_SKILL.eval_sets["ood"].n,
-              TINY_SKILL.analyze.resamples, TINY_SKILL.analyze.calibration.resplits, TINY_SKILL.analyze.calibration.resamples]),
+    (
+        "selection rule (section 4)",
+        r"The base answers each of the first (\d+) train problems (\d+) times at temperature\s+([\d.]+)\..*?chooses the rate: (\w+) unless",
+        lambda: [D.select.n_problems, D.select.samples, D.select.temperature, D.select.scoring],
+    ),
+    (
+        "learning-rate sweep (section 5)",
+        r"(\d+) steps of `many` on the first seed for each of ([\de\-, ]+); the rate.*?`dev` problems \((\d+) × (\d+) samples"
+        r".*?\(`lr_sweep\.rule: (\w+)`\)",
+        lambda: [D.lr_sweep.steps, D.lr_sweep.candidates, D.train.dev_problems, D.train.dev_samples, D.lr_sweep.rule],
+    ),
+    (
+        "test evaluation (section 6)",
+        r"\(condition × seed × checkpoint\) (\d+) samples,\s+the base \*\*(\d+)\*\* \(`eval\.n_base`\), at temperature ([\d.]+), "
+        r"top-p ([\d.]+), top-k (off), at most (\d+) new\s+tokens",
+        lambda: [
+            D.eval.n,
+            D.eval.n_base,
+            D.eval.sampling.temperature,
+            D.eval.sampling.top_p,
+            D.eval.sampling.top_k,
+            D.eval.sampling.max_new_tokens,
+        ],
+    ),
+    (
+        "wide and ood sets (section 6)",
+        r"\*\*`wide`\*\*: the first (\d+) test problems × (\d+) samples.*?\(`([\w-]+)` for\s+Qwen\), (\d+) × (\d+)",
+        lambda: [
+            D.eval_sets["wide"].n_problems,
+            D.eval_sets["wide"].n,
+            D.eval_sets["ood"].task,
+            D.eval_sets["ood"].n_problems,
+            D.eval_sets["ood"].n,
+        ],
+    ),
+    (
+        "dev checks (section 6)",
+        r"Held-out `dev` checks every (\d+) steps \((\d+) × (\d+)\)",
+        lambda: [D.train.dev_every, D.train.dev_problems, D.train.dev_samples],
+    ),
+    (
+        "selection null's margin (section 7)",
+        r"D, margin ±([\d.]+) \| TOST, p < [\d.]+; asked only where ([\d.]+) ≤ (⅓) ×",
+        lambda: [D.analyze.selection_margin, D.analyze.selection_margin, D.analyze.margin_headroom_fraction],
+    ),
+    (
+        "base-null margin (section 7)",
+        r"equivalent to the base's within ±([\d.]+) \(asked only where ([\d.]+) ≤ (⅓) × the base's",
+        lambda: [D.analyze.equivalence_margin, D.analyze.equivalence_margin, D.analyze.margin_headroom_fraction],
+    ),
+    (
+        "calibration re-splits (section 7)",
+        r"Each of `resplits` \((\d+)\) re-splits",
+        lambda: [D.analyze.calibration.resplits],
+    ),
+    (
+        "calibration arms (section 7)",
+        r"\| selection w = ([\d.]+), ([\d.]+) \|.*?\| teaching ε = ([\d.]+), ([\d.]+) \|"
+        r".*?\| selection w = ([\d.]+) \+ teaching ε = ([\d.]+) \|",
+        lambda: [
+            *D.analyze.calibration.selection_w,
+            *D.analyze.calibration.teaching_eps,
+            D.analyze.calibration.mixed[0].w,
+            D.analyze.calibration.mixed[0].eps,
+        ],
+    ),
+    (
+        "power and coverage (section 7)",
+        r"detects with (\d+)% power.*?in ([\d,]+) count-level simulations",
+        lambda: [round(D.analyze.power * 100), D.analyze.coverage_sims],
+    ),
+    (
+        "Qwen column of the CPU worlds' table (section 9)",
+        r"\| LoRA \| r (\d+), α (\d+) \|.*?\| steps, checkpoints \| (\d+); (\d+), (\d+) \|"
+        r".*?\| LR candidates, sweep \| ([\de\-, ]+); (\d+) steps"
+        r".*?\| max new tokens \| (\d+) \|",
+        lambda: [
+            D.lora.r,
+            D.lora.alpha,
+            D.train.steps,
+            *D.train.checkpoints,
+            D.lr_sweep.candidates,
+            D.lr_sweep.steps,
+            D.train.sampling.max_new_tokens,
+        ],
+    ),
+    (
+        "the world with a skill to select's design (section 9, configs/tiny_skill.yaml)",
+        r"taught arm.*?the base sampled (\d+) times\s+per problem.*?`wide` (\d+) × (\d+), `ood` \(`([\w-]+)`\) (\d+) × (\d+).*?"
+        r"([\d,]+) bootstrap replicates, calibration (\d+) re-splits of ([\d,]+)",
+        lambda: [
+            TINY_SKILL.eval.n_base,
+            TINY_SKILL.eval_sets["wide"].n_problems,
+            TINY_SKILL.eval_sets["wide"].n,
+            TINY_SKILL.eval_sets["ood"].task,
+            TINY_SKILL.eval_sets["ood"].n_problems,
+            TINY_SKILL.eval_sets["ood"].n,
+            TINY_SKILL.analyze.resamples,
+            TINY_SKILL.analyze.calibration.resplits,
+            TINY_SKILL.analyze.calibration.resamples,
+        ],
+    ),
 ]
 
 
@@ -125,7 +218,7 @@ def drifted(what: str, pattern: str, code) -> list[int]:
     caught = []
     for i in range(1, len(m.groups()) + 1):
         other = "x" + m[i] if not re.match(r"[\d.]", m[i]) else "7" + m[i]
-        body = BODY[:m.start(i)] + other + BODY[m.end(i):]
+        body = BODY[: m.start(i)] + other + BODY[m.end(i) :]
         again = re.search(pattern, body, re.S | re.M)
         if again is None or [parse(g) for g in again.groups()] != code():
             caught.append(i)

@@ -2,6 +2,7 @@
 here and against simulations with known components), the random-effects t result, the power
 formulas (against simulation), the crossed bootstrap's coverage, and the equivalence margin's
 headroom rule (PLAN.md section 7) shown to do what it is for."""
+
 import numpy as np
 import pytest
 from scipy import stats as st
@@ -51,7 +52,9 @@ def test_variance_components_recover_known_components_and_the_se():
     # Satterthwaite by hand from the expected mean squares (V_R + S V_A on N - 1, V_R + N V_B on S - 1, V_R)
     ms = np.array([0.02 + 3 * 0.02, 0.02 + 128 * 0.0004, 0.02])
     dfs = np.array([127, 2, 254])
-    assert df == pytest.approx((ms[0] + ms[1] - ms[2]) ** 2 / np.sum(ms**2 / dfs), rel=1e-9)  # 6.655: the seed term dominates
+    assert df == pytest.approx(
+        (ms[0] + ms[1] - ms[2]) ** 2 / np.sum(ms**2 / dfs), rel=1e-9
+    )  # 6.655: the seed term dominates
 
 
 def test_t_interval_covers_at_its_level_with_three_seeds():
@@ -107,7 +110,9 @@ def test_headroom_rule_keeps_the_equivalence_test_able_to_fail():
         data = power.simulate(0.02, 0.0002, 0.02, 64, 4, h / 2, 40, seed=8)
         shown = 0
         for i, d in enumerate(data):
-            reps = stats.crossed_replicates(d, np.zeros(64), stats.resample_indices(64, 400, i), stats.seed_resample_indices(4, 400, i))
+            reps = stats.crossed_replicates(
+                d, np.zeros(64), stats.resample_indices(64, 400, i), stats.seed_resample_indices(4, 400, i)
+            )
             shown += stats.p_equivalence(reps, m) < 0.05
         rates[h] = shown / len(data)
     assert rates[0.3] <= 0.05 and rates[0.102] >= 0.5, rates
@@ -127,4 +132,6 @@ def test_one_problem_cannot_be_tested(seeds):
     assert t["p_above"] == t["p_below"] == 1.0 and not np.isfinite(t["ci"]).any()
     reps = np.full(2000, d.mean())  # the bootstrap of one problem: every replicate the same positive value
     assert verdict.one_sided(reps, d, "above")["p"] == 1.0
-    assert power.t_result(power.variance_components(np.array([[0.5, 0.4]])), 0.95)["p_above"] < 0.05  # two problems: testable
+    assert (
+        power.t_result(power.variance_components(np.array([[0.5, 0.4]])), 0.95)["p_above"] < 0.05
+    )  # two problems: testable

@@ -1,5 +1,6 @@
 """README.md against the code: its stage table names the pipeline's stages and commands each CLI takes,
 and every flag it names is one of the entry points' (or the outside tool's its line runs)."""
+
 import contextlib
 import io
 import re
@@ -14,15 +15,21 @@ from runner.stages import STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
-OUTSIDE = {"pip": {"--index-url", "--no-deps"}, "hf": {"--revision"}, "python -m pytest": {"--dist"}}
+OUTSIDE = {
+    "pip": {"--index-url", "--no-deps"},
+    "hf": {"--revision"},
+    "python -m pytest": {"--dist"},
+    "ruff format": {"--check"},
+}
 
 
 @pytest.fixture(scope="module")
 def clis():
     """Each command line's flags, from its own --help."""
     out = {}
-    for name, parse, argv in ([("pipeline.py", pipeline.parse_args, []), ("analyze_b.py", analyze_b.main, [])]
-                              + [(f"grpo.py {c}", commands.parser().parse_args, [c]) for c in commands.COMMANDS]):
+    for name, parse, argv in [("pipeline.py", pipeline.parse_args, []), ("analyze_b.py", analyze_b.main, [])] + [
+        (f"grpo.py {c}", commands.parser().parse_args, [c]) for c in commands.COMMANDS
+    ]:
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf), pytest.raises(SystemExit) as e:
             parse([*argv, "--help"])
@@ -32,7 +39,7 @@ def clis():
 
 
 def _stage_rows() -> list[list[str]]:
-    table = README[README.index("| stage | reads |"):].split("\n\n")[0].splitlines()[2:]
+    table = README[README.index("| stage | reads |") :].split("\n\n")[0].splitlines()[2:]
     return [[cell.strip() for cell in row.strip("|").split("|")] for row in table]
 
 
@@ -73,7 +80,10 @@ def test_the_registered_studys_plan_is_what_dry_run_prints(tmp_path, monkeypatch
         assert pipeline.main(["--config", "configs/qwen05b.yaml", "--run", str(tmp_path / "new"), "--dry-run"]) == 0
     jobs, hours = re.search(r"(\d+) train/eval jobs left.*?([\d.]+) h at the bound", buf.getvalue()).groups()
     text = " ".join(README.split())
-    assert f"the model's registered shape: {jobs} jobs, **about" in text and f"bf16: {hours} h at the bound" in text, (jobs, hours)
+    assert f"the model's registered shape: {jobs} jobs, **about" in text and f"bf16: {hours} h at the bound" in text, (
+        jobs,
+        hours,
+    )
 
 
 def test_every_committed_run_has_a_row_in_results_readme():
@@ -92,10 +102,12 @@ def test_the_first_screen_is_use():
     head = lines[:40]
     commands = [x.split("#")[0].strip() for x in head]
     found = lines.index("## What the runs here decide")
-    wanted = {"install": lambda c: c.startswith("pip install -r requirements.txt"),
-              "main job": lambda c: c.startswith("python pipeline.py --config configs/qwen05b.yaml") and "--jobs" in c,
-              "one stage": lambda c: c.startswith("python pipeline.py ") and " --stage " in c,
-              "tests": lambda c: c == "python -m pytest -q -n 2 --dist loadfile tests"}
+    wanted = {
+        "install": lambda c: c.startswith("pip install -r requirements.txt"),
+        "main job": lambda c: c.startswith("python pipeline.py --config configs/qwen05b.yaml") and "--jobs" in c,
+        "one stage": lambda c: c.startswith("python pipeline.py ") and " --stage " in c,
+        "tests": lambda c: c == "python -m pytest -q -n 2 --dist loadfile tests",
+    }
     for what, is_it in wanted.items():
         at = [i for i, c in enumerate(commands) if is_it(c)]
         assert at and at[0] < found, what
@@ -114,5 +126,5 @@ def test_ci_runs_the_readmes_commands_line_for_line():
     ci = [x.strip() for x in (ROOT / ".ci" / "run").read_text().splitlines()]
     commands = [x for x in ci if x and not x.startswith(("#", "set ", "cd ", "python -m pip"))]
     lines = {x.strip() for x in (ROOT / "README.md").read_text().splitlines()}
-    assert commands == ["ruff check .", "python -m pytest -q -n 2 --dist loadfile tests"]
+    assert commands == ["ruff check .", "ruff format --check .", "python -m pytest -q -n 2 --dist loadfile tests"]
     assert all(c in lines for c in commands), commands

@@ -2,6 +2,7 @@
 file), converted by bases/gguf_base.py into an ordinary folder, and the project's pieces on its Llama
 layout: the sampler against `generate`, masks from lengths where pad is EOS, LoRA's targets, the
 adapter in PEFT, the prompt each chat template renders."""
+
 import json
 import subprocess
 import sys
@@ -13,7 +14,16 @@ import torch
 import countdown
 from bases import gguf_base
 from method import objective, sampler
-from method.model import apply_lora, completion_logprobs, load_model, pack, pad_id, render_prompts, save_adapter, stop_ids
+from method.model import (
+    apply_lora,
+    completion_logprobs,
+    load_model,
+    pack,
+    pad_id,
+    render_prompts,
+    save_adapter,
+    stop_ids,
+)
 from orchestration import config, provenance
 
 pytestmark = pytest.mark.slow  # whole pipelines or real weights: left out of the fast loop
@@ -28,14 +38,20 @@ def smol_dir(tmp_path_factory):
     cfg = config.load(None, [f"model.gguf={json.dumps(SMOL)}", "model.dtype=float32", "lora.tf32=false"])
     out = tmp_path_factory.mktemp("smollm2") / "base_model"
     info = gguf_base.build_base(cfg, out, progress=False, stage_hash="test")
-    assert info["architecture"] == "LlamaForCausalLM" and (info["layers"], info["hidden"], info["vocabulary"]) == (30, 576, 49152)
+    assert info["architecture"] == "LlamaForCausalLM" and (info["layers"], info["hidden"], info["vocabulary"]) == (
+        30,
+        576,
+        49152,
+    )
     assert info["quantization"]["Q4_1"] > 100 and len(info["source_sha256"]) == 64
     return out
 
 
 @pytest.fixture(scope="module")
 def smol(smol_dir):
-    cfg = config.load(None, [f"model.path={smol_dir}", "model.dtype=float32", "lora.tf32=false", "task.system_prompt=null"])
+    cfg = config.load(
+        None, [f"model.path={smol_dir}", "model.dtype=float32", "lora.tf32=false", "task.system_prompt=null"]
+    )
     model, tok = load_model(cfg, str(smol_dir), CPU)
     return cfg, model, tok
 
@@ -60,8 +76,12 @@ def test_the_system_message_is_a_setting_rendered(smol):
     """The system message is a setting rendered by each template."""
     _, _, tok = smol
     p = problems()[0]
-    own = tok.apply_chat_template(countdown.prompt_messages(p, "instruct", None), tokenize=False, add_generation_prompt=True)
-    assert own.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n")
+    own = tok.apply_chat_template(
+        countdown.prompt_messages(p, "instruct", None), tokenize=False, add_generation_prompt=True
+    )
+    assert own.startswith(
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    )
     assert f"Compute {p.question}." in own and own.endswith("<|im_start|>assistant\n")
     qwen = tok.apply_chat_template(countdown.prompt_messages(p, "instruct"), tokenize=False, add_generation_prompt=True)
     assert qwen.startswith(f"<|im_start|>system\n{countdown.SYSTEM_PROMPT}<|im_end|>\n") and "SmolLM" not in qwen
@@ -77,9 +97,19 @@ def test_greedy_sampler_equals_generate_on_real_weights(smol):
     greedy = config.SamplingCfg(temperature=0, max_new_tokens=12)
     ours = sampler.sample(model, prompts, 1, greedy, 0, stop_ids(model, tok), pad_id(tok)).tokens
     for p, got in zip(prompts, ours):
-        ref = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long), do_sample=False,
-                             max_new_tokens=12, min_new_tokens=0, repetition_penalty=1.0, top_k=None, top_p=None, temperature=None,
-                             eos_token_id=stop_ids(model, tok), pad_token_id=pad_id(tok))[0, len(p):].tolist()
+        ref = model.generate(
+            torch.tensor([p]),
+            attention_mask=torch.ones(1, len(p), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=12,
+            min_new_tokens=0,
+            repetition_penalty=1.0,
+            top_k=None,
+            top_p=None,
+            temperature=None,
+            eos_token_id=stop_ids(model, tok),
+            pad_token_id=pad_id(tok),
+        )[0, len(p) :].tolist()
         ref = ref[: ref.index(2) + 1] if 2 in ref else ref  # generate pads after the stop token
         assert got == ref
 
@@ -88,7 +118,10 @@ def test_pad_is_eos_and_the_masks_come_from_lengths(smol):
     _, model, tok = smol
     assert tok.pad_token_id == tok.eos_token_id == 2
     prompts = render_prompts(tok, problems(n=2), "instruct", None)
-    comps = [[29, 30, 2], [31]]  # the first emits its EOS (trained); the second is padded with the same id (not trained)
+    comps = [
+        [29, 30, 2],
+        [31],
+    ]  # the first emits its EOS (trained); the second is padded with the same id (not trained)
     ids, attn, pos, cmask = pack(prompts, comps, pad_id(tok))
     assert cmask.tolist() == [[1, 1, 1], [1, 0, 0]] and ids[1, -1].item() == 2 and ids[0, -1].item() == 2
     apply_lora(model, 4, 8, ["q_proj", "v_proj"], 0)
@@ -109,7 +142,11 @@ def test_lora_targets_in_the_llama_layout_and_a_wrong_name(smol_dir):
     with pytest.raises(ValueError) as e:
         apply_lora(model, 4, 8, ["q_proj", "query"], 0)
     msg = str(e.value)
-    assert "\n" not in msg and "['query']" in msg and "down_proj, gate_proj, k_proj, lm_head, o_proj, q_proj, up_proj, v_proj" in msg
+    assert (
+        "\n" not in msg
+        and "['query']" in msg
+        and "down_proj, gate_proj, k_proj, lm_head, o_proj, q_proj, up_proj, v_proj" in msg
+    )
 
 
 def test_our_adapter_loads_in_peft_on_the_real_base(smol_dir, smol, tmp_path):
@@ -148,7 +185,9 @@ def test_bf16_on_a_cpu_without_native_bf16_is_refused(smol_dir, tmp_path, monkey
     assert model_module.native_bf16(str(tmp_path / "none")) is None
     monkeypatch.setattr(model_module, "native_bf16", lambda: False)
     cfg = config.load(None, [f"model.path={smol_dir}", "model.dtype=bfloat16"])
-    with pytest.raises(config.ConfigError, match="without native bf16.*model.dtype=float32 with lora.tf32=false.*model.slow_bf16=true"):
+    with pytest.raises(
+        config.ConfigError, match="without native bf16.*model.dtype=float32 with lora.tf32=false.*model.slow_bf16=true"
+    ):
         load_model(cfg, str(smol_dir), CPU)
     slow = config.load(None, [f"model.path={smol_dir}", "model.dtype=bfloat16", "model.slow_bf16=true"])
     assert next(load_model(slow, str(smol_dir), CPU)[0].parameters()).dtype == torch.bfloat16
@@ -161,11 +200,30 @@ def test_bf16_on_a_cpu_without_native_bf16_is_refused(smol_dir, tmp_path, monkey
 
 def test_grpo_refuses_bf16_on_a_cpu_without_it_before_writing(tmp_path):
     """The refusal comes from grpo.py's argument check: one line, exit 2, no run folder made."""
-    code = ("import sys; from method import model; model.native_bf16 = lambda cpuinfo=None: False; import grpo; "
-            "sys.exit(grpo.main(sys.argv[1:]))")
+    code = (
+        "import sys; from method import model; model.native_bf16 = lambda cpuinfo=None: False; import grpo; "
+        "sys.exit(grpo.main(sys.argv[1:]))"
+    )
     run = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-c", code, "eval", "--config", str(ROOT / "configs" / "smollm2.yaml"), "--run", str(run),
-                        "--set", "model.dtype=bfloat16", "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "eval",
+            "--config",
+            str(ROOT / "configs" / "smollm2.yaml"),
+            "--run",
+            str(run),
+            "--set",
+            "model.dtype=bfloat16",
+            "--quiet",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "without native bf16" in r.stderr and not run.exists()
 
@@ -173,12 +231,33 @@ def test_grpo_refuses_bf16_on_a_cpu_without_it_before_writing(tmp_path):
 def test_grpo_base_converts_the_gguf_named_in_the_config(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"model: {{dtype: float32, gguf: {json.dumps(SMOL)}}}\nlora: {{tf32: false}}\n")
-    r = subprocess.run([sys.executable, str(ROOT / "grpo.py"), "base", "--config", str(cfg), "--run", str(tmp_path / "run"), "--quiet"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "grpo.py"),
+            "base",
+            "--config",
+            str(cfg),
+            "--run",
+            str(tmp_path / "run"),
+            "--quiet",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     build = json.loads((tmp_path / "run" / "base_model" / "build.json").read_text())
     assert build["source"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf") and "dequantized" in build["weights"]
-    cfg.write_text("model: {dtype: float32, gguf: {package: no_such_package_here, file: x.gguf}}\nlora: {tf32: false}\n")
-    r = subprocess.run([sys.executable, str(ROOT / "grpo.py"), "base", "--config", str(cfg), "--run", str(tmp_path / "run2")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    cfg.write_text(
+        "model: {dtype: float32, gguf: {package: no_such_package_here, file: x.gguf}}\nlora: {tf32: false}\n"
+    )
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "grpo.py"), "base", "--config", str(cfg), "--run", str(tmp_path / "run2")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "no_such_package_here" in r.stderr

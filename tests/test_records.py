@@ -1,5 +1,6 @@
 """orchestration/records.py: a config recorded by any version of the code read back as today's
 typed Config, and the defaults it reads a missing key at (the report's design, the keys added since)."""
+
 import copy
 import glob
 import json
@@ -20,7 +21,10 @@ def _get(d: dict, dotted: str):
 
 def _recorded_configs() -> list[tuple[str, dict]]:
     out = []
-    for f in sorted(glob.glob(str(ROOT / "results" / "*" / "manifest.json")) + glob.glob(str(ROOT / "results" / "*" / "eval_base.json"))):
+    for f in sorted(
+        glob.glob(str(ROOT / "results" / "*" / "manifest.json"))
+        + glob.glob(str(ROOT / "results" / "*" / "eval_base.json"))
+    ):
         d = json.loads(Path(f).read_text())
         out.append((str(Path(f).relative_to(ROOT)), d.get("config") or d["provenance"]["config"]))
     return out
@@ -46,7 +50,10 @@ def test_the_defaults_are_the_registered_study():
 def test_report_yaml_is_the_report_design_table():
     """configs/report.yaml sets exactly records.REPORT_DESIGN (and one training seed), and every entry
     of the table departs from the defaults: the table is what the defaults were before change 55."""
-    report, defaults = config.to_dict(config.load(str(ROOT / "configs" / "report.yaml"))), config.to_dict(config.Config())
+    report, defaults = (
+        config.to_dict(config.load(str(ROOT / "configs" / "report.yaml"))),
+        config.to_dict(config.Config()),
+    )
     for key, value in records.REPORT_DESIGN.items():
         assert _reads(_get(report, key), value) and not _reads(_get(defaults, key), value), key
     rebuilt = {"train": {"seeds": [0]}}
@@ -69,12 +76,14 @@ def test_a_record_without_a_key_reads_the_report_value(key):
 def test_every_committed_record_reads_back_with_its_own_settings():
     """Every config recorded in results/ builds, passes config.validate, and keeps every setting it
     records (the oldest layout's `seed` and train.conditions apart, which are upgraded)."""
+
     def flat(d, prefix=""):
         for k, v in d.items():
             if isinstance(v, dict) and v and k not in ("conditions", "eval_sets", "seeds_by_condition", "pools"):
                 yield from flat(v, f"{prefix}{k}.")
             else:
                 yield f"{prefix}{k}", v
+
     seen = 0
     for name, rec in _recorded_configs():
         read = config.to_dict(records.from_record(rec))
@@ -128,8 +137,17 @@ def test_a_set_edits_one_entry_of_a_default_registry():
 def test_a_set_naming_a_whole_registry_replaces_it():
     """--set on a registry itself replaces it, whether or not the file writes it (`eval_sets={}` runs
     none); a later --set edits the replaced registry's entry."""
-    cfg = config.load(None, ["eval_sets={}", "train.seeds_by_condition={}", "analyze.support=null", "analyze.calibration=null",
-                             "conditions={many: {problems: all}}", "conditions.many.lr=0.5"])
+    cfg = config.load(
+        None,
+        [
+            "eval_sets={}",
+            "train.seeds_by_condition={}",
+            "analyze.support=null",
+            "analyze.calibration=null",
+            "conditions={many: {problems: all}}",
+            "conditions.many.lr=0.5",
+        ],
+    )
     assert cfg.eval_sets == {} and cfg.train.seeds_by_condition == {}
     assert list(cfg.conditions) == ["many"] and cfg.conditions["many"].lr == 0.5
     assert config.load(None, ["analyze.support.pools={eval: pool}"]).analyze.support.pools == {"eval": "pool"}

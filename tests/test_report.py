@@ -1,6 +1,7 @@
 """report.md as a printer of verdicts.json: render(doc) reads the document and nothing else, the
 label it prints is primary.label, and analyze_b.py --report-only prints a run's report again from
 its verdicts.json alone (every committed run's label sentence included)."""
+
 import json
 import re
 import shutil
@@ -62,8 +63,10 @@ def test_the_inputs_and_warnings_are_in_the_document(analysed):
     assert [f["file"] for f in doc["provenance"]["files"]] == sorted(p.name for p in run.glob("eval_*.json"))
     missing = [w for w in doc["warnings"] if w.endswith("is missing: what it would show is left out of this report")]
     assert missing and all(f"- {w}" in (run / "report.md").read_text() for w in doc["warnings"])
-    assert missing[:2] == ["selection.json is missing: what it would show is left out of this report",
-                           "lr_choice.json is missing: what it would show is left out of this report"]
+    assert missing[:2] == [
+        "selection.json is missing: what it would show is left out of this report",
+        "lr_choice.json is missing: what it would show is left out of this report",
+    ]
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=[p.parent.name for p in COMMITTED])
@@ -86,7 +89,9 @@ def test_every_committed_run_prints_its_label_sentence_again(path):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "analyze_b.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "analyze_b.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_report_only_prints_the_same_report_again(analysed, tmp_path):
@@ -113,14 +118,19 @@ def test_report_only_refuses_in_one_line(analysed, tmp_path):
         edit(d)
         (tmp_path / name / "verdicts.json").write_text(json.dumps(d))
     (tmp_path / "empty").mkdir()
-    for folder, why in [(tmp_path / "old", "a layout neither the report's printer nor analysis/compat.py reads"),
-                        (tmp_path / "empty", "No such file"), (tmp_path / "broken", "malformed (no 'pass1_ci')")]:
+    for folder, why in [
+        (tmp_path / "old", "a layout neither the report's printer nor analysis/compat.py reads"),
+        (tmp_path / "empty", "No such file"),
+        (tmp_path / "broken", "malformed (no 'pass1_ci')"),
+    ]:
         r = _cli("--report-only", str(folder))
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and why in lines[0] and "--run" in lines[0], r.stderr
         assert not (folder / "report.md").exists()
     r = _cli("--report-only", str(tmp_path / "none"))  # not there: said so, not advice to analyse it again
-    assert r.returncode == 2 and r.stderr.strip() == f"analyze_b.py: --report-only {tmp_path / 'none'}: no such folder", r.stderr
+    assert (
+        r.returncode == 2 and r.stderr.strip() == f"analyze_b.py: --report-only {tmp_path / 'none'}: no such folder"
+    ), r.stderr
     r = _cli("--run", str(tmp_path / "old"), "--report-only", str(tmp_path / "old"))
     assert r.returncode == 2 and "one of the two" in r.stderr
 
@@ -146,6 +156,7 @@ def test_report_only_says_what_an_earlier_layout_did_not_record(analysed, tmp_pa
 
 class Reading(dict):
     """A dict that records the keys read from it (in its class's `seen`)."""
+
     seen: set
 
     def __getitem__(self, key):

@@ -1,6 +1,7 @@
 """Every committed report prints again from its verdicts.json: `analyze_b.py --report-only` on a
 copy of the document (never on results/), through analysis/compat.py for the earlier layouts, with
 the label sentence the committed report.md states; what a layout did not record is said, not made up."""
+
 import json
 import re
 import shutil
@@ -78,11 +79,18 @@ def test_the_reader_adds_and_never_changes(path):
     lacks, and the sizes, levels and bootstrap copied from the keys that held them then."""
     doc = json.loads(path.read_text())
     up = compat.upgrade(doc)
-    assert all(up[k] == v for k, v in doc.items() if not (k in ("sizes", "levels", "bootstrap", "calibration")
-                                                           and up["layout"] in compat.LEGACY))
+    assert all(
+        up[k] == v
+        for k, v in doc.items()
+        if not (k in ("sizes", "levels", "bootstrap", "calibration") and up["layout"] in compat.LEGACY)
+    )
     assert up["layout"] == compat.layout(doc) and (up["absent"] == []) == (up["layout"] == "current")
     if up["layout"] in compat.LEGACY:
-        assert (up["sizes"]["n"], up["sizes"]["k_max"], up["sizes"]["n_problems"]) == (doc["n"], doc["k_max"], doc["n_problems"])
+        assert (up["sizes"]["n"], up["sizes"]["k_max"], up["sizes"]["n_problems"]) == (
+            doc["n"],
+            doc["k_max"],
+            doc["n_problems"],
+        )
         assert up["calibration"] == {"skipped": compat.NOT_RECORDED}
         assert up["bootstrap"]["resamples"] == (doc.get("resamples") or doc["bootstrap"]["resamples"])
 

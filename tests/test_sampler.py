@@ -1,6 +1,7 @@
 """method/sampler.py: the fast sampler against the plain one it replaced, bit for bit, its host reads per
 token, greedy output against `generate`, and every sampling setting explicit (the static decode:
 tests/test_static_decode.py)."""
+
 import json
 import shutil
 
@@ -13,15 +14,25 @@ from method import decoding, sampler
 from method.model import apply_lora, last_positions, load_model, pack, pad_id, render_prompts, stop_ids
 from orchestration import config
 
-pytestmark = [pytest.mark.slow,  # whole pipelines or real weights: left out of the fast loop
-              pytest.mark.usefixtures("fresh_decoders")]
+pytestmark = [
+    pytest.mark.slow,  # whole pipelines or real weights: left out of the fast loop
+    pytest.mark.usefixtures("fresh_decoders"),
+]
 
 CPU = torch.device("cpu")
 
 
 @torch.inference_mode()  # lighter than no_grad: no version counters or autograd metadata per op
-def reference_sample(model, prompts: list[list[int]], n: int, s: config.SamplingCfg, seed: int, stops: list[int], pad: int,
-           entropy: bool = False) -> sampler.Samples:
+def reference_sample(
+    model,
+    prompts: list[list[int]],
+    n: int,
+    s: config.SamplingCfg,
+    seed: int,
+    stops: list[int],
+    pad: int,
+    entropy: bool = False,
+) -> sampler.Samples:
     """The sampler as first written (commit 448a232..70b0d05): per-token host reads, a
     DynamicCache concatenated at every token, the mask grown by torch.cat. sampler.sample must
     give exactly its tokens, flags and entropies."""
@@ -33,8 +44,14 @@ def reference_sample(model, prompts: list[list[int]], n: int, s: config.Sampling
     ids, mask = ids.to(device), mask.to(device)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)  # (P, Lp): positions count real tokens only
     cache = DynamicCache(config=model.config)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True,
-                   logits_to_keep=last_positions(ids.shape[1], 1, device)).logits[:, -1]  # (P, V)
+    logits = model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=pos,
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=last_positions(ids.shape[1], 1, device),
+    ).logits[:, -1]  # (P, V)
     cache.batch_repeat_interleave(n)  # (P*n, ...) every sample starts from its prompt's cache
     logits = logits.repeat_interleave(n, 0)  # (B, V), B = P*n
     mask = mask.repeat_interleave(n, 0)  # (B, Lp)
@@ -72,8 +89,9 @@ def reference_sample(model, prompts: list[list[int]], n: int, s: config.Sampling
             cache.batch_select_indices(keep)
             alive, tok, mask, next_pos, done = alive[keep], tok[keep], mask[keep], next_pos[keep], done[keep]
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)  # (b, L+1)
-        logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, cache=cache,
-                       use_cache=True).logits[:, -1]  # (b, V)
+        logits = model(
+            input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos, cache=cache, use_cache=True
+        ).logits[:, -1]  # (b, V)
         next_pos = next_pos + 1
     ent = [e / max(len(o), 1) for e, o in zip(ent_sum.tolist(), out)] if entropy else None
     return sampler.Samples(out, truncated, ent)
@@ -168,7 +186,10 @@ def test_bf16_model_samples_equal_the_plain_sampler(fitted_dir, smoke_cfg):
     prompts = ragged_prompts(tok)
     stops, pad = stop_ids(model, tok), pad_id(tok)
     s = SETTINGS[0]
-    assert sampler.sample(model, prompts, 4, s, 3, stops, pad).tokens == reference_sample(model, prompts, 4, s, 3, stops, pad).tokens
+    assert (
+        sampler.sample(model, prompts, 4, s, 3, stops, pad).tokens
+        == reference_sample(model, prompts, 4, s, 3, stops, pad).tokens
+    )
 
 
 def test_the_cache_refuses_to_overflow(fitted_dir, smoke_cfg):
@@ -191,7 +212,10 @@ def test_at_most_one_host_read_per_decoded_token(fitted_dir, smoke_cfg):
     reads, smp = sampler.count_host_reads(lambda: sampler.sample(model, prompts, 8, s, 0, stops, pad, entropy=True))
     steps = max(len(t) for t in smp.tokens)  # decoded positions
     assert steps > 5
-    assert reads <= steps + 2, (reads, steps)  # one per token, plus two per call: transformers' prefill mask check, our NaN check
+    assert reads <= steps + 2, (
+        reads,
+        steps,
+    )  # one per token, plus two per call: transformers' prefill mask check, our NaN check
     old, _ = sampler.count_host_reads(lambda: reference_sample(model, prompts, 8, s, 0, stops, pad, entropy=True))
     assert old > steps  # the counter does see per-token reads: the plain sampler's int(done.sum()) and more
 
@@ -211,12 +235,14 @@ def test_greedy_equals_generate_with_left_padding(fitted_dir, smoke_cfg):
     stops, pad = stop_ids(model, tok), pad_id(tok)
     ours = sampler.sample(model, prompts, 1, config.SamplingCfg(temperature=0, max_new_tokens=30), 0, stops, pad)
     ids, mask = sampler.left_pad(prompts, pad)
-    gc = GenerationConfig(do_sample=False, max_new_tokens=30, eos_token_id=stops, pad_token_id=pad, repetition_penalty=1.0)
-    ref = model.generate(input_ids=ids, attention_mask=mask, generation_config=gc)[:, ids.shape[1]:]
+    gc = GenerationConfig(
+        do_sample=False, max_new_tokens=30, eos_token_id=stops, pad_token_id=pad, repetition_penalty=1.0
+    )
+    ref = model.generate(input_ids=ids, attention_mask=mask, generation_config=gc)[:, ids.shape[1] :]
     for i, toks in enumerate(ours.tokens):
         assert ref[i, : len(toks)].tolist() == toks
         if not ours.truncated[i]:
-            assert toks[-1] in stops and all(t == pad for t in ref[i, len(toks):].tolist())
+            assert toks[-1] in stops and all(t == pad for t in ref[i, len(toks) :].tolist())
 
 
 def test_generation_config_file_changes_nothing(fitted_dir, smoke_cfg, tmp_path):
@@ -226,8 +252,9 @@ def test_generation_config_file_changes_nothing(fitted_dir, smoke_cfg, tmp_path)
     (plain / "generation_config.json").unlink(missing_ok=True)
     loud = tmp_path / "loud"
     shutil.copytree(fitted_dir, loud)
-    (loud / "generation_config.json").write_text(json.dumps(
-        {"do_sample": True, "repetition_penalty": 1.3, "top_k": 3, "top_p": 0.5, "temperature": 0.1}))
+    (loud / "generation_config.json").write_text(
+        json.dumps({"do_sample": True, "repetition_penalty": 1.3, "top_k": 3, "top_p": 0.5, "temperature": 0.1})
+    )
     s = config.SamplingCfg(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=30)
     outs = []
     for d in (plain, loud):
@@ -238,8 +265,15 @@ def test_generation_config_file_changes_nothing(fitted_dir, smoke_cfg, tmp_path)
     # ...while temperature 0.1 (what the file asks for) would have given different samples
     model, tok = load_model(cfg, str(plain), CPU)
     _, prompts = prompts_for(tok, n=4)
-    cold = sampler.sample(model, prompts, 4, config.SamplingCfg(temperature=0.1, max_new_tokens=30), 123, stop_ids(model, tok),
-                          pad_id(tok)).tokens
+    cold = sampler.sample(
+        model,
+        prompts,
+        4,
+        config.SamplingCfg(temperature=0.1, max_new_tokens=30),
+        123,
+        stop_ids(model, tok),
+        pad_id(tok),
+    ).tokens
     assert cold != outs[0]
 
 
@@ -255,18 +289,21 @@ def test_sampling_is_seeded(fitted_dir, smoke_cfg):
     assert len(a) == 12
 
 
-@pytest.mark.parametrize("top_k,top_p,keep", [
-    (0, 1.0, [0, 1, 2, 3, 4]),
-    (2, 1.0, [0, 1]),
-    (1, 1.0, [0]),
-    (0, 0.5, [0]),        # p = .5, .25, .15, .07, .03: .5 alone reaches 0.5
-    (0, 0.6, [0, 1]),     # .5 < .6 -> add the next
-    (0, 0.75, [0, 1]),    # .75 reaches .75 exactly
-    (0, 0.76, [0, 1, 2]),
-    (0, 0.01, [0]),       # the top token is always kept
-    (3, 0.76, [0, 1]),    # top-k first; the nucleus is of the renormalised rest (.56, .28, .17)
-    (2, 0.9, [0, 1]),     # top-k first, then the nucleus of what is left
-])
+@pytest.mark.parametrize(
+    "top_k,top_p,keep",
+    [
+        (0, 1.0, [0, 1, 2, 3, 4]),
+        (2, 1.0, [0, 1]),
+        (1, 1.0, [0]),
+        (0, 0.5, [0]),  # p = .5, .25, .15, .07, .03: .5 alone reaches 0.5
+        (0, 0.6, [0, 1]),  # .5 < .6 -> add the next
+        (0, 0.75, [0, 1]),  # .75 reaches .75 exactly
+        (0, 0.76, [0, 1, 2]),
+        (0, 0.01, [0]),  # the top token is always kept
+        (3, 0.76, [0, 1]),  # top-k first; the nucleus is of the renormalised rest (.56, .28, .17)
+        (2, 0.9, [0, 1]),  # top-k first, then the nucleus of what is left
+    ],
+)
 def test_filter_logits_keeps_the_intended_tokens(top_k, top_p, keep):
     probs = torch.tensor([0.5, 0.25, 0.15, 0.07, 0.03])
     order = torch.tensor([3, 0, 4, 1, 2])  # scramble positions so sorting matters
@@ -285,7 +322,9 @@ def test_sampled_rows_end_at_their_first_stop_token(fitted_dir, smoke_cfg):
     _, prompts = prompts_for(tok, n=4)
     stops = stop_ids(model, tok)
     for max_new in (12, 40):
-        smp = sampler.sample(model, prompts, 8, config.SamplingCfg(temperature=1.0, max_new_tokens=max_new), 3, stops, pad_id(tok))
+        smp = sampler.sample(
+            model, prompts, 8, config.SamplingCfg(temperature=1.0, max_new_tokens=max_new), 3, stops, pad_id(tok)
+        )
         lengths = {len(x) for x in smp.tokens}
         for toks, trunc in zip(smp.tokens, smp.truncated):
             assert 1 <= len(toks) <= max_new

@@ -4,6 +4,7 @@ expressions. Every scoring decision in the module docstring has a table row.
 The timing tests catch super-linear scans (a quadratic scan of 2 MB takes minutes); their bounds
 are loose on purpose so that a busy machine does not fail them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,7 +37,6 @@ MINUS_SIGNS = ["-", "\u2212", "\u2012", "\u2013", "\u2014", "\ufe63", "\uff0d"]
 
 def tagged(body: str, think: str = "Let me compute.") -> str:
     return f"<think>{think}</think>\n<answer>{body}</answer>"
-
 
 
 @contextlib.contextmanager

@@ -10,8 +10,10 @@ from method import decoding, sampler, static_decode
 from method.model import apply_lora, pad_id, stop_ids
 from orchestration import config
 
-pytestmark = [pytest.mark.slow,  # whole pipelines or real weights: left out of the fast loop
-              pytest.mark.usefixtures("fresh_decoders")]
+pytestmark = [
+    pytest.mark.slow,  # whole pipelines or real weights: left out of the fast loop
+    pytest.mark.usefixtures("fresh_decoders"),
+]
 
 
 def race(x: torch.Tensor, s: config.SamplingCfg, gen: torch.Generator, chunk: int) -> torch.Tensor:
@@ -39,7 +41,11 @@ def reference_static(model, prompts, n, s, seed, stops, pad, entropy=False, chun
     cache = DynamicCache(config=model.config)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True).logits[:, -1]
     cache.batch_repeat_interleave(n)
-    logits, mask, nxt = logits.repeat_interleave(n, 0), mask.repeat_interleave(n, 0), pos[:, -1:].repeat_interleave(n, 0) + 1
+    logits, mask, nxt = (
+        logits.repeat_interleave(n, 0),
+        mask.repeat_interleave(n, 0),
+        pos[:, -1:].repeat_interleave(n, 0) + 1,
+    )
     B = logits.shape[0]
     out, lps, ent = [[] for _ in range(B)], [[] for _ in range(B)], [0.0] * B
     alive, done = list(range(B)), [False] * B
@@ -57,7 +63,9 @@ def reference_static(model, prompts, n, s, seed, stops, pad, entropy=False, chun
                 mask, nxt, tok = mask[keep], nxt[keep], tok[keep]  # noqa: F821
         if t:
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=nxt, cache=cache, use_cache=True).logits[:, -1]
+            logits = model(
+                input_ids=tok[:, None], attention_mask=mask, position_ids=nxt, cache=cache, use_cache=True
+            ).logits[:, -1]
             nxt = nxt + 1
         x = logits.float()
         lp = x.log_softmax(-1)
@@ -107,11 +115,19 @@ def test_static_decode_equals_the_plain_loop_with_its_schedule(fitted_dir, smoke
         assert all(a == pytest.approx(b, abs=2e-5) for x, y in zip(ours.logprobs, lps) for a, b in zip(x, y))
         assert ours.entropy == pytest.approx(ent, abs=2e-5)
     if s.max_new_tokens == 40 and s.temperature > 0:
-        assert compactions and set(compactions) <= set(static_decode.buckets(30)[1:])  # finished rows left, into a bucket
+        assert compactions and set(compactions) <= set(
+            static_decode.buckets(30)[1:]
+        )  # finished rows left, into a bucket
     if s.top_p < 1.0:  # the filter acts: without it the same draws give other tokens
-        unfiltered, _, _ = reference_static(model, prompts, 6,
-                                            config.SamplingCfg(temperature=s.temperature, max_new_tokens=s.max_new_tokens),
-                                            5, stops, pad)
+        unfiltered, _, _ = reference_static(
+            model,
+            prompts,
+            6,
+            config.SamplingCfg(temperature=s.temperature, max_new_tokens=s.max_new_tokens),
+            5,
+            stops,
+            pad,
+        )
         assert unfiltered != tokens
 
 
@@ -127,7 +143,9 @@ def test_fused_tail_draws_what_the_softmax_race_draws():
             s = config.SamplingCfg(temperature=T, top_k=k, top_p=p)
             for chunk in (1000, 97):
                 a, b = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
-                tok, logp, ent = static_decode.fused_draw(logits, T, a if T > 0 else None, True, chunk=chunk, top_k=k, top_p=p)
+                tok, logp, ent = static_decode.fused_draw(
+                    logits, T, a if T > 0 else None, True, chunk=chunk, top_k=k, top_p=p
+                )
                 x = logits.float()
                 if T == 0:
                     ref = x.argmax(-1)
@@ -157,7 +175,9 @@ def test_top_p_takes_the_static_decode(fitted_dir, smoke_cfg, monkeypatch):
     """Evaluation's settings (top-p 0.95) with decode graph run sample_static, not sample_eager."""
     _, model, tok = load(fitted_dir, smoke_cfg)
     monkeypatch.setattr(sampler, "sample_eager", lambda *a, **k: pytest.fail("the eager sampler ran"))
-    out = sampler.sample(model, ragged_prompts(tok), 2, graph(SETTINGS[1], max_new_tokens=10), 0, stop_ids(model, tok), pad_id(tok))
+    out = sampler.sample(
+        model, ragged_prompts(tok), 2, graph(SETTINGS[1], max_new_tokens=10), 0, stop_ids(model, tok), pad_id(tok)
+    )
     assert len(out.tokens) == 10
 
 
@@ -193,14 +213,16 @@ def test_graphs_are_captured_once_per_process_and_calls_reuse(fitted_dir, smoke_
     decoder without graphs gives."""
     _, model, tok = lora_model(fitted_dir, smoke_cfg)
     prompts = ragged_prompts(tok)
-    short = [p[-min(len(x) for x in prompts):] for p in prompts]  # another prompt length, the same rows
+    short = [p[-min(len(x) for x in prompts) :] for p in prompts]  # another prompt length, the same rows
     calls = [(prompts, 6, 0), (short, 6, 1), (prompts, 6, 0)]
     fake = static_decode.EagerGraphs()
     monkeypatch.setattr(static_decode, "GRAPHS", fake)
     s = graph(SETTINGS[0])
     got = decode_calls(model, tok, s, calls)
     first = fake.captures
-    assert 0 < first <= len(static_decode.buckets(30)) and all(st.checked for st in static_decode._DECODERS["by_rows"][30].steps.values())
+    assert 0 < first <= len(static_decode.buckets(30)) and all(
+        st.checked for st in static_decode._DECODERS["by_rows"][30].steps.values()
+    )
     assert len(static_decode._DECODERS["by_rows"]) == 1  # one decoder for the 30 rows, whatever the prompt length
     again = decode_calls(model, tok, s, calls)
     assert fake.captures == first  # nothing captured again
@@ -229,16 +251,21 @@ def test_a_capture_that_raises_falls_back_with_the_same_samples(fitted_dir, smok
     fake = static_decode.EagerGraphs(fault=fault)
     monkeypatch.setattr(static_decode, "GRAPHS", fake)
     got = decode_calls(model, tok, graph(s), calls)
-    assert fake.captures == 0 and static_decode.StaticStep.graphs_off.startswith("capture failed (CUDA error: operation not permitted")
+    assert fake.captures == 0 and static_decode.StaticStep.graphs_off.startswith(
+        "capture failed (CUDA error: operation not permitted"
+    )
     assert all(same(a, b) for a, b in zip(got, want))
     err = capsys.readouterr().err.strip().splitlines()
     rows = sorted(k[0] for dec in static_decode._DECODERS["by_rows"].values() for k in dec.steps)
-    assert len(err) == len(rows) and all("static decode runs it eagerly" in x for x in err)  # once per step, not per token
+    assert len(err) == len(rows) and all(
+        "static decode runs it eagerly" in x for x in err
+    )  # once per step, not per token
     assert sorted(int(x.split("for the ")[1].split("-row")[0]) for x in err) == rows
 
 
-def test_one_failed_capture_leaves_only_its_shape_eager_and_the_next_job_tries_again(fitted_dir, smoke_cfg, monkeypatch,
-                                                                                     capsys):
+def test_one_failed_capture_leaves_only_its_shape_eager_and_the_next_job_tries_again(
+    fitted_dir, smoke_cfg, monkeypatch, capsys
+):
     """The first capture fails: that batch size runs eagerly (one line naming it), every other size
     is captured and replayed, the samples equal the decode without graphs; a new model (the next job)
     makes new steps, and the size that failed is captured then."""
@@ -247,6 +274,7 @@ def test_one_failed_capture_leaves_only_its_shape_eager_and_the_next_job_tries_a
     calls = [(ragged_prompts(tok), 6, 0), (ragged_prompts(tok), 6, 3)]
     want = decode_calls(model, tok, s, calls)
     static_decode.reset_decoders()
+
     class FirstFails(static_decode.EagerGraphs):
         tries = 0
 
@@ -264,7 +292,9 @@ def test_one_failed_capture_leaves_only_its_shape_eager_and_the_next_job_tries_a
     steps = [st for dec in static_decode._DECODERS["by_rows"].values() for st in dec.steps.values()]
     off = [st for st in steps if st.off is not None]
     assert len(off) == 1 and off[0].off.startswith("capture failed (forced") and len(steps) > 1
-    assert fake.captures == len(steps) - 1 and all(st.checked for st in steps if st.off is None)  # the others captured and replay
+    assert fake.captures == len(steps) - 1 and all(
+        st.checked for st in steps if st.off is None
+    )  # the others captured and replay
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"for the {off[0].rows}-row step" in err[0]
     static_decode.reset_decoders()  # what a new model does (decoder_for): the next job

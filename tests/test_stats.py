@@ -3,6 +3,7 @@ Holm, the verdict pieces, the crossover and the band, contrasts and the token su
 beta-binomial model beyond n: test_passmodel.py; power: test_power.py). On arrays with a known
 answer; a reference is written here independently (loops over the documented formulas, scipy,
 exact fractions, hand-computed numbers), never stats compared with itself."""
+
 import math
 from fractions import Fraction
 
@@ -24,8 +25,13 @@ def _exact(n, c, k):
 
 def test_pass_at_k_matches_exact_fractions():
     cases = [(n, c, k) for n in range(1, 25) for c in range(n + 1) for k in range(1, n + 1)]
-    cases += [(n, c, k) for n in (32, 64, 128) for c in (0, 1, 2, 5, n // 2, n - 3, n - 1, n) for k in (1, 2, 8, 16, 32, n - c, n)
-              if 1 <= k <= n]
+    cases += [
+        (n, c, k)
+        for n in (32, 64, 128)
+        for c in (0, 1, 2, 5, n // 2, n - 3, n - 1, n)
+        for k in (1, 2, 8, 16, 32, n - c, n)
+        if 1 <= k <= n
+    ]
     for n, c, k in cases:
         assert stats.pass_at_k(n, c, k) == pytest.approx(_exact(n, c, k), abs=1e-12), (n, c, k)
     assert stats.pass_at_k(32, 0, 32) == 0.0 and stats.pass_at_k(32, 32, 1) == 1.0 and stats.pass_at_k(32, 30, 3) == 1.0
@@ -75,11 +81,20 @@ def test_paired_interval_agrees_with_scipy_bootstrap():
     idx = stats.resample_indices(len(rl), 20000, seed=0)
     assert idx.shape == (20000, 128) and idx.min() >= 0 and idx.max() < 128
     d, (lo, hi) = paired_interval(rl, base, idx, 0.95)
-    ref = scipy.stats.bootstrap((rl, base), statistic=lambda a, b, axis=-1: a.mean(axis) - b.mean(axis), paired=True,
-                          vectorized=True, method="percentile", confidence_level=0.95, n_resamples=20000,
-                          random_state=np.random.default_rng(1))
+    ref = scipy.stats.bootstrap(
+        (rl, base),
+        statistic=lambda a, b, axis=-1: a.mean(axis) - b.mean(axis),
+        paired=True,
+        vectorized=True,
+        method="percentile",
+        confidence_level=0.95,
+        n_resamples=20000,
+        random_state=np.random.default_rng(1),
+    )
     assert d == pytest.approx(rl.mean() - base.mean(), abs=1e-12)
-    assert lo == pytest.approx(ref.confidence_interval.low, abs=0.01) and hi == pytest.approx(ref.confidence_interval.high, abs=0.01)
+    assert lo == pytest.approx(ref.confidence_interval.low, abs=0.01) and hi == pytest.approx(
+        ref.confidence_interval.high, abs=0.01
+    )
 
 
 def test_crossed_with_one_seed_equals_the_paired_bootstrap():
@@ -119,7 +134,9 @@ def test_resample_indices_seeded_and_seed_draws_independent():
     assert np.array_equal(a, b) and not np.array_equal(a, c)
     s3 = stats.seed_resample_indices(3, 500, 7)
     assert s3.shape == (500, 3) and set(np.unique(s3)) == {0, 1, 2}
-    assert np.array_equal(s3, stats.seed_resample_indices(3, 500, 7)) and not np.array_equal(s3, stats.seed_resample_indices(3, 500, 8))
+    assert np.array_equal(s3, stats.seed_resample_indices(3, 500, 7)) and not np.array_equal(
+        s3, stats.seed_resample_indices(3, 500, 8)
+    )
     assert not np.array_equal(stats.seed_resample_indices(10, 50, 7), a)  # its own generator
     assert not stats.seed_resample_indices(1, 50, 7).any()
 
@@ -144,7 +161,9 @@ def _coverage(S, seed_sd, D=200, Bsim=300, N=128, n=32, delta=0.10, seed=0):
     cover95 = cover90 = false_rise = 0
     for t in range(D):
         p = rng.uniform(0.2, 0.55, N)
-        q = np.clip(p + rng.normal(0, seed_sd, S)[:, None] + rng.normal(0, 0.05, (S, N)), 0, 0.9)  # (S, N), without the effect
+        q = np.clip(
+            p + rng.normal(0, seed_sd, S)[:, None] + rng.normal(0, 0.05, (S, N)), 0, 0.9
+        )  # (S, N), without the effect
         base = ref_pass1(rng.binomial(n, p), n)
         idx, sidx = stats.resample_indices(N, Bsim, t), stats.seed_resample_indices(S, Bsim, t)
         reps = stats.crossed_replicates(ref_pass1(rng.binomial(n, q + delta), n), base, idx, sidx)
@@ -182,16 +201,19 @@ def test_bootstrap_p_values_by_hand():
     assert stats.p_above(np.full(1999, 0.3)) == pytest.approx(1 / 2000) and stats.p_below(np.full(1999, 0.3)) == 1.0
 
 
-@pytest.mark.parametrize("p,expected", [
-    ([0.01, 0.04, 0.03, 0.005], [0.03, 0.06, 0.06, 0.02]),  # 4x0.005, 3x0.01, 2x0.03, max(0.06, 1x0.04)
-    ([0.02, 0.02, 0.5], [0.06, 0.06, 0.5]),  # ties: 3x0.02 = 0.06, then max(0.06, 2x0.02)
-    ([0.5, 0.02, 0.02], [0.5, 0.06, 0.06]),  # the same, in another order
-    ([0.3, 0.4], [0.6, 0.6]),  # 2x0.3, max(0.6, 0.4): step-down monotone
-    ([0.6, 0.9], [1.0, 1.0]),  # capped at 1
-    ([0.04], [0.04]),  # one test: no correction
-    ([0.001, 0.001, 0.001, 0.001], [0.004, 0.004, 0.004, 0.004]),
-    ([], []),
-])
+@pytest.mark.parametrize(
+    "p,expected",
+    [
+        ([0.01, 0.04, 0.03, 0.005], [0.03, 0.06, 0.06, 0.02]),  # 4x0.005, 3x0.01, 2x0.03, max(0.06, 1x0.04)
+        ([0.02, 0.02, 0.5], [0.06, 0.06, 0.5]),  # ties: 3x0.02 = 0.06, then max(0.06, 2x0.02)
+        ([0.5, 0.02, 0.02], [0.5, 0.06, 0.06]),  # the same, in another order
+        ([0.3, 0.4], [0.6, 0.6]),  # 2x0.3, max(0.6, 0.4): step-down monotone
+        ([0.6, 0.9], [1.0, 1.0]),  # capped at 1
+        ([0.04], [0.04]),  # one test: no correction
+        ([0.001, 0.001, 0.001, 0.001], [0.004, 0.004, 0.004, 0.004]),
+        ([], []),
+    ],
+)
 def test_holm_hand_computed(p, expected):
     assert stats.holm(p).tolist() == pytest.approx(expected, abs=1e-15)
 
@@ -216,16 +238,19 @@ def test_holm_with_levels_by_hand():
 # ----------------------------------------------------------------------------- verdict pieces
 
 
-@pytest.mark.parametrize("rises,falls,equivalent,answer", [
-    (True, False, True, True),  # rises, equivalent
-    (True, True, False, True),  # rises, falls
-    (True, True, True, True),  # both (a small significant fall inside the margin)
-    (True, False, False, False),  # rises, the ceiling neither equivalent nor lower
-    (False, True, True, False),  # pass@1 not shown to rise
-    (True, True, None, True),  # equivalence not asked, but the ceiling falls: yes
-    (True, False, None, None),  # not asked and no fall: cannot be decided on this set
-    (False, False, None, False),  # not asked, pass@1 not shown to rise: no
-])
+@pytest.mark.parametrize(
+    "rises,falls,equivalent,answer",
+    [
+        (True, False, True, True),  # rises, equivalent
+        (True, True, False, True),  # rises, falls
+        (True, True, True, True),  # both (a small significant fall inside the margin)
+        (True, False, False, False),  # rises, the ceiling neither equivalent nor lower
+        (False, True, True, False),  # pass@1 not shown to rise
+        (True, True, None, True),  # equivalence not asked, but the ceiling falls: yes
+        (True, False, None, None),  # not asked and no fall: cannot be decided on this set
+        (False, False, None, False),  # not asked, pass@1 not shown to rise: no
+    ],
+)
 def test_selection_answer_branches(rises, falls, equivalent, answer):
     assert stats.selection_answer(rises, falls, equivalent) is answer
 
@@ -263,18 +288,25 @@ def test_holm_mc_se_matches_the_spread_of_adjusted_p_values():
     assert stats.holm_mc_se([0.5, 0.9], [0.025, 0.025], B).tolist() == [0.0, 0.0]  # both capped at 1
 
 
-@pytest.mark.parametrize("d1,ci1,dk,cik,rises,unchanged,falls", [
-    (0.10, (0.02, 0.18), 0.00, (-0.05, 0.05), True, True, False),
-    (0.05, (0.00, 0.10), 0.00, (-0.05, 0.05), False, True, False),  # lower bound exactly 0 is not "> 0"
-    (0.10, (0.05, 0.15), 0.04, (0.00, 0.08), True, True, False),  # contains 0 (bound included)
-    (0.30, (0.20, 0.40), 0.05, (0.01, 0.09), True, True, False),  # |dk| < |d1| / 3 though the interval excludes 0
-    (0.30, (0.20, 0.40), 0.1001, (0.05, 0.15), True, False, False),
-    (-0.30, (-0.40, -0.20), 0.05, (0.01, 0.09), False, True, False),  # v1's clause fired when pass@1 fell
-    (0.20, (0.10, 0.30), -0.20, (-0.30, -0.10), True, False, True),
-    (0.30, (0.20, 0.40), -0.05, (-0.08, -0.02), True, True, True),  # v1: unchanged and falls together
-])
+@pytest.mark.parametrize(
+    "d1,ci1,dk,cik,rises,unchanged,falls",
+    [
+        (0.10, (0.02, 0.18), 0.00, (-0.05, 0.05), True, True, False),
+        (0.05, (0.00, 0.10), 0.00, (-0.05, 0.05), False, True, False),  # lower bound exactly 0 is not "> 0"
+        (0.10, (0.05, 0.15), 0.04, (0.00, 0.08), True, True, False),  # contains 0 (bound included)
+        (0.30, (0.20, 0.40), 0.05, (0.01, 0.09), True, True, False),  # |dk| < |d1| / 3 though the interval excludes 0
+        (0.30, (0.20, 0.40), 0.1001, (0.05, 0.15), True, False, False),
+        (-0.30, (-0.40, -0.20), 0.05, (0.01, 0.09), False, True, False),  # v1's clause fired when pass@1 fell
+        (0.20, (0.10, 0.30), -0.20, (-0.30, -0.10), True, False, True),
+        (0.30, (0.20, 0.40), -0.05, (-0.08, -0.02), True, True, True),  # v1: unchanged and falls together
+    ],
+)
 def test_verdict_v1_hand_picked(d1, ci1, dk, cik, rises, unchanged, falls):
-    assert stats.verdict_v1(d1, ci1, dk, cik) == {"pass1_rises_v1": rises, "ceiling_unchanged_v1": unchanged, "ceiling_falls_v1": falls}
+    assert stats.verdict_v1(d1, ci1, dk, cik) == {
+        "pass1_rises_v1": rises,
+        "ceiling_unchanged_v1": unchanged,
+        "ceiling_falls_v1": falls,
+    }
 
 
 def test_third_clause_interval_by_hand():
@@ -285,14 +317,17 @@ def test_third_clause_interval_by_hand():
     assert lo == pytest.approx(-0.10 + 0.75 * 0.05) and hi == pytest.approx(-0.05 + 0.25 * 0.15)
 
 
-@pytest.mark.parametrize("curve,code", [
-    ([0.2, 0.1, 0.0], 3),  # the first k not above is k = 3 (Delta <= 0 counts as caught up)
-    ([0.2, -0.1, 0.3], 2),  # the first k counts, even if RL is above again later
-    ([0.2, 0.1, 0.05], stats.ALWAYS_ABOVE),
-    ([-0.1, 0.2, 0.3], stats.NEVER_ABOVE),
-    ([0.0, 0.2, 0.3], stats.NEVER_ABOVE),  # equal at k = 1 is not above
-    ([0.1], stats.ALWAYS_ABOVE),
-])
+@pytest.mark.parametrize(
+    "curve,code",
+    [
+        ([0.2, 0.1, 0.0], 3),  # the first k not above is k = 3 (Delta <= 0 counts as caught up)
+        ([0.2, -0.1, 0.3], 2),  # the first k counts, even if RL is above again later
+        ([0.2, 0.1, 0.05], stats.ALWAYS_ABOVE),
+        ([-0.1, 0.2, 0.3], stats.NEVER_ABOVE),
+        ([0.0, 0.2, 0.3], stats.NEVER_ABOVE),  # equal at k = 1 is not above
+        ([0.1], stats.ALWAYS_ABOVE),
+    ],
+)
 def test_crossover_codes(curve, code):
     assert int(stats.crossover_codes(np.array(curve))) == code
 
@@ -312,7 +347,9 @@ def test_crossover_summary_distinguishes_the_outcomes():
 def test_simultaneous_band_covers_whole_curves():
     rng = np.random.default_rng(0)
     point = np.array([0.1, 0.2, 0.3, 0.3])
-    reps = point + rng.normal(0, [0.01, 0.02, 0.05, 0.05], (4000, 4)) * np.array([1, 1, 1, 0])  # the last k has no spread
+    reps = point + rng.normal(0, [0.01, 0.02, 0.05, 0.05], (4000, 4)) * np.array(
+        [1, 1, 1, 0]
+    )  # the last k has no spread
     lo, hi, crit = stats.simultaneous_band(point, reps, 0.95)
     inside = np.all((reps >= lo - 1e-12) & (reps <= hi + 1e-12), axis=1).mean()
     assert inside == pytest.approx(0.95, abs=0.002)  # by construction, whole curves
@@ -336,7 +373,10 @@ def test_condition_contrast_by_hand_and_independent_seed_draws():
     idx = np.array([[0, 0, 2], [1, 2, 2], [0, 1, 2]])
     sa, sb = np.array([[1, 1], [0, 1], [0, 0]]), np.array([[0, 0], [1, 0], [1, 1]])
     summ, ra, rb = stats.condition_contrast(a, b, base, idx, sa, sb, 0.95)
-    ref = [np.mean([a[j, idx[r], 0].mean() for j in sa[r]]) - np.mean([b[j, idx[r], 0].mean() for j in sb[r]]) for r in range(3)]
+    ref = [
+        np.mean([a[j, idx[r], 0].mean() for j in sa[r]]) - np.mean([b[j, idx[r], 0].mean() for j in sb[r]])
+        for r in range(3)
+    ]
     assert (ra - rb)[:, 0] == pytest.approx(ref, abs=1e-15)
     assert summ["diff"] == pytest.approx([0.5 - 0.5]) and summ["delta_a"] == pytest.approx([0.5 - 0.1])
     assert summ["ci_passk"] == pytest.approx(list(np.quantile(ref, [0.025, 0.975])))
@@ -360,9 +400,15 @@ def test_lead_crossover_from_either_side():
     assert stats.lead_crossover(np.zeros(3), np.zeros((3, 3)), 0.95)["leader_at_k1"] == "tie"
 
 
-TOKEN_PROBLEMS = [{"id": 0, "classes": [0, 0, 1, 0, 2, 0, 0, 0, 0, 0], "ranks": [1, 1, 3, 1, 7, 1, 1, 1, 1, 1],
-                   "base_entropy": [0.2, 0.2, 2.0, 0.2, 2.0, 0.2, 0.2, 0.2, 0.2, 0.2]},
-                  {"id": 1, "classes": [0] * 10, "ranks": [1] * 10, "base_entropy": [0.2] * 10}]
+TOKEN_PROBLEMS = [
+    {
+        "id": 0,
+        "classes": [0, 0, 1, 0, 2, 0, 0, 0, 0, 0],
+        "ranks": [1, 1, 3, 1, 7, 1, 1, 1, 1, 1],
+        "base_entropy": [0.2, 0.2, 2.0, 0.2, 2.0, 0.2, 0.2, 0.2, 0.2, 0.2],
+    },
+    {"id": 1, "classes": [0] * 10, "ranks": [1] * 10, "base_entropy": [0.2] * 10},
+]
 
 
 def test_token_summary_by_hand():
@@ -371,7 +417,9 @@ def test_token_summary_by_hand():
     assert (s["share_unchanged"], s["share_reranked"], s["share_shifted"]) == pytest.approx((0.9, 0.05, 0.05))
     assert s["mean_rank_changed"] == 5 and s["base_entropy_changed"] == pytest.approx(2.0)
     assert s["base_entropy_unchanged"] == pytest.approx(0.2) and s["entropy_ratio"] == pytest.approx(10.0)
-    same = stats.token_summary([{"id": 0, "classes": [0] * 4, "ranks": [1] * 4, "base_entropy": [0.5] * 4}])  # a model against itself
+    same = stats.token_summary(
+        [{"id": 0, "classes": [0] * 4, "ranks": [1] * 4, "base_entropy": [0.5] * 4}]
+    )  # a model against itself
     assert same["share_unchanged"] == 1 and same["mean_rank_changed"] is None and same["entropy_ratio"] is None
 
 
@@ -382,11 +430,20 @@ def test_compare_conditions_against_a_reference_loop():
     a, b, base = rng.binomial(8, 0.5, (3, 25)), rng.binomial(8, 0.3, (2, 25)), rng.binomial(8, 0.2, 25)
     summ, ra, rb = stats.compare_conditions(a, b, base, 8, 8, 300, 4, 0.95)
     idx = np.random.default_rng(4).integers(0, 25, size=(300, 25))
-    sa, sb = np.random.default_rng([4, 1]).integers(0, 3, size=(300, 3)), np.random.default_rng([4, 2]).integers(0, 2, size=(300, 2))
-    ref = [np.mean([a[j, idx[r]].mean() for j in sa[r]]) / 8 - np.mean([b[j, idx[r]].mean() for j in sb[r]]) / 8 for r in range(300)]
+    sa, sb = (
+        np.random.default_rng([4, 1]).integers(0, 3, size=(300, 3)),
+        np.random.default_rng([4, 2]).integers(0, 2, size=(300, 2)),
+    )
+    ref = [
+        np.mean([a[j, idx[r]].mean() for j in sa[r]]) / 8 - np.mean([b[j, idx[r]].mean() for j in sb[r]]) / 8
+        for r in range(300)
+    ]
     assert (ra - rb)[:, 0] == pytest.approx(ref, abs=1e-12)
-    assert (summ["diff_pass1"] == pytest.approx(a.mean() / 8 - b.mean() / 8)
-            and summ["delta_b"][0] == pytest.approx((b.mean() - base.mean()) / 8))
+    assert summ["diff_pass1"] == pytest.approx(a.mean() / 8 - b.mean() / 8) and summ["delta_b"][0] == pytest.approx(
+        (b.mean() - base.mean()) / 8
+    )
     assert summ["ci_pass1"] == pytest.approx(list(np.quantile(ref, [0.025, 0.975])))
-    same, r1, r2 = stats.compare_conditions(a[:1], a[:1], base, 8, 8, 300, 4, 0.95)  # one seed each, the same counts: exactly 0
+    same, r1, r2 = stats.compare_conditions(
+        a[:1], a[:1], base, 8, 8, 300, 4, 0.95
+    )  # one seed each, the same counts: exactly 0
     assert not np.any(r1 - r2) and same["ci_passk"] == [0.0, 0.0]

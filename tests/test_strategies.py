@@ -1,5 +1,6 @@
 """analysis/strategies.py: how a response computes a * b - c (PLAN.md section 7d): the product
 split into place-value parts or written in one step, the subtraction shown or not, and the borrows."""
+
 from __future__ import annotations
 
 import sys
@@ -15,13 +16,29 @@ from analysis import strategies  # noqa: E402
 
 Q = cd.Problem("q/0", "arith-3x2", "413 * 41 - 882", 16051, (413, 41, 882))
 STRATEGY_CASES = [  # (response, product, subtraction shown)
-    ("<think>413 * 41 = 413 * 40 + 413 * 1 = 16520 + 413 = 16933. 16933 - 882 = 16051</think>\n<answer>16051</answer>", "split", True),
-    ("413 * (40 + 1) = 16520 + 413 = 16933; 16933 − 882 = 16051", "split", True),  # the report's `many` example; a Unicode minus
-    ("413 × 41 = 413 × 40 + 413 = 16,520 + 413 = 16,933", "split", False),  # ×, thousands separators, the operand for 413 * 1
+    (
+        "<think>413 * 41 = 413 * 40 + 413 * 1 = 16520 + 413 = 16933. 16933 - 882 = 16051</think>\n<answer>16051</answer>",
+        "split",
+        True,
+    ),
+    (
+        "413 * (40 + 1) = 16520 + 413 = 16933; 16933 − 882 = 16051",
+        "split",
+        True,
+    ),  # the report's `many` example; a Unicode minus
+    (
+        "413 × 41 = 413 × 40 + 413 = 16,520 + 413 = 16,933",
+        "split",
+        False,
+    ),  # ×, thousands separators, the operand for 413 * 1
     ("(400 + 10 + 3) * 41 = 16400 + 410 + 123 = 16933", "split", False),  # the other operand split
     ("400 * 41 + 10 * 41 + 3 * 41 = 16933", "split", False),
     ("413 * 40 + 413 * 2 = 17346", "split", False),  # a wrong part is still a split: the method, not its result
-    ("  413\n×  41\n-----\n  413\n16520\n-----\n16933\nSo 16933 - 882 = 16051", "split", True),  # a column of partial products
+    (
+        "  413\n×  41\n-----\n  413\n16520\n-----\n16933\nSo 16933 - 882 = 16051",
+        "split",
+        True,
+    ),  # a column of partial products
     ("413 * 41 = 16933. 16933 - 882 = 16051", "one-step", True),
     ("41 * 413 = 16933", "one-step", False),
     ("413 x 41 = 17933, then 17933 - 882 = 17051", "one-step", True),  # a wrong product: still one step
@@ -69,7 +86,7 @@ def test_classify_strategy_recovers_the_tiny_bases_method_mix(p_decomposed):
 
 def test_borrow_columns_against_the_digits_by_hand():
     """Borrow columns against the digits by hand and the strata."""
-    rng = __import__('random').Random(5)
+    rng = __import__("random").Random(5)
     for _ in range(2000):
         x, y = rng.randint(0, 99999), rng.randint(0, 99999)
         big, small = max(x, y), min(x, y)
@@ -87,15 +104,21 @@ def test_borrow_columns_against_the_digits_by_hand():
         cd.borrow_columns(-5, 3)
 
 
-@pytest.mark.parametrize("response, expected", [
-    ("<think>15 * 7 = 10 * 7 + 5 * 7 = 70 + 35 = 105. 105 - 38 = 67</think><answer>67</answer>", "clean"),
-    ("<think>15 * 7 = 105. 105 - 38 = 67</think>So it is 67", "clean"),
-    ("<think>15 * 7 = 95. 95 - 38 = 67</think>So it is 67", "compensating"),  # product 10 too small, a borrow forgotten
-    ("<think>15 * 7 = 105. 105 - 38 = 77</think>The answer is 77.", "slipped"),  # the borrow forgotten alone
-    ("<think>15 * 7 = 105. 105 - 38 = 77. 105 - 38 = 67</think>", "clean"),  # the last subtraction is read
-    ("15 * 7 - 38 = 67", "unshown"),  # the restated question is no subtraction of a written product
-    ("The answer is 67", "unshown"),
-])
+@pytest.mark.parametrize(
+    "response, expected",
+    [
+        ("<think>15 * 7 = 10 * 7 + 5 * 7 = 70 + 35 = 105. 105 - 38 = 67</think><answer>67</answer>", "clean"),
+        ("<think>15 * 7 = 105. 105 - 38 = 67</think>So it is 67", "clean"),
+        (
+            "<think>15 * 7 = 95. 95 - 38 = 67</think>So it is 67",
+            "compensating",
+        ),  # product 10 too small, a borrow forgotten
+        ("<think>15 * 7 = 105. 105 - 38 = 77</think>The answer is 77.", "slipped"),  # the borrow forgotten alone
+        ("<think>15 * 7 = 105. 105 - 38 = 77. 105 - 38 = 67</think>", "clean"),  # the last subtraction is read
+        ("15 * 7 - 38 = 67", "unshown"),  # the restated question is no subtraction of a written product
+        ("The answer is 67", "unshown"),
+    ],
+)
 def test_classify_computation(response, expected):
     p = cd.Problem("t", "arith-2x1", "15 * 7 - 38", 67, (15, 7, 38), "")
     assert strategies.classify_computation(p, response) == expected

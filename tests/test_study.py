@@ -1,5 +1,6 @@
 """orchestration/study.py: seeds, the run folder's names and their parsers, what each stage reads; and the stage
 hashes of orchestration/provenance.py that decide what is done."""
+
 import hashlib
 import json
 import subprocess
@@ -38,7 +39,10 @@ def test_every_name_parses_back_to_what_made_it(tmp_path, cond, seed, step):
     assert (m["cond"], m["seed"]) == (cond, None)
     assert study.EVAL_FILE_V1.match(study.eval_name(cond, seed, step, legacy=True))["cond"] == cond
     assert study.adapter_eval_name(None) == "eval_base.json"
-    assert study.eval_dir(tmp_path, "test") == tmp_path and study.eval_dir(tmp_path, "wide") == tmp_path / "evalsets" / "wide"
+    assert (
+        study.eval_dir(tmp_path, "test") == tmp_path
+        and study.eval_dir(tmp_path, "wide") == tmp_path / "evalsets" / "wide"
+    )
 
 
 def test_a_foreign_adapter_folder_has_no_name_and_says_so(tmp_path):
@@ -48,30 +52,39 @@ def test_a_foreign_adapter_folder_has_no_name_and_says_so(tmp_path):
 
 
 # every module of the two groups that say they need no torch, and the entry points that run on them alone
-NO_TORCH = (["countdown", "analyze_b", "pipeline"]
-            + [f"{g}.{p.stem}" for g in ("analysis", "orchestration") for p in sorted((ROOT / g).glob("*.py")) if p.stem != "__init__"])
+NO_TORCH = ["countdown", "analyze_b", "pipeline"] + [
+    f"{g}.{p.stem}"
+    for g in ("analysis", "orchestration")
+    for p in sorted((ROOT / g).glob("*.py"))
+    if p.stem != "__init__"
+]
 
 
 def test_the_no_torch_modules_import_with_torch_blocked():
     """Each module that says it needs no torch imports with torch and transformers made unimportable."""
     # a finder that refuses them, as an environment without them would (sys.modules[...] = None would
     # also break scipy.stats, which looks torch up in sys.modules to recognise its arrays)
-    code = ("import sys\n"
-            "class Block:\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name.split('.')[0] in ('torch', 'transformers'):\n"
-            "            raise ImportError(f'{name} blocked')\n"
-            "sys.meta_path.insert(0, Block()); sys.path.insert(0, '.')\n"
-            + "".join(f"import {m}\n" for m in NO_TORCH) + "print('ok')")
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('torch', 'transformers'):\n"
+        "            raise ImportError(f'{name} blocked')\n"
+        "sys.meta_path.insert(0, Block()); sys.path.insert(0, '.')\n"
+        + "".join(f"import {m}\n" for m in NO_TORCH)
+        + "print('ok')"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-800:]
 
 
 def test_dry_run_and_print_jobs_import_no_torch(tmp_path):
     for flag in ("--dry-run", "--print-jobs"):
-        code = ("import sys, runpy; sys.modules['torch'] = None; sys.modules['transformers'] = None; sys.path.insert(0, '.'); "
-                f"sys.argv = ['pipeline.py', '--config', 'configs/smoke.yaml', '--out', {str(tmp_path / 'run')!r}, '{flag}']; "
-                "runpy.run_path('pipeline.py', run_name='__main__')")
+        code = (
+            "import sys, runpy; sys.modules['torch'] = None; sys.modules['transformers'] = None; sys.path.insert(0, '.'); "
+            f"sys.argv = ['pipeline.py', '--config', 'configs/smoke.yaml', '--out', {str(tmp_path / 'run')!r}, '{flag}']; "
+            "runpy.run_path('pipeline.py', run_name='__main__')"
+        )
         out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
         assert out.returncode == 0, out.stderr[-800:]
         assert ("grpo.py train" if flag == "--print-jobs" else "\n  train ") in out.stdout, out.stdout
@@ -103,8 +116,10 @@ def test_learning_rate_sources(tmp_path):
     assert study.read_lr(cfg, tmp_path, "16") == 0.02 and study.read_lr(cfg, tmp_path, "sft") == 0.001
     with pytest.raises(FileNotFoundError, match="no rate for condition 1"):
         study.read_lr(cfg, tmp_path, "1")
-    assert (config.load(None, ["train.lr=0.003"]).train.lr == 0.003
-            and study.read_lr(config.load(None, ["train.lr=0.003"]), tmp_path, "1") == 0.003)
+    assert (
+        config.load(None, ["train.lr=0.003"]).train.lr == 0.003
+        and study.read_lr(config.load(None, ["train.lr=0.003"]), tmp_path, "1") == 0.003
+    )
 
 
 def test_an_output_records_both_plan_files_and_no_stage_hash_reads_them(smoke_cfg, tmp_path, monkeypatch):
@@ -126,8 +141,11 @@ def test_an_output_records_both_plan_files_and_no_stage_hash_reads_them(smoke_cf
 def test_new_switches_left_off_keep_old_hashes_and_turned(smoke_cfg):
     """New switches left off keep old hashes and turned on change them."""
     d = config.to_dict(smoke_cfg)
-    old = {**d, "lora": {k: v for k, v in d["lora"].items() if k != "fold_for_sampling"},
-           "train": {k: v for k, v in d["train"].items() if k != "sort_by_length"}}  # a config from before the keys existed
+    old = {
+        **d,
+        "lora": {k: v for k, v in d["lora"].items() if k != "fold_for_sampling"},
+        "train": {k: v for k, v in d["train"].items() if k != "sort_by_length"},
+    }  # a config from before the keys existed
     for stage in ("train", "eval", "lr-sweep"):
         assert provenance.hashed_settings(old, stage) == provenance.hashed_settings(d, stage)
     on = config._build(config.Config, {**d, "lora": {**d["lora"], "fold_for_sampling": True}})
@@ -139,11 +157,14 @@ def test_new_switches_left_off_keep_old_hashes_and_turned(smoke_cfg):
     assert provenance.stage_hash(srt, "eval") == provenance.stage_hash(smoke_cfg, "eval")
 
 
-@pytest.mark.parametrize("entry, argv, names", [
-    ("pipeline", ["--config", "configs/smoke.yaml", "--stage", "nope"], "argument --stage: invalid choice: 'nope'"),
-    ("grpo", ["frob"], "invalid choice: 'frob'"),
-    ("analyze_b", [], "give --run RUN (analyse) or --report-only RUN (print its report again), one of the two"),
-])
+@pytest.mark.parametrize(
+    "entry, argv, names",
+    [
+        ("pipeline", ["--config", "configs/smoke.yaml", "--stage", "nope"], "argument --stage: invalid choice: 'nope'"),
+        ("grpo", ["frob"], "invalid choice: 'frob'"),
+        ("analyze_b", [], "give --run RUN (analyse) or --report-only RUN (print its report again), one of the two"),
+    ],
+)
 def test_a_wrong_argument_ends_in_one_line(entry, argv, names, capsys):
     """orchestration/cli.Parser: argparse's usage block is not printed; one line names the argument and the
     right values, exit 2."""

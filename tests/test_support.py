@@ -1,5 +1,6 @@
 """The support test and the two-axis answer (analysis/support.py, PLAN_CHANGES.md change 42), on synthetic
 worlds whose truth is built in (analysis/synthetic.py) at the CPU world's design and Qwen's."""
+
 from collections import Counter
 
 import numpy as np
@@ -23,7 +24,9 @@ STRATUM_W = (6.05, 7.52, 42.4)  # tiny_v4's per-stratum tilts, borrows-0/1/2, gi
 def _rates(kind: str, p: np.ndarray, S: int, target: tuple, rng, w_star: float, k: int = 32) -> np.ndarray:
     """The trained rates (S, N) of a truth; target: its (pass@1, pass@k) where a truth needs one."""
     if kind == "stratum-tilts":  # one tilt per stratum, the hardest third tilted most (all below w*)
-        w = np.select([p <= np.quantile(p, 1 / 3), p <= np.quantile(p, 2 / 3)], [STRATUM_W[2], STRATUM_W[1]], STRATUM_W[0])
+        w = np.select(
+            [p <= np.quantile(p, 1 / 3), p <= np.quantile(p, 2 / 3)], [STRATUM_W[2], STRATUM_W[1]], STRATUM_W[0]
+        )
         return np.tile(p * w / (p * w + 1 - p), (S, 1))
     if kind == "hard-tilt":  # the whole bounded tilt spent on the hard problems (rate < 0.05), none elsewhere
         return np.tile(np.where(p < 0.05, reweight.reweighted(p, w_star), p), (S, 1))
@@ -43,8 +46,9 @@ def _rates(kind: str, p: np.ndarray, S: int, target: tuple, rng, w_star: float, 
     return np.tile(p, (S, 1))  # the base against itself
 
 
-def _answers(kind: str, sims: int, design: dict, seed: int, axes: bool = False, w_star: float = W_STAR,
-             old_rule: bool = False) -> Counter:
+def _answers(
+    kind: str, sims: int, design: dict, seed: int, axes: bool = False, w_star: float = W_STAR, old_rule: bool = False
+) -> Counter:
     """How often each support answer (with axes: sharpening / support) is given over `sims` data sets;
     old_rule: also the old one-label rule's labels (verdict.compare's), keyed "old rule: <label>".
     design: N problems, S seeds, n_base, n_pool, the base's world (pass@1, pass@32) and the trained
@@ -62,8 +66,16 @@ def _answers(kind: str, sims: int, design: dict, seed: int, axes: bool = False, 
         rl = sy.counts(rng, rates, n)
         s = support.support_test(base, pool, design["n_pool"], rl, n, w_star, LEVELS.one_sided, 1000, i, "test", "pool")
         if axes or old_rule:
-            e = verdict.compare(base, design["n_base"], rl, n, n, reweight.selection_null(base, design["n_base"], n),
-                                verdict.Draws(design["N"], 1000, i), LEVELS)
+            e = verdict.compare(
+                base,
+                design["n_base"],
+                rl,
+                n,
+                n,
+                reweight.selection_null(base, design["n_base"], n),
+                verdict.Draws(design["N"], 1000, i),
+                LEVELS,
+            )
             if old_rule:
                 out[f"old rule: {e['label']}"] += 1
         if axes:
@@ -131,7 +143,10 @@ def test_a_gold_mixture_never_reads_support_kept_and_teach_hard():
     at w* 94 (seed 12), 0 at w* 14; a *kept* on the mean does not exclude that some problems were taught
     (PLAN_CHANGES.md change 46)."""
     assert _answers("gold", 40, CPU, seed=12)["kept"] == 0
-    high, low = _answers("sharpen+teach-hard", 40, CPU, seed=12), _answers("sharpen+teach-hard", 40, CPU, seed=12, w_star=14.0)
+    high, low = (
+        _answers("sharpen+teach-hard", 40, CPU, seed=12),
+        _answers("sharpen+teach-hard", 40, CPU, seed=12, w_star=14.0),
+    )
     assert high["kept"] <= 6 and low["kept"] == 0, (high, low)
 
 
@@ -142,11 +157,20 @@ def test_the_qwen_design_can_return_every_answer():
     from orchestration import config
 
     cfg = config.load("configs/qwen05b.yaml")
-    q = {"N": cfg.task.n_test, "S": len(config.seeds_of(cfg, "many")), "n_base": cfg.eval.n_base,
-         "n_pool": cfg.eval_sets[cfg.analyze.calibration.pool_set].n, "world": (0.25, 0.84), "target": (0.66, 0.81)}
+    q = {
+        "N": cfg.task.n_test,
+        "S": len(config.seeds_of(cfg, "many")),
+        "n_base": cfg.eval.n_base,
+        "n_pool": cfg.eval_sets[cfg.analyze.calibration.pool_set].n,
+        "world": (0.25, 0.84),
+        "target": (0.66, 0.81),
+    }
     sharp = _answers("sharpened", 10, q, seed=4, axes=True)
     assert sharp["sharpened / kept"] >= 9, sharp
-    for kind, seed in (("sharpen+teach-hard", 5), ("gold", 6)):  # at w* = 14: at the registered 94 the Qwen pool is underpowered
+    for kind, seed in (
+        ("sharpen+teach-hard", 5),
+        ("gold", 6),
+    ):  # at w* = 14: at the registered 94 the Qwen pool is underpowered
         got = _answers(kind, 20, q, seed=seed, w_star=14.0)
         assert got["expanded"] >= {"sharpen+teach-hard": 7, "gold": 13}[kind], (kind, got)
     null = _answers("null", 10, q, seed=7, axes=True)
@@ -214,8 +238,11 @@ def _design(seeds="own"):
     from types import SimpleNamespace
 
     analyze = SimpleNamespace(support=None, calibration=SimpleNamespace(pool_set="pool"))
-    return SimpleNamespace(primary_scoring="loose", checkpoints=[10],
-                           cfg=SimpleNamespace(analyze=analyze, eval_sets={"pool": SimpleNamespace(seeds=seeds)}))
+    return SimpleNamespace(
+        primary_scoring="loose",
+        checkpoints=[10],
+        cfg=SimpleNamespace(analyze=analyze, eval_sets={"pool": SimpleNamespace(seeds=seeds)}),
+    )
 
 
 def test_the_analysis_runs_the_post_hoc_test_on_the_pool():
@@ -231,17 +258,30 @@ def test_the_analysis_runs_the_post_hoc_test_on_the_pool():
 
     rng = np.random.default_rng(0)
     base_c, pool_c, rl_c = np.array([0, 0, 3, 8] * 10), rng.binomial(64, 0.01, 40), rng.binomial(8, 0.4, (2, 40))
-    doc = lambda c, n: {"problems": [{"id": i, "correct_loose": int(x)} for i, x in enumerate(c)], "sampling": {"n": n, "temperature": 0.6}}
+    doc = lambda c, n: {
+        "problems": [{"id": i, "correct_loose": int(x)} for i, x in enumerate(c)],
+        "sampling": {"n": n, "temperature": 0.6},
+    }
     base, pool = doc(base_c, 16), doc(pool_c, 64)
     rl = {("many", s, 10): doc(rl_c[s], 8) for s in (0, 1)}
-    entry = {"condition": "many", "scoring": "loose", "step": 10, "seeds": [0, 1], "primary": True,
-             "adjusted": {"rises": 0.001, "falls": 0.9, "below": 0.5}}
+    entry = {
+        "condition": "many",
+        "scoring": "loose",
+        "step": 10,
+        "seeds": [0, 1],
+        "primary": True,
+        "adjusted": {"rises": 0.001, "falls": 0.9, "below": 0.5},
+    }
     inf = SimpleNamespace(n=8, levels=SimpleNamespace(one_sided=0.025), draws=SimpleNamespace(resamples=500, seed=3))
-    got = assemble.support_tests(_design(), base, rl, {"pool": (pool, {}, "evalsets/pool/")}, [entry], inf, post_hoc_w=5.0)
+    got = assemble.support_tests(
+        _design(), base, rl, {"pool": (pool, {}, "evalsets/pool/")}, [entry], inf, post_hoc_w=5.0
+    )
     want = support.support_test(base_c, pool_c, 64, rl_c, 8, 5.0, 0.025, 500, 3, "test", "pool")
     assert got["registered"] is False and got["w_star"] == 5.0
     assert got["conditions"]["many"]["tests"]["eval"] == want
     assert got["conditions"]["many"]["axes"] == {"sharpening": "pass@1 up", "support": {"eval": want["answer"]}}
-    assert assemble.support_tests(_design(), base, rl, {"pool": (pool, {}, "")}, [entry], inf)["skipped"]  # not registered
+    assert assemble.support_tests(_design(), base, rl, {"pool": (pool, {}, "")}, [entry], inf)[
+        "skipped"
+    ]  # not registered
     with pytest.raises(InputError, match="seeds: own"):
         assemble.support_tests(_design("test"), base, rl, {"pool": (pool, {}, "")}, [entry], inf, post_hoc_w=5.0)

@@ -1,5 +1,6 @@
 """The real-model study's task rule (PLAN_CHANGES.md change 47, bench/task_rule.py) on hand-made ladder rates,
 and on the committed pilot's probe files (change 48's reading)."""
+
 import json
 import sys
 from pathlib import Path
@@ -26,8 +27,14 @@ def test_a_tie_goes_to_the_harder_task():
 
 def test_each_condition_of_the_rule_excludes():
     """Above the pass@32 ceiling, outside the pass@1 range, or measured below 128 x 64: not a candidate."""
-    got = task_rule.choose({"arith-2x1": probe(0.20, 0.91), "arith-1x1": probe(0.09, 0.5), "add-2x2": probe(0.25, 0.5, problems=127),
-                            "add-1x1": probe(0.41, 0.8)})
+    got = task_rule.choose(
+        {
+            "arith-2x1": probe(0.20, 0.91),
+            "arith-1x1": probe(0.09, 0.5),
+            "add-2x2": probe(0.25, 0.5, problems=127),
+            "add-1x1": probe(0.41, 0.8),
+        }
+    )
     assert got["chosen"] is None and not any(r.get("candidate") for r in got["tasks"].values())
     assert task_rule.choose({"add-2x2": probe(0.25, 0.5, n=64)})["chosen"] == "add-2x2"
     assert task_rule.choose({"add-2x2": probe(0.25, 0.5, n=63)})["chosen"] is None

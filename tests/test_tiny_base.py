@@ -1,4 +1,5 @@
 """The CPU world's base: traces, tokenizer round trip, and that pre-training learns."""
+
 import json
 import random
 
@@ -19,7 +20,9 @@ def test_tokenizer_round_trip_and_chat_template(tmp_path):
     text = "<think>57 * 5 = 50 * 5 + 7 * 5 = 250 + 35 = 285. 285 - 42 = 243</think>The answer is 243."
     ids = back(text, add_special_tokens=False)["input_ids"]
     assert back.decode(ids) == text  # spaces and newlines survive (AutoTokenizer's Qwen2 class dropped them)
-    assert len(ids) == len(text) - sum(len(t) - 1 for t in tiny_base.TAGS if t in text)  # one token per character, tags whole
+    assert len(ids) == len(text) - sum(
+        len(t) - 1 for t in tiny_base.TAGS if t in text
+    )  # one token per character, tags whole
     p = countdown.Problem("x/0", "arith-2x1", "57 * 5 - 42", 243, (57, 5, 42))
     prompt = back.apply_chat_template(countdown.prompt_messages(p, "bare"), tokenize=False, add_generation_prompt=True)
     assert prompt == f"{tiny_base.BOS}57 * 5 - 42{tiny_base.EOS}{tiny_base.BOS}"
@@ -55,8 +58,12 @@ def test_pretraining_learns_to_copy_operands(fitted_dir, smoke_cfg):
     into its working where the same architecture untrained never does."""
     info = json.loads((fitted_dir / "build.json").read_text())
     assert info["loss_last_50"] < 0.25 * info["loss_first"]
-    cfg = config._build(config.Config, {**config.to_dict(smoke_cfg), "model": {"path": str(fitted_dir), "dtype": "float32"}})
-    _, test = countdown.make_splits(smoke_cfg.task.name, smoke_cfg.task.n_train, smoke_cfg.task.n_test, smoke_cfg.task.seed)
+    cfg = config._build(
+        config.Config, {**config.to_dict(smoke_cfg), "model": {"path": str(fitted_dir), "dtype": "float32"}}
+    )
+    _, test = countdown.make_splits(
+        smoke_cfg.task.name, smoke_cfg.task.n_train, smoke_cfg.task.n_test, smoke_cfg.task.seed
+    )
     untrained = fitted_dir.parent / "untrained"
     tok = tiny_base.build_tokenizer()
     tiny_base.random_model(tok, smoke_cfg.model.build, seed=1).save_pretrained(untrained)
@@ -65,9 +72,13 @@ def test_pretraining_learns_to_copy_operands(fitted_dir, smoke_cfg):
     for name, path in (("fitted", fitted_dir), ("untrained", untrained)):
         model, tk = load_model(cfg, str(path), torch.device("cpu"))
         prompts = render_prompts(tk, test, "bare")
-        out = sampler.sample(model, prompts, 1, config.SamplingCfg(temperature=0, max_new_tokens=20), 0, stop_ids(model, tk), pad_id(tk))
+        out = sampler.sample(
+            model, prompts, 1, config.SamplingCfg(temperature=0, max_new_tokens=20), 0, stop_ids(model, tk), pad_id(tk)
+        )
         texts = tk.batch_decode(out.tokens, skip_special_tokens=True)
-        copied[name] = sum(t.startswith(f"<think>{p.numbers[0]} * {p.numbers[1]} = ") for p, t in zip(test, texts)) / len(test)
+        copied[name] = sum(
+            t.startswith(f"<think>{p.numbers[0]} * {p.numbers[1]} = ") for p, t in zip(test, texts)
+        ) / len(test)
     assert copied["fitted"] >= 0.75 and copied["untrained"] == 0.0
 
 
@@ -82,15 +93,25 @@ def test_gold_solutions_are_right_and_match_the_tiny_traces():
     for p in countdown.generate("arith-2x1", 20, 1):
         assert countdown.gold_solution(p, "bare") == tiny_base.trace(p, random.Random(0), b)
     p = countdown.Problem("x", "arith-3x2", "413 * 41 - 882", 16051, (413, 41, 882), "")
-    assert countdown.gold_solution(p) == ("<think>413 * 41 = 413 * 40 + 413 * 1 = 16520 + 413 = 16933. 16933 - 882 = 16051"
-                                          "</think>\n<answer>16051</answer>")
+    assert countdown.gold_solution(p) == (
+        "<think>413 * 41 = 413 * 40 + 413 * 1 = 16520 + 413 = 16933. 16933 - 882 = 16051"
+        "</think>\n<answer>16051</answer>"
+    )
 
 
 @pytest.mark.slow  # a base build stopped and resumed: left out of the fast loop
 def test_a_stopped_base_build_resumes_to_the_same_weights_bit(smoke_cfg, tmp_path, monkeypatch):
     """A stopped base build resumes to the same weights bit for bit."""
-    cfg = config._build(config.Config, {**config.to_dict(smoke_cfg), "model": {**config.to_dict(smoke_cfg)["model"],
-                                        "build": {**config.to_dict(smoke_cfg.model.build), "steps": 30, "n_traces": 400}}})
+    cfg = config._build(
+        config.Config,
+        {
+            **config.to_dict(smoke_cfg),
+            "model": {
+                **config.to_dict(smoke_cfg)["model"],
+                "build": {**config.to_dict(smoke_cfg.model.build), "steps": 30, "n_traces": 400},
+            },
+        },
+    )
     monkeypatch.setattr(tiny_base, "SAVE_EVERY", 10)
     straight = tmp_path / "straight" / "base_model"
     tiny_base.train_base(cfg, straight, progress=False, stage_hash="h")
@@ -118,7 +139,12 @@ def test_a_stopped_base_build_resumes_to_the_same_weights_bit(smoke_cfg, tmp_pat
         m.setattr(torch.optim.AdamW, "step", stop_at_step_25)
         with pytest.raises(KeyboardInterrupt):
             tiny_base.train_base(cfg, tmp_path / "other" / "base_model", progress=False, stage_hash="h")
-    assert tiny_base.train_base(cfg, tmp_path / "other" / "base_model", progress=False, stage_hash="another")["resumed_from"] == 0
+    assert (
+        tiny_base.train_base(cfg, tmp_path / "other" / "base_model", progress=False, stage_hash="another")[
+            "resumed_from"
+        ]
+        == 0
+    )
 
 
 def _trace_before_knobs(p, rng, b):
@@ -130,7 +156,13 @@ def _trace_before_knobs(p, rng, b):
         prods = [x * m if rng.random() >= b.p_slip else tiny_base._wrong(rng, x * m) for x in parts]
         product = sum(prods)
         if len(parts) > 1:
-            work = f"{a} * {m} = " + " + ".join(f"{x} * {m}" for x in parts) + " = " + " + ".join(map(str, prods)) + f" = {product}"
+            work = (
+                f"{a} * {m} = "
+                + " + ".join(f"{x} * {m}" for x in parts)
+                + " = "
+                + " + ".join(map(str, prods))
+                + f" = {product}"
+            )
         else:
             work = f"{a} * {m} = {product}"
     else:
@@ -138,8 +170,11 @@ def _trace_before_knobs(p, rng, b):
         work = f"{a} * {m} = {product}"
     value = product - c
     body = f"<think>{work}. {product} - {c} = {value}</think>"
-    ending = (f"<answer>{value}</answer>" if rng.random() < b.p_tags
-              else rng.choice([f"The answer is {value}.", f"So it is {value}", f"= {value}"]))
+    ending = (
+        f"<answer>{value}</answer>"
+        if rng.random() < b.p_tags
+        else rng.choice([f"The answer is {value}.", f"So it is {value}", f"= {value}"])
+    )
     return body + ending
 
 
@@ -163,7 +198,9 @@ def test_a_forgotten_borrow_is_off_by_its_place_value_and_only():
         cols = countdown.borrow_columns(a * m, c)
         value = countdown.final_answer(tiny_base.trace(p, rng, b))
         if len(cols) == 1:
-            assert abs(value - p.answer) == 10 ** (cols[0] + 1) and abs(value) > abs(p.answer)  # off by the place the borrow comes from
+            assert abs(value - p.answer) == 10 ** (cols[0] + 1) and abs(value) > abs(
+                p.answer
+            )  # off by the place the borrow comes from
         else:
             assert value == p.answer  # no borrow, or two borrows at slip chance 0
         seen.add(len(cols))
@@ -178,7 +215,9 @@ def test_drill_traces_are_decomposed_untagged_and_under_their():
     assert len(seqs) == 250
     drills = [tok.decode(s) for s in seqs[50:]]
     tasks = [tok.decode(s) for s in seqs[:50]]
-    assert all(f"{tiny_base.BOS}{tiny_base.DRILL_PREFIX}" in t for t in drills) and not any(tiny_base.DRILL_PREFIX in t for t in tasks)
+    assert all(f"{tiny_base.BOS}{tiny_base.DRILL_PREFIX}" in t for t in drills) and not any(
+        tiny_base.DRILL_PREFIX in t for t in tasks
+    )
     assert not any("<answer>" in t for t in drills) and all("<answer>" in t for t in tasks)
     multi = [t for t in drills if " + " in t]  # decomposed wherever a has two non-zero digits
     problems = tiny_base.pretrain_problems("arith-2x1", 20, 10, 0, 300)

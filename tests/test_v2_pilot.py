@@ -1,4 +1,5 @@
 """bench/smollm2_v2_pilot.py: change 61's rule for the rate and the per-run reading, on hand-made logs."""
+
 import csv
 import sys
 from pathlib import Path
@@ -12,9 +13,30 @@ import smollm2_v2_pilot as pilot  # noqa: E402
 
 from orchestration import config  # noqa: E402
 
-LOG = ["step", "reward_mean", "zero_signal_frac", "format_rate", "len_mean", "len_max", "truncated_frac", "entropy_mean",
-       "kl_mean", "logp_gap_mean", "logp_gap_max", "loss", "grad_norm", "grad_norm_clipped", "lr", "sec_sampling",
-       "sec_fwd_bwd", "tokens", "peak_mem_mb", "peak_reserved_mb", "no_signal", "updated"]
+LOG = [
+    "step",
+    "reward_mean",
+    "zero_signal_frac",
+    "format_rate",
+    "len_mean",
+    "len_max",
+    "truncated_frac",
+    "entropy_mean",
+    "kl_mean",
+    "logp_gap_mean",
+    "logp_gap_max",
+    "loss",
+    "grad_norm",
+    "grad_norm_clipped",
+    "lr",
+    "sec_sampling",
+    "sec_fwd_bwd",
+    "tokens",
+    "peak_mem_mb",
+    "peak_reserved_mb",
+    "no_signal",
+    "updated",
+]
 
 
 @pytest.fixture(scope="module")
@@ -23,13 +45,20 @@ def cfg():
 
 
 def run(dev: dict, collapsed: bool = False) -> dict:
-    return {"dev": {s: {"loose_pass1": v, "loose_passn": v} for s, v in dev.items()}, "collapse": {"collapsed": collapsed}}
+    return {
+        "dev": {s: {"loose_pass1": v, "loose_passn": v} for s, v in dev.items()},
+        "collapse": {"collapsed": collapsed},
+    }
 
 
 def runs(a: tuple, b: tuple, ca=(False, False), cb=(False, False)) -> dict:
     """Two seeds per rate: a, b are ((step0, step30) of seed 100, (step0, step30) of seed 101)."""
-    return {("lr1e-4", 100): run({0: a[0][0], 30: a[0][1]}, ca[0]), ("lr1e-4", 101): run({0: a[1][0], 30: a[1][1]}, ca[1]),
-            ("lr3e-4", 100): run({0: b[0][0], 30: b[0][1]}, cb[0]), ("lr3e-4", 101): run({0: b[1][0], 30: b[1][1]}, cb[1])}
+    return {
+        ("lr1e-4", 100): run({0: a[0][0], 30: a[0][1]}, ca[0]),
+        ("lr1e-4", 101): run({0: a[1][0], 30: a[1][1]}, ca[1]),
+        ("lr3e-4", 100): run({0: b[0][0], 30: b[0][1]}, cb[0]),
+        ("lr3e-4", 101): run({0: b[1][0], 30: b[1][1]}, cb[1]),
+    }
 
 
 def test_the_higher_two_seed_mean_wins(cfg):
@@ -49,7 +78,9 @@ def test_a_tie_within_one_sample_goes_to_the_smaller_rate(cfg):
 def test_a_rate_with_a_collapsed_seed_loses_to_one_without(cfg):
     r = pilot.choose(runs(((0.2, 0.22), (0.2, 0.22)), ((0.2, 0.5), (0.2, 0.5)), cb=(True, False)), cfg)
     assert r["chosen"] == "lr1e-4"
-    r = pilot.choose(runs(((0.2, 0.22), (0.2, 0.22)), ((0.2, 0.5), (0.2, 0.5)), ca=(True, False), cb=(True, False)), cfg)
+    r = pilot.choose(
+        runs(((0.2, 0.22), (0.2, 0.22)), ((0.2, 0.5), (0.2, 0.5)), ca=(True, False), cb=(True, False)), cfg
+    )
     assert r["chosen"] == "lr3e-4"  # both have one: the rule is the dev mean again
 
 
@@ -66,11 +97,22 @@ def test_read_run_counts_skipped_steps_and_reads_collapse(cfg, tmp_path):
         w.writeheader()
         for step in range(1, 31):
             quiet = step > 3  # a signal on steps 1-3 only: collapsed by change 59's rule
-            w.writerow({k: 0.0 for k in LOG} | {"step": step, "reward_mean": 0.0 if quiet else 0.1, "no_signal": int(quiet),
-                                                "updated": int(not quiet), "sec_sampling": 2.0, "sec_fwd_bwd": 1.0,
-                                                "kl_mean": 0.01 if step % 10 == 0 else "nan"})
-    (folder / "train_eval.csv").write_text("step,n_problems,n,strict_pass1,loose_pass1,strict_passn,loose_passn,format_rate\n"
-                                           "0,32,8,0,0.2,0,0.5,0\n30,32,8,0,0.1,0,0.3,0\n")
+            w.writerow(
+                {k: 0.0 for k in LOG}
+                | {
+                    "step": step,
+                    "reward_mean": 0.0 if quiet else 0.1,
+                    "no_signal": int(quiet),
+                    "updated": int(not quiet),
+                    "sec_sampling": 2.0,
+                    "sec_fwd_bwd": 1.0,
+                    "kl_mean": 0.01 if step % 10 == 0 else "nan",
+                }
+            )
+    (folder / "train_eval.csv").write_text(
+        "step,n_problems,n,strict_pass1,loose_pass1,strict_passn,loose_passn,format_rate\n"
+        "0,32,8,0,0.2,0,0.5,0\n30,32,8,0,0.1,0,0.3,0\n"
+    )
     r = pilot.read_run(folder, cfg, wall=130.0)
     assert r["skipped_steps"] == 27 and r["no_signal_steps"] == 27 and r["collapse"]["collapsed"] is True
     assert r["dev"][30]["loose_pass1"] == 0.1 and sorted(r["kl"]) == [10, 20, 30]
@@ -78,6 +120,8 @@ def test_read_run_counts_skipped_steps_and_reads_collapse(cfg, tmp_path):
 
 
 def test_job_walls_reads_the_pipelines_done_lines():
-    log = ("[pipeline 18:09:24] jobs: running train lr1e-4 s100; done 0/4\n"
-           "[pipeline 18:10:41] done  train lr1e-4 s100 (3258 s)\n[pipeline 19:01:02] done  train lr3e-4 s101 (1,204.5 s)\n")
+    log = (
+        "[pipeline 18:09:24] jobs: running train lr1e-4 s100; done 0/4\n"
+        "[pipeline 18:10:41] done  train lr1e-4 s100 (3258 s)\n[pipeline 19:01:02] done  train lr3e-4 s101 (1,204.5 s)\n"
+    )
     assert pilot.job_walls(log) == {("lr1e-4", 100): 3258.0, ("lr3e-4", 101): 1204.5}

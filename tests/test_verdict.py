@@ -2,6 +2,7 @@
 (analysis/reweight.py), the four labels (analysis/verdict.py), the calibration arms (analysis/calibration.py), and the rule that
 takes the larger of the bootstrap and t p-values. Simulations are seeded and sized to run in seconds;
 their bounds leave room for Monte-Carlo noise but would fail for a biased test."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,7 +39,9 @@ def test_the_null_tables_are_the_base_plus_the_posteriors_change(c):
     for w in (1.0, 5.0, 300.0):
         f = lambda p: w * p / (w * p + 1 - p)  # noqa: E731
         d1 = integrate.quad(lambda p: (f(p) - p) * st.beta.pdf(p, A, B), 0, 1, points=[A / (A + B)], limit=400)[0]
-        dk = integrate.quad(lambda p: ((1 - p) ** 32 - (1 - f(p)) ** 32) * st.beta.pdf(p, A, B), 0, 1, points=[A / (A + B)], limit=400)[0]
+        dk = integrate.quad(
+            lambda p: ((1 - p) ** 32 - (1 - f(p)) ** 32) * st.beta.pdf(p, A, B), 0, 1, points=[A / (A + B)], limit=400
+        )[0]
         t1, tk = null.per_problem([c], w)
         assert t1[0] == pytest.approx(c / n + d1, abs=2e-4)
         assert tk[0] == pytest.approx(stats.pass_at_k(n, c, 32) + dk, abs=2e-4)
@@ -57,7 +60,9 @@ def test_the_fitted_w_matches_the_target_and_recovers_a_known():
     assert fit["w"][0] == pytest.approx(4.0, rel=0.05)
     assert fit["pass1"][0] == pytest.approx(reweight.reweighted(p, 4.0).mean(), abs=1e-4)
     truth_k = (1 - (1 - reweight.reweighted(p, 4.0)) ** 32).mean()
-    assert fit["passk"][0] == pytest.approx(truth_k, abs=0.01)  # the posterior's amplification, unlike the plug-in's (below)
+    assert fit["passk"][0] == pytest.approx(
+        truth_k, abs=0.01
+    )  # the posterior's amplification, unlike the plug-in's (below)
     plug = (1 - (1 - reweight.reweighted(base / 256, fit["w"][0])) ** 32).mean()
     assert truth_k - plug > 0.015  # c = 0 problems unreachable: the plug-in would read selection as beyond it
 
@@ -87,7 +92,9 @@ def _labels(kind: str, sims: int, N: int, S: int, n_base: int, world: tuple, tar
         else:
             rates = np.tile(p, (S, 1))
         base, rl = sy.counts(rng, p, n_base), sy.counts(rng, rates, 32)
-        e = verdict.compare(base, n_base, rl, 32, 32, reweight.selection_null(base, n_base, 32), verdict.Draws(N, 1000, i), LEVELS)
+        e = verdict.compare(
+            base, n_base, rl, 32, 32, reweight.selection_null(base, n_base, 32), verdict.Draws(N, 1000, i), LEVELS
+        )
         out[e["label"]] += 1
     return out
 
@@ -181,15 +188,22 @@ def _pool(seed=0, N=384):
     return p, sy.counts(rng, p, 256), sy.counts(rng, p, 384), rng
 
 
-CAL = config.CalibrationCfg(resplits=12, resamples=1000, selection_w=[2, 5], teaching_eps=[0.01], mixed=[config.MixedArmCfg(w=2, eps=0.01)])
+CAL = config.CalibrationCfg(
+    resplits=12, resamples=1000, selection_w=[2, 5], teaching_eps=[0.01], mixed=[config.MixedArmCfg(w=2, eps=0.01)]
+)
 
 
 def test_every_pool_arm_gets_a_label_it_may_get():
     _, base, pool, _ = _pool()
     arms = calibration.pool_arms(base, 256, pool, 384, 12, 32, 32, LEVELS, CAL, seed=0)
     by = {a["arm"]: a for a in arms}
-    assert [a["arm"] for a in arms] == ["null", "selection w=2", "selection w=5", "teaching ε=0.01",
-                                        "selection w=2 + teaching ε=0.01"]
+    assert [a["arm"] for a in arms] == [
+        "null",
+        "selection w=2",
+        "selection w=5",
+        "teaching ε=0.01",
+        "selection w=2 + teaching ε=0.01",
+    ]
     assert all(a["passed"] for a in arms), [(a["arm"], a["failed"]) for a in arms]
     assert by["null"]["labels"]["undecided"]["count"] == 12
     assert by["selection w=5"]["labels"]["selection"]["count"] >= 10
@@ -218,13 +232,33 @@ def test_the_seed_split_arm_holds_its_level_and_the_taught_arm():
     rl = sy.counts(rng, sy.selection(p, 4.0, 12, 0.2, rng), 32)
     split = calibration.seed_split_arm(rl, 32, 32, LEVELS, 60, 1000, 0)
     assert split["passed"] and split["differences"]["pass1"]["rate"] <= 0.1
-    unsolved = (pool == 0)
+    unsolved = pool == 0
     taught = np.where(unsolved, 0.3, p)  # the stratum's problems now solved 30% of the time
-    arm = calibration.taught_arm("sft-x", "borrows-2", unsolved, base, 256, sy.counts(rng, np.tile(taught, (3, 1)), 32), 32, 32,
-                                 LEVELS, verdict.Draws(len(p), 1000, 0))
+    arm = calibration.taught_arm(
+        "sft-x",
+        "borrows-2",
+        unsolved,
+        base,
+        256,
+        sy.counts(rng, np.tile(taught, (3, 1)), 32),
+        32,
+        32,
+        LEVELS,
+        verdict.Draws(len(p), 1000, 0),
+    )
     assert arm["passed"] and arm["passk_diff"] > 0.5
-    same = calibration.taught_arm("sft-x", "borrows-2", unsolved, base, 256, sy.counts(rng, np.tile(p, (3, 1)), 32), 32, 32,
-                                  LEVELS, verdict.Draws(len(p), 1000, 0))
+    same = calibration.taught_arm(
+        "sft-x",
+        "borrows-2",
+        unsolved,
+        base,
+        256,
+        sy.counts(rng, np.tile(p, (3, 1)), 32),
+        32,
+        32,
+        LEVELS,
+        verdict.Draws(len(p), 1000, 0),
+    )
     assert not same["passed"]  # no teaching there: the ceiling is not shown to rise
 
 
@@ -241,7 +275,9 @@ def test_the_stratum_null_holds_a_per_stratum_tilt():
     rng = np.random.default_rng(5)
     a, b = sy.beta_for(0.27, 0.874, 32)
     p = sy.rates(rng, 384, a, b)
-    strata = np.select([p <= np.quantile(p, 1 / 3), p <= np.quantile(p, 2 / 3)], ["hard", "middle"], "easy").astype(object)
+    strata = np.select([p <= np.quantile(p, 1 / 3), p <= np.quantile(p, 2 / 3)], ["hard", "middle"], "easy").astype(
+        object
+    )
     w = np.select([strata == "hard", strata == "middle"], [42.4, 7.52], 6.05)
     truth = p * w / (p * w + 1 - p)
     base, rl = sy.counts(rng, p, 256), sy.counts(rng, np.tile(truth, (6, 1)), 32)
@@ -257,4 +293,6 @@ def test_the_stratum_null_holds_a_per_stratum_tilt():
     assert sum(v["n_problems"] for v in got["strata"].values()) == 384
     # one stratum holding every problem is the uniform null itself
     one = verdict.stratum_null(base, 256, rl, 32, 32, null, np.array(["all"] * 384, dtype=object), draws, levels)
-    assert one["diff"] == pytest.approx(uni["vs_null"]["diff"], abs=1e-9) and one["ci"] == pytest.approx(uni["vs_null"]["ci"], abs=1e-9)
+    assert one["diff"] == pytest.approx(uni["vs_null"]["diff"], abs=1e-9) and one["ci"] == pytest.approx(
+        uni["vs_null"]["ci"], abs=1e-9
+    )
