@@ -11,32 +11,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import smollm2_v2_pilot as pilot  # noqa: E402
 
+from method import checkpoint  # noqa: E402
 from orchestration import config  # noqa: E402
 
-LOG = [
-    "step",
-    "reward_mean",
-    "zero_signal_frac",
-    "format_rate",
-    "len_mean",
-    "len_max",
-    "truncated_frac",
-    "entropy_mean",
-    "kl_mean",
-    "logp_gap_mean",
-    "logp_gap_max",
-    "loss",
-    "grad_norm",
-    "grad_norm_clipped",
-    "lr",
-    "sec_sampling",
-    "sec_fwd_bwd",
-    "tokens",
-    "peak_mem_mb",
-    "peak_reserved_mb",
-    "no_signal",
-    "updated",
-]
+LOG = checkpoint.LOG_FIELDS  # the columns the trainer writes
 
 
 @pytest.fixture(scope="module")
