@@ -129,7 +129,12 @@ def report_only(run: Path) -> int:
         doc = compat.upgrade(json.loads(src.read_text()))  # an earlier layout: read into what the printer needs
         text = report.render(doc)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        why = e.strerror if isinstance(e, OSError) else f"malformed (no {e})" if isinstance(e, KeyError) else str(e)
+        if isinstance(e, OSError):
+            why = e.strerror
+        elif isinstance(e, KeyError):
+            why = f"malformed (no {e})"
+        else:
+            why = str(e)
         print(
             f"analyze_b.py: {src}: {why}; analyse the run again, into a new folder if it is committed: "
             f"python analyze_b.py --run {run} --out NEW_FOLDER",

@@ -114,7 +114,12 @@ def checked_config(a) -> tuple[config.Config, list[str]]:
         )
     if a.jobs < 1:
         raise config.ConfigError(f"--jobs {a.jobs}: must be >= 1")
-    gpus = [] if cfg.device == "cpu" else [g.strip() for g in a.gpus.split(",")] if a.gpus else visible_gpus()
+    if cfg.device == "cpu":
+        gpus = []
+    elif a.gpus:
+        gpus = [g.strip() for g in a.gpus.split(",")]
+    else:
+        gpus = visible_gpus()
     gpu_slots = assign_gpus(a.jobs, gpus) if a.executor == "local" else gpus
     return cfg, gpu_slots
 

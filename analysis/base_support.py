@@ -58,7 +58,7 @@ def decide(r: np.ndarray, draws: verdict.Draws, alpha: float, margin: float, lev
     intervals = {"bootstrap": list(stats.percentile_interval(reps, level)), "t": [float(x) for x in t["ci"]]}
     for test in (above, below):
         test["decided_by"] = "t" if test["p_t"] >= test["p_boot"] else "bootstrap"
-    answer = "expanded" if above["p"] < alpha else "kept" if below["p"] < alpha else "not shown"
+    answer = support.support_answer(above, below, alpha)
     deciding = above if answer != "kept" else below
     return {
         "answer": answer,

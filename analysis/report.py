@@ -732,6 +732,13 @@ def render(doc: dict) -> str:
     return "\n".join(L) + "\n"
 
 
+def _calibration_words(cal: dict) -> str:
+    """The headline's calibration clause: nothing where the run had no calibration arms."""
+    if not cal.get("arms"):
+        return ""
+    return "; calibrated" if cal["calibrated"] else "; NOT CALIBRATED in this world"
+
+
 def headline(doc: dict) -> str:
     """A short plain-text summary for the terminal, from verdicts.json's content: the primary label,
     the calibration, and per condition and checkpoint on the primary scoring Delta pass@1 and the label."""
@@ -742,8 +749,7 @@ def headline(doc: dict) -> str:
     lines = [f"PARTIAL: missing {', '.join(doc['missing'])}"] if doc.get("partial") else []
     cal = doc["calibration"]
     lines.append(
-        f"primary ({pr['condition']}, {pr['scoring']}, step {pr['step']}): {pr['label']}"
-        + ("" if not cal.get("arms") else "; calibrated" if cal["calibrated"] else "; NOT CALIBRATED in this world")
+        f"primary ({pr['condition']}, {pr['scoring']}, step {pr['step']}): {pr['label']}" + _calibration_words(cal)
     )
     if pr.get("question"):
         lines.append(f"secondary: the selection-null label {pr['label_selection_null']}")

@@ -26,7 +26,9 @@ def f3(x) -> str:
 
 
 def yn(b) -> str:
-    return "—" if b is None else ("yes" if b else "no")
+    if b is None:
+        return "—"
+    return "yes" if b else "no"
 
 
 def opt(x, fmt: str = "{:.3f}") -> str:
@@ -39,14 +41,19 @@ def rate(r: dict) -> str:
 
 
 def share(x: float) -> str:
-    return "<1%" if 0 < x < 0.005 else ">99%" if 0.995 < x < 1 else f"{x:.0%}"
+    if 0 < x < 0.005:
+        return "<1%"
+    if 0.995 < x < 1:
+        return ">99%"
+    return f"{x:.0%}"
 
 
 def ids(ids: list, most: int = 12) -> str:
     """Problem ids, their shared 'task/split/' prefix left off (arith-2x1/test/7 -> 7)."""
     ids = [str(i) for i in ids]
     cut = os.path.commonprefix(ids).rfind("/") + 1 if len(ids) > 0 and all("/" in i for i in ids) else 0
-    ids = [i[cut:] if cut else i[i.rfind("/") + 1 :] if "/" in i else i for i in ids]
+    # without a shared prefix, each id's part after its last '/' (rfind is -1 without one: the whole id)
+    ids = [i[cut:] if cut else i[i.rfind("/") + 1 :] for i in ids]
     shown = ", ".join(ids[:most])
     return (shown + f", … ({len(ids) - most} more)") if len(ids) > most else (shown or "—")
 

@@ -132,6 +132,16 @@ def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], 
     return c.out
 
 
+def _holds(bn_a: dict, bn_b: dict) -> bool | None:
+    """Whether anchoring keeps the ceiling: False where the unanchored ceiling does not fall; else the
+    anchored ceiling's equivalence, not decided (None) where that was not asked."""
+    if not bn_b["ceiling_falls"]:
+        return False
+    if bn_a["ceiling_equivalent"] is None:
+        return None
+    return bool(bn_a["ceiling_equivalent"])
+
+
 class Controls:
     """What H4-H6 share: the run's evaluations at the last checkpoint, the entries, the bootstrap."""
 
@@ -192,13 +202,7 @@ class Controls:
             "unanchored_p_falls_adj": bn_b["p_falls_adj"],
             "unanchored_ceiling_falls": bn_b["ceiling_falls"],
             # not decided (None) where the unanchored ceiling falls but the anchored one's equivalence was not asked
-            "holds": (
-                False
-                if not bn_b["ceiling_falls"]
-                else None
-                if bn_a["ceiling_equivalent"] is None
-                else bool(bn_a["ceiling_equivalent"])
-            ),
+            "holds": _holds(bn_a, bn_b),
             "contrast": summ["diff_passk"],
             "contrast_ci": summ["ci_passk"],
             "seeds_anchored": sa,

@@ -293,7 +293,12 @@ def lead_crossover(point: np.ndarray, reps: np.ndarray, level: float) -> dict:
     """Where two curves cross, whichever leads. point: (K,) contrast a - b; reps: (B, K). The side
     above at k = 1 is the leader ('a', 'b' or 'tie'); crossover_summary is then asked from its side
     (for 'b' on -(a - b)): the first k at which the leader is no longer above."""
-    lead = "a" if point[0] > 1e-12 else "b" if point[0] < -1e-12 else "tie"
+    if point[0] > 1e-12:
+        lead = "a"
+    elif point[0] < -1e-12:
+        lead = "b"
+    else:
+        lead = "tie"
     sign = -1.0 if lead == "b" else 1.0
     return {"leader_at_k1": lead, **crossover_summary(sign * point, sign * reps, level)}
 

@@ -30,6 +30,18 @@ def _normalized(text: str) -> str:
     return re.sub(r"(?<=[0-9]),(?=[0-9]{3}(?![0-9]))", "", text)
 
 
+def _other_factor(x: int, y: int | None, shared: int) -> int | None:
+    """The factor of the term `x * y` (or `x` alone, y None) beside `shared`: 1 for `shared` alone;
+    None where the term does not hold `shared`."""
+    if y is None:
+        return 1 if x == shared else None
+    if x == shared:
+        return y
+    if y == shared:
+        return x
+    return None
+
+
 def _splits(text: str, a: int, b: int, c: int) -> bool:
     """Is the product a * b computed from partial products of either operand?
     - a sum of at least two products that all share one operand (the operand alone standing for
@@ -46,18 +58,7 @@ def _splits(text: str, a: int, b: int, c: int) -> bool:
             continue  # a sum of plain numbers: the column form below
         for shared, other in ((a, b), (b, a)):
             # the other factor of each term: `shared * part`, `part * shared`, or `shared` alone (part 1)
-            rest = [
-                1
-                if y is None and x == shared
-                else None
-                if y is None
-                else y
-                if x == shared
-                else x
-                if y == shared
-                else None
-                for x, y in terms
-            ]
+            rest = [_other_factor(x, y, shared) for x, y in terms]
             if None not in rest and (sum(rest) == other or all(_PLACE_VALUE.fullmatch(str(r)) for r in rest)):
                 return True
     for m in _GROUPED.finditer(text):

@@ -36,6 +36,16 @@ def upper_bound(x: int, m: int, alpha: float) -> float:
     return 1.0 if x >= m else float(st.beta.ppf(1.0 - alpha, x + 1, m - x))
 
 
+def support_answer(above: dict, below: dict, alpha: float) -> str:
+    """expanded where the one-sided test above has p < alpha, else kept where the one below has,
+    else not shown (below's p is read only where above's did not decide)."""
+    if above["p"] < alpha:
+        return "expanded"
+    if below["p"] < alpha:
+        return "kept"
+    return "not shown"
+
+
 def support_test(
     base_counts,
     pool_counts,
@@ -89,7 +99,7 @@ def support_test(
         verdict.one_sided(reps - bound, r - bound, "below"),
     )
     own = verdict.one_sided(reps - u, r - u, "above")  # the model-free reading: above the base's own bound (w = 1)
-    answer = "expanded" if above["p"] < alpha / 2 else "kept" if below["p"] < alpha / 2 else "not shown"
+    answer = support_answer(above, below, alpha / 2)
     deciding = below if answer == "kept" else above  # its p is the larger of the two parts': that part decided
     t = power.t_result(verdict.variance_components(r), 1 - alpha)
     return {

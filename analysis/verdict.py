@@ -277,7 +277,11 @@ def label_from(e: dict, a1: float, at: float, p: dict | None = None) -> tuple[st
 def base_null_label(e: dict) -> str:
     """The label of the base-null reading (PLAN_CHANGES.md change 29, the seed report's criterion)."""
     s = e["base_null"]["selection"]
-    return "selection (base null)" if s else "undecided (base null)" if s is None else "no selection (base null)"
+    if s:
+        return "selection (base null)"
+    if s is None:
+        return "undecided (base null)"
+    return "no selection (base null)"
 
 
 def registered_label(e: dict, ceiling_null: str) -> str:

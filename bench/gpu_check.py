@@ -665,6 +665,15 @@ def device_speed(ctx: Ctx) -> dict:
 # ============================================================================= running the phases
 
 
+def _status(res: dict) -> str:
+    """A phase's one-word outcome for the summary: skipped, error, ok, or differs (its check failed)."""
+    if "skipped" in res:
+        return "skipped"
+    if "error" in res:
+        return "error"
+    return "ok" if res.get("ok", True) else "differs"
+
+
 class Phases:
     """Runs the phases in order, each writing DIR/NN_<name>.json when it ends (its result, or its
     error on one line and the traceback's tail), none starting once `budget` seconds have passed."""
@@ -696,15 +705,7 @@ class Phases:
                 "phase": name,
                 "file": path.name,
                 "seconds": res.get("seconds"),
-                "status": (
-                    "skipped"
-                    if "skipped" in res
-                    else "error"
-                    if "error" in res
-                    else "ok"
-                    if res.get("ok", True)
-                    else "differs"
-                ),
+                "status": _status(res),
             }
         )
         log(f"phase {name}: {self.done[-1]['status']} ({res.get('seconds', 0)} s) -> {path}")

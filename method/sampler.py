@@ -45,7 +45,9 @@ from orchestration import config
 
 def decode_mode(s: config.SamplingCfg, device: torch.device) -> str:
     """eager or graph: `auto` is graph on CUDA and eager elsewhere."""
-    return ("graph" if device.type == "cuda" else "eager") if s.decode == "auto" else s.decode
+    if s.decode != "auto":
+        return s.decode
+    return "graph" if device.type == "cuda" else "eager"
 
 
 def sample(

@@ -86,6 +86,11 @@ def static_kv_class():
     return StaticKV
 
 
+def _tempered(x: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Logits divided by the temperature; at temperature 1 the logits themselves, with no division."""
+    return x if temperature == 1.0 else x / temperature
+
+
 def fused_draw(
     logits: torch.Tensor,
     temperature: float,
@@ -147,9 +152,7 @@ def fused_draw(
             continue
         if temperature > 0:
             q = torch.empty_like(x).exponential_(1, generator=gen)  # (b, chunk) this chunk's draws
-            tempered = (
-                filtered[:, c : c + chunk] if filtered is not None else (x if temperature == 1.0 else x / temperature)
-            )
+            tempered = filtered[:, c : c + chunk] if filtered is not None else _tempered(x, temperature)
             score = tempered - q.log()
         else:
             score = x

@@ -150,13 +150,12 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
         out = Path(a.out) if a.out else study.eval_dir(run, a.eval_set) / study.adapter_eval_name(a.adapter)
     if a.cmd == "tokens":
         out = Path(a.out) if a.out else run / study.adapter_tokens_name(a.adapter)
-    writes = (
-        [Path(a.out) if a.out else study.train_dir(run, a.condition, seed)]
-        if a.cmd == "train"
-        else None
-        if out is None
-        else [out]
-    )
+    if a.cmd == "train":
+        writes = [Path(a.out) if a.out else study.train_dir(run, a.condition, seed)]
+    elif out is None:
+        writes = None
+    else:
+        writes = [out]
     foreign.check_command(
         Plan(cfg, run, a.config, a.set), a.cmd, writes
     )  # what it reads and writes: before anything is written

@@ -111,7 +111,12 @@ def check_command(plan: Plan, stage: str, writes: list[Path] | None = None) -> N
     if writes is None:
         found += foreign_outputs(plan, [stage])
     for w in writes or []:
-        m = (w / "done.json" if (w / "done.json").exists() else w / "last" / "state.json") if stage == "train" else w
+        if stage != "train":
+            m = w
+        elif (w / "done.json").exists():
+            m = w / "done.json"
+        else:
+            m = w / "last" / "state.json"
         if m.exists() and not provenance.json_problem(m) and (keys := plan.other_settings(stage, m)):
             found.append((stage, m, keys[0]))
     line = refusal_line(plan, found)

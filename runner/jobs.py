@@ -52,7 +52,9 @@ def run_grpo(argv: list[str]) -> int:
     try:
         runpy.run_path(str(ROOT / "grpo.py"), run_name="__main__")
     except SystemExit as e:
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if isinstance(e.code, int):
+            return e.code
+        return 0 if e.code is None else 1
     finally:
         sys.argv = saved
     return 0
@@ -324,7 +326,12 @@ def fmt_minutes(est: tuple, cost=None) -> str:
     """An estimate_seconds figure as text: the measured part, and what is not measured yet (with the
     cost model's range, labelled an estimate, where there is one)."""
     sec, unknown, bound = (tuple(est) + (None,))[:3]
-    text = f"~{sec / 3600:.1f} h" if sec >= 2 * 3600 else f"~{sec / 60:.0f} min" if sec >= 60 else f"~{sec:.0f} s"
+    if sec >= 2 * 3600:
+        text = f"~{sec / 3600:.1f} h"
+    elif sec >= 60:
+        text = f"~{sec / 60:.0f} min"
+    else:
+        text = f"~{sec:.0f} s"
     if not unknown:
         return text
     kinds = " and ".join(unknown)

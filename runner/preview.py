@@ -13,6 +13,24 @@ from runner import foreign
 from runner.jobs import estimate_seconds, fmt_minutes
 from runner.stages import JOB_STAGES, Plan, kept_weights_note
 
+# a stage's state from its outputs' states: the first of these found in them, in this order
+_OUTPUT_STATES = (
+    ("foreign", "made under other settings (would refuse; --force)"),
+    ("damaged", "damaged (would be redone)"),
+    ("weightless", "without its weights (would be remade)"),
+    ("stale", "out of date (made from other inputs)"),
+)
+
+
+def _outputs_state(states: list[str]) -> str:
+    """A stage's state in words: done where every output is (or it has none), else its worst output's state."""
+    if all(x == "done" for x in states):
+        return "done"
+    for state, words in _OUTPUT_STATES:
+        if state in states:
+            return words
+    return "to do"
+
 
 def dry_run(plan: Plan, todo: list[str], n: int) -> None:
     print(f"run folder: {plan.run}")
@@ -43,24 +61,15 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
             if s == "eval" and (under := evals_under_way(plan)):
                 state += f"; under way, resumed by the next run: {', '.join(under)}"
         elif s == "analyze":
-            state = (
-                "done" if plan.analyze_done() else ("out of date" if (plan.run / "verdicts.json").exists() else "to do")
-            )
+            if plan.analyze_done():
+                state = "done"
+            elif (plan.run / "verdicts.json").exists():
+                state = "out of date"
+            else:
+                state = "to do"
         else:
             states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
-            state = (
-                "done"
-                if all(x == "done" for x in states)
-                else "made under other settings (would refuse; --force)"
-                if "foreign" in states
-                else "damaged (would be redone)"
-                if "damaged" in states
-                else "without its weights (would be remade)"
-                if "weightless" in states
-                else "out of date (made from other inputs)"
-                if "stale" in states
-                else "to do"
-            )
+            state = _outputs_state(states)
             if states == ["weightless"]:
                 state = kept_weights_note(plan, s, 1) or state
             if "foreign" in states:

@@ -155,13 +155,14 @@ class Session:
         stage = under_way(self.stages, self.todo, self.current)
         for types, code, status, words in ENDINGS:
             if isinstance(e, types):
-                why = {"interrupted": "Ctrl-C or a signal"}.get(status) or (
-                    _os_words(e, run)
-                    if isinstance(e, OSError)
-                    else f"{type(e).__name__}: {e}"
-                    if types == (Exception,)
-                    else str(e)
-                )
+                if status == "interrupted":
+                    why = "Ctrl-C or a signal"
+                elif isinstance(e, OSError):
+                    why = _os_words(e, run)
+                elif types == (Exception,):
+                    why = f"{type(e).__name__}: {e}"
+                else:
+                    why = str(e)
                 _mark(run, cfg, self.stages, self.jobs, self.todo, stage, status, why)
                 if types == (Exception,):  # a bug: its traceback is for a report
                     traceback.print_exc()

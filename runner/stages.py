@@ -548,13 +548,12 @@ def remake_note(plan: Plan, path: Path | None) -> str:
 def check_stage(plan: Plan, stage: str, force: bool, aside: Aside) -> None:
     """Before a stage runs: refuse outputs made under other settings (unless force); move aside
     outputs made from other inputs, and (train, eval) folders and files the design no longer has."""
-    needed = (
-        plan.weights_needed()
-        if stage == "train"
-        else {plan.run / "base_model"}
-        if stage == "base" and plan.base_needed()
-        else set()
-    )
+    if stage == "train":
+        needed = plan.weights_needed()
+    elif stage == "base" and plan.base_needed():
+        needed = {plan.run / "base_model"}
+    else:
+        needed = set()
     for path, marker, want in plan.outputs(stage):
         st = plan.state(stage, marker, want)
         if st == "damaged" or (st == "weightless" and path in needed):

@@ -93,6 +93,15 @@ def entry(out, cond, step, scoring="loose"):
     return e
 
 
+def _cell(c: str, s: int, i: int, blank) -> int | str | float:
+    """Column c (the i-th) of step s's row: the step itself; blank on odd steps for a column in blank."""
+    if c == "step":
+        return s
+    if c in blank and s % 2:
+        return ""
+    return round(0.1 * s + i, 3)
+
+
 def write_train_log(path: Path, steps=6, cols=None, blank=()):
     cols = cols or [
         "step",
@@ -115,12 +124,7 @@ def write_train_log(path: Path, steps=6, cols=None, blank=()):
         w = csv.writer(f)
         w.writerow(cols)
         for s in range(1, steps + 1):
-            w.writerow(
-                [
-                    s if c == "step" else "" if c in blank and s % 2 else round(0.1 * s + i, 3)
-                    for i, c in enumerate(cols)
-                ]
-            )
+            w.writerow([_cell(c, s, i, blank) for i, c in enumerate(cols)])
 
 
 def edit_json(path: Path, fn):
