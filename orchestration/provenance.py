@@ -326,6 +326,38 @@ def code_revision() -> str:
         return "unknown"
 
 
+def machine(cpuinfo: str = "/proc/cpuinfo") -> dict:
+    """The machine an output was made on: the CPU's model name, the cores this process may use, the CPU
+    features that set the speed of matrix products here (AVX2, AVX-512, native bf16), and the GPU when one
+    is visible. A run made in parts on different machines records each part's in its files."""
+    name, flags = platform.processor() or platform.machine(), []
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    name = value.strip()
+                elif key.strip() == "flags":
+                    flags = value.split()
+                    break
+    except OSError:
+        pass
+    gpu = None
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return {
+        "cpu": name,
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpu_features": [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags],
+        "gpu": gpu,
+    }
+
+
 def versions() -> dict:
     import numpy
     import torch
@@ -547,7 +579,7 @@ def _short(value) -> str:
 def record(cfg: config.Config, stage: str, extra=None, device: str | None = None) -> dict:
     """What an output records about how it was made (its "provenance" field): the stage, its hash, the
     config and its hash, the inputs, PLAN.md's and PLAN_CHANGES.md's sha256, the code revision, package
-    versions, device, time."""
+    versions, the machine, device, time."""
     return {
         "stage": stage,
         "stage_hash": stage_hash(cfg, stage, extra),
@@ -557,6 +589,7 @@ def record(cfg: config.Config, stage: str, extra=None, device: str | None = None
         **plan_hashes(),
         "revision": code_revision(),
         "versions": versions(),
+        "machine": machine(),
         "device": device,
         "time": now(),
     }

@@ -21,6 +21,7 @@ MANIFEST_HEADER = (
     "changes_sha256",
     "revision",
     "versions",
+    "machine",
 )  # what made the files
 
 
@@ -28,7 +29,7 @@ def write_manifest(run: Path, cfg: config.Config, stages: dict, jobs: dict) -> N
     """RUN/manifest.json: this pipeline run's config, the sha256 of PLAN.md and PLAN_CHANGES.md, the code revision and the
     versions, with every stage's and job's state. The record of what made the files already there is
     never rewritten: when the manifest on disk was written under another header (another config
-    record, revision, PLAN.md or versions: a stage run into an existing run by later code), that
+    record, revision, PLAN.md, versions or machine: a stage run into an existing run by later code), that
     header is appended to `earlier`, with the stages and jobs that were done under it."""
     here = {
         "config": config.to_dict(cfg),
@@ -36,10 +37,13 @@ def write_manifest(run: Path, cfg: config.Config, stages: dict, jobs: dict) -> N
         **provenance.plan_hashes(),
         "revision": provenance.code_revision(),
         "versions": provenance.versions(),
+        "machine": provenance.machine(),
     }
     old = provenance.read_json(run / "manifest.json") or {}
     earlier = list(old.get("earlier", []))
-    if "config" in old and any(old.get(k) != here[k] for k in MANIFEST_HEADER):
+    # a manifest from before the machine was recorded is read as made here: unknown is not another machine
+    header = [k for k in MANIFEST_HEADER if k != "machine" or "machine" in old]
+    if "config" in old and any(old.get(k) != here[k] for k in header):
         earlier.append(
             {
                 **{k: old[k] for k in MANIFEST_HEADER if k in old},

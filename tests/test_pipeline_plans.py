@@ -475,6 +475,45 @@ def test_a_later_run_appends_its_header_and_keeps(tmp_path, monkeypatch):
     assert changes and man["changes_sha256"] == e["changes_sha256"] == changes
 
 
+def test_a_part_on_another_machine_is_kept_in_earlier_and_an_unknown_one_is_not(tmp_path, monkeypatch):
+    """A run made in parts (PLAN_CHANGES.md change 62) records each part's machine: a part on another CPU
+    appends the header the files were made under, with its machine; a manifest written before machines
+    were recorded is not read as another machine."""
+    from orchestration import config, provenance
+    from runner import manifest
+
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = config.load(str(SMOKE))
+    epyc = {"cpu": "AMD EPYC", "cores": 2, "cpu_features": ["avx2"], "gpu": None}
+    xeon = {"cpu": "Intel Xeon", "cores": 2, "cpu_features": ["avx2", "amx_bf16"], "gpu": None}
+    monkeypatch.setattr(provenance, "machine", lambda: epyc)
+    manifest.write_manifest(run, cfg, {"base": {"status": "done"}}, {})
+    monkeypatch.setattr(provenance, "machine", lambda: xeon)
+    manifest.write_manifest(run, cfg, {"base": {"status": "done"}}, {})
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["machine"] == xeon and [e["machine"] for e in man["earlier"]] == [epyc]
+    assert man["earlier"][0]["stages_done"] == ["base"]
+
+    old = {k: v for k, v in man.items() if k not in ("machine", "earlier")}
+    (run / "manifest.json").write_text(json.dumps(old))
+    manifest.write_manifest(run, cfg, {"base": {"status": "done"}}, {})
+    assert "earlier" not in json.loads((run / "manifest.json").read_text())
+
+
+def test_the_machine_record_reads_the_cpu_and_its_matmul_features(tmp_path):
+    from orchestration import provenance
+
+    info = tmp_path / "cpuinfo"
+    info.write_text(
+        "processor\t: 0\nmodel name\t: Some CPU 9000\nflags\t\t: fpu sse2 avx2 avx512f amx_bf16 avx512_bf16\n"
+    )
+    m = provenance.machine(str(info))
+    assert m["cpu"] == "Some CPU 9000" and m["cpu_features"] == ["avx2", "avx512f", "avx512_bf16", "amx_bf16"]
+    assert m["cores"] >= 1 and m["gpu"] is None
+    assert provenance.machine(str(tmp_path / "absent"))["cpu_features"] == []
+
+
 def test_the_remake_command_is_one_pipeline_command_the_cli_reads_back(tmp_path):
     """cli.pipeline_command is the one builder of `python pipeline.py ...` in every message (Plan.command,
     --print-jobs, grpo.py's refusals, analyze_b's hint): its words, quoted, are pipeline.py's own flags

@@ -1,0 +1,44 @@
+"""bench/study_part.py: what a part of a study runs (from --print-jobs) and how it stops at its deadline."""
+
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import study_part  # noqa: E402
+
+
+def test_a_seed_is_its_training_run_with_its_adapters_evaluations_and_the_base_evaluations_resume(tmp_path):
+    """configs/smollm2_v2.yaml on an empty folder: step 1, 16 seeds each trained then evaluated on both
+    sets (in that order), and the base's three evaluations (test, pool-train, matched) as resumable."""
+    first, seeds, resumable = study_part.left("configs/smollm2_v2.yaml", str(tmp_path / "run"))
+    assert [c.split("--stage ")[1] for c in first] == ["base", "probe", "select"]
+    assert [name for name, _ in seeds] == [f"many_s{s}" for s in range(200, 216)]
+    name, commands = seeds[3]
+    assert name == "many_s203" and len(commands) == 3
+    assert commands[0].startswith("python grpo.py train") and commands[0].endswith("--condition many --seed 203")
+    assert all("--adapter " + str(tmp_path / "run/train_many_s203/step_030") in c for c in commands[1:])
+    assert "--eval-set matched" in commands[2] and "--eval-set" not in commands[1]
+    assert [n for n, _ in resumable] == ["eval_base", "eval_base_pool-train", "eval_base_matched"]
+    assert not any("--adapter" in c for _, c in resumable)
+
+
+def test_a_resumable_job_gets_sigint_at_the_deadline_and_the_part_log_says_so(tmp_path):
+    """A job that would run 60 s, with the deadline 1 s away, is stopped by SIGINT (exit 130, as a
+    resumable evaluation exits) and counts as ended well; a failing job marks the part failed; the log
+    names both."""
+    part = study_part.Part(tmp_path / "run", deadline=time.time() + 1, seed_s=3600)
+    sleeper = (
+        f"{sys.executable} -c 'import time\ntry:\n time.sleep(60)\nexcept KeyboardInterrupt:\n raise SystemExit(130)'"
+    )
+    t0 = time.time()
+    assert part.job(sleeper, "eval_base", resumable=True) and not part.failed
+    assert time.time() - t0 < 30
+    assert not part.job(f"{sys.executable} -c 'raise SystemExit(3)'", "many_s200_0", resumable=False)
+    assert part.failed
+    log = (tmp_path / "run/parts/part_1.log").read_text()
+    assert "end eval_base rc=130" in log and "stopped at the deadline" in log and "end many_s200_0 rc=3" in log
+    assert (tmp_path / "run/parts/part_1/eval_base.out").exists()
+    assert study_part.Part(tmp_path / "run", time.time(), 1).log_file.name == "part_2.log"
