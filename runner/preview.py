@@ -112,7 +112,11 @@ def print_jobs(plan: Plan, todo: list[str]) -> None:
     """What is left, as shell commands, grouped by what they wait for."""
     for line in foreign.notes(plan, todo):
         print(f"# {line}")
-    singles = [s for s in todo if s in ("base", "probe", "select", "lr-sweep") and not plan.done(s)]
+    singles = [
+        s
+        for s in todo
+        if s in ("base", "probe", "select", "lr-sweep") and (not plan.done(s) or (s == "base" and plan.base_remade()))
+    ]
     if singles:
         print("# 1. one after another (each waits for the one before):")
         for s in singles:

@@ -158,6 +158,12 @@ class Plan:
             self.jobs([s for s in JOB_STAGES if s in registered_stages(self.cfg)])
         )
 
+    def base_remade(self) -> bool:
+        """Is the base here without its weights (a committed run, a fresh clone) while a stage still to do
+        loads it? Then the next run of the base stage builds it again."""
+        weightless = [self.state("base", m, h) for _, m, h in self.outputs("base")] == ["weightless"]
+        return weightless and self.base_needed()
+
     def outputs(self, stage: str, hashes: bool = True) -> list[tuple[Path, Path, str | None]]:
         """(output to move aside, the file recording its provenance, the hash it should record; None
         without `hashes`: then nothing but the config is read)."""

@@ -338,6 +338,8 @@ def test_a_run_committed_without_its_base_weights_moves_nothing(small_cfg, small
     assert "base_model/model.safetensors: missing" in r.stderr and "--stage base" in r.stderr
     d = pipeline("--config", str(small_cfg), "--out", str(run), "--dry-run", timeout=120)
     assert "  base      done; its weights are not committed" in d.stdout and "  train     done" in d.stdout, d.stdout
+    j = pipeline("--config", str(small_cfg), "--out", str(run), "--print-jobs", timeout=120).stdout
+    assert "--stage base" not in j and "grpo.py" not in j, j  # nothing left reads the base: it is not rebuilt
     r = pipeline(
         "--config", str(small_cfg), "--out", str(run), "--quiet", timeout=600
     )  # everything done: nothing reads the base
@@ -355,6 +357,10 @@ def test_a_run_committed_without_its_base_weights_moves_nothing(small_cfg, small
     assert snapshot(run) == before  # nothing moved aside, not even the manifest rewritten
     d = pipeline("--config", str(small_cfg), "--out", str(run), "--dry-run", timeout=120)
     assert "  base      without its weights (would be remade)" in d.stdout and "  train     done" in d.stdout, d.stdout
+    j = pipeline("--config", str(small_cfg), "--out", str(run), "--print-jobs", timeout=120).stdout
+    first = j.splitlines()[:2]  # the base stage first, which rebuilds it: a part in a fresh clone begins there
+    assert first[0].startswith("# 1. one after another") and first[1].startswith("python pipeline.py"), j
+    assert first[1].endswith(f"--run {run} --stage base"), j
     r = pipeline(
         "--config", str(small_cfg), "--out", str(run), "--quiet", timeout=600
     )  # the whole study: the base stage rebuilds it
