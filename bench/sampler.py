@@ -6,10 +6,12 @@ decoded token, with the profiler (sampler.count_host_reads).
     python bench/sampler.py [--model results/tiny/base_model] [--prompts 16 --group 8 --max-new 96 --repeats 5]
     python bench/sampler.py --adapter results/tiny_seeds/train_many_s0/step_100 --model results/tiny_seeds/base_model
 
-With --adapter the model carries that LoRA (as it does when training samples its rollouts), and
-two more samplers join the rotation: ours with the LoRA folded into the weights
-(lora.fold_for_sampling) and the plain per-token sampler this one replaced (kept in
-tests/test_sampler.py, whose tests show both give the same tokens).
+"keyed" is ours with one seed per sample (the keyed inverse-CDF draw, one uniform per sample and token:
+evaluations under eval.draw: sample) in place of one generator for the batch (the exponential race
+that training's rollouts use). With --adapter the model carries that LoRA (as it does when training
+samples its rollouts), and three more samplers join the rotation: ours with the LoRA folded into the
+weights (lora.fold_for_sampling), unkeyed and keyed, and the plain per-token sampler this one replaced
+(kept in tests/test_sampler.py, whose tests show both give the same tokens).
 """
 
 import argparse
@@ -50,6 +52,7 @@ def parse_args():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--adapter", default=None, help="a PEFT-format adapter folder to sample with (LoRA on)")
+    p.add_argument("--prompt-style", default="bare", help="bare | instruct (a chat model's template, as configs set)")
     return p.parse_args()
 
 
@@ -119,7 +122,7 @@ def main():
         apply_lora(model, acfg["r"], acfg["lora_alpha"], acfg["target_modules"], 0)
         load_adapter(model, a.adapter)
     _, test = countdown.make_splits(a.task, 0, a.prompts, 0)
-    prompts = render_prompts(tok, test, "bare")
+    prompts = render_prompts(tok, test, a.prompt_style)
     stops, pad = stop_ids(model, tok), pad_id(tok)
     ids, mask = sampler.left_pad(prompts, pad)
     greedy_agreement(model, prompts, ids, mask, stops, pad, a.max_new)
@@ -147,9 +150,11 @@ def main():
         f"({reads / steps:.2f} per token), generate {g_reads} over {g_steps} ({g_reads / g_steps:.2f} per token)"
     )
 
-    def run_ours(r, fold=False):
+    def run_ours(r, fold=False, keyed=False):
+        n = len(prompts) * a.group
+        seed = [r * n + i for i in range(n)] if keyed else r  # keyed: one stream of uniforms per sample
         with lora_folded(model) if fold else nullcontext(), Timer() as t:
-            out = sampler.sample(model, prompts, a.group, s, r, stops, pad)
+            out = sampler.sample(model, prompts, a.group, s, seed, stops, pad)
         return sum(len(x) for x in out.tokens) / t.seconds
 
     def run_plain(r):
@@ -164,15 +169,21 @@ def main():
         return int((g != pad).sum()) / t.seconds  # generate pads after EOS; the model never emits the pad id here
 
     forward_share(model, lambda: sampler.sample(model, prompts, a.group, s, 0, stops, pad))
-    runners = {"ours": run_ours, "generate": run_generate}
+    runners = {"ours": run_ours, "keyed": lambda r: run_ours(r, keyed=True), "generate": run_generate}
     if a.adapter:
-        runners.update({"folded": lambda r: run_ours(r, fold=True), "plain": run_plain})
+        runners.update(
+            {
+                "folded": lambda r: run_ours(r, fold=True),
+                "folded keyed": lambda r: run_ours(r, fold=True, keyed=True),
+                "plain": run_plain,
+            }
+        )
     med = alternating_rates(runners, a.repeats)
     print(
         f"median tokens/s over {a.repeats} alternating runs, batch {a.prompts} x {a.group}, T {a.temperature}, "
         f"{a.threads} thread(s){', LoRA ' + a.adapter if a.adapter else ''}: "
         + ", ".join(f"{name} {v:.0f}" for name, v in med.items())
-        + f"; ours / generate {med['ours'] / med['generate']:.2f}x"
+        + f"; ours / generate {med['ours'] / med['generate']:.2f}x, keyed / ours {med['keyed'] / med['ours']:.2f}x"
         + (
             f", folded / generate {med['folded'] / med['generate']:.2f}x, ours / plain {med['ours'] / med['plain']:.2f}x"
             if a.adapter
