@@ -4,6 +4,7 @@ folder made for another evaluation is never read; the pipeline keeps a matching 
 the rest."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -221,8 +222,11 @@ def test_force_moves_an_evaluations_resume_folder_aside_with_it(smoke_cfg, tmp_p
 def test_a_study_cut_during_an_evaluation_and_continued_in_a_copy_equals_the_uncut_one(
     small_cfg, small_jobs2, tmp_path, monkeypatch
 ):
-    """The pipeline interrupted (Ctrl-C, exit 130) inside an evaluation, its folder copied, and the same command
-    run again on the copy in a fresh process: bench/same_run.py finds the files of the same command run uncut."""
+    """The pipeline interrupted (Ctrl-C, exit 130) inside an evaluation, its folder copied as a fresh clone of
+    a commit holds it (no adapter weights, no resume points: .gitignore keeps them out of git), and the same
+    command run again on the copy in a fresh process: bench/same_run.py finds the files of the same command
+    run uncut (a study made in parts, PLAN_CHANGES.md change 62). The training run whose evaluation is left
+    is trained again, to the same bytes; the others read done without their weights."""
     import pipeline as pl
 
     sets = ["--set", "eval.problems_per_batch=4"]  # 4 calls per evaluation (the hashes leave it out: draw sample)
@@ -238,8 +242,24 @@ def test_a_study_cut_during_an_evaluation_and_continued_in_a_copy_equals_the_unc
     assert pl.main(["--config", str(small_cfg), "--out", str(run), "--quiet", *sets]) == 130
     assert eval_resume.progress(run / "eval_base.json") == (2, 4)
     clone = copy_run(run, tmp_path / "part2")
+    uncommitted = {  # every adapter's weights and every resume point (last/)
+        p.relative_to(clone)
+        for p in clone.rglob("*")
+        if p.is_file() and (p.name == "adapter_model.safetensors" or "last" in p.relative_to(clone).parts)
+    }
+    assert any(p.name == "adapter_model.safetensors" and "last" not in p.parts for p in uncommitted)
+    for p in uncommitted:
+        (clone / p).unlink()
     r = pipeline("--config", str(small_cfg), "--out", str(clone), "--quiet", *sets, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
+    retrained = {p.relative_to(clone) for p in clone.glob("train_*/step_*/adapter_model.safetensors")}
+    assert retrained == {p.relative_to(uncut) for p in uncut.glob("train_many_s0/step_*/adapter_model.safetensors")}
+    for p in uncommitted:  # what the clone never had and did not make again
+        if not (clone / p).exists():
+            (uncut / p).unlink()
+    for p in uncut.glob("train_many_s0/*/adapter_config.json"):  # copied, they name the fixture's folder; the
+        p.write_text(p.read_text().replace(str(small_jobs2), str(uncut)))  # clone's, made again, name the clone
+    shutil.rmtree(clone / "superseded", ignore_errors=True)  # the weightless run moved aside before retraining
     assert json.loads((clone / "eval_base.json").read_text())["resumed_from_calls"] == 2
     assert not list(clone.rglob("*.partial"))  # removed once written; none moved aside (superseded/ included)
     same = subprocess.run(
