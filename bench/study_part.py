@@ -5,8 +5,8 @@ fresh clone, continues from what was committed.
     python bench/study_part.py --config configs/smollm2_v2.yaml --run results/smollm2_v2 --until 03:48
 
 The units: the stages of step 1 first (each skips what is done); then a *seed*, a training run and the
-evaluations of its adapter, one after another, started only where its measured length (the last seed's
-in this part, else --seed-hours) ends before the deadline: training and the adapter's weights are not
+evaluations of its adapter, one after another, started only where its length (the longest seed this run's
+parts have measured, this one's included; else --seed-hours) ends before the deadline: training and the adapter's weights are not
 committed, so a seed cut in the middle is lost; and the evaluations with no adapter (the base's), which
 resume call by call across parts (orchestration/eval_resume.py) and are stopped with SIGINT at the
 deadline. Worker 0 takes those first, the others seeds; a worker with no seed that fits takes what
@@ -68,6 +68,17 @@ def left(config: str, run: str) -> tuple[list[str], list[tuple[str, list[str]]],
     return first, list(seeds.items()), resumable
 
 
+SEED_LENGTH = re.compile(
+    r"seed \S+ (?:done )?in (\d+) s"
+)  # "seed many_s200 done in 4012 s" (part 1: "end seed 200 in 4012 s")
+
+
+def measured_seed_s(run: Path) -> float | None:
+    """The longest seed any earlier part of this run measured, in seconds (None before the first)."""
+    lengths = [float(m) for log in run.glob("parts/part_*.log") for m in SEED_LENGTH.findall(log.read_text())]
+    return max(lengths) if lengths else None
+
+
 class Part:
     def __init__(self, run: Path, deadline: float, seed_s: float):
         self.deadline, self.seed_s, self.lock, self.failed = deadline, seed_s, threading.Lock(), False
@@ -111,7 +122,9 @@ def main() -> None:
     ap.add_argument("--run", required=True)
     ap.add_argument("--until", required=True, help="the deadline, HH:MM in UTC (today, or tomorrow if past)")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--seed-hours", type=float, default=1.0, help="a seed's length until one is measured")
+    ap.add_argument(
+        "--seed-hours", type=float, default=1.25, help="a seed's length until a part of this run has measured one"
+    )
     args = ap.parse_args()
     now = dt.datetime.now(dt.timezone.utc)
     try:
@@ -123,10 +136,11 @@ def main() -> None:
         deadline += dt.timedelta(days=1)
 
     first, units, resumable = left(args.config, args.run)
-    part = Part(ROOT / args.run, deadline.timestamp(), args.seed_hours * 3600)
+    seed_s = measured_seed_s(ROOT / args.run) or args.seed_hours * 3600
+    part = Part(ROOT / args.run, deadline.timestamp(), seed_s)
     part.note(f"part of {args.run} until {deadline:%Y-%m-%d %H:%M} UTC, {args.jobs} jobs")
     part.note(f"revision {provenance.code_revision()}; machine {json.dumps(provenance.machine())}")
-    part.note(f"left: {len(units)} seeds, {len(resumable)} evaluations that resume")
+    part.note(f"left: {len(units)} seeds, {len(resumable)} evaluations that resume; a seed is taken as {seed_s:.0f} s")
     for i, command in enumerate(first):
         if not part.job(command, f"step1_{i}", resumable=False):
             sys.exit(1)
@@ -153,9 +167,10 @@ def main() -> None:
             name, commands = unit
             if not all(part.job(c, f"{name}_{i}", resumable=False) for i, c in enumerate(commands)):
                 return
+            took = time.time() - t0
             with part.lock:
-                part.seed_s = time.time() - t0
-            part.note(f"seed {name} done in {part.seed_s:.0f} s")
+                part.seed_s = max(took, measured_seed_s(part.log_file.parents[1]) or 0)
+            part.note(f"seed {name} done in {took:.0f} s")
 
     threads = [threading.Thread(target=worker, args=(w,)) for w in range(args.jobs)]
     for t in threads:

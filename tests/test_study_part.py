@@ -42,3 +42,16 @@ def test_a_resumable_job_gets_sigint_at_the_deadline_and_the_part_log_says_so(tm
     assert "end eval_base rc=130" in log and "stopped at the deadline" in log and "end many_s200_0 rc=3" in log
     assert (tmp_path / "run/parts/part_1/eval_base.out").exists()
     assert study_part.Part(tmp_path / "run", time.time(), 1).log_file.name == "part_2.log"
+
+
+def test_a_seed_is_taken_as_long_as_the_longest_an_earlier_part_measured(tmp_path):
+    """The first part's shell log ("end seed 200 in N s") and this tool's ("seed many_s201 done in N s")
+    both count; the longest is the estimate; none before the first seed."""
+    parts = tmp_path / "run" / "parts"
+    parts.mkdir(parents=True)
+    assert study_part.measured_seed_s(tmp_path / "run") is None
+    (parts / "part_1.log").write_text("01:24:04 start seed 200\n02:31:00 end seed 200 in 4016 s\n")
+    (parts / "part_2.log").write_text(
+        "2026-12-07 10:00:00 seed many_s201 done in 4410 s\nseed many_s202 done in 3900 s\n"
+    )
+    assert study_part.measured_seed_s(tmp_path / "run") == 4410
