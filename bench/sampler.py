@@ -52,7 +52,12 @@ def parse_args():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--adapter", default=None, help="a PEFT-format adapter folder to sample with (LoRA on)")
-    p.add_argument("--prompt-style", default="bare", help="bare | instruct (a chat model's template, as configs set)")
+    p.add_argument(
+        "--prompt-style",
+        default="bare",
+        choices=["bare", "instruct"],
+        help="bare | instruct (a chat model's template, as configs set)",
+    )
     return p.parse_args()
 
 

@@ -1,16 +1,19 @@
-"""One part of a study that does not fit one sitting (PLAN_CHANGES.md change 62): what `pipeline.py
---print-jobs` says is left, run on --jobs workers until a deadline, in units that a later part, in a
-fresh clone, continues from what was committed.
+"""One part of a study that does not fit one sitting (PLAN_CHANGES.md changes 62 and 63): what
+`pipeline.py --print-jobs` says is left, run on --jobs workers until a deadline, in units that a later
+part, in a fresh clone, continues from what was committed.
 
     python bench/study_part.py --config configs/smollm2_v2.yaml --run results/smollm2_v2 --until 03:48
 
-The units: the stages of step 1 first (each skips what is done); then a *seed*, a training run and the
-evaluations of its adapter, one after another, started only where its length (the longest seed this run's
-parts have measured, this one's included; else --seed-hours) ends before the deadline: training and the adapter's weights are not
-committed, so a seed cut in the middle is lost; and the evaluations with no adapter (the base's), which
-resume call by call across parts (orchestration/eval_resume.py) and are stopped with SIGINT at the
-deadline. Worker 0 takes those first, the others seeds; a worker with no seed that fits takes what
-resumes. A part never runs the analysis: the pipeline does, in the last part, once nothing is left.
+The units: the stages of step 1 first (each skips what is done; in a fresh clone the base is built
+again); then a *seed*, a training run and its adapter's evaluations, one after another, started only
+where its length (the longest seed this run's parts have measured, this one's included; else
+--seed-hours) ends before the deadline: training's resume point and the adapter's weights are not
+committed, so a seed cut in the middle is lost; and the evaluations with no adapter (the base's),
+which resume call by call across parts (orchestration/eval_resume.py) and are stopped with SIGINT at
+the deadline. Worker 0 takes those first, the others seeds (with --jobs 1, seeds wait for the base's
+evaluations); a worker with no seed that fits takes what resumes. A part never runs the analysis: the
+pipeline does, in the last part, once nothing else is left. Ctrl-C starts no new job and stops a
+resumable one as the deadline does.
 
 RUN/parts/part_<N>.log records the part: the code revision, the machine (orchestration/provenance.py's
 record) and each job's start, end and exit status, a line each as it happens. Each job's own output
@@ -35,14 +38,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestration import provenance  # noqa: E402
+from orchestration import provenance, study  # noqa: E402
 
-ADAPTER = re.compile(r"--adapter (\S+)/step_\d+")
+
+def option(argv: list[str], name: str) -> str | None:
+    """The value of `name` in an argv list (--print-jobs quotes paths for the shell: read after shlex.split)."""
+    return argv[argv.index(name) + 1] if name in argv else None
 
 
 def left(config: str, run: str) -> tuple[list[str], list[tuple[str, list[str]]], list[tuple[str, str]]]:
     """(step 1's commands, the seeds as (name, [its training command if not trained, its adapter's
-    evaluations]), the evaluations with no adapter as (name, command)) from `pipeline.py --print-jobs`."""
+    evaluations and token comparisons]), the evaluations with no adapter as (name, command)) from
+    `pipeline.py --print-jobs`; a line it does not know stops the tool, so nothing listed is left out."""
     out = subprocess.run(
         [sys.executable, "pipeline.py", "--config", config, "--run", run, "--print-jobs"],
         cwd=ROOT,
@@ -52,19 +59,24 @@ def left(config: str, run: str) -> tuple[list[str], list[tuple[str, list[str]]],
     if out.returncode != 0:
         sys.exit(f"study_part: pipeline.py --print-jobs failed: {(out.stderr.strip().splitlines() or ['?'])[-1]}")
     first, seeds, resumable = [], {}, []
-    for line in out.stdout.splitlines():
-        if line.startswith("python pipeline.py") and "--stage" in line:
+    lines = [x for x in out.stdout.splitlines() if x.strip() and not x.startswith("#")]
+    for line in lines:
+        argv = shlex.split(line)
+        script, command = argv[1], (argv[2] if len(argv) > 2 else None)
+        if script == "pipeline.py" and "--stage" in argv:
             first.append(line)
-        elif line.startswith("python grpo.py train"):
-            cond, seed = re.search(r"--condition (\S+) --seed (\d+)", line).groups()
-            seeds.setdefault(f"{cond}_s{seed}", []).append(line)
-        elif line.startswith("python grpo.py eval"):
-            m = ADAPTER.search(line)
-            if m is None:
-                eval_set = re.search(r"--eval-set (\S+)", line)
-                resumable.append(("eval_base" + (f"_{eval_set.group(1)}" if eval_set else ""), line))
-            else:
-                seeds.setdefault(Path(m.group(1)).name.removeprefix("train_"), []).append(line)
+        elif script == "pipeline.py":
+            continue  # the analysis, once nothing else is left: the last part runs the pipeline itself
+        elif script == "grpo.py" and command == "train":
+            seeds.setdefault(f"{option(argv, '--condition')}_s{option(argv, '--seed')}", []).append(line)
+        elif script == "grpo.py" and command in ("eval", "tokens") and option(argv, "--adapter"):
+            who = study.adapter_identity(option(argv, "--adapter"))
+            seeds.setdefault(f"{who['condition']}_s{who['train_seed']}", []).append(line)
+        elif script == "grpo.py" and command == "eval":
+            eval_set = option(argv, "--eval-set")
+            resumable.append(("eval_base" + (f"_{eval_set}" if eval_set else ""), line))
+        else:
+            sys.exit(f"study_part: a line of --print-jobs this tool does not know, so it would be left out: {line}")
     return first, list(seeds.items()), resumable
 
 
@@ -82,6 +94,7 @@ def measured_seed_s(run: Path) -> float | None:
 class Part:
     def __init__(self, run: Path, deadline: float, seed_s: float):
         self.deadline, self.seed_s, self.lock, self.failed = deadline, seed_s, threading.Lock(), False
+        self.stop = threading.Event()  # Ctrl-C: no new job; a resumable one is stopped as at the deadline
         parts = run / "parts"
         parts.mkdir(parents=True, exist_ok=True)
         n = 1 + sum(1 for _ in parts.glob("part_*.log"))
@@ -95,25 +108,32 @@ class Part:
         print(line, flush=True)
 
     def job(self, command: str, name: str, resumable: bool) -> bool:
-        """Run one command; a resumable one gets SIGINT at the deadline. True when it ended well or was
-        stopped there."""
+        """Run one command with this interpreter; a resumable one gets SIGINT at the deadline (or when the
+        tool is stopped). True when it ended well or was stopped so (grpo.py then ends by the signal:
+        exit 130 in a shell, -2 here)."""
+        if self.stop.is_set():
+            return False
         self.note(f"start {name}: {command}")
-        t0 = time.time()
-        with open(self.out_dir / f"{name}.out", "w") as out:
-            p = subprocess.Popen(shlex.split(command), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-            while p.poll() is None:
-                if resumable and time.time() >= self.deadline:
-                    p.send_signal(signal.SIGINT)
-                    p.wait()
-                    break
-                time.sleep(5)
-        rc = p.returncode
-        self.note(
-            f"end {name} rc={rc} in {time.time() - t0:.0f} s" + (" (stopped at the deadline)" if rc == 130 else "")
-        )
-        if rc not in (0, 130):
+        t0, argv, stopped = time.time(), shlex.split(command), False
+        argv[0] = sys.executable if argv[0] == "python" else argv[0]
+        try:
+            with open(self.out_dir / f"{name}.out", "w") as out:
+                p = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+                while p.poll() is None:
+                    if resumable and not stopped and (time.time() >= self.deadline or self.stop.is_set()):
+                        p.send_signal(signal.SIGINT)
+                        stopped = True
+                    time.sleep(1)
+        except OSError as e:
+            self.note(f"end {name}: could not start ({e})")
             self.failed = True
-        return rc in (0, 130)
+            return False
+        rc = p.returncode
+        ok = rc == 0 or (stopped and rc in (130, -signal.SIGINT))
+        self.note(f"end {name} rc={rc} in {time.time() - t0:.0f} s" + (" (stopped; it resumes)" if stopped else ""))
+        if not ok:
+            self.failed = True
+        return ok
 
 
 def main() -> None:
@@ -156,7 +176,7 @@ def main() -> None:
             return None, False
 
     def worker(w: int) -> None:
-        while time.time() < part.deadline:
+        while time.time() < part.deadline and not part.stop.is_set():
             unit, is_resumable = next_unit(prefer_resumable=w == 0)
             if unit is None:
                 return
@@ -175,8 +195,14 @@ def main() -> None:
     threads = [threading.Thread(target=worker, args=(w,)) for w in range(args.jobs)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        while any(t.is_alive() for t in threads):
+            time.sleep(1)
+    except KeyboardInterrupt:  # the jobs got the terminal's SIGINT too: let them end, start none
+        part.stop.set()
+        part.note("stopped by Ctrl-C: no new job; the running ones end (a seed under way is lost)")
+        for t in threads:
+            t.join()
     part.note(f"part over: {len(units)} seeds and {len(resumable)} resumable evaluations not started")
     sys.exit(1 if part.failed else 0)
 

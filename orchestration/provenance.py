@@ -328,8 +328,8 @@ def code_revision() -> str:
 
 def machine(cpuinfo: str = "/proc/cpuinfo") -> dict:
     """The machine an output was made on: the CPU's model name, the cores this process may use, the CPU
-    features that set the speed of matrix products here (AVX2, AVX-512, native bf16), and the GPU when one
-    is visible. A run made in parts on different machines records each part's in its files."""
+    features that set the speed of matrix products here (AVX2, AVX-512, native bf16), and the GPU this
+    process computes on (where it has started CUDA). A run made in parts on different machines records each part's in its files."""
     name, flags = platform.processor() or platform.machine(), []
     try:
         with open(cpuinfo) as f:
@@ -346,8 +346,8 @@ def machine(cpuinfo: str = "/proc/cpuinfo") -> dict:
     try:
         import torch
 
-        if torch.cuda.is_available():
-            gpu = torch.cuda.get_device_name(0)
+        if torch.cuda.is_initialized():  # a job on its GPU; never start CUDA here (the pipeline sets each job's GPU)
+            gpu = torch.cuda.get_device_name()
     except ImportError:
         pass
     return {

@@ -510,7 +510,7 @@ def test_the_machine_record_reads_the_cpu_and_its_matmul_features(tmp_path):
     )
     m = provenance.machine(str(info))
     assert m["cpu"] == "Some CPU 9000" and m["cpu_features"] == ["avx2", "avx512f", "avx512_bf16", "amx_bf16"]
-    assert m["cores"] >= 1 and m["gpu"] is None
+    assert m["cores"] >= 1 and (m["gpu"] is None or isinstance(m["gpu"], str))
     assert provenance.machine(str(tmp_path / "absent"))["cpu_features"] == []
 
 

@@ -1,5 +1,6 @@
 """bench/study_part.py: what a part of a study runs (from --print-jobs) and how it stops at its deadline."""
 
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -11,35 +12,43 @@ import study_part  # noqa: E402
 
 
 def test_a_seed_is_its_training_run_with_its_adapters_evaluations_and_the_base_evaluations_resume(tmp_path):
-    """configs/smollm2_v2.yaml on an empty folder: step 1, 16 seeds each trained then evaluated on both
+    """configs/smollm2_v2.yaml on an empty folder whose path has a space: step 1, 16 seeds each trained then evaluated on both
     sets (in that order), and the base's three evaluations (test, pool-train, matched) as resumable."""
-    first, seeds, resumable = study_part.left("configs/smollm2_v2.yaml", str(tmp_path / "run"))
+    run = tmp_path / "my run"  # --print-jobs quotes a path with a space for the shell
+    first, seeds, resumable = study_part.left("configs/smollm2_v2.yaml", str(run))
     assert [c.split("--stage ")[1] for c in first] == ["base", "probe", "select"]
     assert [name for name, _ in seeds] == [f"many_s{s}" for s in range(200, 216)]
     name, commands = seeds[3]
     assert name == "many_s203" and len(commands) == 3
     assert commands[0].startswith("python grpo.py train") and commands[0].endswith("--condition many --seed 203")
-    assert all("--adapter " + str(tmp_path / "run/train_many_s203/step_030") in c for c in commands[1:])
+    assert all(shlex.quote(str(run / "train_many_s203/step_030")) in c for c in commands[1:])
     assert "--eval-set matched" in commands[2] and "--eval-set" not in commands[1]
     assert [n for n, _ in resumable] == ["eval_base", "eval_base_pool-train", "eval_base_matched"]
     assert not any("--adapter" in c for _, c in resumable)
 
 
 def test_a_resumable_job_gets_sigint_at_the_deadline_and_the_part_log_says_so(tmp_path):
-    """A job that would run 60 s, with the deadline 1 s away, is stopped by SIGINT (exit 130, as a
-    resumable evaluation exits) and counts as ended well; a failing job marks the part failed; the log
-    names both."""
+    """A job that would run 60 s, with the deadline 1 s away, is stopped by SIGINT and counts as ended
+    well, whether it dies of the signal as grpo.py does (a KeyboardInterrupt not caught: -2) or exits 130;
+    a job that fails, or exits 130 without being stopped, or cannot start marks the part failed; the log
+    names each."""
     part = study_part.Part(tmp_path / "run", deadline=time.time() + 1, seed_s=3600)
-    sleeper = (
-        f"{sys.executable} -c 'import time\ntry:\n time.sleep(60)\nexcept KeyboardInterrupt:\n raise SystemExit(130)'"
-    )
+    dies = "python -c 'import time; time.sleep(60)'"
+    exits = "python -c 'import time\ntry:\n time.sleep(60)\nexcept KeyboardInterrupt:\n raise SystemExit(130)'"
     t0 = time.time()
-    assert part.job(sleeper, "eval_base", resumable=True) and not part.failed
-    assert time.time() - t0 < 30
-    assert not part.job(f"{sys.executable} -c 'raise SystemExit(3)'", "many_s200_0", resumable=False)
-    assert part.failed
+    assert part.job(dies, "eval_base", resumable=True)
+    part.deadline = time.time() + 1  # past it, SIGINT would come before the child's handler is set
+    assert part.job(exits, "eval_base_matched", resumable=True)
+    assert not part.failed and time.time() - t0 < 30
     log = (tmp_path / "run/parts/part_1.log").read_text()
-    assert "end eval_base rc=130" in log and "stopped at the deadline" in log and "end many_s200_0 rc=3" in log
+    assert "end eval_base rc=-2" in log and "end eval_base_matched rc=130" in log and log.count("it resumes") == 2
+    assert not part.job("python -c 'raise SystemExit(130)'", "many_s200_0", resumable=False) and part.failed
+    part.failed = False
+    assert not part.job("python -c 'raise SystemExit(3)'", "many_s200_1", resumable=False) and part.failed
+    part.failed = False
+    assert not part.job("no-such-program --x", "many_s200_2", resumable=False) and part.failed
+    log = (tmp_path / "run/parts/part_1.log").read_text()
+    assert "end many_s200_1 rc=3" in log and "end many_s200_2: could not start" in log
     assert (tmp_path / "run/parts/part_1/eval_base.out").exists()
     assert study_part.Part(tmp_path / "run", time.time(), 1).log_file.name == "part_2.log"
 
@@ -55,3 +64,16 @@ def test_a_seed_is_taken_as_long_as_the_longest_an_earlier_part_measured(tmp_pat
         "2026-12-07 10:00:00 seed many_s201 done in 4410 s\nseed many_s202 done in 3900 s\n"
     )
     assert study_part.measured_seed_s(tmp_path / "run") == 4410
+
+
+def test_token_comparisons_go_with_their_seed_and_the_analysis_is_not_a_job(tmp_path):
+    """The smoke config (tokens on, a learning-rate sweep): every `grpo.py tokens` line is in its seed's
+    unit after that seed's training command, step 1 ends with the sweep, and the pipeline's own last line
+    (the analysis) is no job of a part."""
+    first, seeds, resumable = study_part.left("configs/smoke.yaml", str(tmp_path / "run"))
+    assert first[-1].endswith("--stage lr-sweep")
+    tokens = [(name, c) for name, cs in seeds for c in cs if c.startswith("python grpo.py tokens")]
+    assert tokens and all(f"train_{name}/" in c for name, c in tokens)
+    assert all(cs[0].startswith("python grpo.py train") for _, cs in seeds)
+    assert not any(c.startswith("python pipeline.py") for _, cs in seeds for c in cs)
+    assert all(c.startswith("python grpo.py eval") and "--adapter" not in c for _, c in resumable)
