@@ -56,7 +56,7 @@ def parse_args():
         "--prompt-style",
         default="bare",
         choices=["bare", "instruct"],
-        help="bare | instruct (a chat model's template, as configs set)",
+        help="bare, or instruct: the chat template with the model's own system prompt (configs/smollm2_v2.yaml)",
     )
     return p.parse_args()
 
@@ -127,7 +127,8 @@ def main():
         apply_lora(model, acfg["r"], acfg["lora_alpha"], acfg["target_modules"], 0)
         load_adapter(model, a.adapter)
     _, test = countdown.make_splits(a.task, 0, a.prompts, 0)
-    prompts = render_prompts(tok, test, a.prompt_style)
+    system = None if a.prompt_style == "instruct" else countdown.SYSTEM_PROMPT  # as configs/smollm2_v2.yaml
+    prompts = render_prompts(tok, test, a.prompt_style, system)
     stops, pad = stop_ids(model, tok), pad_id(tok)
     ids, mask = sampler.left_pad(prompts, pad)
     greedy_agreement(model, prompts, ids, mask, stops, pad, a.max_new)
