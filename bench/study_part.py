@@ -95,6 +95,10 @@ class Part:
     def __init__(self, run: Path, deadline: float, seed_s: float):
         self.deadline, self.seed_s, self.lock, self.failed = deadline, seed_s, threading.Lock(), False
         self.stop = threading.Event()  # Ctrl-C: no new job; a resumable one is stopped as at the deadline
+        # Started in the background of a non-interactive shell (nohup ... &), this process and so its jobs
+        # would ignore SIGINT, and grpo.py could not be stopped at the deadline: Python's handler again, so
+        # that each job starts with SIGINT at its default and installs its own (seen in part 1, change 63).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         parts = run / "parts"
         parts.mkdir(parents=True, exist_ok=True)
         n = 1 + sum(1 for _ in parts.glob("part_*.log"))

@@ -1,6 +1,7 @@
 """bench/study_part.py: what a part of a study runs (from --print-jobs) and how it stops at its deadline."""
 
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -32,7 +33,11 @@ def test_a_resumable_job_gets_sigint_at_the_deadline_and_the_part_log_says_so(tm
     well, whether it dies of the signal as grpo.py does (a KeyboardInterrupt not caught: -2) or exits 130;
     a job that fails, or exits 130 without being stopped, or cannot start marks the part failed; the log
     names each."""
-    part = study_part.Part(tmp_path / "run", deadline=time.time() + 1, seed_s=3600)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job of a script starts: SIGINT ignored
+    try:
+        part = study_part.Part(tmp_path / "run", deadline=time.time() + 1, seed_s=3600)
+    finally:
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored, so its jobs stop
     dies = "python -c 'import time; time.sleep(60)'"
     exits = "python -c 'import time\ntry:\n time.sleep(60)\nexcept KeyboardInterrupt:\n raise SystemExit(130)'"
     t0 = time.time()
