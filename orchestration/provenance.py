@@ -309,14 +309,16 @@ def content_sha256(path: str | Path) -> str | None:
 # ----------------------------------------------------------------------------- what made it
 
 
-def code_revision() -> str:
+def code_revision(root: Path = ROOT) -> str:
+    """HEAD's commit, with "+dirty" where a tracked file outside results/ differs from it. Results are what
+    runs write (a study's base rebuild rewrites its committed build record), not the code that made them."""
     try:
         rev = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
+            cwd=root,
             capture_output=True,
             text=True,
             timeout=10,

@@ -514,6 +514,32 @@ def test_the_machine_record_reads_the_cpu_and_its_matmul_features(tmp_path):
     assert provenance.machine(str(tmp_path / "absent"))["cpu_features"] == []
 
 
+def test_the_revision_is_dirty_for_changed_code_and_not_for_changed_results(tmp_path):
+    """A study's part rebuilds its base and rewrites the committed build record before any output is
+    written: the revision its outputs name must still be the clean commit that ran."""
+    import subprocess
+
+    from orchestration import provenance
+
+    def git(*a):
+        subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "results" / "run").mkdir(parents=True)
+    (tmp_path / "results" / "run" / "build.json").write_text("{}")
+    (tmp_path / "grpo.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c")
+    rev = provenance.code_revision(tmp_path)
+    assert len(rev) == 40
+
+    (tmp_path / "results" / "run" / "build.json").write_text('{"seconds": 2}')
+    (tmp_path / "results" / "run" / "new.json").write_text("{}")
+    assert provenance.code_revision(tmp_path) == rev
+    (tmp_path / "grpo.py").write_text("x = 2\n")
+    assert provenance.code_revision(tmp_path) == rev + "+dirty"
+
+
 def test_the_remake_command_is_one_pipeline_command_the_cli_reads_back(tmp_path):
     """cli.pipeline_command is the one builder of `python pipeline.py ...` in every message (Plan.command,
     --print-jobs, grpo.py's refusals, analyze_b's hint): its words, quoted, are pipeline.py's own flags
