@@ -21,4 +21,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(commands.entry())  # as main, and an interruption ends in one line with exit 130

@@ -8,6 +8,7 @@ and the bases'.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -229,6 +230,51 @@ def main(argv: list[str] | None = None) -> int:
         if rc != 0:
             provenance.put_back(moved, run.resolve() / "superseded" / when)
     return rc
+
+
+def resumes(a, cfg: config.Config) -> str:
+    """What the same command, run again, redoes after an interruption."""
+    if a.cmd == "train":
+        return f"training resumes from its last checkpoint (every {cfg.train.save_last_every} steps)"
+    if a.cmd == "lr-sweep":
+        return f"finished candidates are kept, the one under way resumes from its last checkpoint (every {cfg.train.save_last_every} steps)"
+    if a.cmd == "eval":
+        return "the evaluation continues from its last finished sampling call"
+    if a.cmd == "base" and cfg.model.build is not None:
+        return f"the base's pre-training resumes from its last saved step (every {study.BASE_SAVE_EVERY} steps)"
+    return "the command is redone"
+
+
+def entry(argv: list[str] | None = None) -> int:
+    """`python grpo.py ...` as a process of its own: Ctrl-C, SIGTERM (a scheduler's time limit) and SIGHUP (a
+    closed terminal) end it in one line with exit 130, as pipeline.py ends. The pipeline's jobs call main(),
+    where the interruption is the pipeline's to report."""
+
+    def terminated(signum, frame):
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, terminated)
+    a = None
+    try:
+        a = parser().parse_args(argv)
+        return main(argv)
+    except KeyboardInterrupt:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the line is written whole
+            signal.signal(sig, signal.SIG_IGN)
+        if a is None:
+            print("grpo.py: interrupted", file=sys.stderr)
+        else:
+            try:
+                cfg = config.load(a.config, a.set)
+                again = resumes(a, cfg)
+            except Exception:  # the config was read once already; this line must not fail
+                again = "it continues from what was saved"
+            print(
+                f"grpo.py {a.cmd}: interrupted (Ctrl-C or a signal); run the same command again: {again}",
+                file=sys.stderr,
+            )
+        return 130
 
 
 def run_command(

@@ -268,6 +268,39 @@ def test_ctrl_c_ends_in_one_line_and_records_interrupted(sig, small_cfg, fitted_
     assert ended(man), man
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_grpo_py_interrupted_ends_in_one_line_with_130_and_resumes(sig, small_cfg, fitted_dir, tmp_path):
+    """grpo.py by hand, stopped by Ctrl-C or a scheduler's SIGTERM, ends as pipeline.py does (README: exit
+    codes): one line saying what the same command resumes, exit 130, no traceback; and it does resume."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copytree(fitted_dir, run / "base_model")
+    cmd = [sys.executable, str(ROOT / "grpo.py"), "train", "--config", str(small_cfg), "--run", str(run)]
+    cmd += ["--condition", "many", "--seed", "0", "--quiet", "--set", "train.lr=1e-3"]  # no lr-sweep in this folder
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal's Ctrl-C has it
+    )
+    state = run / "train_many_s0" / "last" / "state.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and not state.exists():
+        time.sleep(0.01)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("grpo.py train: interrupted"), err
+    assert "training resumes from its last checkpoint" in lines[0]
+    r = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "resuming" in r.stdout, r.stderr[-2000:]
+    assert (run / "train_many_s0" / "done.json").exists()
+
+
 def test_another_config_on_a_finished_run_is_refused_and_changes(smoke_run, tmp_path):
     """Another config on a finished run is refused and changes nothing."""
     run = copy_run(smoke_run, tmp_path / "run")

@@ -30,7 +30,7 @@ def test_a_seed_is_its_training_run_with_its_adapters_evaluations_and_the_base_e
 
 def test_a_resumable_job_gets_sigint_at_the_deadline_and_the_part_log_says_so(tmp_path):
     """A job that would run 60 s, with the deadline 1 s away, is stopped by SIGINT and counts as ended
-    well, whether it dies of the signal as grpo.py does (a KeyboardInterrupt not caught: -2) or exits 130;
+    well, whether it exits 130 as grpo.py does or dies of the signal as grpo.py did before it caught one (-2);
     a job that fails, or exits 130 without being stopped, or cannot start marks the part failed; the log
     names each."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job of a script starts: SIGINT ignored
