@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from pipeline_runs import (
@@ -233,15 +234,12 @@ def test_killed_mid_training_then_resumed_equals_uninterrupted(smoke_run, small_
     )
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_ctrl_c_ends_in_one_line_and_records_interrupted(sig, small_cfg, fitted_dir, tmp_path):
-    run = tmp_path / "run"
-    run.mkdir()
-    shutil.copytree(fitted_dir, run / "base_model")
-    # a shell that starts jobs in the background hands them SIGINT ignored, and Python then
-    # installs no KeyboardInterrupt handler: restore the default, as a terminal's Ctrl-C has it
+def stopped_once_saved(cmd: list[str], state: Path, sig: int) -> tuple[int, str]:
+    """Run cmd, send it `sig` once `state` (a training run's resume point) is written; its exit code and
+    stderr. A shell that starts jobs in the background hands them SIGINT ignored, and Python then installs
+    no KeyboardInterrupt handler: the child restores the default, as a terminal's Ctrl-C has it."""
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "pipeline.py"), "--config", str(small_cfg), "--out", str(run), "--quiet"],
+        cmd,
         cwd=ROOT,
         env=ENV,
         stdout=subprocess.DEVNULL,
@@ -249,13 +247,22 @@ def test_ctrl_c_ends_in_one_line_and_records_interrupted(sig, small_cfg, fitted_
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    state = run / "train_many_s0" / "last" / "state.json"
     deadline = time.time() + 300
     while time.time() < deadline and not state.exists():
         time.sleep(0.01)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_ends_in_one_line_and_records_interrupted(sig, small_cfg, fitted_dir, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copytree(fitted_dir, run / "base_model")
+    cmd = [sys.executable, str(ROOT / "pipeline.py"), "--config", str(small_cfg), "--out", str(run), "--quiet"]
+    rc, err = stopped_once_saved(cmd, run / "train_many_s0" / "last" / "state.json", sig)
+    assert rc == 130
     lines = err.strip().splitlines()
     assert (
         len(lines) == 1
@@ -277,22 +284,8 @@ def test_grpo_py_interrupted_ends_in_one_line_with_130_and_resumes(sig, small_cf
     shutil.copytree(fitted_dir, run / "base_model")
     cmd = [sys.executable, str(ROOT / "grpo.py"), "train", "--config", str(small_cfg), "--run", str(run)]
     cmd += ["--condition", "many", "--seed", "0", "--quiet", "--set", "train.lr=1e-3"]  # no lr-sweep in this folder
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal's Ctrl-C has it
-    )
-    state = run / "train_many_s0" / "last" / "state.json"
-    deadline = time.time() + 300
-    while time.time() < deadline and not state.exists():
-        time.sleep(0.01)
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    rc, err = stopped_once_saved(cmd, run / "train_many_s0" / "last" / "state.json", sig)
+    assert rc == 130, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("grpo.py train: interrupted"), err
     assert "training resumes from its last checkpoint" in lines[0]
