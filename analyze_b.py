@@ -24,7 +24,6 @@ import sys
 from pathlib import Path
 
 from analysis import compat, report
-from analysis.assemble import run_analysis
 from analysis.run_files import InputError
 from orchestration import cli, provenance
 
@@ -240,17 +239,21 @@ def main(argv=None) -> int:
             print(f"analyze_b.py: --out {target}: exists and is not empty; give a new folder", file=sys.stderr)
             return 2
         made = not target.exists()
+    from analysis.assemble import run_analysis  # numpy, scipy, matplotlib: seconds to load
+
     try:
         if a.out:
             copy_inputs(run, target)
         out = run_analysis(
             target, a.resamples, a.seed, not a.no_figures, partial=a.partial, support_w=a.support_post_hoc
         )
-    except (InputError, OSError) as e:
+    except (InputError, OSError, KeyboardInterrupt) as e:
         if a.out:  # the copy is ours and holds no result: the folder goes back to how it was given
             shutil.rmtree(target, ignore_errors=True)
             if not made:
                 target.mkdir(exist_ok=True)  # it was there, empty
+        if isinstance(e, KeyboardInterrupt):
+            raise
         if isinstance(e, InputError):
             msg = str(e).replace(str(target), str(run)) if a.out else str(e)
             named = e.path
@@ -273,5 +276,15 @@ def main(argv=None) -> int:
     return 0
 
 
+def entry() -> int:
+    """This script as a process: SIGTERM and SIGHUP end it as Ctrl-C does, in one line with exit 130; with
+    --out the new folder is taken away again (main), without it a rerun writes the outputs anew."""
+    cli.interrupt_on_signals()
+    try:
+        return main()
+    except KeyboardInterrupt:
+        return cli.interrupted("analyze_b.py", "run the same command again (an --out folder it made is taken away)")
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

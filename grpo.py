@@ -13,12 +13,25 @@ faults are runner/commands.py's.
 
 import sys
 
-from runner import commands
+from orchestration import cli
 
 
 def main(argv: list[str] | None = None) -> int:
+    from runner import commands  # torch: seconds to load, after an entry's signal handlers
+
     return commands.main(argv)
 
 
+def entry() -> int:
+    """This script as a process: SIGTERM and SIGHUP end it as Ctrl-C does, and an interruption, from the
+    first import on, ends in one line with exit 130 (README: exit codes)."""
+    cli.interrupt_on_signals()
+    try:
+        from runner import commands
+    except KeyboardInterrupt:
+        return cli.interrupted("grpo.py", "nothing was written")
+    return commands.entry()
+
+
 if __name__ == "__main__":
-    sys.exit(commands.entry())  # as main, and an interruption ends in one line with exit 130
+    sys.exit(entry())

@@ -43,7 +43,6 @@ in `earlier`.
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
 
@@ -155,13 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pipeline.py: stage {todo[0]} cannot run: {e}", file=sys.stderr)
         return 2
 
-    def terminated(
-        signum, frame
-    ):  # a scheduler's time limit (Slurm sends SIGTERM first), a closed terminal: end as Ctrl-C does
-        raise KeyboardInterrupt
-
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, terminated)
+    cli.interrupt_on_signals()  # a scheduler's time limit (Slurm sends SIGTERM first), a closed terminal
     return Session(plan, todo, a, gpu_slots).run()
 
 

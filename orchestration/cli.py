@@ -1,11 +1,13 @@
 """What the entry points' command lines share: a wrong argument ends in one line (argparse prints the
 whole usage first, seven lines for pipeline.py), naming the argument and what would be right, exit 2;
-and the one builder of a pipeline command that makes a run folder's files (again)."""
+an interruption (Ctrl-C, SIGTERM, SIGHUP) ends in one line, exit 130; and the one builder of a pipeline
+command that makes a run folder's files (again)."""
 
 from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -28,3 +30,33 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):
         sys.stderr.write(f"{self.prog}: {message} (see {self.prog} --help)\n")
         raise SystemExit(2)
+
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def interrupt_on_signals() -> None:
+    """An entry script's first act: SIGTERM (a scheduler's time limit) and SIGHUP (a closed terminal) end it
+    as Ctrl-C does, by a KeyboardInterrupt that the command turns into one line (interrupted). A signal
+    its parent set to be ignored stays ignored (nohup's SIGHUP, a background job's SIGINT)."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, _interrupt)
+
+
+def interrupted(script: str, what: str) -> int:
+    """The one line an interrupted entry script ends with, and its exit code (130, README: exit codes).
+    Further signals wait while it is written; a closed terminal cannot turn it into a traceback."""
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        print(f"{script}: interrupted (Ctrl-C or a signal); {what}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
+    for sig in SIGNALS:  # a second Ctrl-C while the process tears down ends it
+        signal.signal(sig, signal.SIG_DFL)
+    return 130

@@ -310,20 +310,25 @@ def content_sha256(path: str | Path) -> str | None:
 
 
 def code_revision(root: Path = ROOT) -> str:
-    """HEAD's commit, with "+dirty" where a tracked file outside results/ differs from it. Results are what
-    runs write (a study's base rebuild rewrites its committed build record), not the code that made them."""
+    """HEAD's commit, with "+dirty" where a tracked file outside results/ differs from it ("+unknown" where
+    git cannot say); "unknown" outside a git checkout. Results are what runs write (a study's base rebuild
+    rewrites its committed build record), not the code that made them."""
     try:
         rev = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
         ).stdout.strip()
-        dirty = subprocess.run(
+        if not rev:
+            return "unknown"
+        status = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
             cwd=root,
             capture_output=True,
             text=True,
             timeout=10,
-        ).stdout.strip()
-        return (rev or "unknown") + ("+dirty" if dirty else "")
+        )
+        if status.returncode != 0:  # a git too old for the pathspec: say so, never "clean"
+            return rev + "+unknown"
+        return rev + ("+dirty" if status.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 

@@ -8,7 +8,6 @@ and the bases'.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
@@ -59,7 +58,8 @@ def build_base(cfg: config.Config, run: Path, progress: bool) -> str:
 
 def parser() -> argparse.ArgumentParser:
     p = cli.Parser(
-        description="The model stages of the study, one command each (pipeline.py runs them in PLAN.md's order)."
+        prog="grpo.py",  # also when a pipeline job runs it (sys.argv[0] is then pipeline.py)
+        description="The model stages of the study, one command each (pipeline.py runs them in PLAN.md's order).",
     )
     sub = p.add_subparsers(dest="cmd", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     for name, what in COMMANDS.items():
@@ -246,35 +246,21 @@ def resumes(a, cfg: config.Config) -> str:
 
 
 def entry(argv: list[str] | None = None) -> int:
-    """`python grpo.py ...` as a process of its own: Ctrl-C, SIGTERM (a scheduler's time limit) and SIGHUP (a
-    closed terminal) end it in one line with exit 130, as pipeline.py ends. The pipeline's jobs call main(),
-    where the interruption is the pipeline's to report."""
-
-    def terminated(signum, frame):
-        raise KeyboardInterrupt
-
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, terminated)
+    """`python grpo.py ...` as a process of its own (grpo.py has set cli.interrupt_on_signals): main, and an
+    interruption ends in one line saying what the same command resumes, exit 130. The pipeline's jobs call
+    main, where the interruption is the pipeline's to report."""
     a = None
     try:
         a = parser().parse_args(argv)
         return main(argv)
     except KeyboardInterrupt:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the line is written whole
-            signal.signal(sig, signal.SIG_IGN)
         if a is None:
-            print("grpo.py: interrupted", file=sys.stderr)
-        else:
-            try:
-                cfg = config.load(a.config, a.set)
-                again = resumes(a, cfg)
-            except Exception:  # the config was read once already; this line must not fail
-                again = "it continues from what was saved"
-            print(
-                f"grpo.py {a.cmd}: interrupted (Ctrl-C or a signal); run the same command again: {again}",
-                file=sys.stderr,
-            )
-        return 130
+            return cli.interrupted("grpo.py", "nothing was written")
+        try:
+            again = resumes(a, config.load(a.config, a.set))
+        except Exception:  # the config was read once already; this line must not fail
+            again = "it continues from what was saved"
+        return cli.interrupted(f"grpo.py {a.cmd}", f"run the same command again: {again}")
 
 
 def run_command(

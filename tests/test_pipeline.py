@@ -248,7 +248,7 @@ def stopped_once_saved(cmd: list[str], state: Path, sig: int) -> tuple[int, str]
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 300
-    while time.time() < deadline and not state.exists():
+    while time.time() < deadline and not state.exists() and proc.poll() is None:
         time.sleep(0.01)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)

@@ -534,7 +534,6 @@ def test_the_revision_is_dirty_for_changed_code_and_not_for_changed_results(tmp_
     assert len(rev) == 40
 
     (tmp_path / "results" / "run" / "build.json").write_text('{"seconds": 2}')
-    (tmp_path / "results" / "run" / "new.json").write_text("{}")
     assert provenance.code_revision(tmp_path) == rev
     (tmp_path / "grpo.py").write_text("x = 2\n")
     assert provenance.code_revision(tmp_path) == rev + "+dirty"
