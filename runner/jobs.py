@@ -8,6 +8,7 @@ This module imports no torch: with --jobs 1 a job's grpo.py runs in this process
 from __future__ import annotations
 
 import os
+import runpy
 import shlex
 import subprocess
 import sys
@@ -44,13 +45,12 @@ class Job:
 
 
 def run_grpo(argv: list[str]) -> int:
-    """A job: the `python grpo.py <argv>` command's work (runner/commands.py's main) in this process (a
-    worker's), so torch is imported once per worker, not once per job. Returns the command's exit code.
-    A Ctrl-C is not the job's to report: it reaches the pipeline, which records the run as interrupted."""
-    from runner import commands  # imports torch: not in the process that only schedules
-
+    """A job: grpo.py's main(argv), the work of `python grpo.py <argv>`, in this process (a worker's), so
+    torch is imported once per worker, not once per job. grpo.py is loaded by its path, not imported (the
+    runner sits below the entry scripts), and not as __main__: a Ctrl-C is not the job's to report but
+    reaches the pipeline, which records the run as interrupted. Returns the command's exit code."""
     try:
-        return commands.main(argv)
+        return runpy.run_path(str(ROOT / "grpo.py"), run_name="grpo")["main"](argv)
     except SystemExit as e:  # argparse's own exits
         if isinstance(e.code, int):
             return e.code
@@ -60,7 +60,7 @@ def run_grpo(argv: list[str]) -> int:
 class Runner:
     """Runs jobs in the registry's order, up to `n` at a time, each once the jobs it needs are
     done. n == 1 runs each job in this process; n > 1 in a pool of n worker processes. Either
-    way a job is grpo.py's work run in-process (run_grpo) with the argv of the command a user would type. Prints what is
+    way a job is grpo.py's main run in-process (run_grpo) with the argv of the command a user would type. Prints what is
     running, done and left, with an ETA from the measured step and evaluation times."""
 
     def __init__(
