@@ -113,8 +113,8 @@ class Part:
 
     def job(self, command: str, name: str, resumable: bool) -> bool:
         """Run one command with this interpreter; a resumable one gets SIGINT at the deadline (or when the
-        tool is stopped). True when it ended well or was stopped so (grpo.py then exits 130; until 2026-12-06
-        it died of the signal, -2 here, and a part may run at an older revision)."""
+        tool is stopped). True when it ended well or was stopped so (grpo.py then exits 130; at an older
+        revision, which a part may run, it dies of the signal: -2 here)."""
         if self.stop.is_set():
             return False
         self.note(f"start {name}: {command}")
