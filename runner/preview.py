@@ -38,15 +38,23 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
     refuses = []  # stages whose outputs were made under other settings: the run stops there without --force
     for s in todo:
         if s in JOB_STAGES:
-            states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
+            outputs = plan.outputs(s)
+            states = [plan.state(s, m, h) for _, m, h in outputs]
+            if "weightless" in states:  # remade only where a job still to do reads the weights; the others are done
+                needed = plan.weights_needed()
+                states = [
+                    "unkept" if st == "weightless" and m.parent not in needed else st
+                    for (_, m, _), st in zip(outputs, states)
+                ]
             counts = {
                 k: states.count(k)
-                for k in ("done", "missing", "damaged", "weightless", "stale", "foreign")
+                for k in ("done", "unkept", "missing", "damaged", "weightless", "stale", "foreign")
                 if states.count(k)
             }
             words = {
                 "foreign": "made under other settings (would refuse; --force)",
-                "weightless": "without their weights (would be remade)",
+                "unkept": "done without their weights (not committed; nothing still to do reads them)",
+                "weightless": "without their weights, which a job still to do reads (would be remade)",
                 "stale": "out of date",
             }
             state = (
@@ -54,8 +62,8 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
                 if counts.get("done") == len(states)
                 else ", ".join(f"{v} {words.get(k, k)}" for k, v in counts.items())
             )
-            if counts.get("weightless") and counts["weightless"] + counts.get("done", 0) == len(states):
-                state = kept_weights_note(plan, s, counts["weightless"]) or state
+            if counts.get("unkept") and counts["unkept"] + counts.get("done", 0) == len(states):
+                state = kept_weights_note(plan, s, counts["unkept"]) or state
             if counts.get("foreign"):
                 refuses.append(s)
             if s == "eval" and (under := evals_under_way(plan)):

@@ -324,6 +324,44 @@ def test_weightless_only_when_every_fault_is_absent_weights(small_cfg, small_job
     assert len(plan.faults("train", marker)) == 2 and plan.state("train", marker, want) == "damaged"
 
 
+def test_dry_run_says_which_runs_without_weights_are_remade(small_cfg, small_jobs2, tmp_path, capsys):
+    """--dry-run's train row when some training runs are missing and others done but for their weights:
+    those no job still to do reads count as done, one an evaluation still to do reads "would be remade",
+    and only that one is a job (before: every run without weights "would be remade" once any run was
+    missing, though no job retrained them; results/smollm2_v2 between its parts)."""
+    from orchestration import config
+    from runner import preview, stages
+
+    run = copy_run(small_jobs2, tmp_path / "run")
+    cfg = config.load(str(small_cfg))
+    dirs = sorted(d for d in run.glob("train_*") if d.is_dir())
+    assert len(dirs) >= 3
+    for d in dirs[:2]:  # two runs committed without weights
+        for w in d.glob("step_*/adapter_model.safetensors"):
+            w.unlink()
+    shutil.rmtree(dirs[2])  # one not trained yet
+
+    def train_row() -> tuple[str, list[str]]:
+        plan = stages.Plan(cfg, run, str(small_cfg), [])
+        preview.dry_run(plan, ["train"], 1)
+        row = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  train"))
+        return row, sorted(j.output for j in plan.jobs(["train"]))
+
+    kept = f"{len(dirs) - 3} done, " if len(dirs) > 3 else ""
+    row, jobs = train_row()
+    assert (
+        row
+        == f"  train     {kept}2 done without their weights (not committed; nothing still to do reads them), 1 missing"
+    )
+    assert jobs == [str(dirs[2])]
+    for f in run.glob(dirs[0].name.replace("train_", "eval_", 1) + "_*.json"):  # an evaluation of the first to redo
+        f.unlink()
+    row, jobs = train_row()
+    assert "1 done without their weights (not committed; nothing still to do reads them)" in row, row
+    assert "1 without their weights, which a job still to do reads (would be remade)" in row, row
+    assert jobs == sorted([str(dirs[0]), str(dirs[2])])
+
+
 def test_a_run_committed_without_its_base_weights_moves_nothing(small_cfg, small_jobs2, fitted_dir, tmp_path):
     """A run committed without its base weights reads done, and its base stage rebuilds them once a stage reads them.
 
