@@ -539,6 +539,30 @@ def test_the_revision_is_dirty_for_changed_code_and_not_for_changed_results(tmp_
     assert provenance.code_revision(tmp_path) == rev + "+dirty"
 
 
+def test_the_revision_says_unknown_where_git_cannot_say(tmp_path, monkeypatch):
+    """A git whose status refuses the pathspec (older than 1.9) names HEAD "+unknown", never clean; a
+    folder outside any checkout is "unknown"."""
+    import subprocess
+
+    from orchestration import provenance
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # git must not find a checkout above it
+    assert provenance.code_revision(outside) == "unknown"
+
+    real = subprocess.run
+
+    def old_git(argv, *a, **kw):
+        if argv[:2] == ["git", "status"]:
+            return subprocess.CompletedProcess(argv, 128, "", "fatal: unknown pathspec magic\n")
+        return real(argv, *a, **kw)
+
+    monkeypatch.setattr(subprocess, "run", old_git)
+    rev = provenance.code_revision(provenance.ROOT)
+    assert len(rev) == 48 and rev.endswith("+unknown"), rev
+
+
 def test_the_remake_command_is_one_pipeline_command_the_cli_reads_back(tmp_path):
     """cli.pipeline_command is the one builder of `python pipeline.py ...` in every message (Plan.command,
     --print-jobs, grpo.py's refusals, analyze_b's hint): its words, quoted, are pipeline.py's own flags
