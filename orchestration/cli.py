@@ -33,6 +33,7 @@ class Parser(argparse.ArgumentParser):
 
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+EXIT_INTERRUPTED = 130  # README: exit codes
 
 
 def _interrupt(signum, frame):
@@ -59,4 +60,4 @@ def interrupted(script: str, what: str) -> int:
         pass
     for sig in SIGNALS:  # a second Ctrl-C while the process tears down ends it
         signal.signal(sig, signal.SIG_DFL)
-    return 130
+    return EXIT_INTERRUPTED

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestration import config, eval_resume, provenance, study
+from orchestration import cli, config, eval_resume, provenance, study
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -144,6 +144,9 @@ class Runner:
             log(f"done  {job.name} ({sec:.0f} s)")
             self.on_done(job)
             return {"status": "done", "seconds": sec, "finished": now()}
+        if rc == cli.EXIT_INTERRUPTED:  # a signal reached the job's own process (a Ray task cancelled, a node's limit)
+            log(f"STOPPED {job.name} (interrupted, exit {rc}); the same command resumes it: {job.command()}")
+            return {"status": "interrupted", "seconds": sec, "exit": rc}
         why = (
             "out of memory: its line above names the memory it had and the settings that lower it"
             if rc == study.EXIT_OUT_OF_MEMORY

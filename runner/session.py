@@ -12,7 +12,7 @@ import time
 import traceback
 from pathlib import Path
 
-from orchestration import config, provenance, study
+from orchestration import cli, config, provenance, study
 from runner.jobs import Job, Runner, estimate_seconds, fmt_minutes, in_worker, log, now, run_grpo
 from runner.manifest import done_record, end_states, job_record, write_manifest
 from runner.stages import JOB_STAGES, Aside, Lock, MissingInput, Plan, Refused, check_inputs, check_stage, remake_note
@@ -104,12 +104,9 @@ class Session:
                 self.current = s
                 rc = run_jobs(plan, group, a, self.stages, self.jobs, aside, self.gpu_slots)
                 if rc:
+                    how = "interrupted" if rc == cli.EXIT_INTERRUPTED else "failed"
                     end_states(
-                        self.stages,
-                        self.jobs,
-                        "failed",
-                        f"stage {self.current} failed",
-                        todo[todo.index(group[-1]) + 1 :],
+                        self.stages, self.jobs, how, f"stage {self.current} {how}", todo[todo.index(group[-1]) + 1 :]
                     )
                     self.manifest()
                     return rc
@@ -366,24 +363,31 @@ def finish_jobs(
     plan: Plan, group: list[str], jobs: list[Job], status: dict, a, stages: dict, jobs_status: dict, sec: float
 ) -> int:
     """Record how each job and stage of the group ended; one line naming what failed (with the
-    out-of-memory advice where a job ran out of memory). Returns the exit code."""
+    out-of-memory advice where a job ran out of memory) or what a signal stopped. Returns the exit code
+    (1, or 3 for out of memory, where a job failed; 130 where jobs were only stopped)."""
     run, cfg = plan.run, plan.cfg
     for name, st in status.items():
         jobs_status[name] = {**jobs_status.get(name, {}), **st}
-    failed = [n for n, st in status.items() if st["status"] != "done"]
+    stopped = [n for n, st in status.items() if st["status"] == "interrupted"]  # a signal reached the job alone
+    failed = [n for n, st in status.items() if st["status"] not in ("done", "interrupted")]
     not_run = [j.name for j in jobs if j.name not in status]
     for name in not_run:
-        jobs_status[name] = {**jobs_status[name], "status": "not started", "error": "it waits for a job that failed"}
+        jobs_status[name] = {
+            **jobs_status[name],
+            "status": "not started",
+            "error": "it waits for a job that failed" if failed else "it waits for a job that was stopped",
+        }
     for s in group:
         mine = [j for j in jobs if j.stage == s]
         if mine:
             began = [j for j in mine if j.name in status]
-            ok = all(status.get(j.name, {}).get("status") == "done" for j in mine)
+            ends = {status.get(j.name, {}).get("status") for j in mine}
+            how = "failed" if "failed" in ends else "interrupted"
             stages[s] = (
-                {"status": "not started", "error": "its jobs wait for jobs that failed"}
+                {"status": "not started", "error": "its jobs wait for jobs that did not finish"}
                 if not began
                 else {
-                    "status": "done" if ok else "failed",
+                    "status": "done" if ends == {"done"} else how,
                     "seconds": sec,
                     "finished": now(),
                     "jobs": len(mine),
@@ -391,28 +395,29 @@ def finish_jobs(
                 }
             )
     write_manifest(run, cfg, stages, jobs_status)
-    if failed or not_run:
-        by_name = {j.name: j for j in jobs}
-        oom = [n for n in failed if status[n].get("exit") == study.EXIT_OUT_OF_MEMORY]
-        advice = ""
-        if oom:
-            j = by_name[oom[0]]
-            es = j.argv[j.argv.index("--eval-set") + 1] if "--eval-set" in j.argv else "test"
-            advice = (
-                f"; {oom[0]} ran out of memory: {study.memory_advice(cfg, j.stage, es, base='--adapter' not in j.argv)}"
-            )
-        print(
-            f"pipeline.py: {len(failed)} job(s) failed ({', '.join(failed)})"
-            + (f"; {len(not_run)} not started because they wait for them" if not_run else "")
-            + (
-                advice or f"; each job's own line above says why; rerun one by hand: {by_name[failed[0]].command()}"
-                if failed
-                else ""
-            ),
-            file=sys.stderr,
+    if not (failed or stopped or not_run):
+        log(f"{', '.join(group)}: {len(jobs)} jobs done in {sec:.1f} s")
+        return 0
+    by_name = {j.name: j for j in jobs}
+    oom = [n for n in failed if status[n].get("exit") == study.EXIT_OUT_OF_MEMORY]
+    parts = []
+    if failed:
+        parts.append(f"{len(failed)} job(s) failed ({', '.join(failed)})")
+    if stopped:
+        parts.append(f"{len(stopped)} job(s) stopped by a signal ({', '.join(stopped)})")
+    if not_run:
+        parts.append(f"{len(not_run)} not started because they wait for them")
+    if oom:
+        j = by_name[oom[0]]
+        es = j.argv[j.argv.index("--eval-set") + 1] if "--eval-set" in j.argv else "test"
+        parts.append(
+            f"{oom[0]} ran out of memory: {study.memory_advice(cfg, j.stage, es, base='--adapter' not in j.argv)}"
         )
-        return (
-            study.EXIT_OUT_OF_MEMORY if oom else 1
-        )  # the README's exit 3: out of memory, for the pipeline as for the job
-    log(f"{', '.join(group)}: {len(jobs)} jobs done in {sec:.1f} s")
-    return 0
+    elif failed:
+        parts.append(f"each job's own line above says why; rerun one by hand: {by_name[failed[0]].command()}")
+    else:
+        parts.append(f"the same command resumes them: {plan.command()}")
+    print(f"pipeline.py: {'; '.join(parts)}", file=sys.stderr)
+    if failed:  # the README's exit 3: out of memory, for the pipeline as for the job
+        return study.EXIT_OUT_OF_MEMORY if oom else 1
+    return cli.EXIT_INTERRUPTED

@@ -304,6 +304,40 @@ def test_an_interrupt_during_eval_after_this_runs_training_names(small_cfg, smal
     assert "interrupted during stage eval;" in capsys.readouterr().err
 
 
+def test_a_job_a_signal_stopped_on_its_own_reads_interrupted(small_cfg, small_jobs2, tmp_path, monkeypatch, capsys):
+    """A job whose own process a signal ended (exit 130: a Ray task cancelled, a node's time limit) while the
+    pipeline went on is logged as stopped with the command that resumes it, recorded interrupted (its stage
+    too), and the pipeline ends in one line and exit 130 (before: "FAILED ... (exit 130)", recorded failed,
+    exit 1: the README's "failed while it ran" for a job that resumes)."""
+    import pipeline as pl
+    from runner import jobs
+
+    run = copy_run(small_jobs2, tmp_path / "run")
+    shutil.rmtree(run / "train_many_s0")
+    for f in run.glob("eval_many_s0_*.json"):
+        f.unlink()
+    real = jobs.run_grpo
+
+    def stopped(argv, *args, **kw):
+        return 130 if argv[0] == "train" else real(argv, *args, **kw)
+
+    monkeypatch.setattr(jobs, "run_grpo", stopped)
+    monkeypatch.chdir(ROOT)
+    assert pl.main(["--config", str(small_cfg), "--out", str(run), "--quiet"]) == 130
+    cap = capsys.readouterr()
+    assert "STOPPED train many s0 (interrupted, exit 130); the same command resumes it: python grpo.py train" in cap.out
+    assert "FAILED" not in cap.out
+    err = cap.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "pipeline.py: 1 job(s) stopped by a signal (train many s0); 2 not started because they wait for them; "
+        "the same command resumes them: python pipeline.py --config "
+    ), err
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["jobs"]["train many s0"]["status"] == "interrupted" and man["jobs"]["train many s0"]["exit"] == 130
+    assert man["stages"]["train"]["status"] == "interrupted" and man["stages"]["analyze"]["status"] == "not started"
+    assert man["jobs"]["eval many s0 step 6"]["status"] == "not started" and ended(man)
+
+
 def test_weightless_only_when_every_fault_is_absent_weights(small_cfg, small_jobs2, tmp_path):
     """Plan.state's "weightless" (a training run done but for absent weights) needs every fault of a
     training run to be an absent weights file: one checkpoint's weights absent and another's cut short read "damaged" (before, only the
