@@ -144,7 +144,7 @@ class Runner:
             log(f"done  {job.name} ({sec:.0f} s)")
             self.on_done(job)
             return {"status": "done", "seconds": sec, "finished": now()}
-        if rc == cli.EXIT_INTERRUPTED:  # a signal reached the job's own process (a Ray task cancelled, a node's limit)
+        if rc == cli.EXIT_INTERRUPTED:  # a signal reached the job's own grpo.py (--executor ray: a node's time limit)
             log(f"STOPPED {job.name} (interrupted, exit {rc}); the same command resumes it: {job.command()}")
             return {"status": "interrupted", "seconds": sec, "exit": rc}
         why = (

@@ -40,11 +40,11 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
         if s in JOB_STAGES:
             outputs = plan.outputs(s)
             states = [plan.state(s, m, h) for _, m, h in outputs]
-            if "weightless" in states:  # remade only where a job still to do reads the weights; the others are done
+            if "weightless" in states:  # a finished run is remade only where a job still to do reads its weights
                 needed = plan.weights_needed()
                 states = [
-                    "unkept" if st == "weightless" and m.parent not in needed else st
-                    for (_, m, _), st in zip(outputs, states)
+                    "unkept" if st == "weightless" and m.name == "done.json" and path not in needed else st
+                    for (path, m, _), st in zip(outputs, states)
                 ]
             counts = {
                 k: states.count(k)

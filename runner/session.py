@@ -371,18 +371,18 @@ def finish_jobs(
     stopped = [n for n, st in status.items() if st["status"] == "interrupted"]  # a signal reached the job alone
     failed = [n for n, st in status.items() if st["status"] not in ("done", "interrupted")]
     not_run = [j.name for j in jobs if j.name not in status]
+    how = "failed" if failed else "interrupted"  # the stages' end, as the exit code says
     for name in not_run:
         jobs_status[name] = {
             **jobs_status[name],
             "status": "not started",
-            "error": "it waits for a job that failed" if failed else "it waits for a job that was stopped",
+            "error": "it waits for a job that did not finish",
         }
     for s in group:
         mine = [j for j in jobs if j.stage == s]
         if mine:
             began = [j for j in mine if j.name in status]
             ends = {status.get(j.name, {}).get("status") for j in mine}
-            how = "failed" if "failed" in ends else "interrupted"
             stages[s] = (
                 {"status": "not started", "error": "its jobs wait for jobs that did not finish"}
                 if not began
@@ -416,7 +416,7 @@ def finish_jobs(
     elif failed:
         parts.append(f"each job's own line above says why; rerun one by hand: {by_name[failed[0]].command()}")
     else:
-        parts.append(f"the same command resumes them: {plan.command()}")
+        parts.append("the same pipeline command again resumes them")
     print(f"pipeline.py: {'; '.join(parts)}", file=sys.stderr)
     if failed:  # the README's exit 3: out of memory, for the pipeline as for the job
         return study.EXIT_OUT_OF_MEMORY if oom else 1

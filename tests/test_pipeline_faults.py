@@ -305,7 +305,7 @@ def test_an_interrupt_during_eval_after_this_runs_training_names(small_cfg, smal
 
 
 def test_a_job_a_signal_stopped_on_its_own_reads_interrupted(small_cfg, small_jobs2, tmp_path, monkeypatch, capsys):
-    """A job whose own process a signal ended (exit 130: a Ray task cancelled, a node's time limit) while the
+    """A job whose own grpo.py a signal ended (exit 130: a node's time limit under --executor ray) while the
     pipeline went on is logged as stopped with the command that resumes it, recorded interrupted (its stage
     too), and the pipeline ends in one line and exit 130 (before: "FAILED ... (exit 130)", recorded failed,
     exit 1: the README's "failed while it ran" for a job that resumes)."""
@@ -330,7 +330,7 @@ def test_a_job_a_signal_stopped_on_its_own_reads_interrupted(small_cfg, small_jo
     err = cap.err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(
         "pipeline.py: 1 job(s) stopped by a signal (train many s0); 2 not started because they wait for them; "
-        "the same command resumes them: python pipeline.py --config "
+        "the same pipeline command again resumes them"
     ), err
     man = json.loads((run / "manifest.json").read_text())
     assert man["jobs"]["train many s0"]["status"] == "interrupted" and man["jobs"]["train many s0"]["exit"] == 130

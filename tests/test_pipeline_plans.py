@@ -558,8 +558,17 @@ def test_the_revision_says_unknown_where_git_cannot_say(tmp_path, monkeypatch):
             return subprocess.CompletedProcess(argv, 128, "", "fatal: unknown pathspec magic\n")
         return real(argv, *a, **kw)
 
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "grpo.py").write_text("x = 1\n")
+    for argv in (
+        ["init", "-q"],
+        ["add", "."],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c"],
+    ):
+        real(["git", *argv], cwd=repo, check=True, capture_output=True)
     monkeypatch.setattr(subprocess, "run", old_git)
-    rev = provenance.code_revision(provenance.ROOT)
+    rev = provenance.code_revision(repo)
     assert len(rev) == 48 and rev.endswith("+unknown"), rev
 
 
