@@ -73,6 +73,13 @@ def test_a_damaged_adapter_is_one_line_for_grpo_and_redone(small_cfg, small_jobs
     assert ended(man) and all(v["status"] == "done" for v in man["stages"].values())
 
 
+def untrain_s0(run) -> None:
+    """The small study as if training run many s0 had not run: its folder and its evaluations removed."""
+    shutil.rmtree(run / "train_many_s0")
+    for f in run.glob("eval_many_s0_*.json"):
+        f.unlink()
+
+
 def test_a_damaged_resume_point_or_base_is_one_line_and_writes(small_cfg, small_jobs2, tmp_path):
     """A damaged resume point or base is one line and writes nothing."""
     run = copy_run(small_jobs2, tmp_path / "run")
@@ -285,9 +292,7 @@ def test_an_interrupt_during_eval_after_this_runs_training_names(small_cfg, smal
     from runner import jobs
 
     run = copy_run(small_jobs2, tmp_path / "run")
-    shutil.rmtree(run / "train_many_s0")
-    for f in run.glob("eval_many_s0_*.json"):
-        f.unlink()
+    untrain_s0(run)
     real = jobs.run_grpo
 
     def interrupt(argv, *args, **kw):
@@ -313,9 +318,7 @@ def test_a_job_a_signal_stopped_on_its_own_reads_interrupted(small_cfg, small_jo
     from runner import jobs
 
     run = copy_run(small_jobs2, tmp_path / "run")
-    shutil.rmtree(run / "train_many_s0")
-    for f in run.glob("eval_many_s0_*.json"):
-        f.unlink()
+    untrain_s0(run)
     real = jobs.run_grpo
 
     def stopped(argv, *args, **kw):
@@ -584,9 +587,7 @@ def test_out_of_memory_is_one_line_naming_the_job_the_memory(small_cfg, small_jo
     ), err
     assert snapshot(run) == before and not (run / "superseded").exists()  # eval_4_s1_003.json put back where it was
     monkeypatch.undo()
-    shutil.rmtree(run / "train_many_s0")
-    for f in run.glob("eval_many_s0_*.json"):
-        f.unlink()
+    untrain_s0(run)
     monkeypatch.setattr(training, "load_model", oom)  # what the training loop loads: the job's first step needs memory
     monkeypatch.chdir(ROOT)
     assert (
