@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import hashlib
 import json
 import random
@@ -170,25 +171,32 @@ def draw_splits(task: str, seed: int, counts: dict[str, int]) -> dict[str, list[
         raise ValueError(f"unknown split {sorted(unknown)[0]!r}; choose from {', '.join(SPLITS)}")
     if any(c < 0 for c in counts.values()):
         raise ValueError("problem counts must be >= 0")
+    drawn = _drawn_splits(task, seed, tuple(counts.get(split, 0) for split in SPLITS))
+    return {split: list(drawn[split]) for split in SPLITS}
+
+
+@functools.lru_cache(maxsize=16)
+def _drawn_splits(task: str, seed: int, sizes: tuple[int, ...]) -> dict[str, tuple[Problem, ...]]:
+    """Every split of SPLITS at these sizes, drawn once per process: a dry run asks for the same train
+    split for every (condition, seed); the problems are frozen, and draw_splits hands out fresh lists."""
     rng = _rng("problems", task, seed)
     seen: set[str] = set()
     out: dict[str, list[Problem]] = {}
-    for split in SPLITS:
-        count = counts.get(split, 0)
+    for split, count in zip(SPLITS, sizes):
         out[split] = []
         tries = 0
         while len(out[split]) < count:
             tries += 1
             if tries > 100 * count + 1000:
                 raise ValueError(
-                    f"{task} has too few distinct problems for " + " + ".join(f"{counts.get(x, 0)} {x}" for x in SPLITS)
+                    f"{task} has too few distinct problems for " + " + ".join(f"{n} {x}" for x, n in zip(SPLITS, sizes))
                 )
             q, ans, nums, sol = _countdown_problem(rng) if task == "countdown" else _arith_problem(rng, task)
             if q in seen:
                 continue
             seen.add(q)
             out[split].append(Problem(f"{task}/{split}/{len(out[split])}", task, q, ans, nums, sol))
-    return out
+    return {split: tuple(problems) for split, problems in out.items()}
 
 
 def make_splits(task: str, n_train: int, n_test: int, seed: int) -> tuple[list[Problem], list[Problem]]:

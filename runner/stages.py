@@ -305,22 +305,24 @@ class Plan:
         v = provenance.read_json(self.run / "verdicts.json")
         if not v or not (self.run / "report.md").exists():
             return False
+        made = v.get("provenance", {})
+        if provenance.analyze_identity(made.get("analyze")) != provenance.analyze_identity(
+            config.to_dict(self.cfg.analyze)
+        ):
+            return False  # decided before hashing the inputs (hundreds of MB in the larger studies)
         run = self.run
         files = (
             sorted(run.glob("eval_*.json"))
             + sorted(run.glob("evalsets/*/eval_*.json"))
             + sorted(run.glob("tokens_*.json"))
         )
+        names = {f.relative_to(run).as_posix() for f in files}
+        if not files or set(made.get("inputs") or {}) != names:
+            return False
         now = {
             f.relative_to(run).as_posix(): provenance.content_sha256(f) for f in files
         }  # what analysis.assemble records
-        made = v.get("provenance", {})
-        return (
-            bool(now)
-            and made.get("inputs") == now
-            and provenance.analyze_identity(made.get("analyze"))
-            == provenance.analyze_identity(config.to_dict(self.cfg.analyze))
-        )
+        return made.get("inputs") == now
 
     def done(self, stage: str, condition: str | None = None) -> bool:
         if stage == "analyze":

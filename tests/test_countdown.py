@@ -4,6 +4,7 @@ command line (the scores themselves: tests/test_scoring.py).
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -90,6 +91,20 @@ def test_make_splits_values_are_fixed():
         ("arith-3x2/test/0", "990 * 72 - 915", 70365, (990, 72, 915)),
         ("arith-3x2/test/1", "662 * 42 - 678", 27126, (662, 42, 678)),
     ]
+
+
+def test_splits_are_drawn_once_and_handed_out_as_fresh_lists():
+    """draw_splits keeps each draw for the process (a dry run asks for the same train split per job):
+    a caller that changes its lists leaves the next caller's alone, and the kept draw is the one a
+    fresh process makes."""
+    train, test = make_splits("arith-2x1", 300, 20, 5)
+    kept = list(train)
+    train.reverse()
+    test.clear()
+    assert make_splits("arith-2x1", 300, 20, 5) == (kept, make_splits("arith-2x1", 0, 20, 5)[1])
+    code = "import countdown, json; t = countdown.make_splits('arith-2x1', 300, 20, 5)[0]; print(json.dumps([p.question for p in t]))"
+    fresh = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert json.loads(fresh.stdout) == [p.question for p in kept]
 
 
 @pytest.mark.parametrize("task", ARITH_TASKS + ["countdown"])

