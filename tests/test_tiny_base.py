@@ -53,7 +53,7 @@ def test_slips_and_wrong_one_shot_products_make_wrong_answers():
     assert not any(countdown.score_loose(tiny_base.trace(p, rng, b), p.answer) for p in train)
 
 
-def test_pretraining_learns_to_copy_operands(fitted_dir, smoke_cfg):
+def test_pretraining_learns_to_copy_operands(fitted_dir, smoke_cfg, tmp_path):
     """The smoke base (400 steps, ~20 s): its loss fell, and greedy decoding copies the operands
     into its working where the same architecture untrained never does."""
     info = json.loads((fitted_dir / "build.json").read_text())
@@ -64,7 +64,7 @@ def test_pretraining_learns_to_copy_operands(fitted_dir, smoke_cfg):
     _, test = countdown.make_splits(
         smoke_cfg.task.name, smoke_cfg.task.n_train, smoke_cfg.task.n_test, smoke_cfg.task.seed
     )
-    untrained = fitted_dir.parent / "untrained"
+    untrained = tmp_path / "untrained"  # the shared fitted base's folder is read-only to tests
     tok = tiny_base.build_tokenizer()
     tiny_base.random_model(tok, smoke_cfg.model.build, seed=1).save_pretrained(untrained)
     tiny_base.save_tokenizer(tok, untrained)
