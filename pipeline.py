@@ -48,10 +48,11 @@ from pathlib import Path
 
 from orchestration import cli, config, study
 from runner import foreign
+from runner.folder import Refused
 from runner.jobs import assign_gpus, visible_gpus
 from runner.preview import plan_only
 from runner.session import Session
-from runner.stages import JOB_STAGES, STAGES, MissingInput, Plan, Refused, check_inputs, registered_stages
+from runner.stages import JOB_STAGES, STAGES, MissingInput, Plan, check_inputs, registered_stages
 
 ROOT = Path(__file__).resolve().parent
 

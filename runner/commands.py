@@ -16,7 +16,8 @@ from method.model import bf16_problem, memory_state, out_of_memory, pick_device,
 from orchestration import cli, config, provenance, study
 from orchestration.provenance import stage_hash
 from runner import foreign
-from runner.stages import Plan, Refused
+from runner.folder import Refused
+from runner.stages import Plan
 
 COMMANDS = {
     "base": "build the base model of a config that builds its own (the CPU world, the rehearsal, a GGUF file converted) -> RUN/base_model/",

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestration import provenance, study
-from runner.stages import STAGES, Plan, Refused, registered_stages
+from runner.folder import Refused
+from runner.stages import STAGES, Plan, registered_stages
 
 # What each stage reads that an earlier stage made (the base's folder, selection.json, lr_choice.json,
 # the adapters): a stage reading a file made under other settings is reported as such, never hashed.

@@ -13,9 +13,10 @@ import traceback
 from pathlib import Path
 
 from orchestration import cli, config, provenance, study
+from runner.folder import Aside, Lock, Refused
 from runner.jobs import Job, Runner, estimate_seconds, fmt_minutes, in_worker, log, now, run_grpo
 from runner.manifest import done_record, end_states, job_record, write_manifest
-from runner.stages import JOB_STAGES, Aside, Lock, MissingInput, Plan, Refused, check_inputs, check_stage, remake_note
+from runner.stages import JOB_STAGES, MissingInput, Plan, check_inputs, check_stage, remake_note
 
 # ============================================================================= single stages
 

@@ -17,7 +17,8 @@ from method import evaluate
 from method.model import apply_lora, load_model, save_adapter
 from orchestration import config, eval_resume, provenance
 from runner import preview
-from runner.stages import Aside, Plan, check_stage
+from runner.folder import Aside
+from runner.stages import Plan, check_stage
 
 SAMPLE = evaluate.sample  # the sampler itself, whatever a test has patched in since
 

@@ -337,7 +337,7 @@ def test_a_read_only_folder_is_one_line_naming_it(smoke_run, tmp_path, monkeypat
     import analyze_b
     import pipeline as pl
     from analysis import assemble
-    from runner import stages
+    from runner import folder
 
     run = copy_run(smoke_run, tmp_path / "run")
     before = snapshot(run)
@@ -345,7 +345,7 @@ def test_a_read_only_folder_is_one_line_naming_it(smoke_run, tmp_path, monkeypat
     def read_only(self):
         raise OSError(errno.EROFS, "Read-only file system", str(self.path))
 
-    monkeypatch.setattr(stages.Lock, "acquire", read_only)
+    monkeypatch.setattr(folder.Lock, "acquire", read_only)
     monkeypatch.chdir(ROOT)
     assert pl.main(["--config", str(SMOKE), "--out", str(run), "--quiet"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
