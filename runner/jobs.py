@@ -1,7 +1,8 @@
 """Running the pipeline's jobs: a job is the `grpo.py` command a user could type; the runner runs
 them in the registry's order, N at a time in worker processes or on a Ray cluster, each once the
 jobs it waits for are done, with an ETA from the run's measured times (the run folder's lock and
-move-aside are runner/folder.py's). This module imports no torch: with --jobs 1 a job's grpo.py runs in this process, with N > 1 in a worker.
+move-aside are runner/folder.py's). This module imports no torch: with --jobs 1 a job's grpo.py runs
+in this process, with N > 1 in a worker.
 """
 
 from __future__ import annotations
