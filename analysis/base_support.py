@@ -327,11 +327,15 @@ def tilt_law(
     """RL's own tilts at one sampler (the base's fresh pool against the trained draws, both at it) on
     Z and outside it, every problem kept: the quantiles per stratum outside Z, and the share of the
     comparable problems outside Z (Z's strata, base rate at most `rare`) whose tilt reaches Z's pooled
-    tilt. Descriptive (post hoc for tiny_v6: change 57 left the tilt law to a later change)."""
+    tilt: one odds ratio from the trained successes summed over every seed and Z problem (of S * n * |Z|
+    draws) against the pool's summed over Z (of n_pool * |Z|). Descriptive (post hoc for tiny_v6: change 57
+    left the tilt law to a later change)."""
     w, censored = odds_tilts(pool_counts, n_pool, rl_counts, n)
     rl = np.atleast_2d(np.asarray(rl_counts))
+    # Z as one problem per seed, (S, 1), so odds_tilts sums the seeds too; a (1, S) row read the first seed's
+    # tilt alone (fixed 2026-12-07, results/tiny_v6/README.md).
     pooled = odds_tilts(
-        [np.asarray(pool_counts)[z].sum()], n_pool * int(z.sum()), [rl[:, z].sum(axis=1)], n * int(z.sum())
+        [np.asarray(pool_counts)[z].sum()], n_pool * int(z.sum()), rl[:, z].sum(axis=1)[:, None], n * int(z.sum())
     )[0][0]
     rate = np.asarray(pool_counts) / n_pool
     comparable = ~z & np.isin(strata, list(set(strata[z].tolist()))) & (rate <= rare)

@@ -258,6 +258,23 @@ def test_the_tilt_law_finds_a_z_tilt_beyond_rls_own():
         assert law["outside_z"]["borrows-0"]["censored"] == 1
 
 
+def test_the_tilt_laws_z_tilt_pools_every_seed():
+    """Z's pooled tilt is one odds ratio from the successes summed over every seed and Z problem, not the first
+    seed's (the fault fixed 2026-12-07: a (1, S) row made odds_tilts read S problems of one seed)."""
+    n_pool, n = 1_000, 100
+    strata = np.array(["borrows-2"] * 6, dtype=object)
+    z = np.array([True, True, True, False, False, False])
+    pool = np.array([3, 5, 2, 10, 20, 30])
+    rl = np.array([[90, 80, 70, 5, 5, 5], [2, 1, 3, 5, 5, 5], [10, 20, 30, 5, 5, 5]])  # seed 0 far above the others
+    law = base_support.tilt_law(pool, n_pool, rl, n, z, strata)
+    x, m = 90 + 80 + 70 + 2 + 1 + 3 + 10 + 20 + 30, 3 * n * 3  # trained: every seed, every Z problem
+    b, m_b = 3 + 5 + 2, n_pool * 3  # the pool over Z
+    r, p = (x + 0.5) / (m + 1), (b + 0.5) / (m_b + 1)
+    assert law["z_pooled_tilt"] == pytest.approx((r / (1 - r)) / (p / (1 - p)))
+    r0 = (240 + 0.5) / (n * 3 + 1)  # the first seed alone, what the fault returned
+    assert law["z_pooled_tilt"] < 0.2 * (r0 / (1 - r0)) / (p / (1 - p))  # about 147 against 1,131
+
+
 def tiny_v5_doc():
     import json
     from pathlib import Path
