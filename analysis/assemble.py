@@ -29,7 +29,19 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as st
 
-from analysis import base_support, calibration, collapse, figures, inputs, report, secondary, stats, support, verdict
+from analysis import (
+    base_support,
+    calibration,
+    collapse,
+    figures,
+    inputs,
+    report,
+    secondary,
+    stats,
+    support,
+    training_sampler,
+    verdict,
+)
 from analysis.document import Entry
 from analysis.inference import Inference, counts
 from analysis.power import (
@@ -635,6 +647,7 @@ def analyze(
         "calibration": calibrate(design, base, rl, sets, entries, inf),
         "support": support_tests(design, base, rl, sets, entries, inf, support_w),
         "base_support": base_support.analyze(design, base, rl, sets, inf),
+        "within_correct": training_sampler.analyze(design, base, sets, inf),
         "collapse": collapse.analyze(run, design),
         "stratum_null": stratum_nulls(design, base, rl, entries, inf, nulls),
         "h3": narrowing(design, curves, inf),
@@ -757,7 +770,11 @@ def verdicts_json(res: dict) -> dict:
         "tokens": res["tokens"],
         "strategies": res["strategies"],
     }
-    for key in ("base_support", "collapse"):  # only where registered, so the runs made before keep their documents
+    for key in (
+        "base_support",
+        "within_correct",
+        "collapse",
+    ):  # only where registered, so the runs made before keep their documents
         if not res[key].get("skipped"):
             doc[key] = res[key]
     if question:

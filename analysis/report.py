@@ -14,7 +14,12 @@ import time
 from analysis import report_legacy
 from analysis.compat import LEGACY
 from analysis.document import PRINTED, Entry
-from analysis.report_base_support import base_support_section, collapse_section, primary_sentence as support_sentence
+from analysis.report_base_support import (
+    base_support_section,
+    collapse_section,
+    primary_sentence as support_sentence,
+    within_correct_section,
+)
 from analysis.report_format import ci3, crossover_words, f3, p4, rate, table, yn
 from analysis.report_secondary import (
     beyond_section,
@@ -717,7 +722,8 @@ def render(doc: dict) -> str:
         raise OldDocument(f"its layout predates the report's printer (no {', '.join(missing)})")
     ps = doc["primary"]["scoring"]
     other = next(s for s in SCORINGS if s != ps)
-    L = header(doc) + calibration_section(doc) + primary_section(doc) + base_support_section(doc) + support_section(doc)
+    L = header(doc) + calibration_section(doc) + primary_section(doc) + base_support_section(doc)
+    L += within_correct_section(doc) + support_section(doc)
     L += collapse_section(doc) + warnings_section(doc)
     L += entries_section(doc, ps, f"H1 and H2 by condition ({ps} scoring)", other == "loose") + h3_section(doc, ps)
     L += entries_section(doc, other, f"The {other} scoring (it also counts the output format)", other == "strict")
@@ -751,6 +757,9 @@ def headline(doc: dict) -> str:
     lines.append(
         f"primary ({pr['condition']}, {pr['scoring']}, step {pr['step']}): {pr['label']}" + _calibration_words(cal)
     )
+    wc = (doc.get("within_correct") or {}).get("conditions", {}).get(pr["condition"])
+    if wc and not wc.get("skipped"):
+        lines.append(f"at the training sampler (T 1, registered): {wc['answer']} ({wc['decided_by']})")
     if pr.get("question"):
         lines.append(f"secondary: the selection-null label {pr['label_selection_null']}")
     rows = [("condition", "step", "Δpass@1 [95% CI]", f"Δpass@{k}", "vs null [95% CI]", "label")]

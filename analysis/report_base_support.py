@@ -244,3 +244,80 @@ def collapse_section(doc: dict) -> list[str]:
             "",
         ]
     )
+
+
+def _alpha_cell(e: dict) -> str:
+    if e["alpha"] is None:
+        return f"— ({e['cells']} cells)"
+    return f"{e['alpha']:.3f} {interval(e['interval'])}"
+
+
+def training_sampler_sentence(doc: dict) -> str | None:
+    """The registered answer at the training sampler (PLAN.md section 7e) in one sentence; None where not measured."""
+    wc = doc.get("within_correct")
+    pr = doc["primary"]
+    c = (wc or {}).get("conditions", {}).get(pr["condition"])
+    if not c or c.get("skipped"):
+        return None
+    e, g = c["exponent"], c["gap"]
+    gap = (
+        "no problem holds correct answers on both sides"
+        if g["gap"] is None
+        else (
+            f"outside gap {g['gap']:+.4f} {interval(g['interval'])} (permutation p {p4(g['p_more'])} for more outside)"
+        )
+    )
+    return (
+        f"At the training sampler ({sampler_words(wc['sampling'])}; {c['scoring']} correctness, step {wc['step']}): "
+        f"**{c['answer']}** ({c['decided_by']}): within-correct exponent {_alpha_cell(e)} "
+        f"(1 under every reweighting of the base; margin ±{e['margin']:g}), {gap}."
+    )
+
+
+def within_correct_section(doc: dict) -> list[str]:
+    wc = doc.get("within_correct")
+    if not wc:
+        return []
+    L = ["## Which correct answers RL favours at the training sampler (PLAN.md section 7e)", ""]
+    if wc.get("skipped"):
+        return L + [f"Not measured: {wc['skipped']}.", ""]
+    first = training_sampler_sentence(doc)
+    L += ([first, ""] if first else []) + [
+        "Every outcome reweighting of the base at T 1 leaves its mix of correct answers as it was: the exponent α (the "
+        "slope of log π_RL − log π_base on log π_base within each seed and problem, length a covariate) is 1 and the "
+        "share of correct answers outside the base's evaluation nucleus equals the base's own. α above its margin reads "
+        "*sharpening*, below it or more outside reads *toward-rare*, both within their margins *reweighting*.",
+        "",
+    ]
+    rows = []
+    for cond, c in wc["conditions"].items():
+        if c.get("skipped"):
+            rows.append([cond, "—", "—", f"skipped: {c['skipped']}", "", "", "", "", ""])
+            continue
+        e, g, z = c["exponent"], c["gap"], c["exponent_on_z"]
+        share = "—" if g["gap"] is None else f"{g['trained_share']:.3f} / {g['base_share']:.3f}"
+        rows.append(
+            [
+                cond + (" *" if c["primary"] else ""),
+                c["scoring"],
+                str(len(c["seeds"])),
+                c["answer"],
+                _alpha_cell(e),
+                "—" if e["p_above"] is None else f"{p4(e['p_above'])} / {p4(e['p_below'])}",
+                "—" if g["gap"] is None else f"{g['gap']:+.4f} {interval(g['interval'])}",
+                "—" if g["p_more"] is None else f"{p4(g['p_more'])} ({g['problems']} problems)",
+                f"{share}; α on Z {_alpha_cell(z)}",
+            ]
+        )
+    head = [
+        "condition",
+        "correct by",
+        "seeds",
+        "answer",
+        "α [95%]",
+        "p α above / below",
+        "gap D [95%]",
+        "p more outside",
+        "outside trained / base; Z",
+    ]
+    return L + table(head, rows) + [""]

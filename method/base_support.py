@@ -15,8 +15,10 @@ excess is its largest token's. Top-k alone: a token with top_k or more tokens st
 (excess +inf). An untruncated sampler (top_k 0, top_p 1) keeps every token: nothing is outside (excess
 None), and only the log-probabilities speak.
 
-logp_t1 is the response's log-probability under the base at T 1, untruncated (the training sampler's
-distribution): the sum over its tokens of log softmax(logits)[token], in float64.
+logp_t1 is the response's log-probability under the model at T 1, untruncated (the training sampler's
+distribution): the sum over its tokens of log softmax(logits)[token], in float64. With `reference` (another
+sampler's temperature, top_k, top_p) the same forward also gives each response's excess at that sampler
+(`excess_ref`, `outside_ref`): a T 1 draw read against the base's evaluation nucleus (PLAN.md section 7e).
 """
 
 from __future__ import annotations
@@ -55,16 +57,23 @@ def token_excess(
 
 @torch.inference_mode()
 def measure(
-    model, prompts: list[list[int]], responses: list[list[int]], temperature: float, top_k: int, top_p: float, pad: int
+    model,
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    pad: int,
+    reference: tuple[float, int, float] | None = None,
 ) -> list[dict]:
     """For each response (token ids, EOS included where emitted) after its prompt (token ids), under
-    `model` as it is (the caller switches LoRA off): {"outside": the exact rule, "excess": the largest
-    token excess (None when the sampler truncates nothing), "logp_t1": log-probability at T 1}."""
+    `model` as it is (the caller switches LoRA off for the base): {"outside": the exact rule, "excess": the
+    largest token excess (None when the sampler truncates nothing), "logp_t1": log-probability at T 1}, and
+    with `reference` (temperature, top_k, top_p) "outside_ref" and "excess_ref" at that sampler."""
     if not responses:
         return []
     device = next(model.parameters()).device
     V = model.get_output_embeddings().weight.shape[0]
-    truncates = temperature > 0 and ((0 < top_k < V) or top_p < 1.0)
     out: list[dict] = []
     Lmax = max(len(r) for r in responses)
     rows = max(1, CHUNK_BYTES // (4 * V * (Lmax + 1)))
@@ -89,12 +98,27 @@ def measure(
         logp = logits.log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1).double()  # (b, Lc)
         valid = cmask.bool()  # (b, Lc) positions that hold a response token
         logp_sum = (logp * valid).sum(-1)  # (b,)
-        if truncates:
-            dropped, excess = token_excess(logits, targets, temperature, top_k, top_p)
-            dropped, excess = dropped & valid, excess.masked_fill(~valid, float("-inf"))
+        here = response_excess(logits, targets, valid, (temperature, top_k, top_p), V)
+        there = response_excess(logits, targets, valid, reference, V) if reference is not None else None
         for i in range(len(rs)):
             row = {"outside": False, "excess": None, "logp_t1": float(logp_sum[i])}
-            if truncates and len(rs[i]):
-                row["outside"], row["excess"] = bool(dropped[i].any()), float(excess[i].max())
+            if here is not None and len(rs[i]):
+                row["outside"], row["excess"] = bool(here[0][i]), float(here[1][i])
+            if reference is not None:
+                row["outside_ref"], row["excess_ref"] = False, None
+                if there is not None and len(rs[i]):
+                    row["outside_ref"], row["excess_ref"] = bool(there[0][i]), float(there[1][i])
             out.append(row)
     return out
+
+
+def response_excess(
+    logits: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor, sampler: tuple[float, int, float], V: int
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Per response (b,): whether a token is dropped at sampler (temperature, top_k, top_p) and the largest
+    token excess; None where that sampler truncates nothing."""
+    temperature, top_k, top_p = sampler
+    if not (temperature > 0 and ((0 < top_k < V) or top_p < 1.0)):
+        return None
+    dropped, excess = token_excess(logits, targets, temperature, top_k, top_p)
+    return (dropped & valid).any(-1), excess.masked_fill(~valid, float("-inf")).max(-1).values

@@ -225,7 +225,7 @@ def evaluate(
     tokens, ent = sample_problem_tokens(model, tok, cfg, problems, n, sampling, tag, per_batch, progress, resume)
     rows = score_problems(problems, decode_texts(tok, tokens), cfg.eval.keep_responses, ent)
     if cfg.eval.base_support:
-        add_base_support(model, tok, cfg, problems, tokens, rows, sampling)
+        add_base_support(model, tok, cfg, problems, tokens, rows, sampling, trained=adapter is not None)
     result = {
         "model": "base" if adapter is None else str(adapter),
         **identity,
@@ -256,32 +256,53 @@ def evaluate(
 
 
 def add_base_support(
-    model, tok, cfg: config.Config, problems, tokens: list[list[list[int]]], rows: list[dict], s: config.SamplingCfg
+    model,
+    tok,
+    cfg: config.Config,
+    problems,
+    tokens: list[list[list[int]]],
+    rows: list[dict],
+    s: config.SamplingCfg,
+    trained: bool = False,
 ) -> None:
     """Each row gains `base_support`: for every correct (loose) response, by its index, whether it lies
     outside the base's kept set at the sampler `s` that drew it, by how much, its base log-probability at
     T 1 and whether it is strictly correct (method/base_support.py; PLAN_CHANGES.md change 57). Teacher-forced
-    from the drawn token ids through the base: the adapter's LoRA switched off."""
+    from the drawn token ids through the base: the adapter's LoRA switched off. Under eval.within_correct
+    (PLAN.md section 7e) also its length in tokens, whether it lies outside the base's kept set at the
+    evaluation sampler (`outside_eval`, `excess_eval`: what a T 1 draw is read against) and its log-probability
+    at T 1 under the evaluated model itself (`logp_self`: LoRA on; the base's own is logp_t1)."""
     prompts = render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
     scores = [[countdown.score(p, text) for text in texts] for p, texts in zip(problems, decode_texts(tok, tokens))]
     picked = [(i, j) for i, sc in enumerate(scores) for j, x in enumerate(sc) if x["loose"]]  # every correct response
+    ps, rs = [prompts[i] for i, _ in picked], [tokens[i][j] for i, j in picked]
+    within = cfg.eval.within_correct
+    e = cfg.eval.sampling
     with lora_disabled(model):
         measured = base_support.measure(
             model,
-            [prompts[i] for i, _ in picked],
-            [tokens[i][j] for i, j in picked],
+            ps,
+            rs,
             s.temperature,
             s.top_k,
             s.top_p,
             pad_id(tok),
+            (e.temperature, e.top_k, e.top_p) if within else None,
         )
+    keys = ["outside", "excess", "logp_t1"]
+    if within:
+        own = base_support.measure(model, ps, rs, 1.0, 0, 1.0, pad_id(tok)) if trained else measured  # LoRA on
+        for m, o, r in zip(measured, own, rs):
+            m.update(length=len(r), outside_eval=m.pop("outside_ref"), excess_eval=m.pop("excess_ref"))
+            m["logp_self"] = o["logp_t1"]
+        keys += ["length", "outside_eval", "excess_eval", "logp_self"]
     for row in rows:
-        row["base_support"] = {"index": [], "strict": [], "outside": [], "excess": [], "logp_t1": []}
+        row["base_support"] = {"index": [], "strict": [], **{k: [] for k in keys}}
     for (i, j), m in zip(picked, measured):
         b = rows[i]["base_support"]
         b["index"].append(j)
         b["strict"].append(bool(scores[i][j]["strict"]))
-        for key in ("outside", "excess", "logp_t1"):
+        for key in keys:
             b[key].append(m[key])
 
 

@@ -22,7 +22,8 @@ Dr. GRPO (Liu et al., arXiv 2503.20783) as this study runs it. Departures from G
 
 The controls of PLAN.md section 4 are entries of the condition registry, read by the same loop
 (no per-condition branch): `kl` adds the k3 KL anchor to the base (departing from [D3]),
-`entropy` an entropy bonus, `reward: format` the format-only reward (departing from [D5]), and
+`entropy` an entropy bonus, `reward: format` the format-only reward (departing from [D5]), `unlikeliness`
+the positive control that rewards a group's less likely correct answers more (departing from [D5]), and
 `method` (METHODS) says only which completions are trained and with which weight, all through the
 same surrogate -sum(A * log pi) / constant:
   grpo  the policy's samples, A = reward - group mean               [D1]
@@ -41,6 +42,18 @@ import torch
 from method.model import completion_logprobs, lora_disabled, pack
 
 # ============================================================================= the loss
+
+
+def unlikeliness_rewards(rewards: torch.Tensor, seq_logp: torch.Tensor, beta: float) -> torch.Tensor:
+    """rewards (P, G), seq_logp (P, G) each response's log-probability under the policy that sampled it ->
+    (P, G). Within a group, the rewarded responses (reward > 0) ranked from least to most likely (ties by
+    position): the j-th (j = 0 the least likely) keeps reward * (1 - beta * j / G). After He, Fried & Welleck
+    (arXiv 2506.02355): the more likely a correct answer already is, the less it earns."""
+    P, G = rewards.shape
+    key = torch.where(rewards > 0, seq_logp.double(), torch.inf)  # (P, G) the unrewarded last
+    order = torch.sort(key, dim=1, stable=True).indices  # (P, G) least likely first
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(G).expand(P, G))  # (P, G)
+    return torch.where(rewards > 0, rewards * (1 - beta * rank.to(rewards.dtype) / G), rewards)
 
 
 def group_advantages(rewards: torch.Tensor) -> torch.Tensor:

@@ -33,7 +33,7 @@ from method.model import (
     setup_torch,
     stop_ids,
 )
-from method.objective import METHODS, Method, policy_gradient
+from method.objective import METHODS, Method, policy_gradient, unlikeliness_rewards
 from method.sampler import Samples, decode_mode, sample
 from orchestration import config, provenance, study
 from orchestration.memory import decoders_held, estimate_memory, micro_batch_choice
@@ -96,6 +96,16 @@ def rollouts(
         )
     texts = tok.batch_decode(samples.tokens, skip_special_tokens=True)
     return samples, [countdown.score(problems[i // G], x) for i, x in enumerate(texts)]
+
+
+def trained_rewards(rewards: torch.Tensor, samples: Samples, unlikeliness: float) -> torch.Tensor:
+    """The rewards (P, G) the advantages are made from: the scores, or under a condition's unlikeliness the
+    scores reweighted by each response's likelihood rank in its group (objective.unlikeliness_rewards, from the
+    sampler's own token log-probabilities). train_log.csv keeps the scores."""
+    if unlikeliness == 0.0:
+        return rewards
+    seq_logp = torch.tensor([sum(lp) for lp in samples.logprobs], dtype=torch.float64).view(rewards.shape)
+    return unlikeliness_rewards(rewards, seq_logp, unlikeliness)
 
 
 def no_rollouts(n: int) -> tuple[Samples, list[dict]]:
@@ -254,7 +264,7 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
             P, G
         )  # [D5] strict score only (format: the control)
         completions = samples.tokens if method.rollouts else gold_completions(tok, problems, cfg.task.prompt_style)
-        adv = method.advantages(rewards)  # (P*G,) rollouts, (P,) gold solutions
+        adv = method.advantages(trained_rewards(rewards, samples, run.cond.unlikeliness))  # (P*G,) rollouts, (P,) gold
         copies = G if method.rollouts else 1
         grad = policy_gradient(
             model,

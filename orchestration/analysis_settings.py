@@ -75,6 +75,19 @@ class BaseSupportCfg:
 
 
 @dataclass
+class WithinCorrectCfg:
+    """Which correct answers RL favours at the training sampler (PLAN.md section 7e; needs eval.within_correct):
+    the within-correct exponent of the trained models' correct T 1 responses (`matched`) and the outside gap
+    against the base's own correct T 1 responses (`pool`), decided three ways (analysis/within_correct.py)."""
+
+    matched: str = "matched"  # eval set: the trained models at the training sampler (models: final)
+    pool: str = "pool-train"  # eval set: the base at the training sampler (models: base)
+    exponent_margin: float = 0.1  # reweighting: alpha within 1 +- this; sharpening above, toward-rare below
+    gap_margin: float = 0.02  # reweighting: the outside gap within +- this
+    permutations: int = 9999  # draws of the stratified permutation null
+
+
+@dataclass
 class CollapseCfg:
     """A collapsed training run, on its log alone (PLAN_CHANGES.md change 59): no signal on >= share of the steps
     after late_from x its last step. Reported with the rate over seeds; every seed still counts."""

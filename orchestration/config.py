@@ -28,6 +28,7 @@ from orchestration.analysis_settings import (  # noqa: F401  (the analyze sectio
     MixedArmCfg,
     PlannedCfg,
     SupportCfg,
+    WithinCorrectCfg,
 )
 from orchestration.validation import (  # noqa: F401  (the checks; these names stay readable as config.X)
     BUILDS,
@@ -181,6 +182,10 @@ class ConditionCfg:
     kl: float = 0.0  # beta of the k3 KL anchor to the base (0 = none, as the report ran)
     entropy: float = 0.0  # alpha of the entropy bonus (0 = none)
     lr: float | None = None  # None: the lr-sweep stage's choice
+    # beta of the unlikeliness reward (objective.unlikeliness_rewards; after He, Fried & Welleck, arXiv
+    # 2506.02355): the more likely of a group's correct responses earn less. 0 = off. A positive control that
+    # moves RL toward rare correct answers (PLAN.md section 7e).
+    unlikeliness: float = 0.0
 
 
 def default_conditions() -> dict[str, ConditionCfg]:
@@ -268,6 +273,10 @@ class EvalCfg:
     # sampler drew, whether a token lies outside the base's kept set at the sampler that drew it, and the
     # response's base log-probability at T 1, untruncated (method/base_support.py; PLAN_CHANGES.md change 57).
     base_support: bool = False
+    # With base_support, also record for every correct response its length, whether it lies outside the
+    # base's kept set at the evaluation sampler (whatever sampler drew it) and its log-probability at T 1 under
+    # the evaluated model itself (LoRA on): the within-correct measures at the training sampler (PLAN.md 7e).
+    within_correct: bool = False
 
 
 @dataclass
@@ -370,6 +379,7 @@ class AnalyzeCfg:
     )  # None: none
     base_support: BaseSupportCfg | None = None  # None: not measured (change 57)
     collapse: CollapseCfg | None = None  # None: not reported (change 59)
+    within_correct: WithinCorrectCfg | None = None  # None: not measured (PLAN.md section 7e)
 
 
 @dataclass

@@ -50,8 +50,10 @@ ADDED_OFF = {
     "eval.draw": "batch",
     "eval.max_rows": None,
     "eval.base_support": False,
+    "eval.within_correct": False,
     "analyze.base_support": None,
     "analyze.collapse": None,
+    "analyze.within_correct": None,
     "train.sampling.tail": "sort",
     "eval.sampling.tail": "sort",
 }

@@ -212,9 +212,9 @@ def pretrain_count(cfg: config.Config) -> int:
 
 
 def test_problems(cfg: config.Config) -> list:
-    """The test set: the `test` split, or under task.test_split confirm (confirm2) the `confirm` (`confirm2`)
-    split, drawn by the same task seed after test, train, pretrain and dev at this config's sizes (and
-    confirm2 after a confirm split of n_test problems): disjoint from every split drawn before it."""
+    """The test set: the `test` split, or under task.test_split confirm (confirm2, confirm3) that split, drawn by
+    the same task seed after test, train, pretrain and dev at this config's sizes (confirm2 after a confirm split
+    of n_test problems, confirm3 after both): disjoint from every split drawn before it."""
     t = cfg.task
     if t.test_split == "test":
         return countdown.make_splits(t.name, t.n_train, t.n_test, t.seed)[1]
@@ -225,8 +225,10 @@ def test_problems(cfg: config.Config) -> list:
         "dev": cfg.train.dev_problems,
         "confirm": t.n_test,
     }
-    if t.test_split == "confirm2":
+    if t.test_split in ("confirm2", "confirm3"):
         counts["confirm2"] = t.n_test
+    if t.test_split == "confirm3":
+        counts["confirm3"] = t.n_test
     return countdown.draw_splits(t.name, t.seed, counts)[t.test_split]
 
 
@@ -296,7 +298,8 @@ def train_inputs(cfg: config.Config, name: str, seed: int, run: Path) -> tuple[l
     cond = cfg.conditions[name]
     pool, inputs = condition_pool(cfg, cond, run)
     lr = read_lr(cfg, run, name)
-    return pool, lr, {"condition": name, "settings": config.to_dict(cond), "seed": seed, **inputs, "lr": lr}
+    settings = {k: v for k, v in config.to_dict(cond).items() if not (k == "unlikeliness" and v == 0.0)}  # as before
+    return pool, lr, {"condition": name, "settings": settings, "seed": seed, **inputs, "lr": lr}
 
 
 SWEEP_CONDITION = config.ConditionCfg(problems="all")  # the report's rule: the many condition's recipe

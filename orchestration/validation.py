@@ -141,9 +141,10 @@ def _check_task(cfg: Config) -> None:
     _need(cfg.task.prompt_style in PROMPT_STYLES, "task.prompt_style", f"must be one of {', '.join(PROMPT_STYLES)}")
     _need(cfg.task.seed >= 0, "task.seed", "must be >= 0")
     _need(
-        cfg.task.test_split in ("test", "confirm", "confirm2"),
+        cfg.task.test_split in ("test", "confirm", "confirm2", "confirm3"),
         "task.test_split",
-        "must be test (the test split), confirm (a fresh split drawn after the others) or confirm2 (one drawn after confirm)",
+        "must be test (the test split), confirm (a fresh split drawn after the others), confirm2 (one drawn after "
+        "confirm) or confirm3 (one drawn after confirm2)",
     )
 
 
@@ -260,6 +261,11 @@ def _check_conditions(cfg: Config) -> None:
         _need(c.method in METHODS, f"conditions.{name}.method", f"must be one of {', '.join(METHODS)}")
         _need(c.kl >= 0, f"conditions.{name}.kl", "must be >= 0")
         _need(c.entropy >= 0, f"conditions.{name}.entropy", "must be >= 0")
+        _need(
+            0 <= c.unlikeliness <= 1 and (c.unlikeliness == 0 or c.method == "grpo"),
+            f"conditions.{name}.unlikeliness",
+            "must be in [0, 1], and 0 unless method is grpo (it reranks the group's rewards)",
+        )
         _need(c.lr is None or c.lr > 0, f"conditions.{name}.lr", "must be > 0, or null for the lr-sweep's choice")
 
 
@@ -387,6 +393,11 @@ def _check_analyze(cfg: Config) -> None:
                 f"analyze.support.pools.{sampler}",
                 "must name an eval set of the trained task with models: base, seeds: own and n_problems = task.n_test",
             )
+    _need(
+        cfg.eval.base_support or not cfg.eval.within_correct,
+        "eval.within_correct",
+        "needs eval.base_support: true (it adds to the base_support records)",
+    )
     bs = cfg.analyze.base_support
     if bs is not None:
         _need(
@@ -423,6 +434,32 @@ def _check_analyze(cfg: Config) -> None:
             ),
             "analyze.base_support.matched",
             "must be null or name an eval set of the trained task with models: final, seeds: own and n_problems = task.n_test",
+        )
+    wc = cfg.analyze.within_correct
+    if wc is not None:
+        _need(
+            cfg.eval.within_correct and cfg.analyze.base_support is not None,
+            "analyze.within_correct",
+            "needs eval.within_correct: true and analyze.base_support (its tolerance reads outside)",
+        )
+        for key, models in (("matched", "final"), ("pool", "base")):
+            es = cfg.eval_sets.get(getattr(wc, key))
+            s = es.sampling if es is not None else None
+            _need(
+                es is not None
+                and es.models == models
+                and es.task in (None, cfg.task.name)
+                and es.n_problems == cfg.task.n_test
+                and s is not None
+                and (s.temperature, s.top_p, s.top_k) == (1.0, 1.0, 0),
+                f"analyze.within_correct.{key}",
+                f"must name an eval set of the trained task with models: {models}, n_problems = task.n_test and "
+                "the training sampler (temperature 1, top_p 1, top_k 0)",
+            )
+        _need(
+            wc.exponent_margin > 0 and 0 < wc.gap_margin < 1 and wc.permutations >= 99,
+            "analyze.within_correct",
+            "exponent_margin > 0, gap_margin in (0, 1) and permutations >= 99",
         )
     col = cfg.analyze.collapse
     _need(

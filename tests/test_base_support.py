@@ -154,3 +154,46 @@ def test_the_posthoc_tool_takes_text_only_where_it_fixes_the_ids(base):
         "12", add_special_tokens=False
     )  # cut at max_new_tokens: no stop token
     assert "decodes to" in tool.segmentation(qwen_shape.load_tokenizer())[0]
+
+
+def test_a_reference_sampler_reads_a_t1_draw_as_that_sampler_would(base):
+    """measure's `reference`: the excess of T 1 draws at the evaluation sampler, from the same forward, equals a
+    measure made at that sampler; at the drawing sampler itself it repeats `outside`."""
+    model, tok = base
+    _, prompts = prompts_for(tok, 4)
+    ps, rs = _draw(model, tok, prompts, 16, 1.0, 1.0, seed=5)
+    m = base_support.measure(model, ps, rs, 1.0, 0, 1.0, pad_id(tok), reference=(0.6, 0, 0.95))
+    there = base_support.measure(model, ps, rs, 0.6, 0, 0.95, pad_id(tok))
+    assert [x["outside_ref"] for x in m] == [x["outside"] for x in there]
+    assert [x["excess_ref"] for x in m] == [x["excess"] for x in there]
+    assert any(x["outside_ref"] for x in m)  # T 1 draws leave the T 0.6 nucleus now and then
+    same = base_support.measure(model, ps, rs, 0.6, 0, 0.95, pad_id(tok), reference=(0.6, 0, 0.95))
+    assert [x["outside_ref"] for x in same] == [x["outside"] for x in same]
+
+
+def test_within_correct_records_the_models_own_log_probability(fitted_dir, smoke_cfg):
+    """eval.within_correct: each correct response's length, its outside flag at the evaluation sampler and its
+    T 1 log-probability under the trained model (LoRA on), equal to the sum of the sampler's own token
+    log-probabilities of that draw; the base log-probability is LoRA off's."""
+    from method import evaluate
+
+    cfg, tilted, tok, _ = model_with_lora(fitted_dir, smoke_cfg, scale=0.05)
+    cfg = cfg_for(cfg, **{"eval.base_support": True, "eval.within_correct": True})
+    problems = evaluate.eval_set_settings(cfg, "test")[0][:6]
+    prompts = evaluate.render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
+    s = config.SamplingCfg(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=24)
+    out = sampler.sample(tilted, prompts, 16, s, 7, stop_ids(tilted, tok), pad_id(tok), entropy=True)  # logprobs kept
+    tokens = [out.tokens[i * 16 : (i + 1) * 16] for i in range(len(prompts))]
+    rows = [{} for _ in problems]
+    evaluate.add_base_support(tilted, tok, cfg, problems, tokens, rows, s, trained=True)
+    picked = [(i, j) for i, r in enumerate(rows) for j in r["base_support"]["index"]]
+    assert picked  # the near-base model answers some right
+    for i, j in picked:
+        b = rows[i]["base_support"]
+        k = b["index"].index(j)
+        assert b["length"][k] == len(tokens[i][j])
+        own = sum(out.logprobs[i * 16 + j])  # the sampler's own, one per drawn token
+        assert b["logp_self"][k] == pytest.approx(own, abs=1e-3)
+        assert b["logp_self"][k] != b["logp_t1"][k]  # LoRA on against LoRA off
+        assert b["outside"][k] is False and b["excess"][k] is None  # nothing truncates at T 1
+        assert isinstance(b["outside_eval"][k], bool) and b["excess_eval"][k] is not None

@@ -651,3 +651,31 @@ def test_the_micro_batch_is_said_only_when_computed(fitted_dir, smoke_cfg, tmp_p
         said[mb] = [x for x in capsys.readouterr().out.splitlines() if "micro_batch" in x]
         assert "micro_batch" in json.loads((out / "done.json").read_text())["micro_batch_why"]
     assert said[16] == [] and len(said[0]) == 1 and said[0][0].startswith("train many s0: micro_batch "), said
+
+
+def test_the_unlikeliness_reward_ranks_a_groups_correct_answers_by_likelihood():
+    rewards = torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    logp = torch.tensor([[-3.0, -9.0, -1.0, -5.0], [-1.0, -2.0, -3.0, -4.0], [-2.0, -2.0, -1.0, -3.0]])
+    got = objective.unlikeliness_rewards(rewards, logp, 0.5)
+    # group 0: correct ones least likely first: -5 (j 0), -3 (j 1), -1 (j 2); 1 - 0.5 j / 4
+    assert got[0].tolist() == [1 - 0.5 / 4, 0.0, 1 - 1.0 / 4, 1.0]
+    assert got[1].tolist() == [0.0] * 4  # nothing rewarded, nothing to rank
+    # a tie (-2, -2) ranks by position: -3 (j 0), -2 at 0 (j 1), -2 at 1 (j 2), -1 (j 3)
+    assert got[2].tolist() == [1 - 0.5 / 4, 1 - 1.0 / 4, 1 - 1.5 / 4, 1.0]
+    assert torch.equal(objective.unlikeliness_rewards(rewards, logp, 0.0), rewards)
+
+
+def test_an_unlikeliness_condition_trains_on_its_reranked_rewards(fitted_dir, smoke_cfg, tmp_path):
+    """The same samples (same seed and name) and scores as plain GRPO at step 1; another gradient where a group
+    holds two correct answers of different likelihood; the stage hash of an unlikeliness of 0 is as before."""
+    cfg = cfg_for(smoke_cfg, **{"train.dev_every": 0, "train.log_kl_every": 0})
+    loose = config.ConditionCfg(reward="loose")  # more correct answers per group than strict
+    plain = train_smoke(cfg, fitted_dir, tmp_path / "plain", steps=2, condition=("many", loose))
+    unlikely = config.ConditionCfg(reward="loose", unlikeliness=1.0)
+    moved = train_smoke(cfg, fitted_dir, tmp_path / "unlikely", steps=2, condition=("many", unlikely))
+    a, b = training.read_log(plain / "train_log.csv"), training.read_log(moved / "train_log.csv")
+    assert a[0]["reward_mean"] == b[0]["reward_mean"]  # the log keeps the scores of the same samples
+    f = "step_002/adapter_model.safetensors"
+    assert (plain / f).read_bytes() != (moved / f).read_bytes()
+    _, _, inputs = study.train_inputs(cfg_for(smoke_cfg, **{"train.lr": 0.001}), "many", 0, tmp_path)
+    assert "unlikeliness" not in inputs["settings"]  # an older run's hash is unchanged
