@@ -498,7 +498,16 @@ def config_identity(cfg_dict: dict | None) -> str | None:
         _drop_if(d, key, off)
     if isinstance(d.get("eval_sets"), dict):
         d["eval_sets"] = {k: eval_set_as_before(es) for k, es in d["eval_sets"].items()}
+    if isinstance(d.get("conditions"), dict):
+        d["conditions"] = {k: condition_as_before(c) for k, c in d["conditions"].items()}
     return config.digest(without_batching(d))
+
+
+def condition_as_before(c):
+    """A recorded condition without its unlikeliness at 0 (every condition before the key existed)."""
+    if isinstance(c, dict) and c.get("unlikeliness", 0.0) == 0.0:
+        return {k: v for k, v in c.items() if k != "unlikeliness"}
+    return c
 
 
 def eval_set_as_before(es):

@@ -298,7 +298,7 @@ def train_inputs(cfg: config.Config, name: str, seed: int, run: Path) -> tuple[l
     cond = cfg.conditions[name]
     pool, inputs = condition_pool(cfg, cond, run)
     lr = read_lr(cfg, run, name)
-    settings = {k: v for k, v in config.to_dict(cond).items() if not (k == "unlikeliness" and v == 0.0)}  # as before
+    settings = provenance.condition_as_before(config.to_dict(cond))  # without keys added since, at their "as before"
     return pool, lr, {"condition": name, "settings": settings, "seed": seed, **inputs, "lr": lr}
 
 
