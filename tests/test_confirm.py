@@ -77,6 +77,31 @@ def test_confirm2_split_is_fresh_against_every_earlier_split(v5):
     assert not set(config.seeds_of(v6, "many")) & set(config.seeds_of(v5, "many"))  # new training seeds
 
 
+def test_confirm3_split_is_fresh_against_every_earlier_split():
+    """tiny_v7's test problems (PLAN_CHANGES.md change 65): drawn after tiny_v6's confirm2, they share no problem
+    with it nor with any earlier split, and tiny_v6's set is unchanged."""
+    v6, v7 = (config.load(str(ROOT / f"configs/tiny_v{k}.yaml")) for k in (6, 7))
+    t = v7.task
+    earlier = countdown.draw_splits(
+        t.name,
+        t.seed,
+        {
+            "test": t.n_test,
+            "train": t.n_train,
+            "pretrain": study.pretrain_count(v7),
+            "dev": v7.train.dev_problems,
+            "confirm": t.n_test,
+            "confirm2": t.n_test,
+        },
+    )
+    fresh = study.test_problems(v7)
+    assert len(fresh) == t.n_test == len({p.question for p in fresh})
+    for split, problems in earlier.items():
+        assert not {p.question for p in fresh} & {p.question for p in problems}, split
+    assert [p.question for p in earlier["confirm2"]] == [p.question for p in study.test_problems(v6)]
+    assert not set(config.seeds_of(v7, "many")) & (set(config.seeds_of(v6, "many")) | set(range(6)))
+
+
 def test_test_split_is_validated(v5):
     with pytest.raises(config.ConfigError, match="task.test_split"):
         config.load(str(ROOT / "configs/tiny_v5.yaml"), ["task.test_split=fresh"])

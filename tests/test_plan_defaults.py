@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestration import config
+from orchestration.analysis_settings import BaseSupportCfg, CollapseCfg, WithinCorrectCfg
 
 ROOT = Path(__file__).resolve().parents[1]
 BODY = (ROOT / "PLAN.md").read_text()
@@ -190,6 +191,27 @@ STATED = [
             TINY_SKILL.analyze.calibration.resplits,
             TINY_SKILL.analyze.calibration.resamples,
         ],
+    ),
+    (
+        "the outside rule (section 7e)",
+        r"excess ≥ τ = ([\de.-]+) \(`analyze\.base_support\.tolerance`",
+        lambda: [BaseSupportCfg().tolerance],
+    ),
+    ("kept (section 7e)", r"mean r <\s+([\d.]+) \(`kept_margin`\)", lambda: [BaseSupportCfg().kept_margin]),
+    (
+        "the answer at T 1 (section 7e)",
+        r"α < 1 − ([\d.]+) \(`exponent_margin`\).*?D within ±([\d.]+) \(`gap_margin`\)",
+        lambda: [WithinCorrectCfg().exponent_margin, WithinCorrectCfg().gap_margin],
+    ),
+    (
+        "permutation draws (section 7e)",
+        r"`analyze\.within_correct\.permutations`\s+([\d,]+) draws",
+        lambda: [WithinCorrectCfg().permutations],
+    ),
+    (
+        "collapse (section 7e)",
+        r"`analyze\.collapse`: `late_from` ([\d.]+), `share` ([\d.]+)",
+        lambda: [CollapseCfg().late_from, CollapseCfg().share],
     ),
 ]
 
