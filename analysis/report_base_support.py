@@ -260,13 +260,12 @@ def training_sampler_sentence(doc: dict) -> str | None:
     if not c or c.get("skipped"):
         return None
     e, g = c["exponent"], c["gap"]
-    gap = (
-        "no problem holds correct answers on both sides"
-        if g["gap"] is None
-        else (
-            f"outside gap {g['gap']:+.4f} {interval(g['interval'])} (permutation p {p4(g['p_more'])} for more outside)"
+    gap = "no problem holds correct answers on both sides"
+    if g["gap"] is not None:
+        gap = (
+            f"outside gap {g['gap']:+.4f} {interval(g['interval'])} (p {p4(g['p_more'])} for more outside: the larger "
+            f"of the permutation's {p4(g['p_more_permutation'])} and the bootstrap's {p4(g['p_more_bootstrap'])})"
         )
-    )
     return (
         f"At the training sampler ({sampler_words(wc['sampling'])}; {c['scoring']} correctness, step {wc['step']}): "
         f"**{c['answer']}** ({c['decided_by']}): within-correct exponent {_alpha_cell(e)} "
@@ -283,10 +282,11 @@ def within_correct_section(doc: dict) -> list[str]:
         return L + [f"Not measured: {wc['skipped']}.", ""]
     first = training_sampler_sentence(doc)
     L += ([first, ""] if first else []) + [
-        "Every outcome reweighting of the base at T 1 leaves its mix of correct answers as it was: the exponent α (the "
-        "slope of log π_RL − log π_base on log π_base within each seed and problem, length a covariate) is 1 and the "
-        "share of correct answers outside the base's evaluation nucleus equals the base's own. α above its margin reads "
-        "*sharpening*, below it or more outside reads *toward-rare*, both within their margins *reweighting*.",
+        "Every outcome reweighting of the base at T 1 leaves its mix of correct answers as it was: the exponent α (1 + "
+        "the slope of log π_RL − log π_base on log π_base within each seed and problem, length a covariate) is 1 and "
+        "the share of correct answers outside the base's evaluation nucleus equals the base's own. α below its margin "
+        "or more outside reads *toward-rare* (first), else α above it *sharpening*, else both within their margins "
+        "*reweighting* (PLAN.md section 7e).",
         "",
     ]
     rows = []

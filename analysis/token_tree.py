@@ -117,13 +117,14 @@ def power(base_logp: np.ndarray, a: float) -> np.ndarray:
 
 def policy_gradient_flow(base_logp: np.ndarray, correct: np.ndarray, target: float, dt: float = 0.05) -> np.ndarray:
     """The exact softmax policy-gradient flow over responses, dz_y/dt = pi(y) (r(y) - J), from the base, run per
-    problem until its pass@1 J reaches `target` (or stops moving): log pi at the end."""
+    problem until its pass@1 J reaches `target` (a problem with no correct response never moves): log pi at the
+    end. Each problem's step is divided by its largest pi(y): the same path, at another speed."""
     z = base_logp.copy()
     r = correct.astype(float)
     for _ in range(100_000):
         p = np.exp(normalised(z))
         J = (p * r).sum(-1, keepdims=True)
-        live = J < target
+        live = (J < target) & correct.any(-1, keepdims=True)
         if not live.any():
             break
         z = z + dt * np.where(live, p * (r - J) / np.maximum(p.max(-1, keepdims=True), 1e-300), 0.0)
@@ -135,3 +136,17 @@ def draw(logp: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     cdf = np.cumsum(np.exp(logp), axis=-1)
     u = rng.random((logp.shape[0], n)) * cdf[:, -1:]
     return np.minimum(np.stack([np.searchsorted(c, x, side="right") for c, x in zip(cdf, u)]), logp.shape[1] - 1)
+
+
+def draw_keyed(world: TreeWorld, logp: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """(N, n) responses drawn token by token from a policy (N, V^L) by the inverse CDF of each node's children in
+    token order, with the given uniforms u (N, n, L): as the evaluations' keyed draw does, so policies drawn with
+    the same u (the `matched` set's training seeds) give dependent responses."""
+    node_logp = node_log_probs(as_node_logits(world, logp), 1.0, 1.0)  # (N, nodes, V)
+    N, n, L = u.shape
+    rows, prefix, first = np.arange(N)[:, None], np.zeros((N, n), dtype=np.int64), 0
+    for d in range(L):
+        cdf = np.cumsum(np.exp(node_logp[rows, first + prefix]), axis=-1)  # (N, n, V)
+        token = np.minimum((u[..., d, None] >= cdf).sum(-1), world.V - 1)
+        prefix, first = prefix * world.V + token, first + world.V**d
+    return prefix

@@ -71,7 +71,7 @@ def analyze(design, base: dict, sets: dict, inf) -> dict:
     pool, matched = sets[spec.pool][0], sets[spec.matched][1]
     if pool is None or not recorded(pool):
         return {"skipped": f"the base's {spec.pool} file holds no within-correct records (eval.within_correct)"}
-    N, level, alpha = len(pool["problems"]), inf.levels.ci, inf.levels.one_sided
+    N, level, level_one_sided = len(pool["problems"]), inf.levels.ci, inf.levels.one_sided
     out = {
         "skipped": None,
         "matched": spec.matched,
@@ -95,12 +95,13 @@ def analyze(design, base: dict, sets: dict, inf) -> dict:
         S = len(docs)
         exp = within_correct.exponent(trained, S, N, inf.draws, spec.exponent_margin, level)
         gap = within_correct.outside_gap(trained, own, S, N, inf.draws, spec.gap_margin, level, spec.permutations)
-        decided = within_correct.answer(exp, gap, alpha)
+        decided = within_correct.answer(exp, gap, level_one_sided)
         z = counts(base, sc) == 0
         on_z = within_correct.exponent(on_problems(trained, z), S, N, inf.draws, spec.exponent_margin, level)
         out["conditions"][cond] = {
             "primary": cond == design.primary_condition,
             "seeds": seeds,
+            "seeds_missing": [s for s in design.seeds_of(cond) if s not in seeds],  # a partial analysis only
             "scoring": sc,
             "answer": decided.answer,
             "decided_by": decided.decided_by,

@@ -17,7 +17,10 @@ follow, each exact under that null, whatever the tilt, problem by problem and se
                        the base's own; weighted per problem by n_i m_i / (n_i + m_i). Under every
                        reweighting both are draws of pi_base(. | correct): exchangeable within a problem,
                        so the stratified permutation null (labels exchanged within each problem; the
-                       permuted count is hypergeometric) is exact.
+                       permuted count is hypergeometric) is exact for independent draws. The `matched`
+                       draws share their uniforms across training seeds (keyed by problem and sample), so a
+                       problem's trained responses are dependent: "more outside" is decided by the larger of
+                       the permutation p and the crossed bootstrap's (PLAN.md section 7e).
 
 Intervals are the crossed bootstrap's (problems and seeds, verdict.Draws); alpha's from the replicates'
 pooled within-cell moments. Arrays in, small dataclasses out; numpy only.
@@ -32,7 +35,7 @@ import numpy as np
 from analysis import stats, verdict
 
 TOWARD_RARE, SHARPENING, REWEIGHTING, NOT_SHOWN = "toward-rare", "sharpening", "reweighting", "not shown"
-PERMUTATION_STREAM = 65  # the permutation null's generator: (analysis seed, this stream)
+PERMUTATION_STREAM = 3  # the permutation null's generator: (analysis seed, this stream); 1 and 2 draw seeds
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ class Exponent:
     p_within: float | None  # TOST: |alpha - 1| < margin (the larger of the two parts)
     margin: float
     with_length: bool
-    cells: int  # (seed, problem) cells with >= 2 correct responses
+    cells: int  # informative (seed, problem) cells: >= 2 distinct correct responses
     responses: int
 
 
@@ -74,8 +77,10 @@ class OutsideGap:
 
     gap: float | None
     interval: list[float] | None  # crossed bootstrap
-    p_more: float | None  # permutation: H0 exchangeable against trained more outside
-    p_less: float | None  # permutation: against trained less outside
+    p_more: float | None  # trained more outside: the larger of the two below
+    p_more_permutation: float | None  # H0 exchangeable within problems (exact for independent draws)
+    p_more_bootstrap: float | None  # H0 D <= 0, the crossed bootstrap
+    p_less: float | None  # trained less outside: the larger of the permutation and bootstrap p
     p_within: float | None  # bootstrap TOST: |D| < margin
     margin: float
     trained_share: float | None
@@ -100,21 +105,24 @@ class Answer:
 
 def cell_moments(r: Responses, S: int, N: int) -> np.ndarray:
     """(S, N, 6) per cell (seed, problem): the centred sums S_xx, S_xL, S_LL, S_xd, S_Ld over its responses
-    (x = base log-prob, L = length, d = self minus base log-prob), and 1 where the cell holds >= 2."""
+    (x = base log-prob, L = length, d = self minus base log-prob; centred on the cell's means, two passes), and
+    1 where the cell is informative: at least two distinct x. An uninformative cell (one response, or one
+    response repeated) carries no slope, and its moments are 0 exactly rather than rounding."""
     if r.self_logp is None:
         raise ValueError("the exponent needs each response's own log-probability (self_logp)")
     x, L = np.asarray(r.base_logp, float), np.asarray(r.length, float)
     d = np.asarray(r.self_logp, float) - x
     cell = np.asarray(r.seed) * N + np.asarray(r.problem)
-    raw = np.stack([np.ones_like(x), x, L, d, x * x, x * L, L * L, x * d, L * d], axis=1)  # (R, 9)
-    sums = np.zeros((S * N, 9))
-    np.add.at(sums, cell, raw)
-    n, sx, sl, sd, sxx, sxl, sll, sxd, sld = sums.T
-    k = np.maximum(n, 1)
-    mom = np.stack(
-        [sxx - sx * sx / k, sxl - sx * sl / k, sll - sl * sl / k, sxd - sx * sd / k, sld - sl * sd / k, n >= 2],
-        axis=1,
-    )
+    k = np.maximum(np.bincount(cell, minlength=S * N), 1)
+    hi, lo = np.full(S * N, -np.inf), np.full(S * N, np.inf)
+    np.maximum.at(hi, cell, x)
+    np.minimum.at(lo, cell, x)
+    informative = (hi > lo)[cell]  # (R,)
+    xc, Lc, dc = (v - (np.bincount(cell, weights=v, minlength=S * N) / k)[cell] for v in (x, L, d))  # centred
+    prods = np.stack([xc * xc, xc * Lc, Lc * Lc, xc * dc, Lc * dc], axis=1) * informative[:, None]  # (R, 5)
+    mom = np.zeros((S * N, 6))
+    np.add.at(mom[:, :5], cell, prods)
+    mom[:, 5] = hi > lo
     return mom.reshape(S, N, 6)
 
 
@@ -138,7 +146,7 @@ def exponent(r: Responses, S: int, N: int, draws: verdict.Draws, margin: float, 
     1 +- margin (a p is (1 + #replicates on the null's side) / (B + 1))."""
     mom = cell_moments(r, S, N)
     cells = int(mom[..., 5].sum())
-    if cells == 0 or mom[..., 0].sum() <= 0:
+    if cells == 0:
         return Exponent(None, None, None, None, None, margin, False, cells, len(r.seed))
     with_length = uses_length(mom)
     point = float(exponent_from(mom.sum(axis=(0, 1)), with_length))
@@ -197,16 +205,22 @@ def outside_gap(
     both = (tc > 0) & (b_corr > 0)
     sizes = dict(trained_responses=int(tc[both].sum()), base_responses=int(b_corr[both].sum()))
     if not both.any():
-        return OutsideGap(None, None, None, None, None, margin, None, None, 0, **sizes)
+        return OutsideGap(None, None, None, None, None, None, None, margin, None, None, 0, **sizes)
     gap = float(weighted_gap(to, tc, b_out, b_corr))
     q = draws.seeds(S)  # (B, S)
-    reps = weighted_gap(draws.m * (S * q @ t_out), draws.m * (S * q @ t_corr), draws.m * b_out, draws.m * b_corr)
+    with np.errstate(invalid="ignore"):  # a replicate that draws no problem holding both sides
+        reps = weighted_gap(draws.m * (S * q @ t_out), draws.m * (S * q @ t_corr), draws.m * b_out, draws.m * b_corr)
+    reps = reps[np.isfinite(reps)]  # such replicates say nothing about D: left out
     perm = permuted_gaps(to[both], tc[both], b_out[both], b_corr[both], permutations, draws.seed)
+    more = float((1 + np.count_nonzero(perm >= gap - stats.TIE)) / (permutations + 1))
+    less = float((1 + np.count_nonzero(perm <= gap + stats.TIE)) / (permutations + 1))
     return OutsideGap(
         gap=gap,
         interval=list(stats.percentile_interval(reps, level)),
-        p_more=float((1 + np.count_nonzero(perm >= gap - stats.TIE)) / (permutations + 1)),
-        p_less=float((1 + np.count_nonzero(perm <= gap + stats.TIE)) / (permutations + 1)),
+        p_more=max(more, stats.p_above(reps)),
+        p_more_permutation=more,
+        p_more_bootstrap=stats.p_above(reps),
+        p_less=max(less, stats.p_below(reps)),
         p_within=max(stats.p_above(reps, -margin), stats.p_below(reps, margin)),
         margin=margin,
         trained_share=float(to[both].sum() / tc[both].sum()),
@@ -228,17 +242,18 @@ def permuted_gaps(t_out, t_corr, b_out, b_corr, permutations: int, seed: int) ->
 # ----------------------------------------------------------------------------- the three-way answer
 
 
-def answer(exp: Exponent, gap: OutsideGap, alpha: float) -> Answer:
+def answer(exp: Exponent, gap: OutsideGap, level: float) -> Answer:
     """toward-rare where alpha < 1 - margin or the trained side is more outside (each at one-sided alpha);
     else sharpening where alpha > 1 + margin; else reweighting where alpha is within 1 +- margin and D within
-    +- its margin (both TOSTs); else not shown. A missing part decides nothing and blocks reweighting."""
-    if exp.p_below is not None and exp.p_below < alpha:
+    +- its margin (both TOSTs); else not shown; each at the one-sided `level`. A missing part decides nothing
+    and blocks reweighting."""
+    if exp.p_below is not None and exp.p_below < level:
         return Answer(TOWARD_RARE, "exponent below 1 - margin", exp, gap)
-    if gap.p_more is not None and gap.p_more < alpha:
+    if gap.p_more is not None and gap.p_more < level:
         return Answer(TOWARD_RARE, "more outside than the base's own correct answers", exp, gap)
-    if exp.p_above is not None and exp.p_above < alpha:
+    if exp.p_above is not None and exp.p_above < level:
         return Answer(SHARPENING, "exponent above 1 + margin", exp, gap)
-    within = exp.p_within is not None and exp.p_within < alpha
-    if within and gap.p_within is not None and gap.p_within < alpha:
+    within = exp.p_within is not None and exp.p_within < level
+    if within and gap.p_within is not None and gap.p_within < level:
         return Answer(REWEIGHTING, "exponent and outside gap both within their margins", exp, gap)
     return Answer(NOT_SHOWN, "no part decided", exp, gap)

@@ -5,7 +5,9 @@ problems: n 32 trained samples per seed and problem at T 1 and a base pool of 19
 ones are the base's side), judged by (a) the three-way answer (the exponent alpha, margin 0.1; the outside gap D,
 margin 0.02; one-sided 0.025) and (b) change 57's primary: n 32 samples per seed and problem from the trained
 policy re-read at T 0.6 / top-p 0.95, r = the share correct and outside the base's nucleus there, margin 0.005.
-Printed: each answer's rate with its 95% Clopper-Pearson interval, the mean alpha and D, pass@1 at T 1.
+Printed: each answer's rate with its 95% Clopper-Pearson interval, the mean alpha and D, pass@1 at T 1. Every
+seed's samples are drawn token by token with the same uniforms, as the evaluations' keyed streams draw them
+(PLAN_CHANGES.md change 67): the seeds' responses to a problem are dependent; the base's pool has its own.
 
     python bench/within_correct_calibration.py [--sims 200] [--problems 128] [--samples 32] [--pool 192] [--quick]
     python bench/within_correct_calibration.py --problems 384 --samples 16 --pool 128   # results/tiny_v7's design
@@ -99,8 +101,10 @@ ARMS = {
 
 
 def correct_responses(w: World, policies: np.ndarray, k: int, rng: np.random.Generator) -> Responses:
-    """The correct ones of k draws per problem from each of policies (K, N, V^L), the K as seeds."""
-    idx = np.stack([token_tree.draw(q, k, rng) for q in policies])  # (K, N, k)
+    """The correct ones of k draws per problem from each of policies (K, N, V^L), the K as seeds, every seed
+    drawn token by token with the same uniforms (as the evaluations' keyed draw: dependent across seeds)."""
+    u = rng.random((w.base.shape[0], k, L))  # (N, k, L) shared by the seeds
+    idx = np.stack([token_tree.draw_keyed(w.tree, q, u) for q in policies])  # (K, N, k)
     s, i, _ = np.indices(idx.shape)
     keep = w.correct[i, idx]
     s, i, y = s[keep], i[keep], idx[keep]
@@ -115,7 +119,8 @@ def study(w: World, q: np.ndarray, q_eval: np.ndarray, rng, draws: verdict.Draws
     exp = within_correct.exponent(trained, S, N, draws, EXPONENT_MARGIN, LEVEL)
     gap = within_correct.outside_gap(trained, pool, S, N, draws, GAP_MARGIN, LEVEL, a.permutations)
     hit = w.correct & w.outside  # (N, V^L) correct and outside the base's nucleus
-    r = np.stack([np.take_along_axis(hit, token_tree.draw(qe, N_EVAL, rng), axis=1).mean(1) for qe in q_eval])  # (S, N)
+    u = rng.random((N, N_EVAL, L))  # the test set's keyed uniforms, shared by the seeds
+    r = np.stack([np.take_along_axis(hit, token_tree.draw_keyed(w.tree, qe, u), axis=1).mean(1) for qe in q_eval])
     return {
         "answer": within_correct.answer(exp, gap, ALPHA).answer,
         "alpha": exp.alpha,

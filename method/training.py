@@ -264,7 +264,9 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
             P, G
         )  # [D5] strict score only (format: the control)
         completions = samples.tokens if method.rollouts else gold_completions(tok, problems, cfg.task.prompt_style)
-        adv = method.advantages(trained_rewards(rewards, samples, run.cond.unlikeliness))  # (P*G,) rollouts, (P,) gold
+        adv = method.advantages(
+            trained_rewards(rewards, samples, run.cond.unlikeliness)
+        )  # [D5] but `rare`; (P*G,) or (P,)
         copies = G if method.rollouts else 1
         grad = policy_gradient(
             model,

@@ -456,6 +456,12 @@ def _check_analyze(cfg: Config) -> None:
                 f"must name an eval set of the trained task with models: {models}, n_problems = task.n_test and "
                 "the training sampler (temperature 1, top_p 1, top_k 0)",
             )
+        e = cfg.eval.sampling
+        _need(
+            e.temperature > 0 and (e.top_p < 1.0 or e.top_k > 0),
+            "analyze.within_correct",
+            "needs an evaluation sampler that truncates (top_p < 1 or top_k > 0): its nucleus is what 'outside' reads",
+        )
         _need(
             wc.exponent_margin > 0 and 0 < wc.gap_margin < 1 and wc.permutations >= 99,
             "analyze.within_correct",

@@ -156,6 +156,50 @@ def test_the_permutation_null_holds_its_size_on_placebos(world):
     assert abs(np.mean(gaps)) < 3 * np.std(gaps) / np.sqrt(sims)
 
 
+def test_seeds_drawn_with_common_uniforms_keep_the_size_only_with_the_larger_p(world):
+    """The matched set's keyed draws: every seed of a placebo (the base itself) drawn with the same uniforms gives
+    each of its 6 seeds the same responses. Over 200 placebo studies the permutation null alone (which counts them as
+    independent) rejects 'more outside' too often; the larger of it and the crossed bootstrap's p holds 0.025
+    within its Clopper-Pearson margin (PLAN_CHANGES.md change 67)."""
+    base = token_tree.base_log_probs(world)
+    out = token_tree.outside(world, *EVAL)
+    draws = verdict.Draws(N, 400, 0)
+    perm_only, larger, sims = 0, 0, 200
+    for k in range(sims):
+        rng = np.random.default_rng([7, k])
+        u = rng.random((N, 16, L))  # shared by the 6 seeds
+        drawn = token_tree.draw_keyed(world, base, u)  # (N, 16): every seed's, the same
+        rows = [(s, i, y) for s in range(6) for i in range(N) for y in drawn[i]]
+        s, i, y = (np.array(c) for c in zip(*[r for r in rows if world.correct[r[1], r[2]]]))
+        trained = Responses(s, i, base[i, y], base[i, y], np.full(len(y), L), out[i, y])
+        pool = responses(world, base, seeds=1, n=128, rng_seed=9000 + k)  # tiny_v7's sizes: 6 x 16 against 128
+        g = within_correct.outside_gap(trained, pool, 6, N, draws, 0.02, 0.95, permutations=499)
+        perm_only += g.p_more_permutation < 0.025
+        larger += g.p_more < 0.025
+        assert g.p_more == max(g.p_more_permutation, g.p_more_bootstrap)
+    upper = st.beta.ppf(0.975, larger + 1, sims - larger)
+    assert larger / sims <= 0.025 + (upper - larger / sims)
+    assert perm_only / sims > 0.06  # why the permutation p alone does not decide
+
+
+def test_a_cell_of_one_repeated_response_carries_no_slope():
+    """Duplicates (a sharpened model at T 1 repeats itself) leave the moments 0 exactly, not rounding: the
+    exponent is undefined rather than noise; a cell with two distinct answers still reads exactly."""
+    x = np.array([-7.3, -7.3, -7.3])
+    r = Responses(
+        np.zeros(3, int), np.zeros(3, int), x, x + 0.1 * np.array([1, -1, 1]), np.full(3, 5), np.zeros(3, bool)
+    )
+    mom = within_correct.cell_moments(r, 1, 1)
+    assert (mom == 0).all()
+    e = within_correct.exponent(r, 1, 1, verdict.Draws(1, 50, 0), 0.1, 0.95)
+    assert e.alpha is None and e.cells == 0 and e.p_above is None
+    x2 = np.array([-7.3, -7.3, -2.0, -7.3])
+    r2 = Responses(np.zeros(4, int), np.zeros(4, int), x2, 2 * x2 + 1.0, np.full(4, 5), np.zeros(4, bool))
+    assert within_correct.exponent_from(within_correct.cell_moments(r2, 1, 1).sum(axis=(0, 1)), False) == pytest.approx(
+        2.0, abs=1e-12
+    )
+
+
 def test_a_taught_rare_subset_reads_more_outside(world):
     base = token_tree.base_log_probs(world)
     out = token_tree.outside(world, *EVAL)
@@ -173,7 +217,9 @@ def exponent(p_above=0.5, p_below=0.5, p_within=0.5):
 
 
 def gap(p_more=0.5, p_within=0.5):
-    return within_correct.OutsideGap(0.0, [-0.01, 0.01], p_more, 0.5, p_within, 0.02, 0.1, 0.1, 10, 50, 50)
+    return within_correct.OutsideGap(
+        0.0, [-0.01, 0.01], p_more, p_more, p_more, 0.5, p_within, 0.02, 0.1, 0.1, 10, 50, 50
+    )
 
 
 @pytest.mark.parametrize(
