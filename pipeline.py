@@ -131,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     except config.ConfigError as e:
         print(f"pipeline.py: {e}", file=sys.stderr)
         return 2
+    if not a.run and not (a.dry_run or a.print_jobs) and (refusal := study.default_run_refusal(a.config)):
+        print(f"pipeline.py: {refusal}", file=sys.stderr)
+        return 2
     unreachable = None
     try:
         study.check_model_reachable(cfg)  # before anything is written
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"pipeline.py: {e}", file=sys.stderr)
             return 2
         unreachable = str(e)  # a plan needs the config only: say what the jobs will need
-    run = Path(a.run) if a.run else ROOT / "results" / Path(a.config).stem
+    run = Path(a.run) if a.run else study.default_run(a.config)
     plan = Plan(cfg, run, a.config, a.set)
     todo = [a.stage] if a.stage else registered_stages(cfg)
     if a.dry_run or a.print_jobs:

@@ -17,6 +17,7 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import countdown
@@ -53,6 +54,31 @@ TOKENS_FILE = re.compile(r"^tokens_(?P<cond>.+)_s(?P<seed>\d+)_(?P<step>\d+)\.js
 
 def default_run(config_path: str | None) -> Path:
     return ROOT / "results" / (Path(config_path).stem if config_path else "qwen05b")
+
+
+def committed_run(run: Path) -> bool:
+    """Whether `run` is one of the committed runs: git tracks a file in it, or it holds a README.md (no stage
+    writes one; every committed run has one, so a checkout without git is covered too)."""
+    if (Path(run) / "README.md").exists():
+        return True
+    try:
+        out = subprocess.run(["git", "ls-files", "--", str(run)], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and bool(out.stdout.strip())
+
+
+def default_run_refusal(config_path: str | None) -> str | None:
+    """The one-line refusal of a command that leaves out --run where the default folder is a committed run
+    (results/<config name>): a default never writes into one. None where the default is free."""
+    run = default_run(config_path)
+    if not committed_run(run):
+        return None
+    mine = run.with_name(f"my_{run.name}").relative_to(ROOT)
+    return (
+        f"--run left out: its default {run.relative_to(ROOT)} is a committed run, which a default never touches; "
+        f"write a run of your own with --run {mine}, or name {run.relative_to(ROOT)} with --run to work in it on purpose"
+    )
 
 
 def train_name(cond: str, seed: int, legacy: bool = False) -> str:

@@ -112,6 +112,8 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
     under other settings: foreign.check_command, the pipeline's refusal). Raises ConfigError or Refused (one
     line, exit 2)."""
     cfg = config.load(a.config, a.set)
+    if not a.run and (refusal := study.default_run_refusal(a.config)):
+        raise config.ConfigError(refusal)
     run = Path(a.run) if a.run else study.default_run(a.config)
     seed = None
     if a.cmd != "base" and (bad := bf16_problem(cfg, pick_device(cfg))):

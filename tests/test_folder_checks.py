@@ -201,6 +201,31 @@ def test_the_pipeline_on_a_committed_run_changes_nothing_but_its_manifest(tmp_pa
     }
 
 
+DEFAULT_COMMITTED = [c for c in CONFIGS if study.committed_run(study.default_run(c))]
+
+
+@pytest.mark.parametrize("cfg_name", DEFAULT_COMMITTED)
+def test_leaving_out_run_never_touches_a_committed_run(cfg_name, monkeypatch, capsys):
+    """pipeline.py and grpo.py's commands without --run, where results/<config name> is a committed run: refused
+    in one line (exit 2) that proposes results/my_<name>, and not one byte under results/ changes."""
+    monkeypatch.chdir(ROOT)
+    stem = Path(cfg_name).stem
+    before = folder_bytes(ROOT / "results" / stem)
+    assert pipeline_py.main(["--config", f"configs/{cfg_name}", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--run results/my_{stem}" in err, err
+    r = grpo_cmd("probe", "--config", f"configs/{cfg_name}", timeout=120)
+    assert r.returncode == 2 and f"--run results/my_{stem}" in r.stderr, r.stderr
+    assert folder_bytes(ROOT / "results" / stem) == before
+    assert pipeline_py.main(["--config", f"configs/{cfg_name}", "--dry-run"]) == 0  # the plan reads, writes nothing
+    assert folder_bytes(ROOT / "results" / stem) == before
+
+
+def test_a_default_folder_that_is_not_a_committed_run_is_free():
+    assert len(DEFAULT_COMMITTED) >= 7  # smollm2, smollm2_study, smollm2_v2, smollm2_v2_pilot, tiny_v5, tiny_v6, ...
+    assert study.default_run_refusal("configs/smoke.yaml") is None  # results/smoke: no such committed run
+
+
 def test_the_readme_names_the_runs_whose_weights_are_committed():
     """README's note on committed weights is `git ls-files results | grep safetensors`, folder by folder."""
     import subprocess
