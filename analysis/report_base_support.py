@@ -263,8 +263,9 @@ def training_sampler_sentence(doc: dict) -> str | None:
     gap = "no problem holds correct answers on both sides"
     if g["gap"] is not None:
         gap = (
-            f"outside gap {g['gap']:+.4f} {interval(g['interval'])} (p {p4(g['p_more'])} for more outside: the larger "
-            f"of the permutation's {p4(g['p_more_permutation'])} and the bootstrap's {p4(g['p_more_bootstrap'])})"
+            f"outside gap {g['gap']:+.4f} {interval(g['interval'])} (p {p4(g['p_more'])} for more outside: the seeds' "
+            f"own permutation tests combined; pooled {p4(g['p_more_permutation'])}, bootstrap "
+            f"{p4(g['p_more_bootstrap'])}, neither deciding)"
         )
     return (
         f"At the training sampler ({sampler_words(wc['sampling'])}; {c['scoring']} correctness, step {wc['step']}): "

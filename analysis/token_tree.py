@@ -53,7 +53,8 @@ def node_log_probs(logits: np.ndarray, temperature: float, top_p: float) -> np.n
     """(..., V) log-probabilities a sampler draws each child with: logits / T, then the top-p nucleus
     (a token is kept when the mass ranked strictly before it is below top_p), renormalised; -inf outside."""
     z = logits / temperature
-    logp = z - logsumexp(z, axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore"):  # a node a policy never reaches (every child -inf) reads nan, never drawn
+        logp = z - logsumexp(z, axis=-1, keepdims=True)
     if top_p >= 1.0:
         return logp
     order = np.argsort(-logp, axis=-1, kind="stable")

@@ -19,8 +19,9 @@ follow, each exact under that null, whatever the tilt, problem by problem and se
                        so the stratified permutation null (labels exchanged within each problem; the
                        permuted count is hypergeometric) is exact for independent draws. The `matched`
                        draws share their uniforms across training seeds (keyed by problem and sample), so a
-                       problem's trained responses are dependent: "more outside" is decided by the larger of
-                       the permutation p and the crossed bootstrap's (PLAN.md section 7e).
+                       problem's trained responses are dependent: "more outside" is decided by each seed's
+                       own exact permutation test against the base, combined as twice their mean p (valid
+                       under any dependence; PLAN.md section 7e).
 
 Intervals are the crossed bootstrap's (problems and seeds, verdict.Draws); alpha's from the replicates'
 pooled within-cell moments. Arrays in, small dataclasses out; numpy only.
@@ -77,10 +78,11 @@ class OutsideGap:
 
     gap: float | None
     interval: list[float] | None  # crossed bootstrap
-    p_more: float | None  # trained more outside: the larger of the two below
-    p_more_permutation: float | None  # H0 exchangeable within problems (exact for independent draws)
-    p_more_bootstrap: float | None  # H0 D <= 0, the crossed bootstrap
-    p_less: float | None  # trained less outside: the larger of the permutation and bootstrap p
+    p_more: float | None  # trained more outside: the seeds' own permutation p's combined (`combined`); decides
+    p_more_seeds: list | None  # each seed against the base: the permutation p, exact (its draws are independent)
+    p_more_permutation: float | None  # every seed pooled (descriptive: exact only for independent seeds)
+    p_more_bootstrap: float | None  # H0 D <= 0, the crossed bootstrap (descriptive)
+    p_less: float | None  # trained less outside: the seeds' permutation p's combined
     p_within: float | None  # bootstrap TOST: |D| < margin
     margin: float
     trained_share: float | None
@@ -205,22 +207,23 @@ def outside_gap(
     both = (tc > 0) & (b_corr > 0)
     sizes = dict(trained_responses=int(tc[both].sum()), base_responses=int(b_corr[both].sum()))
     if not both.any():
-        return OutsideGap(None, None, None, None, None, None, None, margin, None, None, 0, **sizes)
+        return OutsideGap(None, None, None, None, None, None, None, None, margin, None, None, 0, **sizes)
     gap = float(weighted_gap(to, tc, b_out, b_corr))
     q = draws.seeds(S)  # (B, S)
     with np.errstate(invalid="ignore"):  # a replicate that draws no problem holding both sides
         reps = weighted_gap(draws.m * (S * q @ t_out), draws.m * (S * q @ t_corr), draws.m * b_out, draws.m * b_corr)
     reps = reps[np.isfinite(reps)]  # such replicates say nothing about D: left out
-    perm = permuted_gaps(to[both], tc[both], b_out[both], b_corr[both], permutations, draws.seed)
-    more = float((1 + np.count_nonzero(perm >= gap - stats.TIE)) / (permutations + 1))
-    less = float((1 + np.count_nonzero(perm <= gap + stats.TIE)) / (permutations + 1))
+    key = (draws.seed, PERMUTATION_STREAM)
+    more, less = permutation_p(to, tc, b_out, b_corr, permutations, key)  # every seed pooled
+    per_seed = [permutation_p(t_out[s], t_corr[s], b_out, b_corr, permutations, key + (s,)) for s in range(S)]
     return OutsideGap(
         gap=gap,
         interval=list(stats.percentile_interval(reps, level)),
-        p_more=max(more, stats.p_above(reps)),
+        p_more=combined([p[0] for p in per_seed]),
+        p_more_seeds=[p[0] for p in per_seed],
         p_more_permutation=more,
         p_more_bootstrap=stats.p_above(reps),
-        p_less=max(less, stats.p_below(reps)),
+        p_less=combined([p[1] for p in per_seed]),
         p_within=max(stats.p_above(reps, -margin), stats.p_below(reps, margin)),
         margin=margin,
         trained_share=float(to[both].sum() / tc[both].sum()),
@@ -230,10 +233,33 @@ def outside_gap(
     )
 
 
-def permuted_gaps(t_out, t_corr, b_out, b_corr, permutations: int, seed: int) -> np.ndarray:
+def combined(ps: list[float]) -> float | None:
+    """One p from the seeds' own: twice their mean (capped at 1), valid under any dependence between them
+    (Rüschendorf 1982; Vovk & Wang 2020), as the seeds' `matched` draws share their uniforms; one seed's as it is."""
+    ps = [p for p in ps if p is not None]
+    if not ps:
+        return None
+    return ps[0] if len(ps) == 1 else min(1.0, 2 * float(np.mean(ps)))
+
+
+def permutation_p(t_out, t_corr, b_out, b_corr, permutations: int, key) -> tuple[float | None, float | None]:
+    """One-sided p-values (trained more outside, less outside) of D on arrays (N,) under the stratified
+    permutation null, exact when every response is an independent draw; None where no problem holds both."""
+    both = (t_corr > 0) & (b_corr > 0)
+    if not both.any():
+        return None, None
+    gap = float(weighted_gap(t_out, t_corr, b_out, b_corr))
+    perm = permuted_gaps(t_out[both], t_corr[both], b_out[both], b_corr[both], permutations, key)
+    more = float((1 + np.count_nonzero(perm >= gap - stats.TIE)) / (permutations + 1))
+    less = float((1 + np.count_nonzero(perm <= gap + stats.TIE)) / (permutations + 1))
+    return more, less
+
+
+def permuted_gaps(t_out, t_corr, b_out, b_corr, permutations: int, key) -> np.ndarray:
     """(permutations,) D under the labels exchanged within each problem: the trained side's outside count is
-    hypergeometric (t_corr draws from t_corr + b_corr responses of which t_out + b_out lie outside)."""
-    rng = np.random.default_rng([seed, PERMUTATION_STREAM])
+    hypergeometric (t_corr draws from t_corr + b_corr responses of which t_out + b_out lie outside). key: the
+    generator's seed parts."""
+    rng = np.random.default_rng(list(np.atleast_1d(key)))
     total, good = (t_corr + b_corr).astype(np.int64), (t_out + b_out).astype(np.int64)
     h = rng.hypergeometric(good, total - good, t_corr.astype(np.int64), size=(permutations, len(total)))
     return weighted_gap(h, t_corr, good - h, b_corr)
