@@ -53,53 +53,37 @@ def test_confirm_split_shares_no_problem_with_tiny_v4(v5):
     assert {countdown.stratum(p) for p in fresh} == {"borrows-0", "borrows-1", "borrows-2"}
 
 
-def test_confirm2_split_is_fresh_against_every_earlier_split(v5):
-    """tiny_v6's test problems (PLAN_CHANGES.md change 57): drawn after tiny_v5's confirm split, they share no
-    problem with it nor with the test, train, pretrain and dev splits, and tiny_v5's set is unchanged."""
-    v6 = config.load(str(ROOT / "configs/tiny_v6.yaml"))
-    t = v6.task
-    earlier = countdown.draw_splits(
-        t.name,
-        t.seed,
-        {
-            "test": t.n_test,
-            "train": t.n_train,
-            "pretrain": study.pretrain_count(v6),
-            "dev": v6.train.dev_problems,
-            "confirm": t.n_test,
-        },
-    )
-    fresh = study.test_problems(v6)
+def assert_fresh(cfg, previous, last_split: str) -> None:
+    """cfg's test split shares no problem with any split drawn before it (test, train, pretrain, dev and the
+    confirm splits up to last_split), and `previous` (the run before) keeps its own as it was."""
+    t = cfg.task
+    counts = {
+        "test": t.n_test,
+        "train": t.n_train,
+        "pretrain": study.pretrain_count(cfg),
+        "dev": cfg.train.dev_problems,
+    }
+    counts |= {s: t.n_test for s in ("confirm", "confirm2")[: ("confirm", "confirm2").index(last_split) + 1]}
+    earlier = countdown.draw_splits(t.name, t.seed, counts)
+    fresh = study.test_problems(cfg)
     assert len(fresh) == t.n_test == len({p.question for p in fresh})
     for split, problems in earlier.items():
         assert not {p.question for p in fresh} & {p.question for p in problems}, split
-    assert [p.question for p in earlier["confirm"]] == [p.question for p in study.test_problems(v5)]
+    assert [p.question for p in earlier[last_split]] == [p.question for p in study.test_problems(previous)]
+
+
+def test_confirm2_split_is_fresh_against_every_earlier_split(v5):
+    """tiny_v6's test problems (PLAN_CHANGES.md change 57): drawn after tiny_v5's confirm split; new seeds."""
+    v6 = config.load(str(ROOT / "configs/tiny_v6.yaml"))
+    assert_fresh(v6, v5, "confirm")
     assert not set(config.seeds_of(v6, "many")) & set(config.seeds_of(v5, "many"))  # new training seeds
 
 
-def test_confirm3_split_is_fresh_against_every_earlier_split():
-    """tiny_v7's test problems (PLAN_CHANGES.md change 65): drawn after tiny_v6's confirm2, they share no problem
-    with it nor with any earlier split, and tiny_v6's set is unchanged."""
+def test_confirm3_split_is_fresh_against_every_earlier_split(v5):
+    """tiny_v7's test problems (PLAN_CHANGES.md change 65): drawn after tiny_v6's confirm2; new seeds."""
     v6, v7 = (config.load(str(ROOT / f"configs/tiny_v{k}.yaml")) for k in (6, 7))
-    t = v7.task
-    earlier = countdown.draw_splits(
-        t.name,
-        t.seed,
-        {
-            "test": t.n_test,
-            "train": t.n_train,
-            "pretrain": study.pretrain_count(v7),
-            "dev": v7.train.dev_problems,
-            "confirm": t.n_test,
-            "confirm2": t.n_test,
-        },
-    )
-    fresh = study.test_problems(v7)
-    assert len(fresh) == t.n_test == len({p.question for p in fresh})
-    for split, problems in earlier.items():
-        assert not {p.question for p in fresh} & {p.question for p in problems}, split
-    assert [p.question for p in earlier["confirm2"]] == [p.question for p in study.test_problems(v6)]
-    assert not set(config.seeds_of(v7, "many")) & (set(config.seeds_of(v6, "many")) | set(range(6)))
+    assert_fresh(v7, v6, "confirm2")
+    assert not set(config.seeds_of(v7, "many")) & (set(config.seeds_of(v6, "many")) | set(config.seeds_of(v5, "many")))
 
 
 def test_test_split_is_validated(v5):
