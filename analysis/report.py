@@ -759,7 +759,8 @@ def headline(doc: dict) -> str:
     )
     wc = (doc.get("within_correct") or {}).get("conditions", {}).get(pr["condition"])
     if wc and not wc.get("skipped"):
-        lines.append(f"at the training sampler (T 1, registered): {wc['answer']} ({wc['decided_by']})")
+        how = "post hoc" if doc["within_correct"].get("post_hoc") else "registered"
+        lines.append(f"at the training sampler (T 1, {how}): {wc['answer']} ({wc['decided_by']})")
     if pr.get("question"):
         lines.append(f"secondary: the selection-null label {pr['label_selection_null']}")
     rows = [("condition", "step", "Δpass@1 [95% CI]", f"Δpass@{k}", "vs null [95% CI]", "label")]

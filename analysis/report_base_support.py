@@ -278,7 +278,8 @@ def within_correct_section(doc: dict) -> list[str]:
     wc = doc.get("within_correct")
     if not wc:
         return []
-    L = ["## Which correct answers RL favours at the training sampler (PLAN.md section 7e)", ""]
+    how = " (post hoc: files made before the measure was registered; it confirms nothing)" if wc.get("post_hoc") else ""
+    L = ["## Which correct answers RL favours at the training sampler (PLAN.md section 7e)" + how, ""]
     if wc.get("skipped"):
         return L + [f"Not measured: {wc['skipped']}.", ""]
     first = training_sampler_sentence(doc)

@@ -5,6 +5,8 @@ the recorded config gains eval.base_support and a descriptive analyze.base_suppo
 analyze_b.py runs on the copy. Nothing is sampled; no trained model is loaded.
 
     python bench/support_posthoc.py --run results/tiny_v5 --base results/tiny_v4/base_model --out results/tiny_v5_base_support
+    python bench/support_posthoc.py --run results/tiny_v6 --base results/tiny_v4/base_model --out /tmp/v6wc \
+        --within-correct matched pool-train     # section 7e's records on the T 1 sets, the adapters committed
 
 The runs made before change 57 kept each response's text, not the token ids the sampler drew. The
 measure needs the ids, so this refuses a tokenizer on which the text does not nearly determine them:
@@ -59,9 +61,10 @@ def drawn_ids(tok, text: str, stop: int, max_new: int) -> list[int]:
     return ids + [stop] if len(ids) < max_new else ids
 
 
-def measure_file(f: Path, model, tok, cfg, whole: list[str]) -> int:
+def measure_file(f: Path, model, tok, cfg, whole: list[str], trained: bool = False) -> int:
     """Add base_support to every row of one evaluation file through evaluate.add_base_support, as
-    eval.base_support writes it, from the re-encoded responses. Returns the correct responses measured."""
+    eval.base_support writes it (with eval.within_correct's records where cfg sets it; `trained`: the model
+    holds the file's adapter), from the re-encoded responses. Returns the correct responses measured."""
     from method.evaluate import add_base_support
 
     doc = json.loads(f.read_text())
@@ -75,9 +78,10 @@ def measure_file(f: Path, model, tok, cfg, whole: list[str]) -> int:
     sampling = config.SamplingCfg(
         temperature=s["temperature"], top_p=s["top_p"], top_k=s["top_k"], max_new_tokens=s["max_new_tokens"]
     )
-    add_base_support(model, tok, cfg, problems, tokens, doc["problems"], sampling)
+    add_base_support(model, tok, cfg, problems, tokens, doc["problems"], sampling, trained=trained)
+    measure = "eval.base_support (PLAN.md change 57)" + (" and eval.within_correct (7e)" if trained else "")
     doc["provenance"]["post_hoc"] = {
-        "measure": "eval.base_support (PLAN.md change 57), re-encoded from the stored text",
+        "measure": measure + ", re-encoded from the stored text",
         "added_tokens_taken_whole": whole,
         "tool": "bench/support_posthoc.py",
         "revision": code_revision(),
@@ -98,6 +102,14 @@ def main(argv=None) -> int:
         nargs="*",
         default=None,
         help="measure only these conditions' files (and every base file); the others read 'not measured'",
+    )
+    p.add_argument(
+        "--within-correct",
+        nargs=2,
+        metavar=("MATCHED", "POOL"),
+        default=None,
+        help="instead: the records of PLAN.md section 7e on these two evaluation sets only (the trained models' and "
+        "the base's at T 1; each trained file with its committed adapter), and a post hoc analyze.within_correct",
     )
     a = p.parse_args(argv)
     run, out, base = Path(a.run), Path(a.out), Path(a.base)
@@ -128,6 +140,8 @@ def main(argv=None) -> int:
         )
         return 2
     analyze_b.copy_inputs(run, out)
+    if a.within_correct:
+        return within_correct(a, cfg, manifest, base, out, model, tok, whole)
     for f in sorted(out.glob("eval_*.json")) + sorted(out.glob("evalsets/*/eval_*.json")):
         if (
             a.conditions is not None
@@ -138,6 +152,30 @@ def main(argv=None) -> int:
         print(f"{f.relative_to(out)}: {measure_file(f, model, tok, cfg, whole)} correct responses measured", flush=True)
     rec = config.to_dict(cfg)
     rec["eval"]["base_support"], rec["analyze"]["base_support"] = True, dict(POSTHOC_ANALYSIS)
+    manifest["config"] = rec
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return subprocess.run([sys.executable, str(ROOT / "analyze_b.py"), "--run", str(out)]).returncode
+
+
+def within_correct(a, cfg, manifest: dict, base: Path, out: Path, model, tok, whole: list[str]) -> int:
+    """Section 7e's records on the two sets' files (LoRA on for a trained file's own log-probabilities: its
+    adapter, checked by the sha256 the file records), the recorded config gaining eval.within_correct and a
+    post hoc analyze.within_correct, then analyze_b.py on the copy."""
+    from method.model import load_policy
+
+    matched, pool = a.within_correct
+    cfg.eval.within_correct = True
+    for f in sorted((out / "evalsets" / matched).glob("eval_*.json")) + [out / "evalsets" / pool / "eval_base.json"]:
+        doc = json.loads(f.read_text())
+        adapter = None if doc.get("adapter_sha256") is None else ROOT / doc["model"]
+        if adapter is not None and file_sha256(adapter / "adapter_model.safetensors") != doc["adapter_sha256"]:
+            print(f"support_posthoc.py: {adapter}: not the adapter {f.name} records", file=sys.stderr)
+            return 2
+        policy = model if adapter is None else load_policy(cfg, str(base), adapter, model.device)[0]
+        n = measure_file(f, policy, tok, cfg, whole, trained=adapter is not None)
+        print(f"{f.relative_to(out)}: {n} correct responses measured", flush=True)
+    rec = config.to_dict(cfg)
+    rec["analyze"]["within_correct"] = {"matched": matched, "pool": pool, "post_hoc": True}
     manifest["config"] = rec
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return subprocess.run([sys.executable, str(ROOT / "analyze_b.py"), "--run", str(out)]).returncode

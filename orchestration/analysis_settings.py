@@ -84,7 +84,8 @@ class WithinCorrectCfg:
     pool: str = "pool-train"  # eval set: the base at the training sampler (models: base)
     exponent_margin: float = 0.1  # reweighting: alpha within 1 +- this; sharpening above, toward-rare below
     gap_margin: float = 0.02  # reweighting: the outside gap within +- this
-    permutations: int = 9999  # draws of the stratified permutation null
+    permutations: int = 9999  # draws of the stratified permutation null (each seed's own; PLAN_CHANGES.md change 68)
+    post_hoc: bool = False  # a re-analysis of files made before the measure was registered: labelled, decides nothing
 
 
 @dataclass

@@ -54,6 +54,7 @@ ADDED_OFF = {
     "analyze.base_support": None,
     "analyze.collapse": None,
     "analyze.within_correct": None,
+    "analyze.within_correct.post_hoc": False,
     "train.sampling.tail": "sort",
     "eval.sampling.tail": "sort",
 }
