@@ -43,6 +43,7 @@ in `earlier`.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -102,6 +103,9 @@ def parse_args(argv: list[str] | None):
     return p.parse_args(argv)
 
 
+GPU_IDS = re.compile(r"(\d+|(GPU|MIG)-[\w-]+)(,(\d+|(GPU|MIG)-[\w-]+))*")  # what CUDA_VISIBLE_DEVICES takes
+
+
 def checked_config(a) -> tuple[config.Config, list[str]]:
     """The config, with the command line's own checks, and the GPU of each job slot (none on a CPU).
     Raises ConfigError."""
@@ -114,6 +118,8 @@ def checked_config(a) -> tuple[config.Config, list[str]]:
         )
     if a.jobs < 1:
         raise config.ConfigError(f"--jobs {a.jobs}: must be >= 1")
+    if a.gpus is not None and not GPU_IDS.fullmatch(a.gpus.replace(" ", "")):
+        raise config.ConfigError(f"--gpus {a.gpus}: expected GPU indices or UUIDs separated by commas, e.g. 0,1")
     if cfg.device == "cpu":
         gpus = []
     elif a.gpus:

@@ -201,6 +201,16 @@ def test_one_gpu_per_job_from_a_fake_device_list(monkeypatch):
     assert r.returncode == 2 and "--jobs 3 with 2 GPU(s) (0,1)" in r.stderr
 
 
+@pytest.mark.parametrize("ids,ok", [("x", False), ("0,", False), ("0;1", False), ("0,1", True), ("GPU-8f3a-12", True)])
+def test_gpus_are_checked_like_jobs(ids, ok, capsys):
+    """--gpus takes what CUDA_VISIBLE_DEVICES takes; anything else ends in one line, exit 2, even on a CPU config."""
+    import pipeline as pl
+
+    rc = pl.main(["--config", str(SMOKE), "--run", "/tmp/never", "--gpus", ids, "--dry-run"])
+    err = capsys.readouterr().err
+    assert (rc == 0) == ok and (ok or f"--gpus {ids}: expected GPU indices" in err), err
+
+
 def test_single_stages_run_in_a_worker_on_the_first_assigned_gpu(monkeypatch, tmp_path, fitted_dir):
     """base, probe, select and lr-sweep run before the jobs; with GPUs they run in a worker that sees
     only the first assigned one (a fake device list), so the pipeline's own process never starts CUDA."""
