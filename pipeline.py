@@ -45,12 +45,13 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from pathlib import Path
 
 from orchestration import cli, config, study
 from runner import foreign
 from runner.folder import Refused
-from runner.jobs import assign_gpus, visible_gpus
+from runner.jobs import assign_gpus, log, visible_gpus
 from runner.preview import plan_only
 from runner.session import Session
 from runner.stages import JOB_STAGES, STAGES, MissingInput, Plan, check_inputs, registered_stages
@@ -164,8 +165,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pipeline.py: stage {todo[0]} cannot run: {e}", file=sys.stderr)
         return 2
 
+    t0 = time.perf_counter()
+    if not a.force and all_done(plan, todo):  # a finished run is read, not written: not even its manifest
+        for s in todo:
+            log(f"{s}: done, skipped")
+        log(f"all done in {time.perf_counter() - t0:.1f} s; nothing written")
+        return 0
     cli.interrupt_on_signals()  # a scheduler's time limit (Slurm sends SIGTERM first), a closed terminal
     return Session(plan, todo, a, gpu_slots).run()
+
+
+def all_done(plan: Plan, todo: list[str]) -> bool:
+    """Every stage of todo done (the job stages: no job left) and no earlier run's pipeline cut short."""
+    if (plan.run / ".pipeline.lock").exists():
+        return False
+    return not plan.jobs(todo) and all(plan.done(s) for s in todo if s not in JOB_STAGES)
 
 
 if __name__ == "__main__":

@@ -122,11 +122,8 @@ def test_second_run_skips_everything_and_dry_run_says_done(smoke_run):
     before = snapshot(smoke_run)
     r = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--quiet", timeout=300)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.count("done, skipped") == 8
-    after = snapshot(smoke_run)
-    assert {k: v for k, v in after.items() if k != "manifest.json"} == {
-        k: v for k, v in before.items() if k != "manifest.json"
-    }
+    assert r.stdout.count("done, skipped") == 8 and "nothing written" in r.stdout
+    assert snapshot(smoke_run) == before  # the manifest too: a finished run is read, not written
     d = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--dry-run", timeout=120)
     assert (
         d.returncode == 0
@@ -347,7 +344,9 @@ def test_a_read_only_folder_is_one_line_naming_it(smoke_run, tmp_path, monkeypat
 
     monkeypatch.setattr(folder.Lock, "acquire", read_only)
     monkeypatch.chdir(ROOT)
-    assert pl.main(["--config", str(SMOKE), "--out", str(run), "--quiet"]) == 1
+    assert pl.main(["--config", str(SMOKE), "--out", str(run), "--quiet"]) == 0  # finished: read, nothing written
+    assert "nothing written" in capsys.readouterr().out
+    assert pl.main(["--config", str(SMOKE), "--out", str(run), "--quiet", "--stage", "analyze", "--force"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0] == (
         f"pipeline.py: cannot write in {run}: Read-only file system ({run / '.pipeline.lock'}); "
