@@ -164,6 +164,8 @@ OWN = {
     "tiny_v5": "tiny_v5.yaml",
     "tiny_v4": "tiny_skill.yaml",
     "tiny_v3": "tiny.yaml",
+    "tiny_v6": "tiny_v6.yaml",
+    "tiny_v7": "tiny_v7.yaml",
 }  # each committed run whose config is committed as it made it (results/README.md)
 
 
