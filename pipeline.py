@@ -48,7 +48,7 @@ import sys
 import time
 from pathlib import Path
 
-from orchestration import cli, config, study
+from orchestration import cli, config, provenance, study
 from runner import foreign
 from runner.folder import Refused
 from runner.jobs import assign_gpus, log, visible_gpus
@@ -176,8 +176,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def all_done(plan: Plan, todo: list[str]) -> bool:
-    """Every stage of todo done (the job stages: no job left) and no earlier run's pipeline cut short."""
+    """Every stage of todo done on disk (the job stages: no job left) and recorded done in the manifest, and no
+    earlier run's pipeline cut short: only then is there nothing, not even a stage's state, to write."""
     if (plan.run / ".pipeline.lock").exists():
+        return False
+    stages = (provenance.read_json(plan.run / "manifest.json") or {}).get("stages", {})
+    if any(stages.get(s, {}).get("status") != "done" for s in todo):
         return False
     return not plan.jobs(todo) and all(plan.done(s) for s in todo if s not in JOB_STAGES)
 

@@ -689,6 +689,10 @@ def check_extras(run: Path) -> None:
                 raise InputError(f"{f}: malformed (missing {', '.join(missing)})", path=f)
 
 
+REGISTERED_ONLY = ("base_support", "within_correct", "collapse")  # in verdicts.json only where registered,
+# so the runs made before keep their documents
+
+
 def verdicts_json(res: dict) -> dict:
     """What verdicts.json holds: every number and label of the result (the bulky per-k band stays in;
     the raw replicates and the loaded files do not)."""
@@ -770,11 +774,7 @@ def verdicts_json(res: dict) -> dict:
         "tokens": res["tokens"],
         "strategies": res["strategies"],
     }
-    for key in (
-        "base_support",
-        "within_correct",
-        "collapse",
-    ):  # only where registered, so the runs made before keep their documents
+    for key in REGISTERED_ONLY:
         if not res[key].get("skipped"):
             doc[key] = res[key]
     if question:

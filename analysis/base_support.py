@@ -332,8 +332,7 @@ def tilt_law(
     left the tilt law to a later change)."""
     w, censored = odds_tilts(pool_counts, n_pool, rl_counts, n)
     rl = np.atleast_2d(np.asarray(rl_counts))
-    # Z as one problem per seed, (S, 1), so odds_tilts sums the seeds too; a (1, S) row read the first seed's
-    # tilt alone (fixed 2026-12-07, results/tiny_v6/README.md).
+    # Z as one problem per seed, (S, 1), so that odds_tilts sums the seeds too: a (1, S) row is one seed's tilt
     pooled = odds_tilts(
         [np.asarray(pool_counts)[z].sum()], n_pool * int(z.sum()), rl[:, z].sum(axis=1)[:, None], n * int(z.sum())
     )[0][0]

@@ -74,7 +74,7 @@ def analyze(design, base: dict, sets: dict, inf) -> dict:
     N, level, level_one_sided = len(pool["problems"]), inf.levels.ci, inf.levels.one_sided
     out = {
         "skipped": None,
-        "post_hoc": spec.post_hoc,
+        **({"post_hoc": True} if spec.post_hoc else {}),  # only where set: a registered run's document as before
         "matched": spec.matched,
         "pool": spec.pool,
         "tolerance": tol,

@@ -83,6 +83,7 @@ class Session:
             if rc:
                 return rc
             self.current = None
+            self.manifest()  # a stage found done after the last one written (analyze) is recorded done too
         except BaseException as e:  # every ending is recorded; ENDINGS says which end as what
             return self.ended(e)
         finally:

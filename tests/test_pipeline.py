@@ -373,6 +373,25 @@ def test_a_read_only_folder_is_one_line_naming_it(smoke_run, tmp_path, monkeypat
     assert "exists and is not empty" in capsys.readouterr().err
 
 
+def test_a_finished_run_whose_manifest_says_otherwise_gets_its_states_written(smoke_run, tmp_path):
+    """Every output done but the manifest records a stage cut short (killed after its last file): the rerun
+    writes the states again, and nothing else; the next rerun writes nothing."""
+    run = copy_run(smoke_run, tmp_path / "run")
+    m = json.loads((run / "manifest.json").read_text())
+    m["stages"]["analyze"] = {"status": "interrupted"}
+    (run / "manifest.json").write_text(json.dumps(m))
+    before = snapshot(run)
+    r = pipeline("--config", str(SMOKE), "--out", str(run), "--quiet", timeout=300)
+    assert r.returncode == 0 and "nothing written" not in r.stdout, r.stdout
+    assert json.loads((run / "manifest.json").read_text())["stages"]["analyze"]["status"] == "done"
+    assert {k: v for k, v in snapshot(run).items() if k != "manifest.json"} == {
+        k: v for k, v in before.items() if k != "manifest.json"
+    }
+    again = snapshot(run)
+    r = pipeline("--config", str(SMOKE), "--out", str(run), "--quiet", timeout=300)
+    assert r.returncode == 0 and "nothing written" in r.stdout and snapshot(run) == again
+
+
 def test_a_stage_that_writes_no_report_promises_none(smoke_run, tmp_path):
     run = copy_run(smoke_run, tmp_path / "run")
     r = pipeline("--config", str(SMOKE), "--out", str(run), "--stage", "probe", "--quiet", timeout=120)
