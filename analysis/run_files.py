@@ -398,7 +398,9 @@ DEV_COLUMNS = (
     "strict_passn",
     "loose_passn",
     "format_rate",
-)  # train_eval.csv
+    "locked",
+    "locked_wrong",
+)  # train_eval.csv (the last two since change 70: empty in older files)
 
 
 DEV_REQUIRED = ("step",)

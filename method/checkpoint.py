@@ -42,7 +42,18 @@ LOG_FIELDS = [
     "updated",
 ]
 INT_FIELDS = ("step", "len_max", "tokens", "no_signal", "updated")
-DEV_FIELDS = ["step", "n_problems", "n", "strict_pass1", "loose_pass1", "strict_passn", "loose_passn", "format_rate"]
+DEV_FIELDS = [
+    "step",
+    "n_problems",
+    "n",
+    "strict_pass1",
+    "loose_pass1",
+    "strict_passn",
+    "loose_passn",
+    "format_rate",
+    "locked",
+    "locked_wrong",
+]  # the last two since PLAN_CHANGES.md change 70
 
 
 def write_log(path: Path, rows: list[dict]) -> None:

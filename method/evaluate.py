@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 import countdown
+from analysis import concentration
 from analysis.stats import pass_at_k, token_summary
 from method import base_support
 from method.model import (
@@ -325,7 +326,8 @@ def dev_problems(cfg: config.Config) -> list:
 
 def dev_check(model, tok, cfg: config.Config, dev: list, step: int) -> dict:
     """pass@1 and pass@n on the held-out dev problems, sampled like the evaluation with seeds
-    tied to the problems (so every step and model is sampled alike); draws nothing from training."""
+    tied to the problems (so every step and model is sampled alike), and the shares of problems locked
+    on one answer and locked on a wrong one (analysis.concentration); draws nothing from training."""
     n = cfg.train.dev_samples
     texts, _ = sample_problems(
         model, tok, cfg, dev, n, cfg.eval.sampling, "dev", cfg.eval.problems_per_batch, progress=False
@@ -340,6 +342,7 @@ def dev_check(model, tok, cfg: config.Config, dev: list, step: int) -> dict:
         "strict_passn": s["pass_at_k"]["strict"][str(n)],
         "loose_passn": s["pass_at_k"]["loose"][str(n)],
         "format_rate": s["format_rate"],
+        **concentration.of_problems(dev, texts),
     }
 
 

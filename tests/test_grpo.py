@@ -300,6 +300,8 @@ def test_every_condition_trains_and_resumes_bit_identically(name, fitted_dir, sm
         assert all(0 <= r["reward_mean"] <= 1 for r in rows)
     dev = provenance.read_csv_rows(straight / "train_eval.csv")
     assert [int(r["step"]) for r in dev] == [0, 2]
+    for r in dev:  # change 70's concentration, a share of the 3 dev problems; locked wrong is part of locked
+        assert 0 <= float(r["locked_wrong"]) <= float(r["locked"]) <= 1 and 3 * float(r["locked"]) % 1 == 0
 
 
 def test_grad_clip_is_logged_before_and_after(fitted_dir, smoke_cfg, tmp_path, monkeypatch):
