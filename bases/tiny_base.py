@@ -206,8 +206,9 @@ def train_base(cfg: config.Config, out: Path, progress: bool = True, stage_hash:
     SAVE_EVERY steps the whole training state (weights, AdamW state, the batch generator, the losses
     so far) is saved beside `out`; a build that was stopped resumes from there and ends with the
     same weights, bit for bit, as one that never stopped (tested)."""
-    from tqdm import tqdm
     from transformers.utils import logging as hf_logging
+
+    from orchestration.progress import Progress as tqdm  # a plain line a minute where stderr is not a terminal
 
     b = cfg.model.build
     if cfg.threads > 0:

@@ -88,7 +88,7 @@ def sample_problem_tokens(
     first problem id), so the samples depend on per_batch; neither depends on what ran before, so with
     `resume` (orchestration/eval_resume.py) the calls it holds are taken from it, not sampled again, and
     each call sampled is recorded there as it finishes."""
-    from tqdm import tqdm
+    from orchestration.progress import Progress as tqdm  # a plain line a minute where stderr is not a terminal
 
     stops, pad = stop_ids(model, tok), pad_id(tok)
     prompts = render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
@@ -368,7 +368,7 @@ def token_compare(cfg: config.Config, base: str, adapter: str, out_file: Path, p
     the trained model and the base then read the same base prefixes (teacher forcing), and
     every response position is classified by classify_tokens. One model in memory: the base is
     the trained model with its LoRA switched off."""
-    from tqdm import tqdm
+    from orchestration.progress import Progress as tqdm  # a plain line a minute where stderr is not a terminal
 
     setup_torch(cfg)
     device = pick_device(cfg)

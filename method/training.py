@@ -206,7 +206,7 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
     """Train `run` into `out`, resuming from out/last if it is there: out/train_log.csv, out/step_XXX/ adapters,
     out/last/ (the resume point), out/done.json, with run.dev_every out/train_eval.csv. The training seed draws
     the LoRA initialisation, the data order and every rollout; nothing else."""
-    from tqdm import tqdm
+    from orchestration.progress import Progress as tqdm  # a plain line a minute where stderr is not a terminal
 
     tc = cfg.train
     P, G, s = tc.problems_per_step, tc.group_size, tc.sampling
