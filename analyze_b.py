@@ -3,6 +3,8 @@ secondary analyses, the report and the figures of one run; analysis/assemble.py 
 
     python analyze_b.py --run results/tiny_v4 [--partial] [--out DIR]
     python analyze_b.py --report-only results/tiny_v4
+    python analyze_b.py --summary results/tiny_v7                  # its answer in plain lines; writes nothing
+    python analyze_b.py --compare results/tiny_v6 results/tiny_v7  # the runs' shared measures side by side
     python analyze_b.py --run RUN --config configs/tiny.yaml    # checks the folder as the pipeline does first
 
 Reads the run's evaluations, token files, logs and manifest (analysis/assemble.py says which); writes
@@ -152,6 +154,22 @@ def report_only(run: Path) -> int:
     return 0
 
 
+def read_only(runs: list[str]) -> int:
+    """--summary RUN (one run) and --compare RUN RUN... (a table): from each verdicts.json, writing nothing;
+    one line and exit 2 for a run without a readable one."""
+    from analysis import summary
+
+    paths, docs = [Path(r) for r in runs], []
+    for run in paths:
+        try:
+            docs.append(summary.load(run))
+        except (FileNotFoundError, ValueError) as e:
+            print(f"analyze_b.py: {e}", file=sys.stderr)
+            return 2
+    print(summary.summary(paths[0], docs[0]) if len(paths) == 1 else summary.compare(paths, docs))
+    return 0
+
+
 def folder_refusal(run: Path, config_path: str, sets: list[str]) -> str | None:
     """The pipeline's one line when the config is bad or `run` holds outputs made under other settings
     than it (runner/foreign.py), else None. Reads records only; writes nothing."""
@@ -176,6 +194,19 @@ def main(argv=None) -> int:
         metavar="RUN",
         default=None,
         help="print RUN/report.md again from RUN/verdicts.json alone (nothing is computed; the old report is moved aside)",
+    )
+    p.add_argument(
+        "--summary",
+        metavar="RUN",
+        default=None,
+        help="print RUN's registered answer and its secondary readings; writes nothing",
+    )
+    p.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="RUN",
+        default=None,
+        help="two or more runs' shared measures side by side; writes nothing",
     )
     p.add_argument(
         "--out",
@@ -210,8 +241,15 @@ def main(argv=None) -> int:
         "labelled post hoc in verdicts.json and report.md (use with --out)",
     )
     a = p.parse_args(argv)
-    if (a.run is None) == (a.report_only is None):
-        p.error("give --run RUN (analyse) or --report-only RUN (print its report again), one of the two")
+    given = [x is not None for x in (a.run, a.report_only, a.summary, a.compare)]
+    if sum(given) != 1:
+        p.error(
+            "give one of --run RUN (analyse), --report-only RUN (print its report again), --summary RUN, --compare RUN RUN"
+        )
+    if a.compare is not None and len(a.compare) < 2:
+        p.error(f"--compare needs two runs or more, got {len(a.compare)}")
+    if a.summary is not None or a.compare is not None:
+        return read_only([a.summary] if a.summary is not None else a.compare)
     if a.report_only is not None:
         return report_only(Path(a.report_only))
     run = Path(a.run)

@@ -763,7 +763,8 @@ def headline(doc: dict) -> str:
         lines.append(f"at the training sampler (T 1, {how}): {wc['answer']} ({wc['decided_by']})")
     if pr.get("question"):
         lines.append(f"secondary: the selection-null label {pr['label_selection_null']}")
-    rows = [("condition", "step", "Δpass@1 [95% CI]", f"Δpass@{k}", "vs null [95% CI]", "label")]
+    label = "selection-null label (secondary)" if pr.get("question") else "label"
+    rows = [("condition", "step", "Δpass@1 [95% CI]", f"Δpass@{k}", "vs null [95% CI]", label)]
     for e in doc["entries"]:
         if e["scoring"] == pr["scoring"]:
             rows.append(

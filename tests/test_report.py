@@ -132,7 +132,7 @@ def test_report_only_refuses_in_one_line(analysed, tmp_path):
         r.returncode == 2 and r.stderr.strip() == f"analyze_b.py: --report-only {tmp_path / 'none'}: no such folder"
     ), r.stderr
     r = _cli("--run", str(tmp_path / "old"), "--report-only", str(tmp_path / "old"))
-    assert r.returncode == 2 and "one of the two" in r.stderr
+    assert r.returncode == 2 and "give one of --run RUN" in r.stderr
 
 
 def test_report_only_says_what_an_earlier_layout_did_not_record(analysed, tmp_path):

@@ -162,7 +162,7 @@ def test_new_switches_left_off_keep_old_hashes_and_turned(smoke_cfg):
     [
         ("pipeline", ["--config", "configs/smoke.yaml", "--stage", "nope"], "argument --stage: invalid choice: 'nope'"),
         ("grpo", ["frob"], "invalid choice: 'frob'"),
-        ("analyze_b", [], "give --run RUN (analyse) or --report-only RUN (print its report again), one of the two"),
+        ("analyze_b", [], "give one of --run RUN (analyse), --report-only RUN (print its report again), --summary RUN"),
     ],
 )
 def test_a_wrong_argument_ends_in_one_line(entry, argv, names, capsys):
