@@ -3,6 +3,7 @@
 part, in a fresh clone, continues from what was committed.
 
     python bench/study_part.py --config configs/smollm2_v2.yaml --run results/smollm2_v2 --until 03:48
+    python bench/study_part.py --config configs/qwen05b.yaml --run results/qwen05b_run1 --hours 10   # one night
 
 The units: the stages of step 1 first (each skips what is done; in a fresh clone the base is built
 again); then a *seed*, a training run and its adapter's evaluations, one after another, started only
@@ -140,24 +141,33 @@ class Part:
         return ok
 
 
+def deadline_of(until: str | None, hours: float | None, now: dt.datetime) -> dt.datetime:
+    """--until HH:MM (UTC; tomorrow if already past) or --hours H from now; a bad value ends in one line."""
+    if hours is not None:
+        if not 0 < hours <= 48:
+            sys.exit(f"study_part: --hours {hours:g}: give hours from now, more than 0 and at most 48 (a night: 10)")
+        return now + dt.timedelta(hours=hours)
+    try:
+        hh, mm = (int(x) for x in until.split(":"))
+        deadline = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+    except ValueError:
+        sys.exit(f"study_part: --until {until!r}: give HH:MM in UTC, e.g. 03:48 (or --hours H from now)")
+    return deadline if deadline > now else deadline + dt.timedelta(days=1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", required=True)
     ap.add_argument("--run", required=True)
-    ap.add_argument("--until", required=True, help="the deadline, HH:MM in UTC (today, or tomorrow if past)")
+    when = ap.add_mutually_exclusive_group(required=True)
+    when.add_argument("--until", help="the deadline, HH:MM in UTC (today, or tomorrow if past)")
+    when.add_argument("--hours", type=float, help="the deadline as hours from now (a night: --hours 10)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument(
         "--seed-hours", type=float, default=1.25, help="a seed's length until a part of this run has measured one"
     )
     args = ap.parse_args()
-    now = dt.datetime.now(dt.timezone.utc)
-    try:
-        hh, mm = (int(x) for x in args.until.split(":"))
-        deadline = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
-    except ValueError:
-        sys.exit(f"study_part: --until {args.until!r}: give HH:MM in UTC, e.g. 03:48")
-    if deadline <= now:
-        deadline += dt.timedelta(days=1)
+    deadline = deadline_of(args.until, args.hours, dt.datetime.now(dt.timezone.utc))
 
     first, units, resumable = left(args.config, args.run)
     seed_s = measured_seed_s(ROOT / args.run) or args.seed_hours * 3600

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from orchestration import eval_resume
 from runner import foreign
+from runner.cost_model import PRACTICE, span
 from runner.jobs import estimate_seconds, fmt_minutes
 from runner.stages import JOB_STAGES, Plan, kept_weights_note
 
@@ -98,11 +100,49 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
         f"  {len(left)} train/eval jobs left, with --jobs {n}: {fmt_minutes(eta, cost)}"
         + (" (from this run's measured step and evaluation times)" if not eta[1] else "")
     )
+    if cost is not None and len(eta) > 2 and eta[2] is not None:
+        night = one_night(plan, eta[2][0] * PRACTICE[0], n)
+        if night:
+            print(night)
+    if eta[1] and cost is None and left:  # a CPU config with nothing measured: a committed run of it, if any
+        from runner import reference_times
+
+        todo_singles = [s for s in todo if s in reference_times.SINGLE and not plan.done(s)]
+        ref = reference_times.line(plan.config_path, [j.name for j in left], todo_singles, n)
+        print(
+            f"  before it runs: {ref}" if ref else "  before it runs: no committed run of this config records its times"
+        )
     singles = [s for s in todo if s in ("probe", "select", "lr-sweep") and not plan.done(s)]
     if cost is not None and singles:
         print(
             f"  {', '.join(singles)} before them: {cost.describe(cost.both(lambda c: sum(c.single(s) for s in singles)))}"
         )
+
+
+NIGHT_H = 12.0  # a night, in hours
+SHORT = "configs/report.yaml"  # the seed report's own design: the short option
+
+
+def one_night(plan: Plan, low_seconds: float, n: int) -> str | None:
+    """What fits a night when even the low end of the estimate does not: the seed report's design (with its
+    own estimate), or this study in parts to a deadline. None when the study fits."""
+    if low_seconds < NIGHT_H * 3600:
+        return None
+    from orchestration import config
+
+    words = []
+    if Path(SHORT).resolve() != Path(plan.config_path).resolve() and Path(SHORT).exists():
+        short = Plan(config.load(SHORT), plan.run.with_name(plan.run.name + "_report"), SHORT, [])
+        c = short.cost_model()
+        jobs = estimate_seconds(short.run, short.jobs(JOB_STAGES), n, c)[2][0]
+        singles = c.both(lambda m: sum(m.single(s) for s in ("probe", "select", "lr-sweep")))[0]
+        lo, hi = ((jobs + singles) * f for f in PRACTICE)
+        words.append(f"the seed report's design fits one (~{span(lo, hi)} by the same estimate: --config {SHORT})")
+    words.append(
+        f"or this study in parts, one a night, each resuming the last: python bench/study_part.py --config "
+        f"{plan.config_path} --run {plan.run} --hours 10"
+    )
+    return f"  longer than a night ({NIGHT_H:g} h) even at the estimate's low end: " + "; ".join(words)
 
 
 def evals_under_way(plan: Plan) -> list[str]:

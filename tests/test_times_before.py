@@ -1,0 +1,84 @@
+"""Times before a run starts (issue 70): a CPU config's --dry-run from a committed run's recorded job times
+(runner/reference_times.py), a study longer than a night told what fits, and study_part's --hours."""
+
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+import pipeline
+from runner import reference_times
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import study_part  # noqa: E402
+
+
+def manifest(folder: Path, config: str, jobs: dict, stages: dict, machine=None):
+    folder.mkdir(parents=True)
+    doc = {
+        "jobs": {
+            name: {"status": "done", "seconds": s, "command": f"python grpo.py x --config {config} --run {folder}"}
+            for name, s in jobs.items()
+        },
+        "stages": stages,
+    }
+    if machine:
+        doc["machine"] = machine
+    (folder / "manifest.json").write_text(json.dumps(doc))
+
+
+def test_the_estimate_sums_the_same_jobs_of_the_same_config_over_the_workers(tmp_path):
+    res = tmp_path / "results"
+    machine = {"cpu": "AMD EPYC", "cores": 2}
+    manifest(
+        res / "a",
+        "configs/x.yaml",
+        {"train many s0": 100, "eval base": 60, "eval many s0 step 5": 20},
+        {"base": {"seconds": 30}, "eval": {"seconds": 999, "parallel": 2}},
+        machine,
+    )
+    manifest(res / "b", "configs/other.yaml", {"train many s0": 1e6}, {})
+    text = reference_times.line(
+        "configs/x.yaml", ["train many s0", "eval base", "train many s1"], ["base", "train"], 2, res
+    )
+    # (100 + 60) / 2 workers + the base stage's 30 s = 110 s; s1 is not in the reference
+    assert text.startswith("about 2 min with --jobs 2 for the 2 of the 3 jobs left")
+    assert "results/a" in text and "2 jobs side by side on a 2-core AMD EPYC" in text
+    e = reference_times.estimate(
+        reference_times.references("configs/x.yaml", res)[0], ["train many s0", "eval base"], ["base"], 2
+    )
+    assert e["seconds"] == pytest.approx(110.0) and e["matched"] == 2
+    assert reference_times.line("configs/none.yaml", ["train many s0"], [], 1, res) is None
+
+
+def test_a_cpu_config_gets_a_time_from_its_committed_run(tmp_path, capsys):
+    assert pipeline.main(["--config", "configs/smollm2.yaml", "--run", str(tmp_path / "r"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "before it runs:" in x)
+    assert "results/smollm2 recorded for the same jobs" in line and "for the 10 jobs left" in line
+
+
+def test_a_study_longer_than_a_night_is_told_what_fits(tmp_path, capsys):
+    assert pipeline.main(["--config", "configs/qwen05b.yaml", "--run", str(tmp_path / "q"), "--dry-run"]) == 0
+    night = next(x for x in capsys.readouterr().out.splitlines() if "longer than a night" in x)
+    assert (
+        "configs/report.yaml" in night
+        and "study_part.py --config configs/qwen05b.yaml" in night
+        and "--hours 10" in night
+    )
+    assert pipeline.main(["--config", "configs/report.yaml", "--run", str(tmp_path / "r"), "--dry-run"]) == 0
+    assert "longer than a night" not in capsys.readouterr().out  # the short design fits
+
+
+def test_study_part_deadlines():
+    now = dt.datetime(2026, 12, 7, 22, 0, tzinfo=dt.timezone.utc)
+    assert study_part.deadline_of(None, 10, now) == now + dt.timedelta(hours=10)
+    assert study_part.deadline_of("03:48", None, now) == dt.datetime(2026, 12, 8, 3, 48, tzinfo=dt.timezone.utc)
+    assert study_part.deadline_of("23:00", None, now) == dt.datetime(2026, 12, 7, 23, 0, tzinfo=dt.timezone.utc)
+    for until, hours in (("3h", None), (None, 0), (None, 100)):
+        with pytest.raises(SystemExit, match="study_part: --"):
+            study_part.deadline_of(until, hours, now)
