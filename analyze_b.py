@@ -89,6 +89,8 @@ def remake_hint(run: Path, named: Path | None) -> str:
             + cli.pipeline_command(config[0], run, config[1])
             + " (the pipeline moves a damaged output aside and makes it again)"
         )
+    if not (run / "manifest.json").exists():
+        return f"{run} holds no run (no manifest.json): make one first, python pipeline.py --config CONFIG --run {shlex.quote(str(run))}"
     return f"redo what is damaged: python pipeline.py --config <the config {run} was made with> --run {shlex.quote(str(run))}"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import hashlib
 import json
 import math
@@ -474,7 +475,9 @@ def _build(cls, data: dict, prefix: str = ""):
     for k in data:
         if k not in names:
             where = f"{prefix}.{k}" if prefix else k
-            raise ConfigError(f"unknown key {where!r} (known here: {', '.join(sorted(names))})")
+            near = difflib.get_close_matches(k, names, n=1)
+            mean = f"did you mean {(f'{prefix}.' if prefix else '') + near[0]!r}? " if near else ""
+            raise ConfigError(f"unknown key {where!r} ({mean}known here: {', '.join(sorted(names))})")
     obj = cls()
     for f in dataclasses.fields(cls):
         if f.name in data:

@@ -57,7 +57,21 @@ def refusal_line(plan: Plan, found: list[tuple[str, Path, str]] | None = None) -
     first = first_refusal(found)
     if first is None:
         return None
-    return f"{first[1]}: made under {first[2]}; {REFUSING}"
+    made = made_by(plan.run)
+    other = made is not None and (study.ROOT / made).resolve() != Path(plan.config_path).resolve()
+    by = f"{plan.run} was made by {made} (its manifest), not {plan.config_path}; " if other else ""
+    return f"{by}{first[1]}: made under {first[2]}; {REFUSING}"
+
+
+def made_by(run: Path) -> str | None:
+    """The config file the folder's manifest names in its jobs' commands (the most named), or None."""
+    from collections import Counter
+
+    from runner.reference_times import config_of
+
+    jobs = ((provenance.read_json(run / "manifest.json") or {}).get("jobs") or {}).values()
+    named = Counter(c for j in jobs if isinstance(j, dict) and (c := config_of(j.get("command", ""))))
+    return named.most_common(1)[0][0] if named else None
 
 
 def check_folder(plan: Plan) -> None:

@@ -104,7 +104,8 @@ def test_a_refused_pipeline_or_command_leaves_every_byte(tmp_path):
     lines.add(r.stderr.strip()[len("analyze_b.py: ") :])
     assert len(lines) == 1, lines  # the same line from every entry script
     line = lines.pop()
-    assert line.startswith(f"{run / 'base_model' / 'build.json'}: made under model.build=null there"), line
+    made = f"{run} was made by configs/smollm2_study.yaml (its manifest), not configs/smoke.yaml; "
+    assert line.startswith(f"{made}{run / 'base_model' / 'build.json'}: made under model.build=null there"), line
     assert folder_bytes(run) == before
 
 
@@ -118,6 +119,7 @@ def test_the_refusal_names_the_task_before_the_rest(tmp_path):
     r = pipeline("--config", "configs/tiny_v5.yaml", "--run", str(run), *sets, "--quiet", timeout=300)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
     assert ': made under task.prompt_style="bare" there, "instruct" here' in r.stderr, r.stderr
+    assert "was made by" not in r.stderr  # its own config: nothing to name
     g = grpo_cmd("eval", "--config", "configs/tiny_v5.yaml", "--run", str(run), *sets, timeout=300)
     assert g.returncode == 2 and g.stderr.strip()[len("grpo.py: ") :] == r.stderr.strip()[len("pipeline.py: ") :], (
         g.stderr

@@ -78,3 +78,10 @@ def test_the_headline_names_the_selection_null_label_as_secondary():
         .rstrip()
         .endswith("label")
     )
+
+
+def test_an_empty_folder_is_told_to_make_a_run_first(tmp_path, capsys):
+    assert analyze_b.main(["--run", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{tmp_path} holds no run (no manifest.json)" in err
+    assert err.endswith(f"python pipeline.py --config CONFIG --run {tmp_path}")
