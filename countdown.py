@@ -152,14 +152,15 @@ def generate(task: str, n: int, seed: int, split: str = "train", n_test: int = 1
     return make_splits(task, n, n_test, seed)[0]
 
 
-SPLITS = ("test", "train", "pretrain", "dev", "confirm", "confirm2", "confirm3")  # the order they are drawn in
+SPLITS = ("test", "train", "pretrain", "dev", "confirm", "confirm2", "confirm3", "confirm4")  # the order they are drawn in
 
 
 def draw_splits(task: str, seed: int, counts: dict[str, int]) -> dict[str, list[Problem]]:
     """Problems of every split from one generator seeded by (task, seed), drawn in the order of
     SPLITS: test, train, pretrain (the CPU world's base is pre-trained on it), dev (held-out
     checks during training), confirm (a fresh test set for a confirmatory run, PLAN_CHANGES.md change 44),
-    confirm2 (a second one, drawn after confirm: change 57), confirm3 (a third, after confirm2: PLAN.md 7e).
+    confirm2 (a second one, drawn after confirm: change 57), confirm3 (a third, after confirm2: PLAN.md 7e),
+    confirm4 (a fourth, after confirm3: change 71).
     No question is repeated within or across splits. Each split depends
     only on the splits drawn before it, so adding a later split (or changing its size) leaves
     the earlier ones unchanged: the test and train problems are the same whatever pretrain and

@@ -31,6 +31,7 @@ from scipy import stats as st
 
 from analysis import (
     base_support,
+    baselines,
     calibration,
     collapse,
     figures,
@@ -648,6 +649,7 @@ def analyze(
         "support": support_tests(design, base, rl, sets, entries, inf, support_w),
         "base_support": base_support.analyze(design, base, rl, sets, inf),
         "within_correct": training_sampler.analyze(design, base, sets, inf),
+        "baselines": baselines.analyze(design, base, rl, sets, inf),
         "collapse": collapse.analyze(run, design),
         "stratum_null": stratum_nulls(design, base, rl, entries, inf, nulls),
         "h3": narrowing(design, curves, inf),
@@ -689,7 +691,7 @@ def check_extras(run: Path) -> None:
                 raise InputError(f"{f}: malformed (missing {', '.join(missing)})", path=f)
 
 
-REGISTERED_ONLY = ("base_support", "within_correct", "collapse")  # in verdicts.json only where registered,
+REGISTERED_ONLY = ("base_support", "within_correct", "collapse", "baselines")  # in verdicts.json only where registered,
 # so the runs made before keep their documents
 
 

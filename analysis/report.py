@@ -16,6 +16,7 @@ from analysis.compat import LEGACY
 from analysis.document import PRINTED, Entry
 from analysis.report_base_support import (
     base_support_section,
+    baselines_section,
     collapse_section,
     primary_sentence as support_sentence,
     within_correct_section,
@@ -723,7 +724,7 @@ def render(doc: dict) -> str:
     ps = doc["primary"]["scoring"]
     other = next(s for s in SCORINGS if s != ps)
     L = header(doc) + calibration_section(doc) + primary_section(doc) + base_support_section(doc)
-    L += within_correct_section(doc) + support_section(doc)
+    L += within_correct_section(doc) + baselines_section(doc) + support_section(doc)
     L += collapse_section(doc) + warnings_section(doc)
     L += entries_section(doc, ps, f"H1 and H2 by condition ({ps} scoring)", other == "loose") + h3_section(doc, ps)
     L += entries_section(doc, other, f"The {other} scoring (it also counts the output format)", other == "strict")

@@ -322,4 +322,77 @@ def within_correct_section(doc: dict) -> list[str]:
         "p more outside",
         "outside trained / base; Z",
     ]
-    return L + table(head, rows) + [""]
+    return L + table(head, rows) + [""] + clean_lines(wc)
+
+
+def clean_lines(wc: dict) -> list[str]:
+    """Change 71's clean-computation gap, where registered: the share of each condition's correct T 1 answers that
+    are the clean computation against the base's own, tested as the outside gap is."""
+    out = []
+    for cond, c in wc["conditions"].items():
+        g = c.get("clean_gap")
+        if not g:
+            continue
+        if g["gap"] is None:
+            out.append(f"- `{cond}`: the clean-computation gap cannot be computed (no problem holds both sides).")
+            continue
+        out.append(
+            f"- `{cond}`: the clean computation is {g['trained_share']:.3f} of its correct T 1 answers against the "
+            f"base's {g['base_share']:.3f} (gap {g['gap']:+.4f} {interval(g['interval'])}, {g['problems']} problems; "
+            f"the seeds' combined p more {p4(g['p_more'])}): **{'more clean' if g['more'] else 'not shown more clean'}**."
+        )
+    return (["**Clean computation (change 71)**", "", *out, ""]) if out else []
+
+
+def baselines_section(doc: dict) -> list[str]:
+    """Change 71's reward-free baselines and the Z-at-T 1 reading (descriptive)."""
+    bl = doc.get("baselines")
+    if not bl:
+        return []
+    L = ["## Reward-free baselines beside RL (PLAN.md section 7e; descriptive)", ""]
+    if bl.get("skipped"):
+        return L + [f"Not computed: {bl['skipped']}.", ""]
+    ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= bl["k"][-1]]
+
+    def cells(curve):
+        return ["—"] * len(ks) if curve is None else [f"{curve[k - 1]:.3f}" for k in ks]
+
+    rows = [[f"RL `{bl['condition']}`, the evaluation sampler", *cells(bl["rl"]["test"])]]
+    rows.append([f"RL `{bl['condition']}`, T 1", *cells(bl["rl"]["t1"])])
+    rows += [
+        [f"base, T {s['temperature']:g}, top-p {s['top_p']:g} (`{s['set']}`)", *cells(s["pass_at_k"])]
+        for s in bl["sweep"]
+    ]
+    w = bl["reweighting"]["w"]
+    rows.append(
+        [f"base T 1 pool reweighted to RL's T 1 pass@1 (w {w:.3g})" if w else "base T 1 pool reweighted (out of reach)"]
+        + cells(bl["reweighting"]["pass_at_k"])
+    )
+    rows += [[f"base T 1 pool under π_base^{a}", *cells(c)] for a, c in bl["powers"].items()]
+    L += table(["", *[f"pass@{k}" for k in ks]], rows) + [""]
+    L.append(
+        f"{bl['scoring'].capitalize()} scoring, step {bl['step']}. The base's best temperature by pass@1: "
+        f"{bl['best_pass1_temperature']:g}; by pass@{bl['k'][-1]}: {bl['best_passk_temperature']:g}. Pool curves are "
+        "plug-in: 1 − (1 − p)^k from each problem's weighed share correct (a problem the pool never solves stays 0)."
+        + (f" Powers not computed: {bl['powers_skipped']}." if bl.get("powers_skipped") else "")
+    )
+    z = bl.get("z_t1")
+    if z:
+        q = z["tilt_bound_quartiles"]
+        L += [
+            "",
+            f"**Z at T 1**: the base's T 1 pool never solves {z['n_z']} problems; the trained models solve "
+            f"{z['solved_by_rl']} of them. The base's summed T 1 probability of the distinct correct answers they found "
+            f"(a lower bound on its rate there) has median {z['base_mass_median']:.2g}"
+            if z["solved_by_rl"]
+            else f"**Z at T 1**: the base's T 1 pool never solves {z['n_z']} problems; the trained models solve none of them",
+        ]
+        if z["solved_by_rl"]:
+            L[-1] += (
+                f"; the tilt a reweighting would need there is at most {q[1]:.3g} (median; quartiles {q[0]:.3g}–{q[2]:.3g}), "
+                f"against {z['off_z_tilt']:.3g} off Z: {z['within_off_z_tilt']} of {z['solved_by_rl']} within that tilt's "
+                "reach; a larger bound says nothing (it is an upper bound)."
+                if z["off_z_tilt"]
+                else "."
+            )
+    return L + [""]

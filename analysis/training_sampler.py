@@ -18,7 +18,9 @@ import numpy as np
 
 from analysis import within_correct
 from analysis.inference import counts
+from analysis.strategies import classify_computation
 from analysis.within_correct import Responses
+from orchestration import study
 
 RECORDS = ("logp_t1", "logp_self", "length", "excess_eval")
 
@@ -47,6 +49,21 @@ def responses(docs: list[dict], scoring: str, tolerance: float) -> Responses:
     floats = {k: np.array(cols[k], dtype=float) for k in ("base", "self")}
     outside = np.array(cols["outside"], dtype=bool)
     return Responses(ints["seed"], ints["problem"], floats["base"], floats["self"], ints["length"], outside)
+
+
+def with_clean_flag(r: Responses, docs: list[dict], problems: list, scoring: str) -> Responses:
+    """r (made by responses(docs, scoring)) with `outside` replaced by whether each response is the clean
+    computation (analysis/strategies.classify_computation), in the same order: the flag change 71's clean gap
+    tests with the outside gap's machinery."""
+    flags = [
+        classify_computation(problems[i], p["responses"][b["index"][k]]) == "clean"
+        for doc in docs
+        for i, p in enumerate(doc["problems"])
+        for b in [p["base_support"]]
+        for k, strict in enumerate(b["strict"])
+        if scoring == "loose" or strict
+    ]
+    return Responses(r.seed, r.problem, r.base_logp, r.self_logp, r.length, np.array(flags, dtype=bool))
 
 
 def scoring_of(design, cond: str) -> str:
@@ -97,6 +114,18 @@ def analyze(design, base: dict, sets: dict, inf) -> dict:
         exp = within_correct.exponent(trained, S, N, inf.draws, spec.exponent_margin, level)
         gap = within_correct.outside_gap(trained, own, S, N, inf.draws, spec.gap_margin, level, spec.permutations)
         decided = within_correct.answer(exp, gap, level_one_sided)
+        if spec.clean:
+            problems = study.test_problems(design.cfg)
+            clean = within_correct.outside_gap(
+                with_clean_flag(trained, docs, problems, sc),
+                with_clean_flag(own, [pool], problems, sc),
+                S,
+                N,
+                inf.draws,
+                spec.gap_margin,
+                level,
+                spec.permutations,
+            )
         z = counts(base, sc) == 0
         on_z = within_correct.exponent(on_problems(trained, z), S, N, inf.draws, spec.exponent_margin, level)
         out["conditions"][cond] = {
@@ -110,6 +139,11 @@ def analyze(design, base: dict, sets: dict, inf) -> dict:
             "gap": asdict(gap),
             "exponent_on_z": asdict(on_z),
             "n_z": int(z.sum()),
+            **(
+                {"clean_gap": {**asdict(clean), "more": clean.p_more is not None and clean.p_more < level_one_sided}}
+                if spec.clean
+                else {}
+            ),
         }
     prim = out["conditions"].get(design.primary_condition, {})
     out["answer"] = prim.get("answer")

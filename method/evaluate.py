@@ -227,6 +227,8 @@ def evaluate(
     rows = score_problems(problems, decode_texts(tok, tokens), cfg.eval.keep_responses, ent)
     if cfg.eval.base_support:
         add_base_support(model, tok, cfg, problems, tokens, rows, sampling, trained=adapter is not None)
+    if cfg.eval.logp_all and adapter is None and base_distribution(sampling):
+        add_logp_all(model, tok, cfg, problems, tokens, rows)
     result = {
         "model": "base" if adapter is None else str(adapter),
         **identity,
@@ -305,6 +307,22 @@ def add_base_support(
         b["strict"].append(bool(scores[i][j]["strict"]))
         for key in keys:
             b[key].append(m[key])
+
+
+def base_distribution(s: config.SamplingCfg) -> bool:
+    """Whether the sampler draws from the model's own distribution: T 1, no top-p, no top-k."""
+    return s.temperature == 1.0 and s.top_p >= 1.0 and s.top_k == 0
+
+
+def add_logp_all(model, tok, cfg: config.Config, problems, tokens: list[list[list[int]]], rows: list[dict]) -> None:
+    """Each row gains `logp_t1_all`: every response's log-probability at T 1 under the model (the base: no adapter
+    is loaded), teacher-forced from the drawn token ids, in sample order (eval.logp_all, change 71)."""
+    prompts = render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
+    ps = [prompts[i] for i, t in enumerate(tokens) for _ in t]
+    rs = [r for t in tokens for r in t]
+    measured = iter(base_support.measure(model, ps, rs, 1.0, 0, 1.0, pad_id(tok)))
+    for row, t in zip(rows, tokens):
+        row["logp_t1_all"] = [next(measured)["logp_t1"] for _ in t]
 
 
 # ============================================================================= held-out checks during training

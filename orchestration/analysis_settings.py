@@ -86,6 +86,22 @@ class WithinCorrectCfg:
     gap_margin: float = 0.02  # reweighting: the outside gap within +- this
     permutations: int = 9999  # draws of the stratified permutation null (each seed's own; PLAN_CHANGES.md change 68)
     post_hoc: bool = False  # a re-analysis of files made before the measure was registered: labelled, decides nothing
+    clean: bool = (
+        False  # also the clean-computation gap (change 71; a * b - c tasks): the outside gap's test on that flag
+    )
+
+
+@dataclass
+class BaselinesCfg:
+    """Reward-free baselines beside RL's pass@k (PLAN.md section 7e, change 71; descriptive, deciding nothing):
+    the base at a sweep of temperatures (`sweep`: eval sets with models: base, besides the test set), and the
+    base's T 1 pool resampled under the outcome reweighting that meets RL's T 1 pass@1 and under powers of the
+    base (`powers`; needs eval.logp_all); the Z-at-T 1 reading from the trained models' correct T 1 answers."""
+
+    pool: str = "pool-train"  # eval set: the base at the training sampler (models: base)
+    matched: str = "matched"  # eval set: the trained models at the training sampler (models: final)
+    sweep: list[str] = field(default_factory=list)  # eval sets: the base at other temperatures
+    powers: list[float] = field(default_factory=lambda: [2.0, 4.0])  # a in pi_base^a
 
 
 @dataclass

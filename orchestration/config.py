@@ -23,6 +23,7 @@ import yaml
 
 import countdown
 from orchestration.analysis_settings import (  # noqa: F401  (the analyze section's blocks, readable as config.X)
+    BaselinesCfg,
     BaseSupportCfg,
     CalibrationCfg,
     CollapseCfg,
@@ -278,6 +279,10 @@ class EvalCfg:
     # base's kept set at the evaluation sampler (whatever sampler drew it) and its log-probability at T 1 under
     # the evaluated model itself (LoRA on): the within-correct measures at the training sampler (PLAN.md 7e).
     within_correct: bool = False
+    # In a base-only evaluation at T 1, top-p 1, top-k 0 (the base's own distribution), record every response's
+    # log-probability (`logp_t1_all`, teacher-forced): the weights of the reward-free baselines that resample the
+    # pool under a power of the base (PLAN.md section 7e, change 71).
+    logp_all: bool = False
 
 
 @dataclass
@@ -381,6 +386,7 @@ class AnalyzeCfg:
     base_support: BaseSupportCfg | None = None  # None: not measured (change 57)
     collapse: CollapseCfg | None = None  # None: not reported (change 59)
     within_correct: WithinCorrectCfg | None = None  # None: not measured (PLAN.md section 7e)
+    baselines: BaselinesCfg | None = None  # None: not reported (PLAN.md section 7e, change 71)
 
 
 @dataclass

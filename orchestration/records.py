@@ -51,10 +51,13 @@ ADDED_OFF = {
     "eval.max_rows": None,
     "eval.base_support": False,
     "eval.within_correct": False,
+    "eval.logp_all": False,
     "analyze.base_support": None,
     "analyze.collapse": None,
     "analyze.within_correct": None,
     "analyze.within_correct.post_hoc": False,
+    "analyze.within_correct.clean": False,
+    "analyze.baselines": None,
     "train.sampling.tail": "sort",
     "eval.sampling.tail": "sort",
 }

@@ -238,9 +238,10 @@ def pretrain_count(cfg: config.Config) -> int:
 
 
 def test_problems(cfg: config.Config) -> list:
-    """The test set: the `test` split, or under task.test_split confirm (confirm2, confirm3) that split, drawn by
-    the same task seed after test, train, pretrain and dev at this config's sizes (confirm2 after a confirm split
-    of n_test problems, confirm3 after both): disjoint from every split drawn before it."""
+    """The test set: the `test` split, or under task.test_split confirm (confirm2, confirm3, confirm4) that split,
+    drawn by the same task seed after test, train, pretrain and dev at this config's sizes (confirm2 after a
+    confirm split of n_test problems, confirm3 after both, confirm4 after all three): disjoint from every split
+    drawn before it."""
     t = cfg.task
     if t.test_split == "test":
         return countdown.make_splits(t.name, t.n_train, t.n_test, t.seed)[1]
@@ -251,10 +252,9 @@ def test_problems(cfg: config.Config) -> list:
         "dev": cfg.train.dev_problems,
         "confirm": t.n_test,
     }
-    if t.test_split in ("confirm2", "confirm3"):
-        counts["confirm2"] = t.n_test
-    if t.test_split == "confirm3":
-        counts["confirm3"] = t.n_test
+    later = ("confirm2", "confirm3", "confirm4")  # each drawn after the ones before it, at n_test problems
+    for split in later[: later.index(t.test_split) + 1] if t.test_split in later else ():
+        counts[split] = t.n_test
     return countdown.draw_splits(t.name, t.seed, counts)[t.test_split]
 
 

@@ -141,10 +141,10 @@ def _check_task(cfg: Config) -> None:
     _need(cfg.task.prompt_style in PROMPT_STYLES, "task.prompt_style", f"must be one of {', '.join(PROMPT_STYLES)}")
     _need(cfg.task.seed >= 0, "task.seed", "must be >= 0")
     _need(
-        cfg.task.test_split in ("test", "confirm", "confirm2", "confirm3"),
+        cfg.task.test_split in ("test", "confirm", "confirm2", "confirm3", "confirm4"),
         "task.test_split",
         "must be test (the test split), confirm (a fresh split drawn after the others), confirm2 (one drawn after "
-        "confirm) or confirm3 (one drawn after confirm2)",
+        "confirm), confirm3 (one drawn after confirm2) or confirm4 (one drawn after confirm3)",
     )
 
 
@@ -353,6 +353,35 @@ def _check_tokens(cfg: Config) -> None:
     _need(cfg.tokens.top >= 1 and cfg.tokens.n_problems >= 1, "tokens.top", "top and n_problems must be >= 1")
 
 
+def _check_baselines(cfg: Config) -> None:
+    """analyze.baselines (change 71): its sets exist with the models and samplers it reads."""
+    bl = cfg.analyze.baselines
+    if bl is None:
+        return
+    for key, models, t1 in [("pool", "base", True), ("matched", "final", True)] + [
+        (f"sweep[{i}]", "base", False) for i in range(len(bl.sweep))
+    ]:
+        name = getattr(bl, key) if not key.startswith("sweep") else bl.sweep[int(key[6:-1])]
+        es = cfg.eval_sets.get(name)
+        s = es.sampling if es is not None else None
+        _need(
+            es is not None
+            and es.models == models
+            and es.task in (None, cfg.task.name)
+            and es.n_problems == cfg.task.n_test
+            and s is not None
+            and (not t1 or (s.temperature, s.top_p, s.top_k) == (1.0, 1.0, 0)),
+            f"analyze.baselines.{key}",
+            f"must name an eval set of the trained task with models: {models}, n_problems = task.n_test and its own "
+            "sampling" + (" at the training sampler (temperature 1, top_p 1, top_k 0)" if t1 else ""),
+        )
+    _need(
+        all(a > 0 for a in bl.powers) and (not bl.powers or cfg.eval.logp_all),
+        "analyze.baselines.powers",
+        "must be > 0, and needs eval.logp_all: true (the pool's log-probabilities weigh the resample)",
+    )
+
+
 def _check_analyze(cfg: Config) -> None:
     """analyze, its support test and calibration."""
     _need(cfg.analyze.extrapolate_to >= 1, "analyze.extrapolate_to", "must be >= 1")
@@ -467,6 +496,7 @@ def _check_analyze(cfg: Config) -> None:
             "analyze.within_correct",
             "exponent_margin > 0, gap_margin in (0, 1) and permutations >= 99",
         )
+    _check_baselines(cfg)
     col = cfg.analyze.collapse
     _need(
         col is None or (0 <= col.late_from < 1 and 0 < col.share <= 1),

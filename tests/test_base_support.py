@@ -197,3 +197,28 @@ def test_within_correct_records_the_models_own_log_probability(fitted_dir, smoke
         assert b["logp_self"][k] != b["logp_t1"][k]  # LoRA on against LoRA off
         assert b["outside"][k] is False and b["excess"][k] is None  # nothing truncates at T 1
         assert isinstance(b["outside_eval"][k], bool) and b["excess_eval"][k] is not None
+
+
+def test_logp_all_records_every_response_of_the_base_at_t1(fitted_dir, smoke_cfg):
+    """eval.logp_all: every response's T 1 log-probability under the base, in sample order, equal to the
+    sampler's own summed token log-probabilities and, for a correct response, to its base_support logp_t1;
+    only where the sampler draws from the base's own distribution."""
+    from method import evaluate
+
+    cfg, tilted, tok, _ = model_with_lora(fitted_dir, smoke_cfg, scale=0.0)  # LoRA at 0: the base itself
+    cfg = cfg_for(cfg, **{"eval.base_support": True, "eval.logp_all": True})
+    problems = evaluate.eval_set_settings(cfg, "test")[0][:4]
+    prompts = evaluate.render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
+    s = config.SamplingCfg(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=24)
+    out = sampler.sample(tilted, prompts, 8, s, 3, stop_ids(tilted, tok), pad_id(tok), entropy=True)
+    tokens = [out.tokens[i * 8 : (i + 1) * 8] for i in range(len(prompts))]
+    rows = [{} for _ in problems]
+    evaluate.add_base_support(tilted, tok, cfg, problems, tokens, rows, s)
+    evaluate.add_logp_all(tilted, tok, cfg, problems, tokens, rows)
+    for i, r in enumerate(rows):
+        assert len(r["logp_t1_all"]) == 8
+        for j in range(8):
+            assert r["logp_t1_all"][j] == pytest.approx(sum(out.logprobs[i * 8 + j]), abs=1e-3)
+        for k, j in enumerate(r["base_support"]["index"]):
+            assert r["logp_t1_all"][j] == pytest.approx(r["base_support"]["logp_t1"][k], abs=1e-9)
+    assert evaluate.base_distribution(s) and not evaluate.base_distribution(config.SamplingCfg(1.0, 0.95, 0, 24))
