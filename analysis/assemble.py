@@ -650,7 +650,7 @@ def analyze(
         "base_support": base_support.analyze(design, base, rl, sets, inf),
         "within_correct": training_sampler.analyze(design, base, sets, inf),
         "baselines": baselines.analyze(design, base, rl, sets, inf),
-        "collapse": collapse.analyze(run, design),
+        "collapse": collapse.analyze(run, design, rl, sets),
         "stratum_null": stratum_nulls(design, base, rl, entries, inf, nulls),
         "h3": narrowing(design, curves, inf),
         "power": power,

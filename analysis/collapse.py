@@ -46,8 +46,23 @@ def rate(flags: list[bool | None], level: float = 0.95) -> dict:
     return {"collapsed": x, "seeds": m, "rate": x / m, "ci": [lo, hi]}
 
 
-def analyze(run, design) -> dict:
-    """Per condition trained by gradient (a log with no_signal): each seed's reading and the rate."""
+def lock_in(design, cond: str, files: dict) -> dict | None:
+    """Change 70's lock-in over (seed, problem) cells of a condition's last-checkpoint files in `files`
+    ({(cond, seed, step): doc}); None where they keep no responses or there are none."""
+    from analysis import concentration
+
+    if not files:
+        return None
+    last = design.checkpoints[-1]
+    docs = [files[(cond, s, last)] for s in design.seeds_of(cond) if (cond, s, last) in files]
+    if not docs or not all("responses" in p for d in docs for p in d["problems"]):
+        return None
+    return concentration.reading([c for d in docs for c in concentration.of_rows(d["problems"])])
+
+
+def analyze(run, design, rl: dict | None = None, sets: dict | None = None) -> dict:
+    """Per condition trained by gradient (a log with no_signal): each seed's reading and the rate; beside it, change
+    70's lock-in on the condition's test evaluations (`rl`) and on each evaluation set's (`sets`), descriptive."""
     from analysis.run_files import read_csv
     from orchestration import study
 
@@ -68,4 +83,9 @@ def analyze(run, design) -> dict:
             "per_seed": {str(s): r for s, r in seeds.items()},
             **rate([r["collapsed"] for r in seeds.values()]),
         }
+        locks = {"test": lock_in(design, cond, rl or {})} | {
+            name: lock_in(design, cond, s[1] or {}) for name, s in (sets or {}).items()
+        }
+        if any(v is not None for v in locks.values()):
+            out["conditions"][cond]["lock_in"] = {k: v for k, v in locks.items() if v is not None}
     return out

@@ -234,6 +234,28 @@ def collapse_section(doc: dict) -> list[str]:
         ]
         for cond, c in co["conditions"].items()
     ]
+    locks = [
+        [
+            cond,
+            where,
+            f"{r['locked']} / {r['cells']}",
+            f"{r['locked_wrong']} / {r['cells']}",
+            f"{r['lock_in_rate']:.3f} [{r['lock_in_ci'][0]:.3f}, {r['lock_in_ci'][1]:.3f}]",
+        ]
+        for cond, c in co["conditions"].items()
+        for where, r in (c.get("lock_in") or {}).items()
+    ]
+    lock_part = (
+        [
+            "",
+            "**Lock-in** (change 70, descriptive): a (seed, problem) cell is locked when one answer holds ≥ 90% of "
+            "its samples, locked wrong when that answer is wrong; the lock-in rate is the share locked wrong.",
+            "",
+        ]
+        + table(["condition", "evaluation", "locked", "locked wrong", "lock-in rate [95% exact]"], locks)
+        if locks
+        else []
+    )
     return (
         ["## Collapsed seeds (training logs only)", ""]
         + table(["condition", "collapsed", "seeds", "rate [95% exact]"], rows)
@@ -241,8 +263,9 @@ def collapse_section(doc: dict) -> list[str]:
             "",
             f"A run is collapsed when no learning signal (every group one reward) came on at least {co['share']:.0%} of its steps "
             f"after {co['late_from']:g} of its last. Every seed still counts in the primary analysis (intention to treat).",
-            "",
         ]
+        + lock_part
+        + [""]
     )
 
 

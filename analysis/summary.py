@@ -117,6 +117,14 @@ def measures(doc: dict) -> list[tuple[str, str]]:
     col = ((doc.get("collapse") or {}).get("conditions") or {}).get(pr.get("condition"))
     if col:
         out.append(("collapsed seeds", f"{col['collapsed']} of {col['seeds']} {share_ci(col['ci'])}"))
+    lock = (col or {}).get("lock_in", {}).get("test")
+    if lock:
+        out.append(
+            (
+                "cells locked on a wrong answer (lock-in)",
+                f"{lock['locked_wrong']} of {lock['cells']}, {lock['lock_in_rate']:.3f} {share_ci(lock['lock_in_ci'])}",
+            )
+        )
     if e and e.get("seeds"):
         out.append(
             (

@@ -52,3 +52,29 @@ def test_smollm2_studys_collapsed_seed_is_the_one_the_rule_names():
     assert [s for s, r in out["conditions"]["many"]["per_seed"].items() if r["collapsed"]] == ["0"]
     assert out["conditions"]["many"]["collapsed"] == 1 and out["conditions"]["many"]["seeds"] == 4
     assert "sft" not in out["conditions"] and out["conditions"]["rft"]["collapsed"] == 0
+
+
+def test_lock_in_sits_beside_the_collapse_rate_on_smollm2_v2s_files():
+    """Change 70, on the committed evaluation files of results/smollm2_v2: at the evaluation sampler 1,404 of the
+    2,048 (seed, problem) cells are locked and 528 locked wrong; at T 1 (`matched`) fewer; the reprinted report
+    and --summary name it."""
+    from pathlib import Path
+
+    from analysis import assemble
+    from analysis.report_base_support import collapse_section
+    from analysis.summary import measures
+
+    run = Path(__file__).resolve().parents[1] / "results" / "smollm2_v2"
+    base, rl, _, design = assemble.find_evals(run)
+    sets = {name: assemble.find_set(run, design, name)[:2] for name in design.eval_sets}
+    c = collapse.analyze(run, design, rl, sets)["conditions"]["many"]
+    test, t1 = c["lock_in"]["test"], c["lock_in"]["matched"]
+    assert (test["cells"], test["locked"], test["locked_wrong"]) == (2048, 1404, 528)
+    assert t1["locked_wrong"] < test["locked_wrong"] and "pool-train" not in c["lock_in"]  # the base's set: no seeds
+    doc = {"collapse": {"share": 0.9, "late_from": 0.5, "conditions": {"many": c}}}
+    text = "\n".join(collapse_section(doc))
+    assert "| many | test | 1404 / 2048 | 528 / 2048 | 0.258 [0.239, 0.277] |" in text
+    got = dict(
+        measures({"primary": {"condition": "many", "scoring": "loose", "step": 30, "label": "x"}, "entries": [], **doc})
+    )
+    assert got["cells locked on a wrong answer (lock-in)"] == "528 of 2048, 0.258 [0.239, 0.277]"
