@@ -141,3 +141,13 @@ def test_the_files_block_names_every_module():
         modules = {p.stem for p in (ROOT / folder).glob("*.py")}
         assert modules <= named, (folder, sorted(modules - named))
         assert named - {"__init__"} <= modules | {"grpo", "pipeline"}, (folder, sorted(named - modules))
+
+
+def test_results_readme_says_what_each_run_is_answers_first():
+    """results/README.md's status column: one of the kinds a reader needs, the current answers first."""
+    table = (ROOT / "results" / "README.md").read_text()
+    status = re.findall(r"^\| `[\w-]+/` \| ([^|]+) \|", table, flags=re.M)
+    kinds = ("**answer**", "answer, earlier", "confirmation", "pilot", "post hoc", "code-path check", "superseded")
+    assert status and all(s.startswith(kinds) for s in status), [s for s in status if not s.startswith(kinds)]
+    current = [i for i, s in enumerate(status) if s.startswith("**answer**")]
+    assert current == list(range(len(current))) and current, status
