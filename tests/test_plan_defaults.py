@@ -270,3 +270,30 @@ def test_the_rules_and_the_change_log_are_two_files():
     for a, b in re.findall(r"\bchanges? (\d+)(?:[–-](\d+))?", BODY):
         cited |= set(range(int(a), int(b or a) + 1))
     assert cited and max(cited) <= len(entries)
+
+
+def test_the_change_index_has_one_row_per_entry_and_each_rule_a_home_in_plan():
+    """PLAN_CHANGES.md's index (issue 68): a row per entry, in order; a rule names the PLAN.md section that states
+    it (the section exists), and a rule from change 57 on is cited by number in PLAN.md; a superseded rule names a
+    later change."""
+    entries = [int(n) for n in re.findall(r"^(\d+)\. \*\*", CHANGES, flags=re.M)]
+    rows = re.findall(r"^\| (\d+) \| (\d{4}-\d\d-\d\d) \| ([^|]+) \| ([^|]+) \| [^|]* \|$", CHANGES, flags=re.M)
+    assert [int(r[0]) for r in rows] == entries == list(range(1, len(entries) + 1))
+    heads = set(re.findall(r"^## (\d+[a-z]?)\.", BODY, flags=re.M))
+    cited = {int(x) for m in re.finditer(r"[Cc]hanges? ([0-9][0-9,–\- and]*)", BODY) for x in expand(m.group(1))}
+    for n, _, kind, where in rows:
+        kind, where = kind.strip(), where.strip()
+        assert kind in ("rule", "rule, superseded", "run note", "correction", "clarification", "wording"), (n, kind)
+        if kind == "rule":
+            assert where.startswith("§") and where[1:] in heads, (n, where)
+            assert int(n) < 57 or int(n) in cited, f"change {n} is a rule PLAN.md does not cite"
+        if kind == "rule, superseded":
+            assert int(where.removeprefix("by ")) > int(n), (n, where)
+
+
+def expand(text: str) -> list[int]:
+    """'57, 59, 65' and '60–64' as numbers."""
+    out = []
+    for a, b in re.findall(r"(\d+)[–-](\d+)", text):
+        out += range(int(a), int(b) + 1)
+    return out + [int(x) for x in re.findall(r"\d+", text)]
