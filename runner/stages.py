@@ -405,10 +405,11 @@ class Plan:
                     continue
                 label, opt = ("eval", []) if es == "test" else (f"eval-{es}", ["--eval-set", es])
                 size = (
-                    self.cfg.task.n_test * self.cfg.eval.n
+                    self.cfg.task.n_test
+                    * ((self.cfg.eval.n_base or self.cfg.eval.n) if adapter is None else self.cfg.eval.n)
                     if es == "test"
                     else self.cfg.eval_sets[es].n_problems * self.cfg.eval_sets[es].n
-                )
+                )  # the base's test evaluation draws eval.n_base per problem (method/evaluate.py)
                 if adapter is None:
                     out.append(Job("eval", f"{label} base", self.base_argv("eval") + opt, samples=size, output=str(f)))
                     continue

@@ -82,3 +82,17 @@ def test_study_part_deadlines():
     for until, hours in (("3h", None), (None, 0), (None, 100)):
         with pytest.raises(SystemExit, match="study_part: --"):
             study_part.deadline_of(until, hours, now)
+
+
+def test_the_base_evaluation_is_priced_at_its_own_sample_count(tmp_path):
+    """Issue 67: the base's test evaluation draws eval.n_base per problem, and its job says so (it said eval.n,
+    1/8 of the samples, so the hours left it out)."""
+    from orchestration import config
+    from runner.stages import JOB_STAGES, Plan
+
+    cfg = config.load("configs/qwen05b.yaml")
+    jobs = {j.name: j for j in Plan(cfg, tmp_path / "q", "configs/qwen05b.yaml", []).jobs(JOB_STAGES)}
+    assert cfg.eval.n_base == 8 * cfg.eval.n
+    assert jobs["eval base"].samples == cfg.task.n_test * cfg.eval.n_base
+    trained = next(j for name, j in jobs.items() if name.startswith("eval many"))
+    assert trained.samples == cfg.task.n_test * cfg.eval.n
