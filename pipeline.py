@@ -53,7 +53,7 @@ from runner import foreign
 from runner.folder import Refused
 from runner.jobs import assign_gpus, log, visible_gpus
 from runner.preview import plan_only
-from runner.session import Session
+from runner.session import Session, done_line
 from runner.stages import JOB_STAGES, STAGES, MissingInput, Plan, check_inputs, registered_stages
 
 ROOT = Path(__file__).resolve().parent
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     if not a.force and all_done(plan, todo):  # a finished run is read, not written: not even its manifest
         for s in todo:
-            log(f"{s}: done, skipped")
+            log(done_line(plan, s))
         log(f"all done in {time.perf_counter() - t0:.1f} s; nothing written")
         return 0
     cli.interrupt_on_signals()  # a scheduler's time limit (Slurm sends SIGTERM first), a closed terminal

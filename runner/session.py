@@ -16,7 +16,7 @@ from orchestration import cli, config, provenance, study
 from runner.folder import Aside, Lock, Refused
 from runner.jobs import Job, Runner, estimate_seconds, fmt_minutes, in_worker, log, now, run_grpo
 from runner.manifest import done_record, end_states, job_record, write_manifest
-from runner.stages import JOB_STAGES, MissingInput, Plan, check_inputs, check_stage, remake_note
+from runner.stages import JOB_STAGES, MissingInput, Plan, check_inputs, check_stage, kept_weights_note, remake_note
 
 # ============================================================================= single stages
 
@@ -50,6 +50,17 @@ def run_single(stage: str, plan: Plan, quiet: bool, gpu: str | None = None) -> N
         raise StageFailed(f"`{Job(stage, stage, argv).command()}` ran out of memory; {study.memory_advice(cfg, stage)}")
     if rc != 0:
         raise StageFailed(f"`{Job(stage, stage, argv).command()}` exited with code {rc} (its line above says why)")
+
+
+def done_line(plan: Plan, s: str) -> str:
+    """The line for a stage that is done and skipped; for a base or training runs made but whose weights were not
+    kept (a committed run), what is missing and when it is made (runner/stages.kept_weights_note)."""
+    if s in ("base", "train"):
+        states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
+        note = kept_weights_note(plan, s, states.count("weightless")) if "weightless" in states else None
+        if note:
+            return f"{s}: {note}; skipped (--force makes them now)"
+    return f"{s}: done, skipped"
 
 
 class Session:
@@ -122,7 +133,7 @@ class Session:
         check_inputs(plan, s)
         check_stage(plan, s, a.force, aside)
         if plan.done(s) and not (a.force and a.stage == s):
-            log(f"{s}: done, skipped")
+            log(done_line(plan, s))
             self.stages[s] = done_record(self.stages.get(s, {}))
             return
         if a.force and a.stage == s:

@@ -96,3 +96,16 @@ def test_the_base_evaluation_is_priced_at_its_own_sample_count(tmp_path):
     assert jobs["eval base"].samples == cfg.task.n_test * cfg.eval.n_base
     trained = next(j for name, j in jobs.items() if name.startswith("eval many"))
     assert trained.samples == cfg.task.n_test * cfg.eval.n
+
+
+def test_a_base_without_its_committed_weights_says_so_when_skipped(tmp_path, capsys):
+    """Issue 68: --stage base into a copy of results/smollm2 (build.json kept, weights not) said only 'done,
+    skipped'; it names what is missing and when it is made, and writes nothing."""
+    import shutil
+
+    run = shutil.copytree(ROOT / "results" / "smollm2", tmp_path / "r")
+    before = sorted(p.name for p in run.rglob("*"))
+    assert pipeline.main(["--config", "configs/smollm2.yaml", "--run", str(run), "--stage", "base"]) == 0
+    out = capsys.readouterr().out
+    assert "base: done; its weights are not committed: the base stage builds them again when a stage reads them" in out
+    assert "--force makes them now" in out and sorted(p.name for p in run.rglob("*")) == before
