@@ -121,11 +121,15 @@ ANCESTORS = {
 
 def check_command(plan: Plan, stage: str, writes: list[Path] | None = None) -> None:
     """Raise Refused (the pipeline's line) when what a `grpo.py <stage>` command reads, or what it writes
-    (`writes`: its output files or folder; None: the stage's every output), was made under other settings."""
-    found = foreign_outputs(plan, [s for s in ANCESTORS[stage] if s in registered_stages(plan.cfg)])
+    (`writes`: its output files or folder; None: the stage's every output), was made under other settings.
+    A command whose every output lies outside the run folder (--out elsewhere) adds nothing to it: only the
+    base it reads is checked (a hand-run evaluation under another sampler is not refused over a probe file)."""
+    outside = bool(writes) and all(not Path(w).resolve().is_relative_to(plan.run.resolve()) for w in writes)
+    checked = ("base",) if outside else ANCESTORS[stage]
+    found = foreign_outputs(plan, [s for s in checked if s in registered_stages(plan.cfg)])
     if writes is None:
         found += foreign_outputs(plan, [stage])
-    for w in writes or []:
+    for w in [] if outside else writes or []:
         if stage != "train":
             m = w
         elif (w / "done.json").exists():

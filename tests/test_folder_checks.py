@@ -312,3 +312,53 @@ def test_analysis_faults_end_alike_in_every_entry_script(tmp_path):
         a = analyze_b("--run", str(run), "--no-figures")
         assert (p.returncode, a.returncode) == (2, 2), (fault, p.stderr[-1500:], a.stderr[-1500:])
         assert len(a.stderr.strip().splitlines()) == 1 and "eval_many_s0_030.json" in a.stderr
+
+
+def test_an_evaluation_written_elsewhere_is_checked_against_the_base_alone(tmp_path):
+    """Issue 68: grpo.py eval --out ELSEWHERE under another sampler was refused over a probe file it neither reads
+    nor writes; it runs, writes only --out, and the folder is unchanged. Another base still refuses."""
+    run = shutil.copytree(
+        ROOT / "results" / "tiny_v7", tmp_path / "run", ignore=shutil.ignore_patterns("figures", "evalsets", "eval_*")
+    )
+    before = folder_bytes(run)
+    sets = ["--set", "eval.sampling.temperature=0.8", "--set", "eval.n=1", "--set", "eval.k_max=1"]
+    sets += [
+        "--set",
+        "eval.base_support=false",
+        "--set",
+        "eval.within_correct=false",
+        "--set",
+        "analyze.within_correct=null",
+    ]
+    sets += ["--set", "analyze.base_support=null"]
+    adapter = ["--adapter", str(run / "train_many_s2000" / "step_100")]
+    g = grpo_cmd(
+        "eval",
+        "--config",
+        "configs/tiny_v7.yaml",
+        "--run",
+        str(run),
+        *adapter,
+        *sets,
+        "--out",
+        str(tmp_path / "elsewhere.json"),
+        "--quiet",
+        timeout=300,
+    )
+    assert g.returncode == 0, g.stderr[-2000:]
+    assert (tmp_path / "elsewhere.json").exists() and folder_bytes(run) == before
+    g = grpo_cmd(
+        "eval",
+        "--config",
+        "configs/tiny_v7.yaml",
+        "--run",
+        str(run),
+        *adapter,
+        *sets,
+        "--set",
+        "model.build.hidden=64",
+        "--out",
+        str(tmp_path / "other.json"),
+        timeout=300,
+    )
+    assert g.returncode == 2 and "base_model/build.json: made under model.build" in g.stderr, g.stderr[-2000:]
