@@ -152,7 +152,16 @@ def generate(task: str, n: int, seed: int, split: str = "train", n_test: int = 1
     return make_splits(task, n, n_test, seed)[0]
 
 
-SPLITS = ("test", "train", "pretrain", "dev", "confirm", "confirm2", "confirm3", "confirm4")  # the order they are drawn in
+SPLITS = (
+    "test",
+    "train",
+    "pretrain",
+    "dev",
+    "confirm",
+    "confirm2",
+    "confirm3",
+    "confirm4",
+)  # the order they are drawn in
 
 
 def draw_splits(task: str, seed: int, counts: dict[str, int]) -> dict[str, list[Problem]]:

@@ -101,6 +101,11 @@ def parse_args(argv: list[str] | None):
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. train.steps=10"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="training jobs also write live curves for TensorBoard (RUN/train_*/tensorboard/; needs the tensorboard package)",
+    )
     return p.parse_args(argv)
 
 

@@ -36,6 +36,7 @@ from method.model import (
 from method.objective import METHODS, Method, policy_gradient, unlikeliness_rewards
 from method.sampler import Samples, decode_mode, sample
 from orchestration import config, provenance, study
+from orchestration.curves import Curves
 from orchestration.memory import decoders_held, estimate_memory, micro_batch_choice
 from orchestration.provenance import atomic_write_json, read_csv_rows, record, stage_hash, write_csv_rows
 
@@ -202,7 +203,9 @@ def global_norm(params) -> float:
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params])).item()
 
 
-def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: bool = True) -> Path:
+def train(
+    cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: bool = True, tensorboard: bool = False
+) -> Path:
     """Train `run` into `out`, resuming from out/last if it is there: out/train_log.csv, out/step_XXX/ adapters,
     out/last/ (the resume point), out/done.json, with run.dev_every out/train_eval.csv. The training seed draws
     the LoRA initialisation, the data order and every rollout; nothing else."""
@@ -235,6 +238,9 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
     dev = evaluate.dev_problems(cfg) if run.dev_every > 0 else []
     if dev and start == 1:
         dev_rows = [evaluate.dev_check(model, tok, cfg, dev, 0)]  # the base itself (B = 0)
+    curves = Curves(out / "tensorboard" if tensorboard else None)  # live curves, off unless asked
+    if dev_rows and start == 1:
+        curves.row("dev", dev_rows[0], 0)
     bar = tqdm(
         range(start, run.steps + 1),
         desc=f"{run.stage} {run.name} s{run.seed} lr={run.lr:g}",
@@ -312,7 +318,11 @@ def train(cfg: config.Config, run: TrainingRun, out: Path, base: str, progress: 
         ):
             bar.write(warning, file=sys.stdout)  # above the progress bar; stdout: stderr carries the one-line errors
         keep(model, tok, opt, cfg, run, out, base, meta, step, rows, dev, dev_rows)
+        curves.row("train", rows[-1], step)
+        if dev_rows and dev_rows[-1]["step"] == step:
+            curves.row("dev", dev_rows[-1], step)
     bar.close()
+    curves.close()
     atomic_write_json(
         out / "done.json",
         {
@@ -517,7 +527,14 @@ def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) ->
 
 
 def train_command(
-    cfg: config.Config, condition: str, seed: int, run_folder: Path, out: Path, base: str, progress: bool
+    cfg: config.Config,
+    condition: str,
+    seed: int,
+    run_folder: Path,
+    out: Path,
+    base: str,
+    progress: bool,
+    tensorboard: bool = False,
 ) -> Path:
-    """`grpo.py train`: one condition's training run with one seed."""
-    return train(cfg, training_run(cfg, condition, seed, run_folder), out, base, progress)
+    """`grpo.py train`: one condition's training run with one seed (with --tensorboard, live curves too)."""
+    return train(cfg, training_run(cfg, condition, seed, run_folder), out, base, progress, tensorboard)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from method import evaluate, training
 from method.model import bf16_problem, memory_state, out_of_memory, pick_device, setup_torch
-from orchestration import cli, config, provenance, study
+from orchestration import cli, config, curves, provenance, study
 from orchestration.provenance import stage_hash
 from runner import foreign
 from runner.folder import Refused
@@ -86,6 +86,11 @@ def parser() -> argparse.ArgumentParser:
                 "--seed", type=int, default=None, help="a training seed from train.seeds (default: the first)"
             )
             q.add_argument("--out", default=None, help="output folder (default: RUN/train_<condition>_s<seed>)")
+            q.add_argument(
+                "--tensorboard",
+                action="store_true",
+                help="also write live training curves for TensorBoard into OUT/tensorboard/ (the CSV logs stay the record)",
+            )
         if name == "eval":
             q.add_argument("--adapter", default=None, help="a PEFT adapter folder (default: evaluate the base)")
             q.add_argument(
@@ -164,6 +169,11 @@ def checked(a) -> tuple[config.Config, Path, str | None, Path | None, int | None
         Plan(cfg, run, a.config, a.set), a.cmd, writes
     )  # what it reads and writes: before anything is written
     study.check_model_reachable(cfg)
+    if getattr(a, "tensorboard", False):
+        try:
+            curves.writer_class()
+        except ImportError as e:
+            raise config.ConfigError(str(e)) from None
     base = None if a.cmd == "base" else study.model_path(cfg, run)
     if (
         base is not None
@@ -276,7 +286,7 @@ def run_command(
             print(build_base(cfg, run, progress))
         elif a.cmd == "train":
             out = Path(a.out) if a.out else study.train_dir(run, a.condition, seed)
-            training.train_command(cfg, a.condition, seed, run, out, base, progress)
+            training.train_command(cfg, a.condition, seed, run, out, base, progress, a.tensorboard)
         elif a.cmd == "tokens":
             r = evaluate.token_compare(cfg, base, a.adapter, out_eval, progress)["summary"]
             print(

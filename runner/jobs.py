@@ -75,8 +75,10 @@ class Runner:
         on_done,
         gpus: list[str] | None = None,
         cost=None,
+        train_flags: tuple[str, ...] = (),
     ):
         self.folder, self.threads, self.n, self.executor, self.quiet = run, threads, n, executor, quiet
+        self.train_flags = list(train_flags)  # added to every training job's command (--tensorboard)
         self.on_start, self.on_done = on_start, on_done
         self.gpus = gpus or []  # one per worker (assign_gpus); none on a CPU
         self.ray_address = ray_address
@@ -84,7 +86,8 @@ class Runner:
         self.report_every = 60.0  # seconds between progress lines (running, done, left, the ETA again)
 
     def argv(self, job: Job) -> list[str]:
-        return job.argv + (["--quiet"] if (self.quiet or self.n > 1 or self.executor == "ray") else [])
+        quiet = ["--quiet"] if (self.quiet or self.n > 1 or self.executor == "ray") else []
+        return job.argv + quiet + (self.train_flags if job.stage == "train" else [])
 
     def run(self, jobs: list[Job]) -> dict[str, dict]:
         if self.executor == "ray":

@@ -340,6 +340,7 @@ def run_jobs(
         on_done,
         gpu_slots,
         cost=plan.cost_model(),
+        train_flags=("--tensorboard",) if getattr(a, "tensorboard", False) else (),
     ).run(jobs)
     return finish_jobs(plan, group, jobs, status, a, stages, jobs_status, round(time.perf_counter() - t0, 1))
 

@@ -103,7 +103,9 @@ def test_the_settings_added_for_the_gpu_path_leave_every_hash():
 
 
 def test_a_mistyped_key_gets_a_did_you_mean():
-    with pytest.raises(config.ConfigError, match=r"unknown key 'train\.setps' \(did you mean 'train\.steps'\? known here"):
+    with pytest.raises(
+        config.ConfigError, match=r"unknown key 'train\.setps' \(did you mean 'train\.steps'\? known here"
+    ):
         config.load(None, ["train.setps=3"])
     with pytest.raises(config.ConfigError, match=r"unknown key 'zzz' \(known here"):  # nothing near: no guess
         config.load(None, ["zzz=3"])
