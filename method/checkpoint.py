@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from analysis.run_files import DEV_COLUMNS
 from method.model import load_adapter, save_adapter
 from orchestration import config, provenance
 from orchestration.provenance import atomic_replace_dir, read_csv_rows, write_csv_rows
@@ -42,18 +43,7 @@ LOG_FIELDS = [
     "updated",
 ]
 INT_FIELDS = ("step", "len_max", "tokens", "no_signal", "updated")
-DEV_FIELDS = [
-    "step",
-    "n_problems",
-    "n",
-    "strict_pass1",
-    "loose_pass1",
-    "strict_passn",
-    "loose_passn",
-    "format_rate",
-    "locked",
-    "locked_wrong",
-]  # the last two since PLAN_CHANGES.md change 70
+DEV_FIELDS = ["step", *DEV_COLUMNS]  # train_eval.csv: its columns are the analysis' (analysis/run_files.py)
 
 
 def write_log(path: Path, rows: list[dict]) -> None:

@@ -353,6 +353,24 @@ def _check_tokens(cfg: Config) -> None:
     _need(cfg.tokens.top >= 1 and cfg.tokens.n_problems >= 1, "tokens.top", "top and n_problems must be >= 1")
 
 
+def _need_t1_set(cfg: Config, name: str, key: str, models: str, t1: bool) -> None:
+    """`name` is an eval set of the trained task with these models, n_problems = task.n_test and its own sampling,
+    at the training sampler (temperature 1, top_p 1, top_k 0) where t1; else a one-line ConfigError on `key`."""
+    es = cfg.eval_sets.get(name)
+    s = es.sampling if es is not None else None
+    _need(
+        es is not None
+        and es.models == models
+        and es.task in (None, cfg.task.name)
+        and es.n_problems == cfg.task.n_test
+        and s is not None
+        and (not t1 or (s.temperature, s.top_p, s.top_k) == (1.0, 1.0, 0)),
+        key,
+        f"must name an eval set of the trained task with models: {models}, n_problems = task.n_test and "
+        + ("the training sampler (temperature 1, top_p 1, top_k 0)" if t1 else "its own sampling"),
+    )
+
+
 def _check_baselines(cfg: Config) -> None:
     """analyze.baselines (change 71): its sets exist with the models and samplers it reads."""
     bl = cfg.analyze.baselines
@@ -362,19 +380,7 @@ def _check_baselines(cfg: Config) -> None:
         (f"sweep[{i}]", "base", False) for i in range(len(bl.sweep))
     ]:
         name = getattr(bl, key) if not key.startswith("sweep") else bl.sweep[int(key[6:-1])]
-        es = cfg.eval_sets.get(name)
-        s = es.sampling if es is not None else None
-        _need(
-            es is not None
-            and es.models == models
-            and es.task in (None, cfg.task.name)
-            and es.n_problems == cfg.task.n_test
-            and s is not None
-            and (not t1 or (s.temperature, s.top_p, s.top_k) == (1.0, 1.0, 0)),
-            f"analyze.baselines.{key}",
-            f"must name an eval set of the trained task with models: {models}, n_problems = task.n_test and its own "
-            "sampling" + (" at the training sampler (temperature 1, top_p 1, top_k 0)" if t1 else ""),
-        )
+        _need_t1_set(cfg, name, f"analyze.baselines.{key}", models, t1)
     _need(
         all(a > 0 for a in bl.powers) and (not bl.powers or cfg.eval.logp_all),
         "analyze.baselines.powers",
@@ -472,19 +478,7 @@ def _check_analyze(cfg: Config) -> None:
             "needs eval.within_correct: true and analyze.base_support (its tolerance reads outside)",
         )
         for key, models in (("matched", "final"), ("pool", "base")):
-            es = cfg.eval_sets.get(getattr(wc, key))
-            s = es.sampling if es is not None else None
-            _need(
-                es is not None
-                and es.models == models
-                and es.task in (None, cfg.task.name)
-                and es.n_problems == cfg.task.n_test
-                and s is not None
-                and (s.temperature, s.top_p, s.top_k) == (1.0, 1.0, 0),
-                f"analyze.within_correct.{key}",
-                f"must name an eval set of the trained task with models: {models}, n_problems = task.n_test and "
-                "the training sampler (temperature 1, top_p 1, top_k 0)",
-            )
+            _need_t1_set(cfg, getattr(wc, key), f"analyze.within_correct.{key}", models, True)
         e = cfg.eval.sampling
         _need(
             e.temperature > 0 and (e.top_p < 1.0 or e.top_k > 0),

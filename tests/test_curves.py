@@ -5,8 +5,8 @@ import sys
 import types
 
 import pytest
-from helpers import cfg_for, train_smoke
 
+from helpers import cfg_for, train_smoke
 from method import checkpoint, training
 from orchestration import curves, provenance
 
@@ -51,7 +51,9 @@ def test_every_step_and_dev_check_reaches_the_writer(fitted_dir, smoke_cfg, tmp_
     assert sorted(s for t, s in got if t == "dev/loose_pass1") == [int(r["step"]) for r in dev] == [0, 2]
 
 
-def test_off_by_default_and_a_missing_package_is_one_line(fitted_dir, smoke_cfg, tmp_path, monkeypatch, fake_tensorboard):
+def test_off_by_default_and_a_missing_package_is_one_line(
+    fitted_dir, smoke_cfg, tmp_path, monkeypatch, fake_tensorboard
+):
     train_smoke(cfg_for(smoke_cfg, **{"train.dev_every": 0}), fitted_dir, tmp_path / "run", steps=1)
     assert fake_tensorboard.made == []
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails

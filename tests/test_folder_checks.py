@@ -321,44 +321,17 @@ def test_an_evaluation_written_elsewhere_is_checked_against_the_base_alone(tmp_p
         ROOT / "results" / "tiny_v7", tmp_path / "run", ignore=shutil.ignore_patterns("figures", "evalsets", "eval_*")
     )
     before = folder_bytes(run)
-    sets = ["--set", "eval.sampling.temperature=0.8", "--set", "eval.n=1", "--set", "eval.k_max=1"]
-    sets += [
-        "--set",
-        "eval.base_support=false",
-        "--set",
-        "eval.within_correct=false",
-        "--set",
-        "analyze.within_correct=null",
-    ]
-    sets += ["--set", "analyze.base_support=null"]
-    adapter = ["--adapter", str(run / "train_many_s2000" / "step_100")]
-    g = grpo_cmd(
-        "eval",
-        "--config",
-        "configs/tiny_v7.yaml",
-        "--run",
-        str(run),
-        *adapter,
-        *sets,
-        "--out",
-        str(tmp_path / "elsewhere.json"),
-        "--quiet",
-        timeout=300,
-    )
+    sets = ["eval.sampling.temperature=0.8", "eval.n=1", "eval.k_max=1", "eval.base_support=false"]
+    sets += ["eval.within_correct=false", "analyze.within_correct=null", "analyze.base_support=null"]
+
+    def evaluate_elsewhere(out: str, *more: str):
+        adapter = str(run / "train_many_s2000" / "step_100")
+        setting = [x for kv in [*sets, *more] for x in ("--set", kv)]
+        argv = ["--config", "configs/tiny_v7.yaml", "--run", str(run), "--adapter", adapter, *setting]
+        return grpo_cmd("eval", *argv, "--out", str(tmp_path / out), "--quiet", timeout=300)
+
+    g = evaluate_elsewhere("elsewhere.json")
     assert g.returncode == 0, g.stderr[-2000:]
     assert (tmp_path / "elsewhere.json").exists() and folder_bytes(run) == before
-    g = grpo_cmd(
-        "eval",
-        "--config",
-        "configs/tiny_v7.yaml",
-        "--run",
-        str(run),
-        *adapter,
-        *sets,
-        "--set",
-        "model.build.hidden=64",
-        "--out",
-        str(tmp_path / "other.json"),
-        timeout=300,
-    )
+    g = evaluate_elsewhere("other.json", "model.build.hidden=64")
     assert g.returncode == 2 and "base_model/build.json: made under model.build" in g.stderr, g.stderr[-2000:]
