@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from scipy import stats as st
+from analysis.stats import exact_interval
 
 
 def collapsed(log: list[dict], late_from: float = 0.5, share: float = 0.9) -> dict:
@@ -40,29 +40,13 @@ def rate(flags: list[bool | None], level: float = 0.95) -> dict:
     x, m = sum(known), len(known)
     if m == 0:
         return {"collapsed": 0, "seeds": 0, "rate": None, "ci": None}
-    a = (1 - level) / 2
-    lo = 0.0 if x == 0 else float(st.beta.ppf(a, x, m - x + 1))
-    hi = 1.0 if x == m else float(st.beta.ppf(1 - a, x + 1, m - x))
-    return {"collapsed": x, "seeds": m, "rate": x / m, "ci": [lo, hi]}
-
-
-def lock_in(design, cond: str, files: dict) -> dict | None:
-    """Change 70's lock-in over (seed, problem) cells of a condition's last-checkpoint files in `files`
-    ({(cond, seed, step): doc}); None where they keep no responses or there are none."""
-    from analysis import concentration
-
-    if not files:
-        return None
-    last = design.checkpoints[-1]
-    docs = [files[(cond, s, last)] for s in design.seeds_of(cond) if (cond, s, last) in files]
-    if not docs or not all("responses" in p for d in docs for p in d["problems"]):
-        return None
-    return concentration.reading([c for d in docs for c in concentration.of_rows(d["problems"])])
+    return {"collapsed": x, "seeds": m, "rate": x / m, "ci": exact_interval(x, m, level)}
 
 
 def analyze(run, design, rl: dict | None = None, sets: dict | None = None) -> dict:
     """Per condition trained by gradient (a log with no_signal): each seed's reading and the rate; beside it, change
     70's lock-in on the condition's test evaluations (`rl`) and on each evaluation set's (`sets`), descriptive."""
+    from analysis import concentration
     from analysis.run_files import read_csv
     from orchestration import study
 
@@ -83,8 +67,8 @@ def analyze(run, design, rl: dict | None = None, sets: dict | None = None) -> di
             "per_seed": {str(s): r for s, r in seeds.items()},
             **rate([r["collapsed"] for r in seeds.values()]),
         }
-        locks = {"test": lock_in(design, cond, rl or {})} | {
-            name: lock_in(design, cond, s[1] or {}) for name, s in (sets or {}).items()
+        locks = {"test": concentration.lock_in(design, cond, rl or {})} | {
+            name: concentration.lock_in(design, cond, s[1] or {}) for name, s in (sets or {}).items()
         }
         if any(v is not None for v in locks.values()):
             out["conditions"][cond]["lock_in"] = {k: v for k, v in locks.items() if v is not None}

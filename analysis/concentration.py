@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 
 import countdown
-from analysis.collapse import rate as clopper_pearson
+from analysis.stats import exact_interval
 
 SHARE = 0.9  # change 70: a cell is locked when one answer holds >= 90% of its samples
 
@@ -39,17 +39,29 @@ def cell(responses: list[str], answer: int, share: float = SHARE) -> dict:
 
 def reading(cells: list[dict], level: float = 0.95) -> dict:
     """The share of cells locked and the lock-in rate (locked on a wrong answer), each with its exact interval."""
-    locked = clopper_pearson([c["locked"] for c in cells], level)
-    wrong = clopper_pearson([c["locked_wrong"] for c in cells], level)
+    m = len(cells)
+    locked, wrong = sum(c["locked"] for c in cells), sum(c["locked_wrong"] for c in cells)
     return {
-        "cells": len(cells),
-        "locked": locked["collapsed"],
-        "locked_share": locked["rate"],
-        "locked_ci": locked["ci"],
-        "locked_wrong": wrong["collapsed"],
-        "lock_in_rate": wrong["rate"],
-        "lock_in_ci": wrong["ci"],
+        "cells": m,
+        "locked": locked,
+        "locked_share": locked / m if m else None,
+        "locked_ci": exact_interval(locked, m, level) if m else None,
+        "locked_wrong": wrong,
+        "lock_in_rate": wrong / m if m else None,
+        "lock_in_ci": exact_interval(wrong, m, level) if m else None,
     }
+
+
+def lock_in(design, cond: str, files: dict) -> dict | None:
+    """The lock-in reading over (seed, problem) cells of a condition's last-checkpoint files in `files`
+    ({(cond, seed, step): doc}); None where there are none or they keep no responses."""
+    if not files:
+        return None
+    last = design.checkpoints[-1]
+    docs = [files[(cond, s, last)] for s in design.seeds_of(cond) if (cond, s, last) in files]
+    if not docs or not all("responses" in p for d in docs for p in d["problems"]):
+        return None
+    return reading([c for d in docs for c in of_rows(d["problems"])])
 
 
 def of_rows(rows: list[dict], share: float = SHARE) -> list[dict]:

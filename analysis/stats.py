@@ -428,3 +428,13 @@ def token_summary(problems: list[dict]) -> dict:
         "base_entropy_unchanged": eu,
         "entropy_ratio": ec / eu if ec is not None and eu else None,
     }
+
+
+def exact_interval(x: int, m: int, level: float = 0.95) -> list[float]:
+    """Clopper-Pearson: the exact two-sided interval of a binomial proportion x / m (m >= 1)."""
+    from scipy import stats as st
+
+    a = (1 - level) / 2
+    lo = 0.0 if x == 0 else float(st.beta.ppf(a, x, m - x + 1))
+    hi = 1.0 if x == m else float(st.beta.ppf(1 - a, x + 1, m - x))
+    return [lo, hi]

@@ -418,7 +418,8 @@ def test_a_run_committed_without_its_base_weights_moves_nothing(small_cfg, small
     r = pipeline(
         "--config", str(small_cfg), "--out", str(run), "--quiet", timeout=600
     )  # everything done: nothing reads the base
-    assert r.returncode == 0 and r.stdout.count("done, skipped") == 7, r.stdout + r.stderr[-3000:]
+    assert r.returncode == 0 and r.stdout.count("done, skipped") == 6, r.stdout + r.stderr[-3000:]
+    assert "base: done; its weights are not committed" in r.stdout and "skipped (--force makes them now)" in r.stdout
     assert snapshot(run) == before  # the manifest too
     (run / "eval_base.json").unlink()  # now a stage still to do reads the base
     before = snapshot(run)
