@@ -142,23 +142,27 @@ def policy_gradient(
         (lambda idx: sorted(idx, key=lambda i: len(completions[i]))) if sort_by_length else list
     )  # train.sort_by_length
     rows = order(rows)
-    total, kl_sum, n_tok = 0.0, 0.0, 0.0
-    gap_sum, gap_max = 0.0, float("nan")
+    # Running sums stay on the device and are read once, after the last micro-batch: no host sync inside the loop.
+    # Each is accumulated in float64 in the order the per-micro-batch .item() sums were, so the logged numbers are
+    # the same bits. The token count comes from the completions' lengths (pack's mask is 1 on each token).
+    zero = torch.zeros((), dtype=torch.float64, device=device)
+    total, kl_sum, gap_sum, gap_max, n_tok = zero, zero, zero, None, 0.0
 
     def micro_batches(idx):
         for start in range(0, len(idx), micro_batch):
             chunk = idx[start : start + micro_batch]
             ids, attn, pos, cmask = pack([prompts[i] for i in chunk], [completions[i] for i in chunk], pad)
-            yield chunk, ids.to(device), attn.to(device), pos.to(device), cmask.to(device)
+            moved = (x.to(device, non_blocking=True) for x in (ids, attn, pos, cmask))
+            yield chunk, float(sum(len(completions[i]) for i in chunk)), *moved  # the mask's sum, from the lengths
 
-    for chunk, ids, attn, pos, cmask in micro_batches(rows):
+    for chunk, tokens, ids, attn, pos, cmask in micro_batches(rows):
         ref = None
         if kl > 0:
             with torch.no_grad(), lora_disabled(model):
                 ref, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])  # (b, Lc) the base's log-probs
         logp, ent = completion_logprobs(model, ids, attn, pos, cmask.shape[1], with_entropy=entropy > 0)
         sampled = (
-            pack_logprobs([sampled_logp[i] for i in chunk], cmask.shape[1]).to(device)
+            pack_logprobs([sampled_logp[i] for i in chunk], cmask.shape[1]).to(device, non_blocking=True)
             if sampled_logp is not None
             else None
         )  # (b, Lc)
@@ -167,18 +171,20 @@ def policy_gradient(
             if importance_cap is not None and sampled is not None
             else None
         )
-        loss = drgrpo_loss(logp, cmask, adv[chunk].to(device), normalizer, w) + control_terms(
+        loss = drgrpo_loss(logp, cmask, adv[chunk].to(device, non_blocking=True), normalizer, w) + control_terms(
             logp, cmask, normalizer, ref, kl, ent, entropy
         )
         loss.backward()
-        total += loss.item()
-        n_tok += cmask.sum().item()
+        total = total + loss.detach().double()
+        n_tok += tokens
         if ref is not None:
-            kl_sum += (k3(logp.detach(), ref) * cmask).sum().item()
+            kl_sum = kl_sum + (k3(logp.detach(), ref) * cmask).sum().double()
         if sampled is not None:
             gap = (logp.detach() - sampled).abs() * cmask  # (b, Lc)
-            gap_sum += gap.sum().item()
-            gap_max = max(gap.max().item(), gap_max) if gap_max == gap_max else gap.max().item()
+            gap_sum = gap_sum + gap.sum().double()
+            gap_max = gap.max() if gap_max is None else torch.maximum(gap_max, gap.max())
+    total, kl_sum, gap_sum = total.item(), kl_sum.item(), gap_sum.item()  # the step's one read of the device
+    gap_max = float("nan") if gap_max is None else gap_max.item()
     out = {
         "loss": total,
         "kl_mean": kl_sum / max(n_tok, 1) if kl > 0 else float("nan"),
@@ -188,7 +194,7 @@ def policy_gradient(
     if measure_kl and kl == 0:  # a diagnostic only: no gradient, every sample
         kl_sum, n_tok = 0.0, 0.0
         with torch.no_grad():
-            for _, ids, attn, pos, cmask in micro_batches(order(range(len(completions)))):
+            for _, _, ids, attn, pos, cmask in micro_batches(order(range(len(completions)))):
                 logp, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])
                 with lora_disabled(model):
                     ref, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])

@@ -681,3 +681,31 @@ def test_an_unlikeliness_condition_trains_on_its_reranked_rewards(fitted_dir, sm
     assert (plain / f).read_bytes() != (moved / f).read_bytes()
     _, _, inputs = study.train_inputs(cfg_for(smoke_cfg, **{"train.lr": 0.001}), "many", 0, tmp_path)
     assert "unlikeliness" not in inputs["settings"]  # an older run's hash is unchanged
+
+
+def test_policy_gradient_reads_the_device_once_per_step_not_per_micro_batch(fitted_dir, smoke_cfg, monkeypatch):
+    """Issue 67: the running sums (loss, KL, policy gap) stay on the device; the number of host reads (.item(),
+    float(), .tolist() on a tensor) does not grow with the number of micro-batches, and the numbers are those of
+    one micro-batch of everything."""
+    cfg = cfg_for(smoke_cfg)
+    model, tok = load_model(cfg, str(fitted_dir), CPU)
+    apply_lora(model, 4, 8, cfg.lora.targets, seed=5)
+    _, prompts = prompts_for(tok, n=2)
+    P = [prompts[0]] * 3 + [prompts[1]] * 3
+    comps = [[7, 8, tok.eos_token_id], [9], [10, 11, 12, 13], [7], [8, 8], [tok.eos_token_id]]
+    adv = torch.tensor([0.5, -0.25, -0.25, 0.1, 0.2, -0.3])
+    sampled = [[-1.0] * len(c) for c in comps]
+    reads, results = [], []
+    for name in ("item", "__float__", "tolist"):
+        real = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _r=real, **k: reads.append(1) or _r(self, *a, **k))
+    for mb in (1, 6):
+        reads.clear()
+        model.zero_grad()
+        results.append(
+            objective.policy_gradient(model, P, comps, adv, 30, mb, pad_id(tok), kl=0.01, sampled_logp=sampled)
+        )
+        results[-1]["reads"] = len(reads)
+    assert results[0]["reads"] == results[1]["reads"] <= len(comps) + 4  # the advantages once each, the sums once
+    for key in ("loss", "kl_mean", "logp_gap_mean", "logp_gap_max"):
+        assert results[0][key] == pytest.approx(results[1][key], rel=1e-6), key
