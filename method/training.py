@@ -460,7 +460,7 @@ def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) ->
         if ls.per_condition
         else [("many", study.SWEEP_CONDITION, run / "lr_sweep")]
     )
-    chosen, means, devs = {}, {}, {}
+    chosen, means, devs, locks = {}, {}, {}, {}
     for name, cond, folder in sweeps:
         pool, inputs = study.condition_pool(cfg, cond, run)
         inputs = (
@@ -468,7 +468,7 @@ def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) ->
             if not ls.per_condition
             else {**inputs, "seed": seed, "condition": name, "settings": config.to_dict(cond)}
         )
-        rewards, dev = {}, {}
+        rewards, dev, locked = {}, {}, {}
         want = stage_hash(cfg, "lr-sweep", inputs)
         for lr in ls.candidates:
             out = folder / f"lr_{lr:g}"
@@ -490,7 +490,7 @@ def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) ->
                         [],
                         inputs,
                         stage="lr-sweep",
-                        dev_every=ls.steps if ls.rule == "dev" else 0,
+                        dev_every=ls.steps if ls.rule.startswith("dev") else 0,
                     ),
                     out,
                     base,
@@ -498,19 +498,28 @@ def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) ->
                 )
             rows = read_log(out / "train_log.csv")
             rewards[f"{lr:g}"] = sum(r["reward_mean"] for r in rows[-ls.last :]) / ls.last
-            if ls.rule == "dev":
-                dev[f"{lr:g}"] = float(read_csv_rows(out / "train_eval.csv")[-1]["loose_pass1"])
-        score = dev if ls.rule == "dev" else rewards
-        means[name], devs[name] = rewards, dev
-        chosen[name] = sorted(ls.candidates, key=lambda lr: (-score[f"{lr:g}"], lr))[0]
+            if ls.rule.startswith("dev"):
+                last_check = read_csv_rows(out / "train_eval.csv")[-1]
+                dev[f"{lr:g}"] = float(last_check["loose_pass1"])
+                locked[f"{lr:g}"] = float(last_check.get("locked_wrong") or "nan")
+        means[name], devs[name], locks[name] = rewards, dev, locked
+        chosen[name] = choose_rate(ls, dev if ls.rule.startswith("dev") else rewards, locked)
     first = next(iter(chosen))
     what = "each condition's own recipe" if ls.per_condition else "the many condition"
     rule = (
-        f"highest loose pass@1 on the {cfg.train.dev_problems} held-out dev problems x {cfg.train.dev_samples} samples after "
-        f"{ls.steps} steps of {what}"
-        if ls.rule == "dev"
-        else f"highest mean reward over the last {ls.last} of {ls.steps} steps of {what}"
-    ) + f", training seed {seed}; ties: the smaller rate"
+        (
+            f"highest loose pass@1 on the {cfg.train.dev_problems} held-out dev problems x {cfg.train.dev_samples} samples after "
+            f"{ls.steps} steps of {what}"
+            if ls.rule.startswith("dev")
+            else f"highest mean reward over the last {ls.last} of {ls.steps} steps of {what}"
+        )
+        + (
+            f", among the rates with at most {ls.max_lock_in:g} of them locked on a wrong answer (none such: the smallest)"
+            if ls.rule == "dev-guarded"
+            else ""
+        )
+        + f", training seed {seed}; ties: the smaller rate"
+    )
     res = {
         "rule": rule,
         "rule_name": ls.rule,
@@ -518,12 +527,26 @@ def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) ->
         "chosen": chosen[first],
         "provenance": record(cfg, "lr-sweep", {"problems": "all", "seed": seed}),
     }
-    if ls.rule == "dev":
+    if ls.rule.startswith("dev"):
         res["dev_loose_pass1"] = devs[first]
+    if ls.rule == "dev-guarded":
+        res["dev_locked_wrong"] = locks[first]
     if ls.per_condition:
         res["per_condition"], res["mean_reward_by_condition"] = chosen, means
     atomic_write_json(run / "lr_choice.json", res)
     return res
+
+
+def choose_rate(ls: config.LrSweepCfg, score: dict, locked: dict) -> float:
+    """The sweep's rate: the highest score, ties to the smaller rate; under dev-guarded only among the rates whose last
+    dev check has at most ls.max_lock_in of its problems locked on a wrong answer (an unmeasured one is not), and the
+    smallest candidate when none is."""
+    pool = list(ls.candidates)
+    if ls.rule == "dev-guarded":
+        pool = [lr for lr in pool if locked.get(f"{lr:g}", float("nan")) <= ls.max_lock_in]
+        if not pool:
+            return min(ls.candidates)
+    return sorted(pool, key=lambda lr: (-score[f"{lr:g}"], lr))[0]
 
 
 def train_command(

@@ -241,8 +241,9 @@ class TrainCfg:
     # A step whose gradient is exactly zero (every group without reward signal, no KL or entropy term):
     # step, AdamW steps anyway, its momentum and second moment moving the weights (TRL's and the
     # Dr. GRPO code's behaviour, and every run made before the key existed); skip, no optimizer step
-    # (PLAN_CHANGES.md change 45). train_log.csv's no_signal and updated columns say which steps were which.
-    no_signal_update: str = "step"
+    # (PLAN_CHANGES.md change 45; the registered study's since change 72). train_log.csv's no_signal and updated
+    # columns say which steps were which.
+    no_signal_update: str = "skip"
     # Stop the run (one line, exit 1) at the first step whose mean |log pi_trainer - log pi_sampler| over
     # the trained tokens (train_log.csv's logp_gap_mean) exceeds this; None: no limit. Stops only, so it
     # is no part of a run's identity (left out of the stage hash).
@@ -342,8 +343,11 @@ class LrSweepCfg:
     # How the rate is chosen (PLAN.md section 5): dev, the highest loose pass@1 on the held-out dev
     # problems after `steps` steps (train.dev_problems x train.dev_samples); reward, the report's rule,
     # the highest mean training reward over the last `last` steps (the effect under test, in sample).
-    # The registered rule is dev (PLAN_CHANGES.md change 29); the report's, reward.
-    rule: str = "dev"
+    # dev-guarded (PLAN_CHANGES.md change 72, the registered study's): dev among the candidates whose last dev
+    # check has at most max_lock_in of the dev problems locked on a wrong answer (analysis/concentration.py);
+    # none such: the smallest candidate. The rule was dev (change 29); the report's is reward.
+    rule: str = "dev-guarded"
+    max_lock_in: float = 0.10
     last: int = 10
     per_condition: bool = False  # True: sweep every condition with its own recipe and use its own rate
 

@@ -372,7 +372,9 @@ def memory_advice(cfg: config.Config, stage: str, eval_set: str = "test", base: 
             tries.append(
                 f"--set memory_gb={lower} (now {budget}; micro_batch 0 sizes the micro-batch from it), or --set micro_batch=1"
             )
-        if (cfg.train.dev_every > 0 and stage == "train") or (stage == "lr-sweep" and cfg.lr_sweep.rule == "dev"):
+        if (cfg.train.dev_every > 0 and stage == "train") or (
+            stage == "lr-sweep" and cfg.lr_sweep.rule.startswith("dev")
+        ):
             tries += sampling_advice(
                 cfg,
                 "eval.problems_per_batch",

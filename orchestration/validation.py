@@ -342,10 +342,11 @@ def _check_lr_sweep(cfg: Config) -> None:
     )
     _need(1 <= cfg.lr_sweep.last <= cfg.lr_sweep.steps, "lr_sweep.last", "must be in 1..lr_sweep.steps")
     _need(
-        cfg.lr_sweep.rule in ("dev", "reward"),
+        cfg.lr_sweep.rule in ("dev", "dev-guarded", "reward"),
         "lr_sweep.rule",
-        "must be dev (held-out dev pass@1) or reward (the report's rule)",
+        "must be dev (held-out dev pass@1), dev-guarded (dev among rates that do not lock in) or reward (the report's rule)",
     )
+    _need(0 <= cfg.lr_sweep.max_lock_in <= 1, "lr_sweep.max_lock_in", "must be a share in [0, 1]")
 
 
 def _check_tokens(cfg: Config) -> None:

@@ -193,7 +193,7 @@ class CostModel:
             return (
                 sweeps
                 * len(c.lr_sweep.candidates)
-                * self.train(c.lr_sweep.steps, c.lr_sweep.steps if c.lr_sweep.rule == "dev" else 0)
+                * self.train(c.lr_sweep.steps, c.lr_sweep.steps if c.lr_sweep.rule.startswith("dev") else 0)
             )
         return 0.0
 

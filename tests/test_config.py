@@ -60,10 +60,15 @@ def test_seeds_by_condition_gives_one_condition_its_own_seeds():
 
 
 def test_lr_sweep_rule_is_dev_or_reward_and_the_default():
-    """Lr sweep rule is dev or reward: the default the registered study's, the report's in report.yaml."""
-    assert config.load(None).lr_sweep.rule == "dev" and config.load(str(REPORT)).lr_sweep.rule == "reward"
+    """Lr sweep rule is dev, dev-guarded or reward: the default the registered study's (dev-guarded, change 72), the
+    report's in report.yaml; and the study skips a step without signal while the CPU worlds keep stepping."""
+    assert config.load(None).lr_sweep.rule == "dev-guarded" and config.load(str(REPORT)).lr_sweep.rule == "reward"
     with pytest.raises(config.ConfigError, match=r"lr_sweep\.rule"):
         config.load(None, ["lr_sweep.rule=best"])
+    with pytest.raises(config.ConfigError, match=r"lr_sweep\.max_lock_in: must be a share"):
+        config.load(None, ["lr_sweep.max_lock_in=2"])
+    assert config.load(None).train.no_signal_update == "skip"
+    assert config.load(str(REPORT)).train.no_signal_update == "step"
 
 
 def test_tf32_only_in_a_bf16_model_and_determinism_by_name():

@@ -448,6 +448,41 @@ def test_lr_sweep_rule_dev_ignores_the_training_reward(tmp_path, monkeypatch, ru
     assert json.loads((tmp_path / "lr_choice.json").read_text())["chosen"] == chosen
 
 
+@pytest.mark.parametrize(
+    "locked, chosen",
+    [
+        ({0.001: 0.0, 0.003: 0.0}, 0.003),  # neither locks in: the best dev pass@1, as under dev
+        ({0.001: 0.0, 0.003: 0.125}, 0.001),  # the best locks onto wrong answers: excluded
+        ({0.001: 0.5, 0.003: 0.125}, 0.001),  # every rate locks in: the smallest
+        ({0.001: 0.0, 0.003: None}, 0.001),  # a check without the lock-in columns (older code): not admissible
+    ],
+)
+def test_lr_sweep_dev_guarded_excludes_a_rate_that_locks_in(tmp_path, monkeypatch, locked, chosen):
+    """PLAN_CHANGES.md change 72: lr_sweep.rule dev-guarded is dev among the rates whose last dev check has at most
+    lr_sweep.max_lock_in of the dev problems locked on a wrong answer; lr_choice.json records each rate's."""
+    cfg = config.load(None, ["lr_sweep.candidates=[0.001, 0.003]", "lr_sweep.steps=4", "lr_sweep.last=2"])
+    assert cfg.lr_sweep.rule == "dev-guarded" and cfg.lr_sweep.max_lock_in == 0.10  # the registered study's
+    dev = {0.001: 0.30, 0.003: 0.50}
+
+    def fake_train(cfg, run, out, base, progress):
+        out.mkdir(parents=True)
+        (out / "train_log.csv").write_text("step,reward_mean\n" + "".join(f"{s},0.1\n" for s in range(1, 5)))
+        lock = locked[run.lr]
+        cols, last = (
+            ("step,loose_pass1", f"4,{dev[run.lr]}")
+            if lock is None
+            else ("step,loose_pass1,locked_wrong", f"4,{dev[run.lr]},{lock}")
+        )
+        (out / "train_eval.csv").write_text(f"{cols}\n{last}\n")
+        (out / "done.json").write_text("{}")
+
+    monkeypatch.setattr(training, "train", fake_train)
+    monkeypatch.setattr(training.study, "condition_pool", lambda cfg, cond, run: ([], {"problems": "all"}))
+    res = training.lr_sweep(cfg, "base", tmp_path, progress=False)
+    assert res["chosen"] == chosen and "locked on a wrong answer" in res["rule"]
+    assert set(res["dev_locked_wrong"]) == {"0.001", "0.003"}
+
+
 # ----------------------------------------------------------------------------- the sampler-trainer mismatch
 
 

@@ -98,8 +98,15 @@ STATED = [
     (
         "learning-rate sweep (section 5)",
         r"(\d+) steps of `many` on the first seed for each of ([\de\-, ]+); the rate.*?`dev` problems \((\d+) × (\d+) samples"
-        r".*?\(`lr_sweep\.rule: (\w+)`\)",
-        lambda: [D.lr_sweep.steps, D.lr_sweep.candidates, D.train.dev_problems, D.train.dev_samples, D.lr_sweep.rule],
+        r".*?at most ([\d.]+) of those problems locked on a wrong\s+answer \(`lr_sweep\.max_lock_in`.*?\(`lr_sweep\.rule: ([\w-]+)`",
+        lambda: [
+            D.lr_sweep.steps,
+            D.lr_sweep.candidates,
+            D.train.dev_problems,
+            D.train.dev_samples,
+            D.lr_sweep.max_lock_in,
+            D.lr_sweep.rule,
+        ],
     ),
     (
         "test evaluation (section 6)",
