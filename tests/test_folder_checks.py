@@ -168,6 +168,7 @@ OWN = {
     "tiny_v3": "tiny.yaml",
     "tiny_v6": "tiny_v6.yaml",
     "tiny_v7": "tiny_v7.yaml",
+    "tiny_v8": "tiny_v8.yaml",
 }  # each committed run whose config is committed as it made it (results/README.md)
 
 
