@@ -321,6 +321,8 @@ def test_an_evaluation_written_elsewhere_is_checked_against_the_base_alone(tmp_p
     run = shutil.copytree(
         ROOT / "results" / "tiny_v7", tmp_path / "run", ignore=shutil.ignore_patterns("figures", "evalsets", "eval_*")
     )
+    weights = ROOT / "results" / "tiny_v4" / "base_model" / "model.safetensors"  # tiny_v7's base (by sha256), committed
+    shutil.copyfile(weights, run / "base_model" / "model.safetensors")  # a fresh clone has no copy in tiny_v7
     before = folder_bytes(run)
     sets = ["eval.sampling.temperature=0.8", "eval.n=1", "eval.k_max=1", "eval.base_support=false"]
     sets += ["eval.within_correct=false", "analyze.within_correct=null", "analyze.base_support=null"]
