@@ -85,6 +85,15 @@ def measures(doc: dict) -> list[tuple[str, str]]:
                 f"{wc['answer']} (exponent {x['alpha']:.3f} {ci3(x['interval'])}; outside gap {g['gap']:+.3f} {ci3(g['interval'])})",
             )
         )
+    clean = (wc or {}).get("clean_gap")
+    if clean and clean.get("gap") is not None:
+        out.append(
+            (
+                "clean computation at T 1 (change 71)",
+                f"{'more clean' if clean['more'] else 'not shown more clean'} ({clean['trained_share']:.3f} against the "
+                f"base's {clean['base_share']:.3f}; gap {clean['gap']:+.3f} {ci3(clean['interval'])})",
+            )
+        )
     for key in ("label", "label_selection_null", "label_base_null"):
         if is_secondary(doc, key) and not (key == "label_selection_null" and not pr.get("question")):
             name = "the base-null label" if key == "label_base_null" else "the selection-null label"

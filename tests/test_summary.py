@@ -85,3 +85,9 @@ def test_an_empty_folder_is_told_to_make_a_run_first(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{tmp_path} holds no run (no manifest.json)" in err
     assert err.endswith(f"python pipeline.py --config CONFIG --run {tmp_path}")
+
+
+def test_tiny_v8s_summary_names_its_clean_computation_answer(capsys):
+    assert analyze_b.main(["--summary", "results/tiny_v8"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "clean computation at T 1" in x)
+    assert line.split("  ")[-1].startswith("more clean (0.968 against the base's 0.888; gap +0.084")
