@@ -55,61 +55,76 @@ def registered(doc: dict) -> tuple[str, str]:
     sp = doc.get("support") or {}
     if sp.get("registered"):
         tests = sp["conditions"][pr["condition"]]["tests"]
-        answers = "; ".join(f"{s} sampler: support {t.get('answer') or t.get('skipped')}" for s, t in tests.items())
-        return f"support at both samplers, change 42's test ({where})", answers
+        return f"support at both samplers, change 42's test ({where})", support_answers(tests, "support ")
     if pr.get("ceiling_null", "selection") != "selection":
         return f"selection against the base null ({where})", pr["label"]
     return f"selection: pass@k against the selection null ({where})", pr["label"]
 
 
-def is_secondary(doc: dict, label: str) -> bool:
-    """Whether primary.<label> is a secondary reading (the registered answer is another)."""
-    pr = doc.get("primary") or {}
-    if label == "label":
-        return pr.get("question") is None and bool((doc.get("support") or {}).get("registered"))
-    return label in pr
+def support_answers(tests: dict, word: str = "") -> str:
+    """Change 42's answers at each sampler, in one phrase."""
+    return "; ".join(f"{s} sampler: {word}{t.get('answer') or t.get('skipped')}" for s, t in tests.items())
 
 
-def measures(doc: dict) -> list[tuple[str, str]]:
-    """[(measure, value)] of one run, the registered answer first."""
-    pr, e = doc.get("primary") or {}, primary_entry(doc)
-    question, label = registered(doc)
-    out = [("registered question", question), ("registered answer", label)]
-    wc = (doc.get("within_correct") or {}).get("conditions", {}).get(pr.get("condition"))
-    if wc and not wc.get("skipped"):
-        how = "post hoc" if doc["within_correct"].get("post_hoc") else "registered"
-        x, g = wc["exponent"], wc["gap"]
-        out.append(
-            (
-                f"answer at the training sampler ({sampler_words(doc['within_correct'].get('sampling'))}, {how})",
-                f"{wc['answer']} (exponent {x['alpha']:.3f} {ci3(x['interval'])}; outside gap {g['gap']:+.3f} {ci3(g['interval'])})",
-            )
+def training_sampler_lines(doc: dict, cond: str | None) -> list[tuple[str, str]]:
+    """The answer at T 1 and, where registered, the clean-computation gap (PLAN.md section 7e)."""
+    wcd = doc.get("within_correct") or {}
+    wc = (wcd.get("conditions") or {}).get(cond)
+    if not wc or wc.get("skipped"):
+        return []
+    how = "post hoc" if wcd.get("post_hoc") else "registered"
+    x, g = wc["exponent"], wc["gap"]
+    out = [
+        (
+            f"answer at the training sampler ({sampler_words(wcd.get('sampling'))}, {how})",
+            f"{wc['answer']} (exponent {x['alpha']:.3f} {ci3(x['interval'])}; outside gap {g['gap']:+.3f} {ci3(g['interval'])})",
         )
-    clean = (wc or {}).get("clean_gap")
+    ]
+    clean = wc.get("clean_gap")
     if clean and clean.get("gap") is not None:
+        word = "more clean" if clean["more"] else "not shown more clean"
         out.append(
             (
-                "clean computation at T 1 (change 71)",
-                f"{'more clean' if clean['more'] else 'not shown more clean'} ({clean['trained_share']:.3f} against the "
-                f"base's {clean['base_share']:.3f}; gap {clean['gap']:+.3f} {ci3(clean['interval'])})",
+                f"clean computation at T 1 ({how})",
+                f"{word} ({clean['trained_share']:.3f} against the base's {clean['base_share']:.3f}; "
+                f"gap {clean['gap']:+.3f} {ci3(clean['interval'])})",
             )
         )
-    for key in ("label", "label_selection_null", "label_base_null"):
-        if is_secondary(doc, key) and not (key == "label_selection_null" and not pr.get("question")):
-            name = "the base-null label" if key == "label_base_null" else "the selection-null label"
-            out.append((f"secondary: {name}", pr[key]))
-    e = e or ((doc.get("entries") or [None])[0] if doc.get("layout") in LEGACY else None)
-    if e:
-        out.append(
-            (
-                "pass@1, base → RL" + ("" if e.get("primary") else f" ({e['condition']}, step {e['step']})"),
-                f"{e['pass1_base']:.3f} → {e['pass1_rl']:.3f} (Δ {e['pass1_diff']:+.3f} {ci3(e['pass1_ci'])})",
-            )
-        )
-        k = e.get("k") or e["k_max"]
-        out.append((f"pass@{k}, base → RL", f"{e['passk_base']:.3f} → {e['passk_rl']:.3f}"))
+    return out
+
+
+def secondary_lines(doc: dict) -> list[tuple[str, str]]:
+    """Every label of primary that is not the registered answer, named as secondary."""
+    pr = doc.get("primary") or {}
+    out = []
+    if pr.get("question") is None and (doc.get("support") or {}).get("registered") and "label" in pr:
+        out.append(("secondary: the selection-null label", pr["label"]))  # change 42's support was the answer
+    if pr.get("question") and pr.get("label_selection_null"):
+        out.append(("secondary: the selection-null label", pr["label_selection_null"]))
+    if pr.get("label_base_null"):
+        out.append(("secondary: the base-null label", pr["label_base_null"]))
+    return out
+
+
+def pass_lines(e: dict | None) -> list[tuple[str, str]]:
+    if not e:
+        return []
+    where = "" if e.get("primary") else f" ({e['condition']}, step {e['step']})"
+    k = e.get("k") or e["k_max"]
+    return [
+        (
+            f"pass@1, base → RL{where}",
+            f"{e['pass1_base']:.3f} → {e['pass1_rl']:.3f} (Δ {e['pass1_diff']:+.3f} {ci3(e['pass1_ci'])})",
+        ),
+        (f"pass@{k}, base → RL", f"{e['passk_base']:.3f} → {e['passk_rl']:.3f}"),
+    ]
+
+
+def support_lines(doc: dict, cond: str | None) -> list[tuple[str, str]]:
+    """Change 57's measure at the evaluation sampler, and change 42's test where it ran post hoc."""
+    out = []
     bsd = doc.get("base_support") or {}
-    bs = (bsd.get("conditions") or {}).get(pr.get("condition"))
+    bs = (bsd.get("conditions") or {}).get(cond)
     if bs and bs.get("test"):
         t, how = bs["test"], "" if bsd.get("registered") else " (post hoc)"
         out.append(
@@ -119,39 +134,52 @@ def measures(doc: dict) -> list[tuple[str, str]]:
             )
         )
     sp = doc.get("support") or {}
-    if sp.get("conditions") and not sp.get("registered") and pr.get("condition") in sp["conditions"]:
-        tests = sp["conditions"][pr["condition"]]["tests"]
-        answers = "; ".join(f"{s} sampler: {t.get('answer') or t.get('skipped')}" for s, t in tests.items())
-        out.append(("support, change 42's test (post hoc)", answers))
-    col = ((doc.get("collapse") or {}).get("conditions") or {}).get(pr.get("condition"))
-    if col:
-        out.append(("collapsed seeds", f"{col['collapsed']} of {col['seeds']} {share_ci(col['ci'])}"))
-    lock = (col or {}).get("lock_in", {}).get("test")
+    if sp.get("conditions") and not sp.get("registered") and cond in sp["conditions"]:
+        out.append(("support, change 42's test (post hoc)", support_answers(sp["conditions"][cond]["tests"])))
+    return out
+
+
+def collapse_lines(doc: dict, cond: str | None) -> list[tuple[str, str]]:
+    col = ((doc.get("collapse") or {}).get("conditions") or {}).get(cond)
+    if not col:
+        return []
+    out = [("collapsed seeds", f"{col['collapsed']} of {col['seeds']} {share_ci(col['ci'])}")]
+    lock = (col.get("lock_in") or {}).get("test")
     if lock:
-        out.append(
-            (
-                "cells locked on a wrong answer (lock-in)",
-                f"{lock['locked_wrong']} of {lock['cells']}, {lock['lock_in_rate']:.3f} {share_ci(lock['lock_in_ci'])}",
-            )
-        )
+        rate = f"{lock['lock_in_rate']:.3f} {share_ci(lock['lock_in_ci'])}"
+        out.append(("cells locked on a wrong answer (lock-in)", f"{lock['locked_wrong']} of {lock['cells']}, {rate}"))
+    return out
+
+
+def status_lines(doc: dict, e: dict | None) -> list[tuple[str, str]]:
+    out = []
     if e and e.get("seeds"):
-        out.append(
-            (
-                "design",
-                f"{e.get('n_problems', doc.get('n_problems'))} problems × {len(e['seeds'])} seed{'s' * (len(e['seeds']) > 1)}",
-            )
-        )
+        n = len(e["seeds"])
+        out.append(("design", f"{e.get('n_problems', doc.get('n_problems'))} problems × {n} seed{'s' * (n > 1)}"))
     missing = doc.get("missing") or []
     made = (doc.get("provenance") or {}).get("time")
-    out.append(
-        (
-            "status",
-            (f"PARTIAL: {len(missing)} evaluations missing" if missing else "complete")
-            + (f"; analysed {made}" if made else "")
-            + ("; an earlier layout" if doc.get("absent") else ""),
-        )
+    status = (
+        (f"PARTIAL: {len(missing)} evaluations missing" if missing else "complete")
+        + (f"; analysed {made}" if made else "")
+        + ("; an earlier layout" if doc.get("absent") else "")
     )
-    return out
+    return out + [("status", status)]
+
+
+def measures(doc: dict) -> list[tuple[str, str]]:
+    """[(measure, value)] of one run, the registered answer first."""
+    cond = (doc.get("primary") or {}).get("condition")
+    e = primary_entry(doc) or ((doc.get("entries") or [None])[0] if doc.get("layout") in LEGACY else None)
+    question, label = registered(doc)
+    return (
+        [("registered question", question), ("registered answer", label)]
+        + training_sampler_lines(doc, cond)
+        + secondary_lines(doc)
+        + pass_lines(e)
+        + support_lines(doc, cond)
+        + collapse_lines(doc, cond)
+        + status_lines(doc, e)
+    )
 
 
 def summary(run: Path, doc: dict) -> str:

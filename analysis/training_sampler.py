@@ -66,6 +66,25 @@ def with_clean_flag(r: Responses, docs: list[dict], problems: list, scoring: str
     return Responses(r.seed, r.problem, r.base_logp, r.self_logp, r.length, np.array(flags, dtype=bool))
 
 
+def clean_gap(design, sc: str, trained: tuple, own: tuple, S: int, inf) -> dict:
+    """Change 71's clean-computation gap on correctness `sc`: the outside gap's test with the clean flag in place
+    of "outside", the trained side (Responses, its files) against the base's own (Responses, its pool file);
+    `more` when the seeds' combined p is below the one-sided level."""
+    spec, problems = design.cfg.analyze.within_correct, study.test_problems(design.cfg)
+    (t, docs), (b, pool) = trained, own
+    g = within_correct.outside_gap(
+        with_clean_flag(t, docs, problems, sc),
+        with_clean_flag(b, [pool], problems, sc),
+        S,
+        len(pool["problems"]),
+        inf.draws,
+        spec.gap_margin,
+        inf.levels.ci,
+        spec.permutations,
+    )
+    return {**asdict(g), "more": g.p_more is not None and g.p_more < inf.levels.one_sided}
+
+
 def scoring_of(design, cond: str) -> str:
     """The reward a condition trained on, where it is a correctness score; else the primary scoring."""
     reward = design.cfg.conditions[cond].reward
@@ -114,18 +133,6 @@ def analyze(design, base: dict, sets: dict, inf) -> dict:
         exp = within_correct.exponent(trained, S, N, inf.draws, spec.exponent_margin, level)
         gap = within_correct.outside_gap(trained, own, S, N, inf.draws, spec.gap_margin, level, spec.permutations)
         decided = within_correct.answer(exp, gap, level_one_sided)
-        if spec.clean:
-            problems = study.test_problems(design.cfg)
-            clean = within_correct.outside_gap(
-                with_clean_flag(trained, docs, problems, sc),
-                with_clean_flag(own, [pool], problems, sc),
-                S,
-                N,
-                inf.draws,
-                spec.gap_margin,
-                level,
-                spec.permutations,
-            )
         z = counts(base, sc) == 0
         on_z = within_correct.exponent(on_problems(trained, z), S, N, inf.draws, spec.exponent_margin, level)
         out["conditions"][cond] = {
@@ -139,11 +146,7 @@ def analyze(design, base: dict, sets: dict, inf) -> dict:
             "gap": asdict(gap),
             "exponent_on_z": asdict(on_z),
             "n_z": int(z.sum()),
-            **(
-                {"clean_gap": {**asdict(clean), "more": clean.p_more is not None and clean.p_more < level_one_sided}}
-                if spec.clean
-                else {}
-            ),
+            **({"clean_gap": clean_gap(design, sc, (trained, docs), (own, pool), S, inf)} if spec.clean else {}),
         }
     prim = out["conditions"].get(design.primary_condition, {})
     out["answer"] = prim.get("answer")

@@ -89,5 +89,5 @@ def test_an_empty_folder_is_told_to_make_a_run_first(tmp_path, capsys):
 
 def test_tiny_v8s_summary_names_its_clean_computation_answer(capsys):
     assert analyze_b.main(["--summary", "results/tiny_v8"]) == 0
-    line = next(x for x in capsys.readouterr().out.splitlines() if "clean computation at T 1" in x)
-    assert line.split("  ")[-1].startswith("more clean (0.968 against the base's 0.888; gap +0.084")
+    line = next(x for x in capsys.readouterr().out.splitlines() if "clean computation at T 1 (registered)" in x)
+    assert line.split("  ")[-1].strip().startswith("more clean (0.968 against the base's 0.888; gap +0.084")
