@@ -186,7 +186,8 @@ def folder_refusal(run: Path, config_path: str, sets: list[str]) -> str | None:
     return foreign.refusal_line(Plan(cfg, run, config_path, sets))
 
 
-def main(argv=None) -> int:
+def parser() -> cli.Parser:
+    """The command line: one of --run, --report-only, --summary, --compare, and --run's options."""
     p = cli.Parser(
         description="The registered verdicts, calibration, secondary analyses, figures and report of one run."
     )
@@ -242,6 +243,11 @@ def main(argv=None) -> int:
         help="for a run registered before PLAN_CHANGES.md change 42: the support test at this w* on its calibration pool, "
         "labelled post hoc in verdicts.json and report.md (use with --out)",
     )
+    return p
+
+
+def main(argv=None) -> int:
+    p = parser()
     a = p.parse_args(argv)
     given = [x is not None for x in (a.run, a.report_only, a.summary, a.compare)]
     if sum(given) != 1:
