@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from analysis import compat
+from analysis import compat, within_correct
 from analysis.compat import LEGACY
 from analysis.report_format import ci3
 
 NONE = "—"
+ONE_SIDED = 0.025  # the registered one-sided level (PLAN.md section 7)
 
 
 def load(run: Path) -> dict:
@@ -80,6 +81,9 @@ def training_sampler_lines(doc: dict, cond: str | None) -> list[tuple[str, str]]
             f"{wc['answer']} (exponent {x['alpha']:.3f} {ci3(x['interval'])}; outside gap {g['gap']:+.3f} {ci3(g['interval'])})",
         )
     ]
+    if x.get("alpha") is not None:
+        reading = within_correct.exponent_reading(x["p_below"], x["p_above"], x["p_within"], ONE_SIDED)
+        out.append(("the exponent's reading at T 1 (PLAN.md §12)", reading))
     clean = wc.get("clean_gap")
     if clean and clean.get("gap") is not None:
         word = "more clean" if clean["more"] else "not shown more clean"

@@ -36,6 +36,7 @@ import numpy as np
 from analysis import stats, verdict
 
 TOWARD_RARE, SHARPENING, REWEIGHTING, NOT_SHOWN = "toward-rare", "sharpening", "reweighting", "not shown"
+EXPONENT_READINGS = ("toward-rare by the exponent", "sharpening by the exponent", "within margin")  # change 77
 PERMUTATION_STREAM = 3  # the permutation null's generator: (analysis seed, this stream); 1 and 2 draw seeds
 
 
@@ -283,3 +284,14 @@ def answer(exp: Exponent, gap: OutsideGap, level: float) -> Answer:
     if within and gap.p_within is not None and gap.p_within < level:
         return Answer(REWEIGHTING, "exponent and outside gap both within their margins", exp, gap)
     return Answer(NOT_SHOWN, "no part decided", exp, gap)
+
+
+def exponent_reading(p_below: float | None, p_above: float | None, p_within: float | None, level: float) -> str:
+    """The exponent's own reading (PLAN.md section 12, change 77), from Exponent's p-values at the one-sided
+    `level`: toward-rare by the exponent (alpha < 1 - margin), sharpening by the exponent (alpha > 1 + margin),
+    within margin (its TOST: the log-ratio to the base does not vary with the base's log-probability beyond the
+    margin, as under any reweighting; nothing about the outside gap), else not shown."""
+    for p, reading in zip((p_below, p_above, p_within), EXPONENT_READINGS):
+        if p is not None and p < level:
+            return reading
+    return NOT_SHOWN

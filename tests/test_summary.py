@@ -91,3 +91,10 @@ def test_tiny_v8s_summary_names_its_clean_computation_answer(capsys):
     assert analyze_b.main(["--summary", "results/tiny_v8"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "clean computation at T 1 (registered)" in x)
     assert line.split("  ")[-1].strip().startswith("more clean (0.968 against the base's 0.888; gap +0.084")
+
+
+def test_the_exponents_reading_is_printed_from_its_p_values(capsys):
+    """tiny_v8's exponent, 0.458 [0.337, 0.619], reads toward-rare by the exponent alone (change 77's reading)."""
+    assert analyze_b.main(["--summary", "results/tiny_v8"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "the exponent's reading at T 1" in x)
+    assert line.split("  ")[-1].strip() == "toward-rare by the exponent"

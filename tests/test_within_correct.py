@@ -235,3 +235,14 @@ def gap(p_more=0.5, p_within=0.5):
 )
 def test_the_three_way_rule(e, g, expected):
     assert within_correct.answer(e, g, 0.025).answer == expected
+
+
+def test_the_exponents_reading_takes_the_first_test_that_passes():
+    """Change 77's reading: below, above, within margin in that order, at the one-sided level; else not shown."""
+    r = within_correct.exponent_reading
+    assert r(0.001, 0.9, 0.9, 0.025) == "toward-rare by the exponent"
+    assert r(0.9, 0.001, 0.9, 0.025) == "sharpening by the exponent"
+    assert r(0.9, 0.9, 0.001, 0.025) == "within margin"
+    assert r(0.9, 0.9, 0.03, 0.025) == "not shown"
+    assert r(None, None, None, 0.025) == "not shown"
+    assert r(0.025, 0.9, 0.9, 0.025) == "not shown"  # strictly below the level
