@@ -1,15 +1,20 @@
 """What the study's stages and jobs cost on a GPU before any of them has run: a lower bound from
-the model's shape and an assumed device, and the range that per-token overheads make of it in
-practice. Every figure it gives is labelled an estimate; once a run has measured its own step and
-evaluation times (jobs.estimate_seconds) those are used instead. No torch, no weights: the shape
-comes from a local config.json when there is one, else from the registered model's known shape.
+the model's shape and an assumed device, and an uncalibrated range for what the bound leaves out.
+Every figure it gives is labelled an estimate; once a run has measured its own step and evaluation
+times (jobs.estimate_seconds) those are used instead. No torch, no weights: the shape comes from a
+local config.json when there is one, else from the registered model's known shape.
 
-The bound (the README's Cost section): decoding reads the weights once per token for the whole
-batch (or, at large batches, does 2 x params FLOPs per row and token, whichever is slower), and
-its sampling tail moves tail_bytes per row and vocabulary entry (the top-p sort of a whole row
-costs more than the weights at 128 rows); a training step's forward and backward cost 4 x params
-FLOPs per token (LoRA: no weight gradients); prompts are PROMPT_TOKENS long. The same model gives
-the hours on the assumed laptop GPU and on an H200's class.
+The bound (the README's Cost section), in the parts --dry-run prints (PARTS): *compute*, decoding reads
+the weights once per token for the whole batch (or, at large batches, does 2 x params FLOPs per row and
+token, whichever is slower), and a training step's forward and backward cost 4 x params FLOPs per token
+(LoRA: no weight gradients); *kv*, each decoded token reads every layer's keys and values: the static
+decode (graph) all PROMPT_TOKENS + max_new_tokens slots of its fixed cache, the eager one the filled half on
+average; *tail*, the sampling tail moves tail_bytes per row and vocabulary entry (the top-p sort of a whole row
+costs more than the weights at 128 rows); *launch*, a decoded token launches token_kernels kernels, each at
+least EAGER_OP_S from the host (GRAPH_OP_S inside a CUDA graph), and only what that floor adds over the device's
+own work is counted; *host*, a training micro-batch's kernels launched eagerly, beyond its compute. The cut
+top-p reads the host every token, so under it the static decode runs eagerly. Prompts are PROMPT_TOKENS long;
+every response is priced at max_new_tokens. The same model gives the laptop's hours and an H200's class.
 """
 
 from __future__ import annotations
@@ -62,8 +67,32 @@ def tail_bytes(s: config.SamplingCfg, keyed: bool) -> int:
     return LSE_BYTES + SORT_BYTES + (KEYED_BYTES if keyed else RACE_BYTES)
 
 
+# Per-kernel floors and counts (assumed, not measured; bench/gpu_check.py measures a device's): issue 67 counted a
+# decoded Qwen2.5-0.5B token at ~2,500 kernels with LoRA unfolded (~940 of them LoRA's: 24 layers x 7 targets).
+EAGER_OP_S = 10e-6  # an eagerly launched kernel's host dispatch (PyTorch eager: about 5-15 us)
+GRAPH_OP_S = 2.8e-6  # a kernel replayed inside a CUDA graph (~7 ms a token for ~2,500 kernels)
+OPS_PER_LAYER = 65  # a decoder layer's kernels per decoded token, LoRA folded or off
+LORA_OPS = 5.6  # an unfolded LoRA target's kernels per layer and token (x A, B, the scale, the add, casts)
+TAIL_OPS = 40  # the sampling tail's kernels per token
+STEP_KERNELS = 2.7  # a training micro-batch's kernels over a decoded token's (forward, backward, the loss)
+PARTS = ("compute", "kv", "tail", "launch", "host")
+
+
+def add(*parts: dict) -> dict:
+    """Parts (seconds by PARTS' names) summed."""
+    return {k: sum(p.get(k, 0.0) for p in parts) for k in PARTS}
+
+
+def scale(p: dict, f: float) -> dict:
+    return {k: v * f for k, v in p.items()}
+
+
+def filtered(s: config.SamplingCfg) -> bool:
+    return s.temperature > 0 and (s.top_p < 1.0 or s.top_k > 0)
+
+
 DEVICE = LAPTOP.name
-PRACTICE = (2.0, 3.0)  # per-token overheads over the bound, the README's estimate until a GPU has run the study
+PRACTICE = (2.0, 3.0)  # what the bound leaves out (uncalibrated): the README's estimate until a GPU has run the study
 PROMPT_TOKENS = 80  # the instruct prompt in Qwen's chat template is about 70 tokens
 
 # Models the registered configs load from a hub, by id: their config.json's shape (Qwen2.5-0.5B-Instruct at
@@ -125,44 +154,92 @@ class CostModel:
         self.cfg, self.shape, self.source, self.device, self.vocab = cfg, shape, source, device, shape["vocab_size"]
         mc = SimpleNamespace(**shape)
         self.params = memory.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), PROMPT_TOKENS, 1, 1, 1)["params"]
-        self.weight_bytes = self.params * (4 if cfg.model.dtype == "float32" else 2)
+        self.dtype_bytes = 4 if cfg.model.dtype == "float32" else 2
+        self.weight_bytes = self.params * self.dtype_bytes
         self.keyed = (
             cfg.eval.draw == "sample"
         )  # the evaluation-type calls' draw; training's rollouts draw from one generator
+        try:  # the training step's micro-batch (memory_gb auto: unknown before a device is there; one taken)
+            self.micro_batch = memory.micro_batch_choice(cfg, mc, PROMPT_TOKENS)[0]
+        except ValueError:
+            self.micro_batch = 1
 
     def on(self, device: Device) -> "CostModel":
         """The same model on another device."""
         return CostModel(self.cfg, self.shape, self.source, device)
 
-    def decode(self, rows: int, new_tokens: int, s: config.SamplingCfg | None = None, keyed: bool = False) -> float:
-        """One batch of `rows` sequences: the prompt's forward, then new_tokens decode steps, each
-        reading the weights (or doing the FLOPs) and running the sampling tail of settings s."""
-        d = self.device
-        tail = rows * self.vocab * tail_bytes(s, keyed) / d.bytes_per_s if s is not None else 0.0
-        per_token = max(self.weight_bytes / d.bytes_per_s, 2 * self.params * rows / d.flops) + tail
-        return 2 * self.params * rows * PROMPT_TOKENS / d.flops + new_tokens * per_token
+    def graph(self, s: config.SamplingCfg | None) -> bool:
+        """Whether the decode replays a CUDA graph: decode graph (or auto, on a GPU config), and not the cut
+        top-p, which reads the host every token."""
+        return s is not None and s.decode in ("graph", "auto") and not (s.tail == "cut" and filtered(s))
 
-    def sample(self, problems: int, n: int, per_batch: int, s: config.SamplingCfg, keyed: bool | None = None) -> float:
+    def token_kernels(self, lora: bool) -> float:
+        """Kernels one decoded token launches; lora: unfolded LoRA on every target."""
+        per_layer = OPS_PER_LAYER + (len(self.cfg.lora.targets) * LORA_OPS if lora else 0)
+        return self.shape["num_hidden_layers"] * per_layer + TAIL_OPS
+
+    def kv_bytes(self, rows: int, s: config.SamplingCfg | None, graph: bool) -> float:
+        """Bytes of keys and values one decoded token reads over every layer: the fixed cache's every slot
+        under the static decode, the filled half on average under the eager one."""
+        sh, new = self.shape, (s.max_new_tokens if s is not None else 0)
+        head_dim = sh["hidden_size"] // sh["num_attention_heads"]
+        per_position = 2 * sh["num_hidden_layers"] * sh["num_key_value_heads"] * head_dim * self.dtype_bytes
+        return rows * per_position * (PROMPT_TOKENS + (new if graph else new / 2))
+
+    def decode_parts(
+        self, rows: int, new_tokens: int, s: config.SamplingCfg | None = None, keyed: bool = False, lora: bool = False
+    ) -> dict:
+        """One batch of `rows` sequences, in Parts: the prompt's forward, then new_tokens decode steps, each
+        reading the weights (or doing the FLOPs), the KV cache and the sampling tail of settings s, with the
+        kernels' launch floor where it exceeds that work."""
+        d, graph = self.device, self.graph(s)
+        compute = max(self.weight_bytes / d.bytes_per_s, 2 * self.params * rows / d.flops)
+        kv = self.kv_bytes(rows, s, graph) / d.bytes_per_s
+        tail = rows * self.vocab * tail_bytes(s, keyed) / d.bytes_per_s if s is not None else 0.0
+        floor = self.token_kernels(lora) * (GRAPH_OP_S if graph else EAGER_OP_S)
+        prompt = 2 * self.params * rows * PROMPT_TOKENS / d.flops
+        per_token = {"compute": compute, "kv": kv, "tail": tail, "launch": max(0.0, floor - compute - kv - tail)}
+        return add({"compute": prompt}, scale(per_token, new_tokens))
+
+    def decode(self, rows: int, new_tokens: int, s: config.SamplingCfg | None = None, keyed: bool = False) -> float:
+        """decode_parts' seconds in all."""
+        return sum(self.decode_parts(rows, new_tokens, s, keyed).values())
+
+    def sample_parts(
+        self, problems: int, n: int, per_batch: int, s: config.SamplingCfg, keyed: bool | None = None, lora=False
+    ) -> dict:
         """`problems` x `n` samples, per_batch problems at a time (within eval.max_rows under draw: sample)."""
         keyed = self.keyed if keyed is None else keyed
         calls = memory.sampling_calls(problems, n, per_batch, self.cfg.eval.max_rows if keyed else None)
-        return sum(self.decode(len(ps) * len(js), s.max_new_tokens, s, keyed) for ps, js in calls)
+        return add(*(self.decode_parts(len(ps) * len(js), s.max_new_tokens, s, keyed, lora) for ps, js in calls))
 
-    def dev_check(self) -> float:
-        t = self.cfg.train
-        return self.sample(t.dev_problems, t.dev_samples, self.cfg.eval.problems_per_batch, self.cfg.eval.sampling)
+    def sample(self, problems: int, n: int, per_batch: int, s: config.SamplingCfg, keyed: bool | None = None) -> float:
+        return sum(self.sample_parts(problems, n, per_batch, s, keyed).values())
 
-    def train_step(self) -> float:
-        t = self.cfg.train
+    def train_step_parts(self) -> dict:
+        """Rollouts (one generator; LoRA unfolded unless lora.fold_for_sampling), the forward and backward, and
+        the host time of the micro-batches' eagerly launched kernels beyond their compute."""
+        t, lora = self.cfg.train, not self.cfg.lora.fold_for_sampling
         rows = t.problems_per_step * t.group_size
-        return (
-            self.decode(rows, t.sampling.max_new_tokens, t.sampling, keyed=False)
-            + 4 * self.params * rows * (PROMPT_TOKENS + t.sampling.max_new_tokens) / self.device.flops
+        fwd_bwd = 4 * self.params * rows * (PROMPT_TOKENS + t.sampling.max_new_tokens) / self.device.flops
+        batches = math.ceil(rows / min(rows, self.micro_batch))
+        launch = STEP_KERNELS * self.token_kernels(True) * EAGER_OP_S  # one micro-batch's kernels
+        host = batches * max(0.0, launch - fwd_bwd / batches)
+        return add(
+            self.decode_parts(rows, t.sampling.max_new_tokens, t.sampling, False, lora),
+            {"compute": fwd_bwd, "host": host},
         )
 
-    def train(self, steps: int, dev_every: int) -> float:
+    def train_parts(self, steps: int, dev_every: int) -> dict:
+        t, lora = self.cfg.train, not self.cfg.lora.fold_for_sampling
         checks = (steps // dev_every + 1) if dev_every > 0 else 0
-        return steps * self.train_step() + checks * self.dev_check()
+        dev = self.sample_parts(
+            t.dev_problems, t.dev_samples, self.cfg.eval.problems_per_batch, self.cfg.eval.sampling, lora=lora
+        )
+        return add(scale(self.train_step_parts(), steps), scale(dev, checks))
+
+    def train(self, steps: int, dev_every: int) -> float:
+        return sum(self.train_parts(steps, dev_every).values())
 
     def single(self, stage: str) -> float:
         """A stage before the jobs: probe, select, lr-sweep (the base of a GPU config is downloaded, not built)."""
@@ -197,23 +274,29 @@ class CostModel:
             )
         return 0.0
 
-    def job(self, job) -> float:
-        """A train, eval or tokens job (jobs.Job)."""
+    def job_parts(self, job) -> dict:
+        """A train, eval or tokens job (jobs.Job), in Parts."""
         c = self.cfg
         if job.stage == "train":
-            return self.train(job.steps, c.train.dev_every)
+            return self.train_parts(job.steps, c.train.dev_every)
+        lora = "--adapter" in job.argv and not c.lora.fold_for_sampling
         if job.stage == "tokens":
             per = c.eval.problems_per_batch
             greedy = replace(c.eval.sampling, temperature=0.0)
-            return self.sample(c.tokens.n_problems, 1, per, greedy, keyed=False) + 2 * math.ceil(
-                c.tokens.n_problems / per
-            ) * self.decode(per, 0)
+            forwards = 2 * math.ceil(c.tokens.n_problems / per)
+            return add(
+                self.sample_parts(c.tokens.n_problems, 1, per, greedy, keyed=False, lora=lora),
+                scale(self.decode_parts(per, 0), forwards),
+            )
         es = job.argv[job.argv.index("--eval-set") + 1] if "--eval-set" in job.argv else "test"
         if es == "test":
             n = job.samples // c.task.n_test if job.samples else c.eval.n  # the base's job draws eval.n_base each
-            return self.sample(c.task.n_test, n, c.eval.problems_per_batch, c.eval.sampling)
+            return self.sample_parts(c.task.n_test, n, c.eval.problems_per_batch, c.eval.sampling, lora=lora)
         s = c.eval_sets[es]
-        return self.sample(s.n_problems, s.n, s.problems_per_batch, s.sampling or c.eval.sampling)
+        return self.sample_parts(s.n_problems, s.n, s.problems_per_batch, s.sampling or c.eval.sampling, lora=lora)
+
+    def job(self, job) -> float:
+        return sum(self.job_parts(job).values())
 
     def describe(self, seconds, fast: float | None = None) -> str:
         """A bound in seconds as the estimate it is: the practice range, the bound, the assumptions, on
@@ -224,15 +307,50 @@ class CostModel:
         lo, hi = (seconds * f for f in PRACTICE)
         text = (
             f"~{span(lo, hi)} (an estimate: {span(seconds)} at the bound, x{PRACTICE[0]:g}-{PRACTICE[1]:g} for "
-            f"per-token overheads, on {self.device.name}"
+            f"what it leaves out (uncalibrated), on {self.device.name}"
         )
         if fast is not None:
             text += f"; ~{span(*(fast * f for f in PRACTICE))} on {H200.name}"
-        return text + f"; the sampling tail counted; shape from {self.source})"
+        return (
+            text
+            + f"; the KV reads, the sampling tail, kernel launches and host time counted; shape from {self.source})"
+        )
 
     def both(self, fn) -> tuple[float, float]:
         """fn(model) on this device and on an H200's class: the pair describe() states."""
         return fn(self), fn(self.on(H200))
+
+
+def kind(job) -> str:
+    """A job's line in the breakdown: training, tokens, or an evaluation of the base or of trained models."""
+    if job.stage != "eval":
+        return {"train": "training"}.get(job.stage, job.stage)
+    return "evaluations, trained models" if "--adapter" in job.argv else "evaluations, the base"
+
+
+def breakdown(cost: CostModel, jobs) -> list[str]:
+    """--dry-run's lines: where the bound's hours go, per kind of job and part, on the assumed laptop GPU and an
+    H200's class side by side, then what the model assumes."""
+    if not jobs:
+        return []
+    rows = {}
+    for j in jobs:
+        here, fast = (c.job_parts(j) for c in (cost, cost.on(H200)))
+        a, b = rows.get(kind(j), ({}, {}))
+        rows[kind(j)] = (add(a, here), add(b, fast))
+
+    def words(p: dict) -> str:
+        return f"{sum(p.values()) / 3600:.1f} h (" + ", ".join(f"{k} {p[k] / 3600:.1f}" for k in PARTS) + ")"
+
+    out = ["  where the bound's hours go, the laptop GPU | an H200's class (hours by part):"]
+    out += [f"    {k}: {words(a)} | {words(b)}" for k, (a, b) in sorted(rows.items())]
+    out.append(
+        f"    assumed: every response {cost.cfg.eval.sampling.max_new_tokens} tokens (max_new_tokens), prompts "
+        f"{PROMPT_TOKENS}; a kernel {EAGER_OP_S * 1e6:g} us launched eagerly, {GRAPH_OP_S * 1e6:g} us in a CUDA "
+        f"graph; {cost.token_kernels(False):.0f} kernels a decoded token ({cost.token_kernels(True):.0f} with LoRA "
+        f"unfolded); training micro-batch {cost.micro_batch}; graphs off under the cut top-p"
+    )
+    return out
 
 
 def span(lo: float, hi: float | None = None) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from orchestration import eval_resume
 from runner import foreign
-from runner.cost_model import PRACTICE, span
+from runner.cost_model import PRACTICE, breakdown, span
 from runner.jobs import estimate_seconds, fmt_minutes
 from runner.stages import JOB_STAGES, Plan, kept_weights_note
 
@@ -101,6 +101,8 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
         + (" (from this run's measured step and evaluation times)" if not eta[1] else "")
     )
     if cost is not None and len(eta) > 2 and eta[2] is not None:
+        priced = [j for j in left if ("training" if j.stage == "train" else "evaluation") in eta[1]]  # not measured
+        print("\n".join(breakdown(cost, priced)))
         night = one_night(plan, eta[2][0] * PRACTICE[0], n)
         if night:
             print(night)

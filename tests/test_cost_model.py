@@ -1,6 +1,7 @@
-"""runner/cost_model.py: the sampling tail's bytes enter every decoded token's bound, by
-settings (greedy, plain, top-p sorted or cut, keyed or one generator), and the same model gives the
-laptop's and an H200's hours."""
+"""runner/cost_model.py: the sampling tail's bytes enter every decoded token's bound, by settings (greedy,
+plain, top-p sorted or cut, keyed or one generator); the KV reads by decode; the kernels' launch floor and the
+training step's host time only beyond the device's work; the breakdown adds up to the bound; and the same model
+gives the laptop's and an H200's hours."""
 
 from dataclasses import replace
 from pathlib import Path
@@ -25,10 +26,54 @@ def test_the_tail_adds_its_bytes_to_every_decoded_token(qwen):
     rows, V = 256, cm.vocab
     per_token = cm.decode(rows, 2, s, keyed=True) - cm.decode(rows, 1, s, keyed=True)
     weights = max(cm.weight_bytes / cost_model.LAPTOP.bytes_per_s, 2 * cm.params * rows / cost_model.LAPTOP.flops)
+    kv = cm.kv_bytes(rows, s, cm.graph(s)) / cost_model.LAPTOP.bytes_per_s
     assert per_token == pytest.approx(
-        weights + rows * V * cost_model.tail_bytes(s, True) / cost_model.LAPTOP.bytes_per_s
-    )
+        weights + kv + rows * V * cost_model.tail_bytes(s, True) / cost_model.LAPTOP.bytes_per_s
+    )  # at 256 rows on the laptop the kernels' launch floor lies under the device's work
     assert per_token > 3 * weights  # at 256 rows the sorted top-p tail, not the weights, sets the time
+
+
+def test_the_static_decode_reads_its_whole_cache_and_the_eager_one_the_filled_half(qwen):
+    cfg, cm = qwen
+    s = cfg.eval.sampling  # decode: auto, the sort: graphs
+    sh = cost_model.REGISTERED_SHAPES[cfg.model.path]
+    per_position = 2 * sh["num_hidden_layers"] * sh["num_key_value_heads"] * (896 // 14) * 2  # K and V, bf16
+    assert cm.graph(s) and cm.kv_bytes(4, s, True) == 4 * per_position * (cost_model.PROMPT_TOKENS + 384)
+    assert cm.kv_bytes(4, s, False) == 4 * per_position * (cost_model.PROMPT_TOKENS + 192)
+    assert not cm.graph(replace(s, tail="cut")) and not cm.graph(replace(s, decode="eager"))
+    assert cm.graph(replace(s, tail="cut", top_p=1.0))  # no filter: the cut never runs
+
+
+def test_the_launch_floor_counts_only_beyond_the_devices_work(qwen):
+    cfg, cm = qwen
+    s, h200 = cfg.eval.sampling, cm.on(cost_model.H200)
+    one = h200.decode_parts(1, 1, s, keyed=True)
+    floor = h200.token_kernels(False) * cost_model.GRAPH_OP_S
+    work = one["compute"] + one["kv"] + one["tail"] - 2 * h200.params * cost_model.PROMPT_TOKENS / h200.device.flops
+    assert one["launch"] == pytest.approx(floor - work)  # one row on an H200: the floor, not the bytes
+    eager = h200.decode_parts(1, 1, replace(s, tail="cut"), keyed=True)
+    assert eager["launch"] > 3 * one["launch"]  # the cut turns the graph off: every kernel launched from the host
+    assert cm.decode_parts(256, 1, s, keyed=True)["launch"] == 0.0  # the laptop at 256 rows: the bytes, not the floor
+    assert h200.token_kernels(True) - h200.token_kernels(False) == pytest.approx(24 * 7 * cost_model.LORA_OPS)
+
+
+def test_the_training_steps_host_time_shows_where_the_device_outruns_the_launches(qwen):
+    _, cm = qwen
+    assert cm.train_step_parts()["host"] == 0.0  # the laptop's FLOPs take longer than launching them
+    host = cm.on(cost_model.H200).train_step_parts()["host"]
+    assert host > 0 and host <= 64 * cost_model.STEP_KERNELS * cm.token_kernels(True) * cost_model.EAGER_OP_S
+
+
+def test_the_breakdown_adds_up_to_the_bound(qwen):
+    from runner import preview
+
+    cfg, cm = qwen
+    plan = preview.Plan(cfg, Path("/nonexistent/q"), "configs/qwen05b.yaml", [])
+    jobs = plan.jobs(preview.JOB_STAGES)
+    lines = cost_model.breakdown(cm, jobs)
+    hours = sum(float(x.split(": ")[1].split(" h")[0]) for x in lines[1:-1])
+    assert hours == pytest.approx(sum(cm.job(j) for j in jobs) / 3600, abs=0.05 * len(lines))
+    assert lines[-1].strip().startswith("assumed: every response 384 tokens")
 
 
 def test_the_tail_bytes_by_settings(qwen):
@@ -45,13 +90,14 @@ def test_the_tail_bytes_by_settings(qwen):
 
 def test_an_h200_takes_a_fraction_of_the_laptops_hours(qwen):
     cfg, cm = qwen
-    laptop, h200 = cm.both(lambda c: c.single("probe"))
+    s = cfg.eval.sampling
+    laptop, h200 = (c.sample_parts(32, 16, 8, s) for c in (cm, cm.on(cost_model.H200)))
     ratios = (
         cost_model.LAPTOP.bytes_per_s / cost_model.H200.bytes_per_s,
         cost_model.LAPTOP.flops / cost_model.H200.flops,
     )
-    assert (
-        min(ratios) * laptop < h200 < max(ratios) * laptop
-    )  # each part scales by the bandwidths' or the FLOP rates' ratio
-    text = cm.describe((laptop, h200))
+    device = [sum(p[k] for k in ("compute", "kv", "tail")) for p in (laptop, h200)]
+    assert min(ratios) * device[0] <= device[1] <= max(ratios) * device[0] * (1 + 1e-12)  # bandwidths' or FLOPs' ratio
+    assert h200["launch"] > laptop["launch"]  # the launch floor does not scale: it is what an H200 waits on
+    text = cm.describe(cm.both(lambda c: c.single("probe")))
     assert "on the laptop GPU" in text and "on an H200's class" in text and "(assumed, not measured)" in text

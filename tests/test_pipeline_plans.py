@@ -316,7 +316,7 @@ def test_a_gpu_config_plans_without_its_weights_and_gives_hours(tmp_path):
     assert (
         "on the laptop GPU" in jobs_line
         and "on an H200's class" in jobs_line
-        and "the sampling tail counted" in jobs_line
+        and "the KV reads, the sampling tail, kernel launches and host time counted" in jobs_line
     )
     # the README's GPU section states these very hours (laptop range, its bound, the H200's range)
     got = re.search(
