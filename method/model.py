@@ -140,6 +140,25 @@ def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def checkpoint_layers(model) -> int:
+    """Gradient checkpointing on every decoder layer (train.gradient_checkpointing): each layer's forward runs
+    under torch.utils.checkpoint (non-reentrant) whenever gradients are on, and again in the backward pass, so
+    autograd keeps the layer's input, not its activations. transformers checkpoints a layer only in training
+    mode; the flag is set on the layer alone, so its children (attention, MLP, dropout) stay in eval mode and
+    compute what they computed before. Returns the number of layers."""
+    from functools import partial
+
+    from torch.utils.checkpoint import checkpoint
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    for layer in layers:
+        layer.gradient_checkpointing = True
+        layer._gradient_checkpointing_func = partial(checkpoint, use_reentrant=False)
+        layer.training = True  # not .train(): that would switch its children too
+    return len(layers)
+
+
 def load_policy(cfg: config.Config, path: str, adapter: str | Path | None, device: torch.device):
     """load_model, then (when `adapter` is given) the adapter's LoRA applied and loaded."""
     model, tok = load_model(cfg, path, device)

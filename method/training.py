@@ -23,6 +23,7 @@ from method import evaluate
 from method.checkpoint import DEV_FIELDS, read_log, resume, save_checkpoint, save_last
 from method.model import (
     apply_lora,
+    checkpoint_layers,
     free_memory_gib,
     load_model,
     lora_folded,
@@ -217,6 +218,8 @@ def train(
     setup_torch(cfg)
     model, tok = load_model(cfg, base, device := pick_device(cfg))
     apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, study.seed_for(run.seed, "lora-init"))
+    if tc.gradient_checkpointing:
+        checkpoint_layers(model)
     opt = make_optimizer(model, cfg, run.lr)
     out.mkdir(parents=True, exist_ok=True)
     meta = {
@@ -391,6 +394,7 @@ def memory_plan(cfg: config.Config, model, tok, run: TrainingRun, device: torch.
         cfg.train.problems_per_step * cfg.train.group_size,
         2 if cfg.model.dtype != "float32" else 4,
         fold=cfg.lora.fold_for_sampling,
+        checkpointing=cfg.train.gradient_checkpointing,
     )
     return micro_batch, mem, why
 

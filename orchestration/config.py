@@ -244,6 +244,11 @@ class TrainCfg:
     # (PLAN_CHANGES.md change 45; the registered study's since change 72). train_log.csv's no_signal and updated
     # columns say which steps were which.
     no_signal_update: str = "skip"
+    # Recompute each decoder layer in the backward pass instead of keeping its activations
+    # (method/model.checkpoint_layers): the same loss and gradients bit for bit on the CPU (tests/test_grpo.py),
+    # a training peak of about one layer's activations plus every layer's input (memory.estimate_memory), one
+    # more forward's time. False: every layer's activations kept, as every run so far.
+    gradient_checkpointing: bool = False
     # Stop the run (one line, exit 1) at the first step whose mean |log pi_trainer - log pi_sampler| over
     # the trained tokens (train_log.csv's logp_gap_mean) exceeds this; None: no limit. Stops only, so it
     # is no part of a run's identity (left out of the stage hash).

@@ -28,6 +28,7 @@ def estimate_memory(
     ragged: bool = True,
     fold: bool = False,
     keyed: bool = False,
+    checkpointing: bool = False,
 ) -> dict[str, float]:
     """Peak accelerator bytes of a training step and of sampling, from the training code's path.
     mc: the model's config (hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
@@ -39,7 +40,9 @@ def estimate_memory(
     real step), so attention takes its masked path (counted in "attention_mask"); False: the
     unpadded path, as when every row has the same length. fold: sampling holds a folded copy of
     the wrapped weights (lora.fold_for_sampling). keyed: the draw is decoding.keyed_draw (evaluations
-    under eval.draw: sample), which holds the row's fp32 probabilities, their fp64 copy and its cumulative sum."""
+    under eval.draw: sample), which holds the row's fp32 probabilities, their fp64 copy and its cumulative sum.
+    checkpointing: train.gradient_checkpointing, autograd keeps every layer's input (bf16) and, while one layer
+    is recomputed in the backward pass, that layer's activations."""
     H, I, L, V = mc.hidden_size, mc.intermediate_size, mc.num_hidden_layers, mc.vocab_size
     kv = H // mc.num_attention_heads * mc.num_key_value_heads
     params = V * H + L * (H * H + H + 2 * (H * kv + kv) + H * H + 3 * H * I + 2 * H) + H  # tied embeddings
@@ -65,8 +68,9 @@ def estimate_memory(
     # repeat_kv expands K and V to all H heads in every layer, and SDPA keeps those instead of the kv-head ones
     # (and the mask, converted to the activation dtype, in every layer) for backward. Checked against the peak
     # RSS of padded vs unpadded micro-batches (bench/memory_05b.py --cpu-check 8 --micro-batch 2 [--uniform]).
-    attention_mask = (b * T * T + L * b * T * T * a + L * b * T * 2 * (H - kv) * a) if ragged else 0
-    activations = b * T * L * per_token_layer + attention_mask
+    layers_kept = 1 if checkpointing else L  # layers whose activations autograd holds at once
+    attention_mask = (b * T * T + layers_kept * (b * T * T * a + b * T * 2 * (H - kv) * a)) if ragged else 0
+    activations = b * T * layers_kept * per_token_layer + attention_mask + (b * T * L * H * a if checkpointing else 0)
     # The bf16 logits TokenLogProbs keeps and their bf16 gradient, plus its fp32 temporaries: about three of one
     # chunk's size (the chunk's upcast, exp(x - lse), the chunk's gradient); checked against peak RSS on the CPU
     # (bench/memory_05b.py --cpu-check). The entropy bonus (a control no registered condition uses) upcasts all
@@ -224,6 +228,7 @@ def micro_batch_choice(
             b,
             cfg.train.problems_per_step * cfg.train.group_size,
             wb,
+            checkpointing=cfg.train.gradient_checkpointing,
         )
         resident = (
             est["params"] * wb + est["lora_params"] * 4 if auto else 0.0

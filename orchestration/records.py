@@ -28,6 +28,7 @@ ADDED_OFF = {
     "lora.tf32": False,
     "lr_sweep.rule": "reward",
     "train.no_signal_update": "step",
+    "train.gradient_checkpointing": False,
     "select.scoring": "strict",
     "determinism": "full",
     "train.importance_cap": None,

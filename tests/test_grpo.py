@@ -744,3 +744,46 @@ def test_policy_gradient_reads_the_device_once_per_step_not_per_micro_batch(fitt
     assert results[0]["reads"] == results[1]["reads"] <= len(comps) + 4  # the advantages once each, the sums once
     for key in ("loss", "kl_mean", "logp_gap_mean", "logp_gap_max"):
         assert results[0][key] == pytest.approx(results[1][key], rel=1e-6), key
+
+
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients_bit_for_bit(fitted_dir, smoke_cfg):
+    """train.gradient_checkpointing (method/model.checkpoint_layers): every decoder layer runs again in the
+    backward pass, and the loss and every LoRA gradient are the same bits as without it."""
+    from method.model import checkpoint_layers
+
+    out, calls = [], []
+    for on in (False, True):
+        _, model, tok, _ = model_with_lora(fitted_dir, smoke_cfg)
+        if on:
+            assert checkpoint_layers(model) == model.config.num_hidden_layers
+        layer = model.model.layers[0]
+        hook = layer.self_attn.register_forward_pre_hook(
+            lambda *_: calls.append(on)
+        )  # recompute stops early: a pre-hook
+        _, test = countdown.make_splits("arith-1x1", 10, 2, 0)
+        prompts = render_prompts(tok, test, "bare")
+        P = [prompts[0]] * 2 + [prompts[1]] * 2
+        comps = [[7, 8, tok.eos_token_id], [9], [10, 11, 12, 13], [7, 7]]
+        adv = torch.tensor([0.5, -0.5, 0.25, -0.25])
+        loss = objective.policy_gradient(model, P, comps, adv, 4 * 10, 2, pad_id(tok))["loss"]
+        hook.remove()
+        out.append((loss, torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad])))
+    assert calls.count(True) == 2 * calls.count(False)  # each micro-batch's layer ran twice: forward, recompute
+    assert out[1][0] == out[0][0] and torch.equal(out[1][1], out[0][1]) and out[0][1].abs().sum() > 0
+
+
+def test_gradient_checkpointing_lowers_the_estimated_training_peak():
+    from types import SimpleNamespace
+
+    from orchestration import memory
+
+    mc = SimpleNamespace(**cost_model_shape())
+    args = (mc, 32, 7, 80, 384, 8, 64)
+    full, ckpt = memory.estimate_memory(*args), memory.estimate_memory(*args, checkpointing=True)
+    assert ckpt["activations"] < full["activations"] / 4 and ckpt["static"] == full["static"]
+
+
+def cost_model_shape():
+    from runner import cost_model
+
+    return cost_model.REGISTERED_SHAPES["Qwen/Qwen2.5-0.5B-Instruct"]
