@@ -43,7 +43,7 @@ def token_excess(
     dropped = filter_logits(z, top_k, top_p).gather(-1, t).isinf().squeeze(-1)  # (bL,) the sampler's own rule
     zt = z.gather(-1, t)  # (bL, 1)
     above = z > zt  # (bL, V) ranked strictly above the target
-    excess = torch.full((b * L,), float("-inf"), dtype=torch.float64)
+    excess = torch.full((b * L,), float("-inf"), dtype=torch.float64, device=logits.device)
     if top_k > 0 and top_k < V:
         kth = torch.topk(z, top_k, dim=-1).values[:, -1:]
         z = z.masked_fill(z < kth, float("-inf"))  # what top-p sees, as in filter_logits
@@ -92,24 +92,28 @@ def measure(
             )
             .logits[:, :-1]
             .float()
-            .cpu()
-        )  # (b, Lc, V) predicts each response token
-        targets = ids[:, -Lc:]  # (b, Lc)
+        )  # (b, Lc, V) predicts each response token, on the model's device (issue 67: no per-response host work)
+        targets = ids[:, -Lc:].to(device)  # (b, Lc)
         logp = logits.log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1).double()  # (b, Lc)
-        valid = cmask.bool()  # (b, Lc) positions that hold a response token
-        logp_sum = (logp * valid).sum(-1)  # (b,)
-        here = response_excess(logits, targets, valid, (temperature, top_k, top_p), V)
-        there = response_excess(logits, targets, valid, reference, V) if reference is not None else None
+        valid = cmask.bool().to(device)  # (b, Lc) positions that hold a response token
+        logp_sum = (logp * valid).sum(-1).tolist()  # (b,): the chunk's one read of the device, with the two below
+        here = host(response_excess(logits, targets, valid, (temperature, top_k, top_p), V))
+        there = host(response_excess(logits, targets, valid, reference, V)) if reference is not None else None
         for i in range(len(rs)):
-            row = {"outside": False, "excess": None, "logp_t1": float(logp_sum[i])}
+            row = {"outside": False, "excess": None, "logp_t1": logp_sum[i]}
             if here is not None and len(rs[i]):
-                row["outside"], row["excess"] = bool(here[0][i]), float(here[1][i])
+                row["outside"], row["excess"] = here[0][i], here[1][i]
             if reference is not None:
                 row["outside_ref"], row["excess_ref"] = False, None
                 if there is not None and len(rs[i]):
-                    row["outside_ref"], row["excess_ref"] = bool(there[0][i]), float(there[1][i])
+                    row["outside_ref"], row["excess_ref"] = there[0][i], there[1][i]
             out.append(row)
     return out
+
+
+def host(pair: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[list[bool], list[float]] | None:
+    """response_excess' tensors as Python lists, read from the device once."""
+    return None if pair is None else (pair[0].tolist(), pair[1].tolist())
 
 
 def response_excess(
