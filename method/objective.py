@@ -192,15 +192,15 @@ def policy_gradient(
         "logp_gap_max": gap_max,
     }
     if measure_kl and kl == 0:  # a diagnostic only: no gradient, every sample
-        kl_sum, n_tok = 0.0, 0.0
+        kl_sum, n_tok = zero, 0.0  # on the device, read once, as the step's sums (the same bits as per-batch reads)
         with torch.no_grad():
-            for _, _, ids, attn, pos, cmask in micro_batches(order(range(len(completions)))):
+            for _, tokens, ids, attn, pos, cmask in micro_batches(order(range(len(completions)))):
                 logp, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])
                 with lora_disabled(model):
                     ref, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])
-                kl_sum += (k3(logp, ref) * cmask).sum().item()
-                n_tok += cmask.sum().item()
-        out["kl_mean"] = kl_sum / max(n_tok, 1)
+                kl_sum = kl_sum + (k3(logp, ref) * cmask).sum().double()
+                n_tok += tokens
+        out["kl_mean"] = kl_sum.item() / max(n_tok, 1)
     return out
 
 

@@ -787,3 +787,24 @@ def cost_model_shape():
     from runner import cost_model
 
     return cost_model.REGISTERED_SHAPES["Qwen/Qwen2.5-0.5B-Instruct"]
+
+
+def test_the_kl_diagnostic_is_the_per_micro_batch_sum_read_once(fitted_dir, smoke_cfg):
+    """measure_kl (train.log_kl_every) keeps its sum on the device and reads it once: the same bits as summing
+    each micro-batch's k3 total on the host, in order, over the completions' token count."""
+    _, model, tok, _ = model_with_lora(fitted_dir, smoke_cfg, scale=0.3)
+    _, test = countdown.make_splits("arith-1x1", 10, 2, 0)
+    prompts = render_prompts(tok, test, "bare")
+    P = [prompts[0]] * 3 + [prompts[1]] * 3
+    comps = [[7, 8, tok.eos_token_id], [9], [10, 11, 12, 13], [7, 7], [8], [9, 9, 9]]
+    got = objective.policy_gradient(model, P, comps, torch.zeros(6), 6 * 5, 2, pad_id(tok), measure_kl=True)
+    by_hand, tokens = 0.0, 0
+    with torch.no_grad():
+        for a in range(0, 6, 2):
+            ids, attn, pos, cmask = objective.pack(P[a : a + 2], comps[a : a + 2], pad_id(tok))
+            logp, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])
+            with objective.lora_disabled(model):
+                ref, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])
+            by_hand += (objective.k3(logp, ref) * cmask).sum().item()
+            tokens += int(cmask.sum().item())
+    assert by_hand > 0 and got["kl_mean"] == by_hand / tokens
