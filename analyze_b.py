@@ -26,33 +26,8 @@ import sys
 from pathlib import Path
 
 from analysis import compat, report
-from analysis.run_files import InputError
+from analysis.run_files import InputError, copy_inputs
 from orchestration import cli, provenance
-
-# What an analysis reads from a run folder is everything but these: weights, resume points, what was moved
-# aside, the lock, and the analysis' own outputs (written anew).
-NOT_INPUTS = (
-    "*.safetensors",
-    "*.bin",
-    "*.pt",
-    "last",
-    "superseded",
-    ".pipeline.lock",
-    "verdicts.json",
-    "report.md",
-    "figures",
-)
-
-
-def copy_inputs(run: Path, out: Path) -> None:
-    """Copy what the analysis reads from `run` into the new folder `out` (NOT_INPUTS left out)."""
-    top = shutil.ignore_patterns(*NOT_INPUTS)
-    below = shutil.ignore_patterns(*NOT_INPUTS[:5])  # a train_*/figures/ or report.md below the top is an input's, kept
-
-    def ignore(folder, names):
-        return top(folder, names) if Path(folder) == run else below(folder, names)
-
-    shutil.copytree(run, out, ignore=ignore, dirs_exist_ok=True)
 
 
 def remake_hint(run: Path, named: Path | None) -> str:

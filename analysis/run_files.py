@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,33 @@ class InputError(Exception):
     def __init__(self, message: str, path: str | Path | None = None):
         super().__init__(message)
         self.path = Path(path) if path is not None else None
+
+
+# What an analysis reads from a run folder is everything but these: weights, resume points, what was moved
+# aside, the lock, and the analysis' own outputs (written anew).
+NOT_INPUTS = (
+    "*.safetensors",
+    "*.bin",
+    "*.pt",
+    "last",
+    "superseded",
+    ".pipeline.lock",
+    "verdicts.json",
+    "report.md",
+    "figures",
+)
+
+
+def copy_inputs(run: Path, out: Path) -> None:
+    """Copy what the analysis reads from `run` into the new folder `out` (NOT_INPUTS left out): analyze_b.py's
+    --out, and the bench tools that re-analyse a committed run in a copy."""
+    top = shutil.ignore_patterns(*NOT_INPUTS)
+    below = shutil.ignore_patterns(*NOT_INPUTS[:5])  # a train_*/figures/ or report.md below the top is an input's, kept
+
+    def ignore(folder, names):
+        return top(folder, names) if Path(folder) == run else below(folder, names)
+
+    shutil.copytree(run, out, ignore=ignore, dirs_exist_ok=True)
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Re-analyse a committed run under the calibrated verdict (PLAN.md section 7, change 36), into a new
-folder, leaving the run as it is: its inputs are copied (analyze_b.copy_inputs) with its base model,
+folder, leaving the run as it is: its inputs are copied (analysis/run_files.copy_inputs) with its base model,
 the calibration's pool is sampled from that base (the `pool` evaluation set: S x n more samples per
 test problem under the set's own seeds, S the primary condition's seeds), the run's recorded config
 gains the registered analysis settings (ceiling_null selection, the calibration arms, the pool set),
@@ -25,7 +25,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import analyze_b  # noqa: E402
+from analysis.run_files import copy_inputs  # noqa: E402
 
 CALIBRATION = {
     "pool_set": "pool",
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
         print(f"recalibrate.py: --out {out}: exists and is not empty; give a new folder", file=sys.stderr)
         return 2
     manifest = json.loads((run / "manifest.json").read_text())
-    analyze_b.copy_inputs(run, out)
+    copy_inputs(run, out)
     if (run / "base_model").is_dir():
         shutil.copytree(
             run / "base_model", out / "base_model", dirs_exist_ok=True
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
         print(f"recalibrate.py: the pool's evaluation failed (exit {rc}); its line above says why", file=sys.stderr)
         return rc
     shutil.rmtree(out / "base_model")  # a copy of the run's: not kept
-    return analyze_b.main(["--run", str(out)])
+    return subprocess.run([sys.executable, str(ROOT / "analyze_b.py"), "--run", str(out)]).returncode
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Re-analyse a committed run of the CPU world under PLAN_CHANGES.md change 57, post hoc, into a new folder,
-leaving the run as it is: its inputs are copied (analyze_b.copy_inputs), every correct response of every
+leaving the run as it is: its inputs are copied (analysis/run_files.copy_inputs), every correct response of every
 evaluation file is teacher-forced through the base as eval.base_support does (method/base_support.py),
 the recorded config gains eval.base_support and a descriptive analyze.base_support (primary: false), and
 analyze_b.py runs on the copy. Nothing is sampled; no trained model is loaded.
@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import analyze_b  # noqa: E402
 import countdown  # noqa: E402
+from analysis.run_files import copy_inputs  # noqa: E402
 from orchestration import config  # noqa: E402
 from orchestration.provenance import atomic_write_json, code_revision, file_sha256  # noqa: E402
 
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
-    analyze_b.copy_inputs(run, out)
+    copy_inputs(run, out)
     if a.within_correct:
         return within_correct(a, cfg, manifest, base, out, model, tok, whole)
     for f in sorted(out.glob("eval_*.json")) + sorted(out.glob("evalsets/*/eval_*.json")):
