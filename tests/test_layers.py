@@ -4,6 +4,7 @@ analysis/ and bases/ import orchestration/ and never runner/ (the run machinery,
 but the tests imports an entry script (grpo.py, pipeline.py)."""
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,3 +81,15 @@ def test_the_layers_point_one_way():
             assert not deps & {"grpo", "pipeline"}, f"{m} imports an entry script"
     bench = {f.name: imported(ast.parse(f.read_text())) for f in (ROOT / "bench").glob("*.py")}
     assert not [name for name, deps in bench.items() if deps & {"grpo", "pipeline", "analyze_b"}]  # entry scripts
+
+
+def test_bench_readme_lists_every_bench_file_once_as_a_tool_or_one_decision():
+    """bench/README.md's two tables (tools; scripts that each served one change) name every bench/*.py once."""
+    text = (ROOT / "bench" / "README.md").read_text()
+    section = text[text.index("## What is in bench/") :]
+    section = section[: section.index("**CPU figures**")]
+    rows = re.findall(r"^\| `bench/([\w]+\.py)` \|", section, flags=re.M)
+    assert sorted(rows) == sorted(f.name for f in (ROOT / "bench").glob("*.py")), set(rows) ^ {
+        f.name for f in (ROOT / "bench").glob("*.py")
+    }
+    assert len(rows) == len(set(rows))
