@@ -390,7 +390,7 @@ def _check_baselines(cfg: Config) -> None:
 
 
 def _check_analyze(cfg: Config) -> None:
-    """analyze, its support test and calibration."""
+    """analyze: its settings, then each registered analysis' own (in this order: the first failure is the line)."""
     _need(cfg.analyze.extrapolate_to >= 1, "analyze.extrapolate_to", "must be >= 1")
     _need(
         cfg.analyze.primary_condition in cfg.conditions,
@@ -405,6 +405,23 @@ def _check_analyze(cfg: Config) -> None:
     _need(cfg.analyze.ceiling_null in ("selection", "base"), "analyze.ceiling_null", "must be selection or base")
     _need(0 < cfg.analyze.selection_margin < 1, "analyze.selection_margin", "must be in (0, 1)")
     _need(cfg.analyze.coverage_sims >= 100, "analyze.coverage_sims", "must be >= 100")
+    _check_support(cfg)
+    _check_base_support(cfg)
+    _check_within_correct(cfg)
+    _check_baselines(cfg)
+    col = cfg.analyze.collapse
+    _need(
+        col is None or (0 <= col.late_from < 1 and 0 < col.share <= 1),
+        "analyze.collapse",
+        "late_from in [0, 1) and share in (0, 1]",
+    )
+    _check_calibration(cfg)
+    _need(cfg.analyze.resamples >= 100, "analyze.resamples", "must be >= 100")
+    _need(0 < cfg.analyze.ci < 1, "analyze.ci", "must be in (0, 1)")
+
+
+def _check_support(cfg: Config) -> None:
+    """analyze.support (change 42's test)."""
     sup = cfg.analyze.support
     if sup is not None:
         _need(sup.w_star >= 1, "analyze.support.w_star", "must be >= 1 (a tilt towards correct answers)")
@@ -429,6 +446,10 @@ def _check_analyze(cfg: Config) -> None:
                 f"analyze.support.pools.{sampler}",
                 "must name an eval set of the trained task with models: base, seeds: own and n_problems = task.n_test",
             )
+
+
+def _check_base_support(cfg: Config) -> None:
+    """eval.base_support and analyze.base_support (change 57)."""
     _need(
         cfg.eval.base_support or not cfg.eval.within_correct,
         "eval.within_correct",
@@ -471,6 +492,10 @@ def _check_analyze(cfg: Config) -> None:
             "analyze.base_support.matched",
             "must be null or name an eval set of the trained task with models: final, seeds: own and n_problems = task.n_test",
         )
+
+
+def _check_within_correct(cfg: Config) -> None:
+    """analyze.within_correct (PLAN.md section 7e)."""
     wc = cfg.analyze.within_correct
     if wc is not None:
         _need(
@@ -491,13 +516,10 @@ def _check_analyze(cfg: Config) -> None:
             "analyze.within_correct",
             "exponent_margin > 0, gap_margin in (0, 1) and permutations >= 99",
         )
-    _check_baselines(cfg)
-    col = cfg.analyze.collapse
-    _need(
-        col is None or (0 <= col.late_from < 1 and 0 < col.share <= 1),
-        "analyze.collapse",
-        "late_from in [0, 1) and share in (0, 1]",
-    )
+
+
+def _check_calibration(cfg: Config) -> None:
+    """analyze.calibration (change 36)."""
     cal = cfg.analyze.calibration
     if cal is not None:
         _need(
@@ -530,8 +552,6 @@ def _check_analyze(cfg: Config) -> None:
             "analyze.calibration.taught",
             "must name a condition whose problems are stratum:<name>",
         )
-    _need(cfg.analyze.resamples >= 100, "analyze.resamples", "must be >= 100")
-    _need(0 < cfg.analyze.ci < 1, "analyze.ci", "must be in (0, 1)")
 
 
 def _check_select(cfg: Config) -> None:
