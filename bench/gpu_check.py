@@ -443,6 +443,7 @@ def decode(ctx: Ctx) -> dict:
         }
     out["graphs_off"] = static_decode.StaticStep.graphs_off
     out["graph_over_eager"] = round(out["graph"]["tokens_per_s"] / out["eager"]["tokens_per_s"], 2)
+    out["cost_model"] = kernel_seconds(out, s.max_new_tokens)
     short = replace(s, max_new_tokens=ctx.sizes.tokens_short)
     by = {}
     try:
@@ -460,6 +461,24 @@ def decode(ctx: Ctx) -> dict:
         set_determinism(ctx.cfg.determinism)
     out["by_determinism"] = {"max_new_tokens": short.max_new_tokens, **by}
     return out
+
+
+def kernel_seconds(out: dict, tokens: int) -> dict:
+    """runner/cost_model.py's assumed seconds per launched kernel beside what this decode gives: a decoded token's
+    seconds over its kernel launches, eager and in a graph (an upper bound on the floor: the rows' own work is
+    in it too; None where launches are not counted, on a CPU)."""
+    from runner import cost_model
+
+    def per_kernel(name: str) -> float | None:
+        launches = out[name]["kernel_launches_per_token"]
+        return out[name]["seconds"] / tokens / launches if launches else None
+
+    return {
+        "assumed_eager_s": cost_model.EAGER_OP_S,
+        "assumed_graph_s": cost_model.GRAPH_OP_S,
+        "measured_eager_s_at_most": per_kernel("eager"),
+        "measured_graph_s_at_most": per_kernel("graph"),
+    }
 
 
 def eval_batch(ctx: Ctx) -> dict:

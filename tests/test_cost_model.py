@@ -101,3 +101,22 @@ def test_an_h200_takes_a_fraction_of_the_laptops_hours(qwen):
     assert h200["launch"] > laptop["launch"]  # the launch floor does not scale: it is what an H200 waits on
     text = cm.describe(cm.both(lambda c: c.single("probe")))
     assert "on the laptop GPU" in text and "on an H200's class" in text and "(assumed, not measured)" in text
+
+
+def test_gpu_check_sets_the_measured_seconds_per_kernel_beside_the_assumed():
+    """bench/gpu_check.py's decode phase: a decoded token's seconds over its kernel launches, eager and in a graph,
+    beside runner/cost_model.py's assumptions; None where launches are not counted (a CPU)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_check
+
+    out = {
+        "eager": {"seconds": 2.0, "kernel_launches_per_token": 2000},
+        "graph": {"seconds": 0.5, "kernel_launches_per_token": None},
+    }
+    got = gpu_check.kernel_seconds(out, 100)
+    assert (
+        got["measured_eager_s_at_most"] == pytest.approx(2.0 / 100 / 2000) and got["measured_graph_s_at_most"] is None
+    )
+    assert got["assumed_eager_s"] == cost_model.EAGER_OP_S and got["assumed_graph_s"] == cost_model.GRAPH_OP_S
