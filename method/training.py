@@ -232,9 +232,7 @@ def train(
     start, rows, dev_rows = resume(out, model, opt, meta)
     stops, pad = stop_ids(model, tok), pad_id(tok)
     micro_batch, mem, why = memory_plan(cfg, model, tok, run, device)
-    if (
-        progress and not cfg.micro_batch
-    ):  # set in the config it is what the user wrote (done.json keeps why): not said per run
+    if progress and not cfg.micro_batch:  # set in the config, it is what the user wrote (done.json keeps why)
         print(f"{run.stage} {run.name} s{run.seed}: {why}", flush=True)
     normalizer = P * G * s.max_new_tokens  # [D2] a constant, not the response lengths
     params = [p for p in model.parameters() if p.requires_grad]
@@ -254,63 +252,9 @@ def train(
     )
     # The model stays in eval mode: Qwen2 has no dropout, and train-mode dropout would draw from
     # torch's unseeded global generator.
+    st = Step(cfg, run, model, tok, opt, params, method, stops, pad, micro_batch, normalizer, out, device)
     for step in bar:
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        shuffled = run.cond.problems == "all" or run.cond.problems.startswith(
-            "stratum:"
-        )  # a fresh permutation per epoch
-        problems = step_problems(run.pool, step, P, study.seed_for(run.seed, run.name), shuffle=shuffled)
-        prompts = render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
-        t0 = time.perf_counter()
-        samples, scored = (
-            rollouts(model, tok, cfg, run, problems, prompts, step, stops, pad)
-            if method.rollouts
-            else no_rollouts(P * G)
-        )
-        t1 = time.perf_counter()
-        rewards = torch.tensor([float(d[run.cond.reward]) for d in scored]).view(
-            P, G
-        )  # [D5] strict score only (format: the control)
-        completions = samples.tokens if method.rollouts else gold_completions(tok, problems, cfg.task.prompt_style)
-        adv = method.advantages(
-            trained_rewards(rewards, samples, run.cond.unlikeliness)
-        )  # [D5] but `rare`; (P*G,) or (P,)
-        copies = G if method.rollouts else 1
-        grad = policy_gradient(
-            model,
-            [prompts[i // copies] for i in range(P * copies)],
-            completions,
-            adv,
-            normalizer,
-            micro_batch,
-            pad,
-            kl=run.cond.kl,
-            entropy=run.cond.entropy,
-            measure_kl=tc.log_kl_every > 0 and step % tc.log_kl_every == 0,
-            sort_by_length=tc.sort_by_length,
-            sampled_logp=samples.logprobs if method.rollouts else None,
-            importance_cap=tc.importance_cap,
-        )
-        gnorm, gnorm_after, updated = update(opt, params, grad, step, tc, out)
-        t2 = time.perf_counter()
-        rows.append(
-            log_row(
-                step,
-                run.lr,
-                method,
-                rewards,
-                scored,
-                samples,
-                completions,
-                grad,
-                gnorm,
-                gnorm_after,
-                (t1 - t0, t2 - t1),
-                peak_memory_mb(device),
-                updated,
-            )
-        )
+        rows.append(one_step(st, step))
         bar.set_postfix(
             reward=f"{rows[-1]['reward_mean']:.2f}",
             fmt=f"{rows[-1]['format_rate']:.2f}",
@@ -340,6 +284,84 @@ def train(
         },
     )
     return out
+
+
+@dataclass
+class Step:
+    """What every step of one training run reads: the run, the model and its optimizer, and what train() settled
+    before the first step (the micro-batch, the loss's constant normalizer, the stop and pad ids)."""
+
+    cfg: config.Config
+    run: TrainingRun
+    model: object
+    tok: object
+    opt: torch.optim.Optimizer
+    params: list
+    method: Method
+    stops: list[int]
+    pad: int
+    micro_batch: int
+    normalizer: int
+    out: Path
+    device: torch.device
+
+
+def one_step(st: Step, step: int) -> dict:
+    """One optimizer step of st.run: this step's problems, rollouts (or gold completions), rewards, advantages,
+    the policy gradient and the update; returns the step's train_log.csv row."""
+    cfg, run, tc, device = st.cfg, st.run, st.cfg.train, st.device
+    P, G = tc.problems_per_step, tc.group_size
+    model, tok, method = st.model, st.tok, st.method
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    shuffled = run.cond.problems == "all" or run.cond.problems.startswith("stratum:")  # a fresh permutation per epoch
+    problems = step_problems(run.pool, step, P, study.seed_for(run.seed, run.name), shuffle=shuffled)
+    prompts = render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
+    t0 = time.perf_counter()
+    samples, scored = (
+        rollouts(model, tok, cfg, run, problems, prompts, step, st.stops, st.pad)
+        if method.rollouts
+        else no_rollouts(P * G)
+    )
+    t1 = time.perf_counter()
+    rewards = torch.tensor([float(d[run.cond.reward]) for d in scored]).view(
+        P, G
+    )  # [D5] strict score only (format: the control)
+    completions = samples.tokens if method.rollouts else gold_completions(tok, problems, cfg.task.prompt_style)
+    adv = method.advantages(trained_rewards(rewards, samples, run.cond.unlikeliness))  # [D5] but `rare`; (P*G,) or (P,)
+    copies = G if method.rollouts else 1
+    grad = policy_gradient(
+        model,
+        [prompts[i // copies] for i in range(P * copies)],
+        completions,
+        adv,
+        st.normalizer,
+        st.micro_batch,
+        st.pad,
+        kl=run.cond.kl,
+        entropy=run.cond.entropy,
+        measure_kl=tc.log_kl_every > 0 and step % tc.log_kl_every == 0,
+        sort_by_length=tc.sort_by_length,
+        sampled_logp=samples.logprobs if method.rollouts else None,
+        importance_cap=tc.importance_cap,
+    )
+    gnorm, gnorm_after, updated = update(st.opt, st.params, grad, step, tc, st.out)
+    t2 = time.perf_counter()
+    return log_row(
+        step,
+        run.lr,
+        method,
+        rewards,
+        scored,
+        samples,
+        completions,
+        grad,
+        gnorm,
+        gnorm_after,
+        (t1 - t0, t2 - t1),
+        peak_memory_mb(device),
+        updated,
+    )
 
 
 def keep(
