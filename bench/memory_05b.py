@@ -1,7 +1,7 @@
 """Memory of the 0.5B study: the estimate from the code path, and (on a GPU) the measurement.
 
     python bench/memory_05b.py [--micro-batch 3] [--prompt-len 80] [--measure]
-    python bench/memory_05b.py --cpu-check 24 --micro-batch 2 [--uniform]   # the estimate against peak RSS
+    python bench/memory_05b.py --cpu-check 24 --micro-batch 2 [--uniform] [--checkpointing]   # against peak RSS
     python bench/memory_05b.py --cpu-sample-check 2 [--rows 256]            # the sampling estimate against peak RSS
 
 The estimate (memory.estimate_memory) needs no download: the shape of Qwen2.5-0.5B-Instruct is
@@ -24,7 +24,7 @@ import torch
 from common import ROOT  # noqa: F401  (puts the repo on sys.path)
 
 from method import objective, sampler, training
-from method.model import apply_lora
+from method.model import apply_lora, checkpoint_layers
 from orchestration import config, memory
 
 QWEN05B = dict(
@@ -65,6 +65,11 @@ def parse_args():
         "--uniform",
         action="store_true",
         help="with --cpu-check: every row the same length (no padding, no attention mask)",
+    )
+    p.add_argument(
+        "--checkpointing",
+        action="store_true",
+        help="with --cpu-check: train.gradient_checkpointing on (method/model.checkpoint_layers), estimate and step",
     )
     p.add_argument(
         "--cpu-sample-check",
@@ -206,6 +211,8 @@ def cpu_check(a) -> None:
     for q in model.parameters():
         q.requires_grad_(False)
     apply_lora(model, cfg.lora.r, cfg.lora.alpha, cfg.lora.targets, 0)
+    if a.checkpointing:
+        checkpoint_layers(model)
     g = torch.Generator().manual_seed(0)
     prompts, comps = ragged_rows(b, a.prompt_len, Lc, g, uniform=not ragged)
     for q in model.parameters():  # grads of LoRA exist before we measure (they are "static" in the estimate)
@@ -217,13 +224,14 @@ def cpu_check(a) -> None:
     objective.policy_gradient(model, prompts, comps, torch.ones(b), b * Lc, b, 0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     args = (mc, cfg.lora.r, len(cfg.lora.targets), a.prompt_len, Lc, b, b)
-    new = memory.estimate_memory(*args, ragged=ragged)
-    old = memory.estimate_memory(*args, ragged=False)  # the estimate before the masked path was counted
+    new = memory.estimate_memory(*args, ragged=ragged, checkpointing=a.checkpointing)
+    old = memory.estimate_memory(*args, ragged=False, checkpointing=a.checkpointing)  # before the masked path counted
     growth = peak - before
     est = new["activations"] + new["logits"]
     print(
         f"CPU check, {a.cpu_check} layers of 0.5B's width, micro-batch {b} "
-        f"{'ragged (masked attention)' if ragged else 'uniform (no mask)'}, "
+        f"{'ragged (masked attention)' if ragged else 'uniform (no mask)'}"
+        f"{', gradient checkpointing' if a.checkpointing else ''}, "
         f"{a.prompt_len} + {Lc} tokens ({time.perf_counter() - t0:.0f} s):\n"
         f"  peak RSS growth {gib(growth)}\n"
         f"  estimate (activations + logits) {gib(est)} (of which masked attention {gib(new['attention_mask'])}, "

@@ -156,6 +156,9 @@ def checkpoint_layers(model) -> int:
         layer.gradient_checkpointing = True
         layer._gradient_checkpointing_func = partial(checkpoint, use_reentrant=False)
         layer.training = True  # not .train(): that would switch its children too
+        casts = {id(m.cast): m.cast for m in layer.modules() if isinstance(m, LoRALinear)}.values()
+        if casts:  # a layer's fp32 input copies go with its forward, as its activations do (the recompute remakes them)
+            layer.register_forward_hook(lambda *_, casts=tuple(casts): [c.clear() for c in casts] and None)
     return len(layers)
 
 
