@@ -6,6 +6,7 @@
     python pipeline.py --config configs/tiny.yaml --print-jobs    # what is left, as shell commands for a scheduler
     python pipeline.py --config configs/tiny.yaml --stage eval    # one stage by hand (skipped if done)
     python pipeline.py --config configs/tiny.yaml --stage train --condition 16 --force   # redo one condition
+    python pipeline.py --config configs/smollm2_v3.yaml --run R --until 17:05 --jobs 2   # one part of a long study
 
 Stages (PLAN.md, "Order of stages"):
   base      (only when the config builds its model) the CPU world's tiny base or the rehearsal's -> base_model/
@@ -100,6 +101,14 @@ def parse_args(argv: list[str] | None):
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. train.steps=10"
     )
+    part = p.add_mutually_exclusive_group()
+    part.add_argument(
+        "--until", default=None, metavar="HH:MM", help="one part of a long study: what is left, until this UTC time"
+    )
+    part.add_argument("--hours", type=float, default=None, help="one part of a long study, this many hours from now")
+    p.add_argument(
+        "--seed-hours", type=float, default=1.25, help="with --until/--hours: a seed's length until a part measured one"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument(
         "--tensorboard",
@@ -155,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         unreachable = str(e)  # a plan needs the config only: say what the jobs will need
     run = Path(a.run) if a.run else study.default_run(a.config)
+    if a.until is not None or a.hours is not None:
+        return one_part(a, run)
     plan = Plan(cfg, run, a.config, a.set)
     todo = [a.stage] if a.stage else registered_stages(cfg)
     if a.dry_run or a.print_jobs:
@@ -178,6 +189,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cli.interrupt_on_signals()  # a scheduler's time limit (Slurm sends SIGTERM first), a closed terminal
     return Session(plan, todo, a, gpu_slots).run()
+
+
+def one_part(a, run: Path) -> int:
+    """--until / --hours: runner/parts.py, whole seeds and the evaluations that resume, until the deadline."""
+    from runner import parts
+
+    if a.set or a.stage or a.force:
+        print(
+            "pipeline.py: --until and --hours run the config as written: no --set, --stage or --force", file=sys.stderr
+        )
+        return 2
+    when = ["--until", a.until] if a.until is not None else ["--hours", str(a.hours)]
+    return parts.main(
+        ["--config", a.config, "--run", str(run), "--jobs", str(a.jobs), "--seed-hours", str(a.seed_hours), *when]
+    )
 
 
 def all_done(plan: Plan, todo: list[str]) -> bool:

@@ -141,7 +141,7 @@ def one_night(plan: Plan, low_seconds: float, n: int) -> str | None:
         lo, hi = ((jobs + singles) * f for f in PRACTICE)
         words.append(f"the seed report's design fits one (~{span(lo, hi)} by the same estimate: --config {SHORT})")
     words.append(
-        f"or this study in parts, one a night, each resuming the last: python bench/study_part.py --config "
+        f"or this study in parts, one a night, each resuming the last: python pipeline.py --config "
         f"{plan.config_path} --run {plan.run} --hours 10"
     )
     return f"  longer than a night ({NIGHT_H:g} h) even at the estimate's low end: " + "; ".join(words)

@@ -1,15 +1,14 @@
-"""bench/study_part.py: what a part of a study runs (from --print-jobs) and how it stops at its deadline."""
+"""runner/parts.py (pipeline.py --until / --hours; bench/study_part.py at its cited path): what a part of a study
+runs (from --print-jobs) and how it stops at its deadline."""
 
 import shlex
 import signal
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+from runner import parts as study_part
 
-import study_part  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_seed_is_its_training_run_with_its_adapters_evaluations_and_the_base_evaluations_resume(tmp_path):
@@ -82,3 +81,22 @@ def test_token_comparisons_go_with_their_seed_and_the_analysis_is_not_a_job(tmp_
     assert all(cs[0].startswith("python grpo.py train") for _, cs in seeds)
     assert not any(c.startswith("python pipeline.py") for _, cs in seeds for c in cs)
     assert all(c.startswith("python grpo.py eval") and "--adapter" not in c for _, c in resumable)
+
+
+def test_pipeline_until_runs_a_part_and_refuses_what_a_part_cannot_take(tmp_path, capsys, monkeypatch):
+    """pipeline.py --until hands the config, run, jobs and deadline to runner/parts.main; with --set it refuses in
+    one line (a part runs the config as written); bench/study_part.py, the cited path, is the same main."""
+    import pipeline
+
+    seen = []
+    monkeypatch.setattr(study_part, "main", lambda argv: seen.append(argv) or 0)
+    run = str(tmp_path / "r")
+    assert pipeline.main(["--config", "configs/smoke.yaml", "--run", run, "--until", "03:48", "--jobs", "2"]) == 0
+    assert seen == [
+        ["--config", "configs/smoke.yaml", "--run", run, "--jobs", "2", "--seed-hours", "1.25", "--until", "03:48"]
+    ]
+    assert (
+        pipeline.main(["--config", "configs/smoke.yaml", "--run", run, "--hours", "2", "--set", "train.lr=0.001"]) == 2
+    )
+    assert "no --set, --stage or --force" in capsys.readouterr().err
+    assert "from runner.parts import main" in (ROOT / "bench" / "study_part.py").read_text()

@@ -1,20 +1,16 @@
 """Times before a run starts (issue 70): a CPU config's --dry-run from a committed run's recorded job times
-(runner/reference_times.py), a study longer than a night told what fits, and study_part's --hours."""
+(runner/reference_times.py), a study longer than a night told what fits, and a part's --until / --hours."""
 
 import datetime as dt
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 import pipeline
-from runner import reference_times
+from runner import parts as study_part, reference_times
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import study_part  # noqa: E402
 
 
 def manifest(folder: Path, config: str, jobs: dict, stages: dict, machine=None):
@@ -67,7 +63,7 @@ def test_a_study_longer_than_a_night_is_told_what_fits(tmp_path, capsys):
     night = next(x for x in capsys.readouterr().out.splitlines() if "longer than a night" in x)
     assert (
         "configs/report.yaml" in night
-        and "study_part.py --config configs/qwen05b.yaml" in night
+        and "python pipeline.py --config configs/qwen05b.yaml" in night
         and "--hours 10" in night
     )
     assert pipeline.main(["--config", "configs/report.yaml", "--run", str(tmp_path / "r"), "--dry-run"]) == 0
@@ -80,7 +76,7 @@ def test_study_part_deadlines():
     assert study_part.deadline_of("03:48", None, now) == dt.datetime(2026, 12, 8, 3, 48, tzinfo=dt.timezone.utc)
     assert study_part.deadline_of("23:00", None, now) == dt.datetime(2026, 12, 7, 23, 0, tzinfo=dt.timezone.utc)
     for until, hours in (("3h", None), (None, 0), (None, 100)):
-        with pytest.raises(SystemExit, match="study_part: --"):
+        with pytest.raises(SystemExit, match="pipeline.py: --"):
             study_part.deadline_of(until, hours, now)
 
 
