@@ -195,9 +195,11 @@ def one_part(a, run: Path) -> int:
     """--until / --hours: runner/parts.py, whole seeds and the evaluations that resume, until the deadline."""
     from runner import parts
 
-    if a.set or a.stage or a.force:
+    if a.set or a.stage or a.force or a.dry_run or a.print_jobs or a.gpus or a.executor != "local" or a.tensorboard:
         print(
-            "pipeline.py: --until and --hours run the config as written: no --set, --stage or --force", file=sys.stderr
+            "pipeline.py: --until and --hours run the config as written, here: no --set, --stage, --force, --dry-run, "
+            "--print-jobs, --gpus, --executor ray or --tensorboard",
+            file=sys.stderr,
         )
         return 2
     when = ["--until", a.until] if a.until is not None else ["--hours", str(a.hours)]

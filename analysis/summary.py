@@ -83,7 +83,7 @@ def training_sampler_lines(doc: dict, cond: str | None) -> list[tuple[str, str]]
     ]
     if x.get("alpha") is not None:
         reading = within_correct.exponent_reading(x["p_below"], x["p_above"], x["p_within"], ONE_SIDED)
-        out.append(("the exponent's reading at T 1 (PLAN.md §12)", reading))
+        out.append(("the exponent's reading at T 1 (§12; registered by smollm2_v3 only)", reading))
     clean = wc.get("clean_gap")
     if clean and clean.get("gap") is not None:
         word = "more clean" if clean["more"] else "not shown more clean"

@@ -178,13 +178,13 @@ class CostModel:
         per_layer = OPS_PER_LAYER + (len(self.cfg.lora.targets) * LORA_OPS if lora else 0)
         return self.shape["num_hidden_layers"] * per_layer + TAIL_OPS
 
-    def kv_bytes(self, rows: int, s: config.SamplingCfg | None, graph: bool) -> float:
+    def kv_bytes(self, rows: int, s: config.SamplingCfg | None, static: bool) -> float:
         """Bytes of keys and values one decoded token reads over every layer: the fixed cache's every slot
-        under the static decode, the filled half on average under the eager one."""
+        under the static decode (graphs or not: the cut top-p runs it without), the filled half under the eager one."""
         sh, new = self.shape, (s.max_new_tokens if s is not None else 0)
         head_dim = sh["hidden_size"] // sh["num_attention_heads"]
         per_position = 2 * sh["num_hidden_layers"] * sh["num_key_value_heads"] * head_dim * self.dtype_bytes
-        return rows * per_position * (PROMPT_TOKENS + (new if graph else new / 2))
+        return rows * per_position * (PROMPT_TOKENS + (new if static else new / 2))
 
     def decode_parts(
         self, rows: int, new_tokens: int, s: config.SamplingCfg | None = None, keyed: bool = False, lora: bool = False
@@ -194,7 +194,7 @@ class CostModel:
         kernels' launch floor where it exceeds that work."""
         d, graph = self.device, self.graph(s)
         compute = max(self.weight_bytes / d.bytes_per_s, 2 * self.params * rows / d.flops)
-        kv = self.kv_bytes(rows, s, graph) / d.bytes_per_s
+        kv = self.kv_bytes(rows, s, s is not None and s.decode in ("graph", "auto")) / d.bytes_per_s
         tail = rows * self.vocab * tail_bytes(s, keyed) / d.bytes_per_s if s is not None else 0.0
         floor = self.token_kernels(lora) * (GRAPH_OP_S if graph else EAGER_OP_S)
         prompt = 2 * self.params * rows * PROMPT_TOKENS / d.flops
@@ -307,7 +307,7 @@ class CostModel:
         lo, hi = (seconds * f for f in PRACTICE)
         text = (
             f"~{span(lo, hi)} (an estimate: {span(seconds)} at the bound, x{PRACTICE[0]:g}-{PRACTICE[1]:g} for "
-            f"what it leaves out (uncalibrated), on {self.device.name}"
+            f"what it leaves out (uncalibrated; set before launches and host time were counted), on {self.device.name}"
         )
         if fast is not None:
             text += f"; ~{span(*(fast * f for f in PRACTICE))} on {H200.name}"

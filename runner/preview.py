@@ -142,7 +142,7 @@ def one_night(plan: Plan, low_seconds: float, n: int) -> str | None:
         words.append(f"the seed report's design fits one (~{span(lo, hi)} by the same estimate: --config {SHORT})")
     words.append(
         f"or this study in parts, one a night, each resuming the last: python pipeline.py --config "
-        f"{plan.config_path} --run {plan.run} --hours 10"
+        f"{plan.config_path} --run {plan.run} --jobs {n} --hours 10"
     )
     return f"  longer than a night ({NIGHT_H:g} h) even at the estimate's low end: " + "; ".join(words)
 

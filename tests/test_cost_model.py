@@ -26,7 +26,7 @@ def test_the_tail_adds_its_bytes_to_every_decoded_token(qwen):
     rows, V = 256, cm.vocab
     per_token = cm.decode(rows, 2, s, keyed=True) - cm.decode(rows, 1, s, keyed=True)
     weights = max(cm.weight_bytes / cost_model.LAPTOP.bytes_per_s, 2 * cm.params * rows / cost_model.LAPTOP.flops)
-    kv = cm.kv_bytes(rows, s, cm.graph(s)) / cost_model.LAPTOP.bytes_per_s
+    kv = cm.kv_bytes(rows, s, True) / cost_model.LAPTOP.bytes_per_s  # decode auto: the static decode
     assert per_token == pytest.approx(
         weights + kv + rows * V * cost_model.tail_bytes(s, True) / cost_model.LAPTOP.bytes_per_s
     )  # at 256 rows on the laptop the kernels' launch floor lies under the device's work
@@ -42,6 +42,8 @@ def test_the_static_decode_reads_its_whole_cache_and_the_eager_one_the_filled_ha
     assert cm.kv_bytes(4, s, False) == 4 * per_position * (cost_model.PROMPT_TOKENS + 192)
     assert not cm.graph(replace(s, tail="cut")) and not cm.graph(replace(s, decode="eager"))
     assert cm.graph(replace(s, tail="cut", top_p=1.0))  # no filter: the cut never runs
+    cut = replace(s, tail="cut")  # graphs off, but the static decode still reads its whole cache
+    assert cm.decode_parts(4, 1, cut, True)["kv"] == cm.decode_parts(4, 1, s, True)["kv"]
 
 
 def test_the_launch_floor_counts_only_beyond_the_devices_work(qwen):

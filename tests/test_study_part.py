@@ -98,5 +98,7 @@ def test_pipeline_until_runs_a_part_and_refuses_what_a_part_cannot_take(tmp_path
     assert (
         pipeline.main(["--config", "configs/smoke.yaml", "--run", run, "--hours", "2", "--set", "train.lr=0.001"]) == 2
     )
-    assert "no --set, --stage or --force" in capsys.readouterr().err
+    assert "no --set, --stage, --force, --dry-run" in capsys.readouterr().err
+    assert pipeline.main(["--config", "configs/smoke.yaml", "--run", run, "--until", "03:48", "--dry-run"]) == 2
+    assert len(seen) == 1  # a part that was asked for a plan starts nothing
     assert "from runner.parts import main" in (ROOT / "bench" / "study_part.py").read_text()
