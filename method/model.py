@@ -148,18 +148,31 @@ def checkpoint_layers(model) -> int:
     compute what they computed before. Returns the number of layers."""
     from functools import partial
 
-    from torch.utils.checkpoint import checkpoint
     from transformers.modeling_layers import GradientCheckpointingLayer
 
     layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
     for layer in layers:
+        casts = tuple({id(m.cast): m.cast for m in layer.modules() if isinstance(m, LoRALinear)}.values())
         layer.gradient_checkpointing = True
-        layer._gradient_checkpointing_func = partial(checkpoint, use_reentrant=False)
+        layer._gradient_checkpointing_func = partial(checkpoint_clearing, casts=casts)
         layer.training = True  # not .train(): that would switch its children too
-        casts = {id(m.cast): m.cast for m in layer.modules() if isinstance(m, LoRALinear)}.values()
-        if casts:  # a layer's fp32 input copies go with its forward, as its activations do (the recompute remakes them)
-            layer.register_forward_hook(lambda *_, casts=tuple(casts): [c.clear() for c in casts] and None)
     return len(layers)
+
+
+def checkpoint_clearing(fn, *args, casts: tuple = (), **kwargs):
+    """torch.utils.checkpoint (non-reentrant) of fn, whose LoRA fp32 input copies are cleared whenever fn ends:
+    after the forward and after the backward pass's recompute (which may stop early: hence finally), so none
+    outlives its layer's turn."""
+    from torch.utils.checkpoint import checkpoint
+
+    def run(*a, **k):
+        try:
+            return fn(*a, **k)
+        finally:
+            for c in casts:
+                c.clear()
+
+    return checkpoint(run, *args, use_reentrant=False, **kwargs)
 
 
 def load_policy(cfg: config.Config, path: str, adapter: str | Path | None, device: torch.device):

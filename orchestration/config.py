@@ -246,7 +246,7 @@ class TrainCfg:
     no_signal_update: str = "skip"
     # Recompute each decoder layer in the backward pass instead of keeping its activations
     # (method/model.checkpoint_layers): the same loss and gradients bit for bit on the CPU (tests/test_grpo.py),
-    # one more forward's time; memory.estimate_memory's peak for it is not yet checked at depth (bench/README.md).
+    # one more forward's time; memory.estimate_memory's peak for it checked at 6-24 layers (bench/README.md).
     # False: every layer's activations kept, as every run so far.
     gradient_checkpointing: bool = False
     # Stop the run (one line, exit 1) at the first step whose mean |log pi_trainer - log pi_sampler| over

@@ -42,7 +42,7 @@ def estimate_memory(
     the wrapped weights (lora.fold_for_sampling). keyed: the draw is decoding.keyed_draw (evaluations
     under eval.draw: sample), which holds the row's fp32 probabilities, their fp64 copy and its cumulative sum.
     checkpointing: train.gradient_checkpointing: every layer's input (bf16) and one recomputed layer's activations
-    (method/model.checkpoint_layers clears a layer's fp32 copies with its forward); not yet checked (bench/README)."""
+    (method/model.checkpoint_layers clears a layer's fp32 copies after each pass); checked at depth (bench/README)."""
     H, I, L, V = mc.hidden_size, mc.intermediate_size, mc.num_hidden_layers, mc.vocab_size
     kv = H // mc.num_attention_heads * mc.num_key_value_heads
     params = V * H + L * (H * H + H + 2 * (H * kv + kv) + H * H + 3 * H * I + 2 * H) + H  # tied embeddings
