@@ -79,7 +79,8 @@ def test_look_ahead_on_every_committed_folder_never_crashes(cfg_name, monkeypatc
             assert "made under other settings" in rows["train"], (cfg_name, run.name, out)
             assert "the run would refuse before writing anything" in out
             assert "# stage train: " in shown["--print-jobs"] and "made under other settings" in shown["--print-jobs"]
-            assert not read, f"{cfg_name} on {run.name}: read a selection.json made under other settings"
+            here = [r for r in read if Path(r).resolve() == run.resolve()]  # not the one-night line's report plan
+            assert not here, f"{cfg_name} on {run.name}: read a selection.json made under other settings"
 
 
 def test_a_refused_pipeline_or_command_leaves_every_byte(tmp_path):
