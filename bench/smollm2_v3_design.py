@@ -1,4 +1,4 @@
-"""smollm2_v3's design at the training sampler (PLAN_CHANGES.md change 75; issue 66): the power of section 7e's
+"""smollm2_v3's design at the training sampler (PLAN_CHANGES.md change 75): the power of section 7e's
 within-correct answer for designs of S seeds x N problems x n `matched` samples, from the measurement of the v3
 pilot's chosen rate (results/smollm2_v3_measure), and each design's hours on the 2-core machine.
 

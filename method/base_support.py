@@ -92,11 +92,11 @@ def measure(
             )
             .logits[:, :-1]
             .float()
-        )  # (b, Lc, V) predicts each response token, on the model's device (issue 67: no per-response host work)
+        )  # (b, Lc, V) predicts each response token, on the model's device: no per-response host work
         targets = ids[:, -Lc:].to(device)  # (b, Lc)
         logp = logits.log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1).double()  # (b, Lc)
         valid = cmask.bool().to(device)  # (b, Lc) positions that hold a response token
-        logp_sum = (logp * valid).sum(-1).tolist()  # (b,): the chunk's one read of the device, with the two below
+        logp_sum = (logp * valid).sum(-1).tolist()  # (b,): read once a chunk, as the excesses below (host())
         here = host(response_excess(logits, targets, valid, (temperature, top_k, top_p), V))
         there = host(response_excess(logits, targets, valid, reference, V)) if reference is not None else None
         for i in range(len(rs)):

@@ -67,7 +67,7 @@ def tail_bytes(s: config.SamplingCfg, keyed: bool) -> int:
     return LSE_BYTES + SORT_BYTES + (KEYED_BYTES if keyed else RACE_BYTES)
 
 
-# Per-kernel floors and counts (assumed, not measured; bench/gpu_check.py measures a device's): issue 67 counted a
+# Per-kernel floors and counts (assumed, not measured; bench/gpu_check.py measures a device's): a reading of the code counted a
 # decoded Qwen2.5-0.5B token at ~2,500 kernels with LoRA unfolded (~940 of them LoRA's: 24 layers x 7 targets).
 EAGER_OP_S = 10e-6  # an eagerly launched kernel's host dispatch (PyTorch eager: about 5-15 us)
 GRAPH_OP_S = 2.8e-6  # a kernel replayed inside a CUDA graph (~7 ms a token for ~2,500 kernels)

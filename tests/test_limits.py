@@ -1,4 +1,4 @@
-"""The house's size limits at 120 columns (issue 68): no module over 600 formatted lines, no function over 80,
+"""The house's size limits at 120 columns: no module over 600 formatted lines, no function over 80,
 no parameter list over 8 (self and cls not counted), in the packages and entry scripts (tests and bench/ aside).
 What exceeds them today is named below with its size; the lists may only shrink: a new excess fails, and so does
 an entry whose code has come within the limit (delete its line) or grown past the size written here."""
