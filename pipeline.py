@@ -210,8 +210,9 @@ def one_part(a, run: Path) -> int:
 
 def all_done(plan: Plan, todo: list[str]) -> bool:
     """Every stage of todo done on disk (the job stages: no job left) and recorded done in the manifest, and no
-    earlier run's pipeline cut short: only then is there nothing, not even a stage's state, to write."""
-    if (plan.run / ".pipeline.lock").exists():
+    earlier run's pipeline cut short: only then is there nothing, not even a stage's state, to write. A base
+    whose weights are not here (a fresh clone of a committed run) is not done while a stage still to do reads it."""
+    if (plan.run / ".pipeline.lock").exists() or ("base" in todo and plan.base_remade()):
         return False
     stages = (provenance.read_json(plan.run / "manifest.json") or {}).get("stages", {})
     if any(stages.get(s, {}).get("status") != "done" for s in todo):

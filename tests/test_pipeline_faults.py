@@ -435,6 +435,9 @@ def test_a_run_committed_without_its_base_weights_moves_nothing(small_cfg, small
     first = j.splitlines()[:2]  # the base stage first, which rebuilds it: a part in a fresh clone begins there
     assert first[0].startswith("# 1. one after another") and first[1].startswith("python pipeline.py"), j
     assert first[1].endswith(f"--run {run} --stage base"), j
+    r = pipeline("--config", str(small_cfg), "--out", str(run), "--stage", "base", "--quiet", timeout=600)
+    assert r.returncode == 0 and "base: running" in r.stdout, r.stdout + r.stderr[-3000:]  # what a part runs first
+    assert (run / "base_model" / "model.safetensors").read_bytes() == (fitted_dir / "model.safetensors").read_bytes()
     r = pipeline(
         "--config", str(small_cfg), "--out", str(run), "--quiet", timeout=600
     )  # the whole study: the base stage rebuilds it
