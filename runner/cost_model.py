@@ -67,14 +67,17 @@ def tail_bytes(s: config.SamplingCfg, keyed: bool) -> int:
     return LSE_BYTES + SORT_BYTES + (KEYED_BYTES if keyed else RACE_BYTES)
 
 
-# Per-kernel floors and counts (assumed, not measured; bench/gpu_check.py measures a device's): a reading of the code counted a
-# decoded Qwen2.5-0.5B token at ~2,500 kernels with LoRA unfolded (~940 of them LoRA's: 24 layers x 7 targets).
+# Per-kernel floors (assumed, not measured; bench/gpu_check.py measures a device's seconds per kernel) and kernel
+# counts: the non-view aten ops that bench/op_counts.py counts at dispatch on the CPU (Qwen2.5's layer layout in
+# bf16, 2 against 4 layers; 2026-12-07 at 72f1bb3), each a kernel on a GPU at least: ~920 a decoded Qwen2.5-0.5B
+# token, ~1,600 with LoRA unfolded (a reading of the code had guessed ~1,600 and ~2,500).
 EAGER_OP_S = 10e-6  # an eagerly launched kernel's host dispatch (PyTorch eager: about 5-15 us)
-GRAPH_OP_S = 2.8e-6  # a kernel replayed inside a CUDA graph (~7 ms a token for ~2,500 kernels)
-OPS_PER_LAYER = 65  # a decoder layer's kernels per decoded token, LoRA folded or off
-LORA_OPS = 5.6  # an unfolded LoRA target's kernels per layer and token (x A, B, the scale, the add, casts)
-TAIL_OPS = 40  # the sampling tail's kernels per token
-STEP_KERNELS = 2.7  # a training micro-batch's kernels over a decoded token's (forward, backward, the loss)
+GRAPH_OP_S = 2.8e-6  # a kernel replayed inside a CUDA graph
+OPS_PER_LAYER = 36  # a decoder layer's kernels per decoded token, LoRA folded or off (counted: 35.8-36.0)
+LORA_OPS = 4.0  # an unfolded LoRA target's kernels per layer and token (counted: x A, x B, the scale, the add)
+TAIL_OPS = 68  # the embedding, final norm, head and sampling tail's kernels per token (counted: 35-68, the graph
+# decode's at the evaluation sampler the most)
+STEP_KERNELS = 3.2  # a training micro-batch's kernels over a decoded token's with LoRA (counted: 5,118 / 1,598)
 PARTS = ("compute", "kv", "tail", "launch", "host")
 
 
@@ -348,7 +351,8 @@ def breakdown(cost: CostModel, jobs) -> list[str]:
         f"    assumed: every response {cost.cfg.eval.sampling.max_new_tokens} tokens (max_new_tokens), prompts "
         f"{PROMPT_TOKENS}; a kernel {EAGER_OP_S * 1e6:g} us launched eagerly, {GRAPH_OP_S * 1e6:g} us in a CUDA "
         f"graph; {cost.token_kernels(False):.0f} kernels a decoded token ({cost.token_kernels(True):.0f} with LoRA "
-        f"unfolded); training micro-batch {cost.micro_batch}; graphs off under the cut top-p"
+        f"unfolded; counted at dispatch on a CPU, bench/op_counts.py); training micro-batch {cost.micro_batch}; graphs "
+        "off under the cut top-p"
     )
     return out
 

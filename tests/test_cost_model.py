@@ -122,3 +122,26 @@ def test_gpu_check_sets_the_measured_seconds_per_kernel_beside_the_assumed():
         got["measured_eager_s_at_most"] == pytest.approx(2.0 / 100 / 2000) and got["measured_graph_s_at_most"] is None
     )
     assert got["assumed_eager_s"] == cost_model.EAGER_OP_S and got["assumed_graph_s"] == cost_model.GRAPH_OP_S
+
+
+def test_the_kernel_counts_are_what_the_code_dispatches():
+    """runner/cost_model.py's kernel counts are bench/op_counts.py's: the non-view aten ops that a decoded token
+    dispatches per layer, per LoRA target and besides the layers, and a training micro-batch's, counted here on
+    1- and 2-layer Qwen2-shaped models in the study's dtype (a change to the sampler, the LoRA or the loss that
+    adds kernels fails this until the cost model is counted again)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import op_counts
+
+    cfg = config.load(str(ROOT / "configs" / "qwen05b.yaml"))
+    s = config.SamplingCfg(**{**vars(cfg.eval.sampling), "decode": "eager"})
+    ops = {(L, lo): op_counts.decode_ops(op_counts.toy(L, lo, cfg), s, 2, (2, 4))[0] for L in (1, 2) for lo in (0, 1)}
+    layer = ops[(2, 0)] - ops[(1, 0)]
+    lora = (ops[(2, 1)] - ops[(1, 1)] - layer) / len(cfg.lora.targets)
+    assert (layer, lora) == (cost_model.OPS_PER_LAYER, cost_model.LORA_OPS)
+    assert ops[(1, 0)] - layer <= cost_model.TAIL_OPS  # the model takes the largest: the graph decode's
+    step = {L: op_counts.micro_batch_ops(op_counts.toy(L, True, cfg), 2, 4)[0] for L in (1, 2)}
+    at_24 = 24 * (step[2] - step[1]) + 2 * step[1] - step[2]
+    token = 24 * (cost_model.OPS_PER_LAYER + len(cfg.lora.targets) * cost_model.LORA_OPS) + cost_model.TAIL_OPS
+    assert at_24 / token == pytest.approx(cost_model.STEP_KERNELS, abs=0.05)
