@@ -27,16 +27,22 @@ HOST_READS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::equal"}  # me
 
 
 class Count(TorchDispatchMode):
-    """The non-view aten ops dispatched inside the block, and the host reads among them."""
+    """The non-view aten ops dispatched inside the block, and the host reads among them, less the reads of
+    `host_side` tensors (or views of them): tensors that live on the host in a run, whatever the device."""
+
+    def __init__(self, host_side: tuple = ()):
+        super().__init__()
+        self.host_side = host_side
 
     def __enter__(self):
         self.ops, self.reads = 0, 0
         return super().__enter__()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func._schema.name
         self.ops += not func.is_view
-        self.reads += name in HOST_READS
+        if func._schema.name in HOST_READS:
+            x = args[0] if args else None
+            self.reads += not any(x is t or getattr(x, "_base", None) is t for t in self.host_side)
         return func(*args, **(kwargs or {}))
 
 
@@ -77,15 +83,17 @@ def decode_ops(model, s: config.SamplingCfg, rows: int, tokens: tuple[int, int])
     return (o2 - o1) / (tokens[1] - tokens[0]), (r2 - r1) / (tokens[1] - tokens[0])
 
 
-def micro_batch_ops(model, rows: int, length: int) -> tuple[int, int]:
-    """(ops, host reads) of one training micro-batch of `rows` completions of `length` tokens: forward, loss, backward,
-    and the step's reads of the loss (objective.policy_gradient)."""
+def micro_batch_ops(model, rows: int, length: int, micro_batch: int | None = None) -> tuple[int, int]:
+    """(ops, device reads) of one training micro-batch of `rows` completions of `length` tokens: forward, loss,
+    backward, and the step's reads of its sums (objective.policy_gradient). The advantages are a host tensor in
+    training (method/training.one_step makes them from the rewards), so reading them waits for no device.
+    micro_batch: the rows of each micro-batch (all of them by default: one micro-batch)."""
     model.train()
     prompts = [[5, 6, 7, 8]] * rows
     completions = [[9 + (i + j) % 50 for j in range(length)] for i in range(rows)]
     adv = torch.linspace(-1, 1, rows)
-    with Count() as c:
-        objective.policy_gradient(model, prompts, completions, adv, float(rows * length), rows, 0)
+    with Count(host_side=(adv,)) as c:
+        objective.policy_gradient(model, prompts, completions, adv, float(rows * length), micro_batch or rows, 0)
     model.eval()
     return c.ops, c.reads
 
@@ -127,10 +135,12 @@ def main():
     one = {L: micro_batch_ops(toy(L, True, cfg), a.rows, a.length) for L in (lo, hi)}
     layer = (one[hi][0] - one[lo][0]) / (hi - lo)
     rest = one[lo][0] - lo * layer
+    split = micro_batch_ops(toy(lo, True, cfg), a.rows, a.length, micro_batch=1)[1]  # one row a micro-batch
+    per = (split - one[lo][1]) / (a.rows - 1)
     print(
         f"training micro-batch ({a.rows} x {a.length} tokens, LoRA): {layer:.1f} ops a layer, {rest:.1f} besides; "
         f"at 24 layers {24 * layer + rest:.0f} ops (model: {cost_model.STEP_KERNELS} x a LoRA token's kernels); "
-        f"{one[lo][1]} host reads a step of one micro-batch"
+        f"device reads: {per:g} a micro-batch, {one[lo][1] - per:g} a step (its sums, read once)"
     )
 
 

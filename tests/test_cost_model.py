@@ -145,3 +145,18 @@ def test_the_kernel_counts_are_what_the_code_dispatches():
     at_24 = 24 * (step[2] - step[1]) + 2 * step[1] - step[2]
     token = 24 * (cost_model.OPS_PER_LAYER + len(cfg.lora.targets) * cost_model.LORA_OPS) + cost_model.TAIL_OPS
     assert at_24 / token == pytest.approx(cost_model.STEP_KERNELS, abs=0.05)
+
+
+def test_a_training_step_reads_the_device_once_a_micro_batch_at_most():
+    """objective.policy_gradient keeps its running sums on the device and reads them once a step; the one device read
+    a micro-batch makes is transformers' (its attention-mask check in the forward). Counted (item, nonzero, equal on
+    anything but the host-side advantages) in a step of 1 micro-batch and of 4."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import op_counts
+
+    model = op_counts.toy(1, True, config.load(str(ROOT / "configs" / "qwen05b.yaml")))
+    one, four = (op_counts.micro_batch_ops(model, 4, 4, micro_batch=m)[1] for m in (4, 1))
+    per_micro_batch = (four - one) / 3
+    assert per_micro_batch <= 1 and one - per_micro_batch <= 3  # the step's sums: loss, KL, policy gap
