@@ -26,6 +26,7 @@ import numpy as np
 
 from analysis import power, stats, support, verdict
 from analysis.inference import counts
+from analysis.run_inputs import RunInputs
 
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 DRAWS_AGAINST = (256, 1024)  # the k the study's pass@k curves reach
@@ -171,21 +172,22 @@ def _untruncated(s: dict | None) -> bool:
     return bool(s) and s["temperature"] == 1.0 and s["top_p"] >= 1.0 and s["top_k"] == 0
 
 
-def analyze(design, base: dict, rl: dict, sets: dict, inf) -> dict:
+def analyze(inputs: RunInputs, inf) -> dict:
     """Change 57's measures of a run: the gate (the base's own correct responses read 0 outside), the
     registered test per condition at the evaluation sampler, the shares per seed, on Z and off Z and per
     stratum, and at the training sampler (the `matched` set) the base log-probabilities and the tilt curve.
     Skipped, with the reason, when analyze.base_support is not set or the files lack the measure."""
     from analysis.secondary import problem_strata
 
-    spec = design.cfg.analyze.base_support
+    design, base, spec = inputs.design, inputs.base, inputs.design.cfg.analyze.base_support
     if spec is None:
         return {"skipped": "not registered (analyze.base_support)"}
     sc, last, level, alpha = design.primary_scoring, design.checkpoints[-1], inf.levels.ci, inf.levels.one_sided
     tol = spec.tolerance
     if not measured(base):
         return {"skipped": "the evaluation files hold no base_support record (eval.base_support was off)"}
-    gate_docs = {"test": base} | {f"evalsets/{k}": v[0] for k, v in sets.items() if v[0] is not None and measured(v[0])}
+    sets = {f"evalsets/{k}": v.base for k, v in inputs.sets.items() if v.base is not None}
+    gate_docs = {"test": base} | {k: d for k, d in sets.items() if measured(d)}
     gate = {name: outside_counts(d, sc, tol) for name, d in gate_docs.items()}
     gate_rows = {
         k: {
@@ -212,10 +214,9 @@ def analyze(design, base: dict, rl: dict, sets: dict, inf) -> dict:
         "conditions": {},
     }
     for cond in design.conditions:
-        seeds = [s for s in design.seeds_of(cond) if (cond, s, last) in rl]
+        seeds, docs = inputs.seeds_at(cond), inputs.docs_at(cond)
         if not seeds:
             continue
-        docs = [rl[(cond, s, last)] for s in seeds]
         if not all(measured(d) for d in docs):
             out["conditions"][cond] = {
                 "primary": cond == design.primary_condition,
@@ -247,30 +248,28 @@ def analyze(design, base: dict, rl: dict, sets: dict, inf) -> dict:
                 if s is not None
             },
         }
-    out["train"] = training_sampler(design, base, rl, sets, spec, sc, last, z, strata, inf)
+    out["train"] = training_sampler(inputs, sc, z, strata, inf)
     prim = out["conditions"].get(design.primary_condition)
     out["answer"] = prim["test"]["answer"] if prim and not prim.get("skipped") else None
     return out
 
 
-def training_sampler(
-    design, base: dict, rl: dict, sets: dict, spec, sc: str, last: int, z: np.ndarray, strata: np.ndarray, inf
-) -> dict:
+def training_sampler(inputs: RunInputs, sc: str, z: np.ndarray, strata: np.ndarray, inf) -> dict:
     """At the training sampler (untruncated: nothing is outside): the base log-probabilities at T 1 of the
     trained models' correct responses drawn there (the matched set) beside the base's own (its untruncated
     base-only set), and change 42's tilt test as a curve over w*, trained and base draws both at T 1."""
+    design, sets, spec = inputs.design, inputs.sets, inputs.design.cfg.analyze.base_support
     pool_name = next(
         (
             k
             for k, v in sets.items()
-            if v[0] is not None and design.cfg.eval_sets[k].models == "base" and _untruncated(v[0]["sampling"])
+            if v.base is not None and design.cfg.eval_sets[k].models == "base" and _untruncated(v.base["sampling"])
         ),
         None,
     )
     if spec.matched is None or pool_name is None or spec.matched not in sets:
         return {"skipped": "no matched set of the trained models and no base-only set at the training sampler"}
-    pool = sets[pool_name][0]
-    matched = sets[spec.matched][1]
+    pool = sets[pool_name].base
     res = {
         "skipped": None,
         "matched": spec.matched,
@@ -279,9 +278,9 @@ def training_sampler(
         "base": {"all": describe_logp(log_probs(pool, sc)), "z": describe_logp(log_probs(pool, sc, z))},
         "conditions": {},
     }
-    cb, pc = counts(base, sc), counts(pool, sc)
+    cb, pc = counts(inputs.base, sc), counts(pool, sc)
     for cond in design.conditions:
-        docs = [matched[(cond, s, last)] for s in design.seeds_of(cond) if (cond, s, last) in matched]
+        docs = inputs.docs_at(cond, name=spec.matched)
         if not docs or not all(measured(d) for d in docs):
             continue
         lp_all = np.concatenate([log_probs(d, sc) for d in docs])

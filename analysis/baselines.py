@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from analysis.inference import counts
+from analysis.run_inputs import RunInputs
 
 
 def curve(p: np.ndarray, k_max: int) -> list[float]:
@@ -104,19 +105,19 @@ def z_at_t1(pool: dict, docs: list[dict], scoring: str, off_tilt: float | None) 
     }
 
 
-def analyze(design, base: dict, rl: dict, sets: dict, inf) -> dict:
+def analyze(inputs: RunInputs, inf) -> dict:
+    design, base, sets = inputs.design, inputs.base, inputs.sets
     spec = design.cfg.analyze.baselines
     if spec is None:
         return {"skipped": "not registered (analyze.baselines)"}
     cond, last, K = design.primary_condition, design.checkpoints[-1], inf.k
     sc = design.primary_scoring  # the study's measure of ability (pass@k), as RL's curves are read
-    pool, matched = sets[spec.pool][0], sets[spec.matched][1]
-    docs = [matched[(cond, s, last)] for s in design.seeds_of(cond) if (cond, s, last) in matched]
-    tests = [rl[(cond, s, last)] for s in design.seeds_of(cond) if (cond, s, last) in rl]
+    pool = sets[spec.pool].base
+    docs, tests = inputs.docs_at(cond, name=spec.matched), inputs.docs_at(cond)
     if pool is None or not docs:
         return {"skipped": f"the {spec.pool} file or the {spec.matched} files of {cond} are missing"}
 
-    every = [base, pool, *docs, *tests, *(sets[n][0] for n in spec.sweep if sets[n][0])]
+    every = [base, pool, *docs, *tests, *(sets[n].base for n in spec.sweep if sets[n].base)]
     K = min([K] + [max(int(k) for k in d["pass_at_k"][sc]) for d in every])  # the largest k every file holds
 
     def own(d):  # a file's own (unbiased) pass@k, k = 1..K
@@ -127,7 +128,7 @@ def analyze(design, base: dict, rl: dict, sets: dict, inf) -> dict:
 
     sweep = sorted(
         [(base["sampling"], own(base), "test")]
-        + [(sets[n][0]["sampling"], own(sets[n][0]), n) for n in spec.sweep if sets[n][0]],
+        + [(sets[n].base["sampling"], own(sets[n].base), n) for n in spec.sweep if sets[n].base],
         key=lambda t: t[0]["temperature"],
     )
     p = np.array([c / pool["sampling"]["n"] for c in counts(pool, sc)])

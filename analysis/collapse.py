@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from analysis.run_inputs import RunInputs
 from analysis.stats import exact_interval
 
 
@@ -43,13 +44,15 @@ def rate(flags: list[bool | None], level: float = 0.95) -> dict:
     return {"collapsed": x, "seeds": m, "rate": x / m, "ci": exact_interval(x, m, level)}
 
 
-def analyze(run, design, rl: dict | None = None, sets: dict | None = None) -> dict:
-    """Per condition trained by gradient (a log with no_signal): each seed's reading and the rate; beside it, change
-    70's lock-in on the condition's test evaluations (`rl`) and on each evaluation set's (`sets`), descriptive."""
+def analyze(inputs: RunInputs) -> dict:
+    """Per condition trained by gradient (a log with no_signal): each seed's reading and the rate (from the training
+    logs in inputs.run); beside it, change 70's lock-in on the condition's test evaluations and on each evaluation
+    set's, descriptive."""
     from analysis import concentration
     from analysis.run_files import read_csv
     from orchestration import study
 
+    design, run = inputs.design, inputs.run
     spec = design.cfg.analyze.collapse
     if spec is None:
         return {"skipped": "not registered (analyze.collapse)"}
@@ -67,8 +70,8 @@ def analyze(run, design, rl: dict | None = None, sets: dict | None = None) -> di
             "per_seed": {str(s): r for s, r in seeds.items()},
             **rate([r["collapsed"] for r in seeds.values()]),
         }
-        locks = {"test": concentration.lock_in(design, cond, rl or {})} | {
-            name: concentration.lock_in(design, cond, s[1] or {}) for name, s in (sets or {}).items()
+        locks = {"test": concentration.lock_in(inputs.docs_at(cond))} | {
+            name: concentration.lock_in(inputs.docs_at(cond, name=name)) for name in inputs.sets
         }
         if any(v is not None for v in locks.values()):
             out["conditions"][cond]["lock_in"] = {k: v for k, v in locks.items() if v is not None}

@@ -52,13 +52,9 @@ def reading(cells: list[dict], level: float = 0.95) -> dict:
     }
 
 
-def lock_in(design, cond: str, files: dict) -> dict | None:
-    """The lock-in reading over (seed, problem) cells of a condition's last-checkpoint files in `files`
-    ({(cond, seed, step): doc}); None where there are none or they keep no responses."""
-    if not files:
-        return None
-    last = design.checkpoints[-1]
-    docs = [files[(cond, s, last)] for s in design.seeds_of(cond) if (cond, s, last) in files]
+def lock_in(docs: list[dict]) -> dict | None:
+    """The lock-in reading over (seed, problem) cells of one condition's evaluation files at a checkpoint;
+    None where there are none or they keep no responses."""
     if not docs or not all("responses" in p for d in docs for p in d["problems"]):
         return None
     return reading([c for d in docs for c in of_rows(d["problems"])])

@@ -1,6 +1,6 @@
 """verdicts.json's layout, named once: the keys an entry (one condition x checkpoint x scoring of
 PLAN.md section 7) and the primary answer hold, for the analysis that writes them
-(analysis/assemble.py, analysis/verdict.py) and the printer that reads them (analysis/report.py).
+(analysis/entries.py, analysis/verdict.py) and the printer that reads them (analysis/report.py).
 tests/test_report.py checks that every entry the analysis makes has exactly these keys and that the
 printer reads no other."""
 
@@ -8,14 +8,33 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+DIVERSITY = (  # the diversity fields of an evaluation file's problems, and how they are named where shown
+    ("distinct_answers", "distinct answers"),
+    ("answer_entropy", "answer entropy (nats)"),
+    ("token_entropy", "token entropy at T = 1 (nats)"),
+)
 MODEL_BASED = (
     "model-based (beta-binomial)"  # what every value the beta-binomial fit predicts is called where it is shown
 )
 
 
+def key_fields(key) -> dict:
+    """A model's fields in a row of the document: the base's, or (condition, seed, step)'s."""
+    return (
+        {"condition": "base", "seed": None, "step": None}
+        if key is None
+        else {"condition": key[0], "seed": key[1], "step": key[2]}
+    )
+
+
+def model_label(key) -> str:
+    """A model's name where it is shown: the base, or (condition, seed, step)'s."""
+    return "base" if key is None else f"{key[0]} s{key[1]} step {key[2]}"
+
+
 class Entry(TypedDict):
     """One entry of verdicts.json's `entries`: verdict.compare's tests and label, then what
-    assemble.entry and the Holm step add."""
+    entries.entry and the Holm step add."""
 
     condition: str
     step: int

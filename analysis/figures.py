@@ -9,9 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.document import MODEL_BASED
+from analysis.document import DIVERSITY, MODEL_BASED, model_label
 from analysis.run_files import DEV_COLUMNS, DEV_REQUIRED, TRAIN_COLUMNS, Design, InputError, read_csv, read_design
-from analysis.secondary import DIVERSITY, model_label
 from countdown import SCORINGS
 from orchestration import study
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis import verdict
+from analysis import stats, verdict
 
 
 @dataclass
@@ -20,6 +20,10 @@ class Inference:
     n: int
     n_base: int
     k: int
+
+    def seed_draws(self, S: int) -> np.ndarray:
+        """The crossed bootstrap's seed draws for S seeds, at this analysis' resamples and bootstrap seed."""
+        return stats.seed_resample_indices(S, self.draws.resamples, self.draws.seed)
 
 
 def counts(doc: dict, sc: str) -> np.ndarray:

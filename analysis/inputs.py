@@ -35,7 +35,8 @@ def warnings(run: Path, res: dict) -> list[str]:
     """Inputs made under another PLAN.md or PLAN_CHANGES.md (the latter only where both files record
     it: older files do not), other evaluation settings or another config, and optional inputs that are
     missing (res: assemble.analyze's result)."""
-    base, rl, design = res["base"], res["rl"], res["design"]
+    ri, design = res["inputs"], res["design"]
+    base, rl = ri.base, ri.trained
     prov = base.get("provenance", {})
     now = plan_hashes()
     out = []
@@ -65,7 +66,8 @@ def warnings(run: Path, res: dict) -> list[str]:
     expected += [f"{design.train_name(c, s)}/train_log.csv" for c, s in trained]
     if cfg.train.dev_every > 0:
         expected += [f"{design.train_name(c, s)}/train_eval.csv" for c, s in trained]
-    for b, docs, prefix in res["sets"].values():
+    for es in ri.sets.values():
+        b, docs, prefix = es.base, es.trained, es.prefix
         for d in ([b] if b is not None else []) + list(docs.values()):
             if not same_config(d.get("provenance"), prov):
                 out.append(
@@ -147,7 +149,7 @@ def probes(run: Path) -> list[dict]:
 def first_problem(res: dict) -> dict | None:
     """The first test problem's first responses from the base and from each condition's last checkpoint
     (its lowest seed), each with its strategy where the task has one (analysis/strategies.classify_strategy)."""
-    base, rl, design = res["base"], res["rl"], res["design"]
+    base, rl, design = res["inputs"].base, res["inputs"].trained, res["design"]
     first = base["problems"][0]
     if "responses" not in first:
         return None

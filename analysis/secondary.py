@@ -1,30 +1,22 @@
-"""The secondary analyses of PLAN.md sections 7b and 7c: the controls' hypotheses H4-H6, pass@k
-beyond n (the beta-binomial model and its check on the study's own data), boundary counts,
-diversity, test vs out-of-distribution sets, and the token level. Descriptive or secondary
-throughout; the statistics come from analysis/stats.py, the inputs from analysis/run_files.py.
+"""The secondary analyses of PLAN.md sections 7b-7d: the controls' hypotheses H4-H6, diversity, test vs
+out-of-distribution sets, the token level, strategies and strata (pass@k beyond n and the boundary counts are
+analysis/beyond.py's). Descriptive or secondary throughout; the statistics come from analysis/stats.py, the inputs
+from analysis/run_inputs.py.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from analysis.document import DIVERSITY, key_fields, model_label
 from analysis.inference import Inference, counts
-from analysis.passmodel import (
-    boundary,
-    boundary_null,
-    contrast_check,
-    extrapolation_check,
-    fit_pass_model,
-    model_pass_at_k,
-    parametric_replicates,
-)
-from analysis.run_files import DEFAULT_CONDITION, Design
+from analysis.run_files import DEFAULT_CONDITION
+from analysis.run_inputs import RunInputs, ordered_keys
 from analysis.stats import (
     boot_curves,
     compare_conditions,
     crossed_replicates,
     pass_at_k_curves,
-    per_problem,
     percentile_interval,
     ratio_estimate,
     resample_indices,
@@ -35,13 +27,6 @@ from countdown import ARITH_DIGITS, SCORINGS, Problem, operands, score_loose, st
 CONTROL_SCORING = {"H4": "loose", "H5": "strict", "H6": "loose"}  # PLAN.md section 7b
 
 
-DIVERSITY = (
-    ("distinct_answers", "distinct answers"),
-    ("answer_entropy", "answer entropy (nats)"),
-    ("token_entropy", "token entropy at T = 1 (nats)"),
-)
-
-
 PAPER_TABLE2 = {
     "source": "arXiv 2605.06241, Table 2 (a different model and task)",
     "share_reranked": [0.01, 0.04],
@@ -49,23 +34,6 @@ PAPER_TABLE2 = {
     "entropy_ratio": [7.6, 12.6],
     "mean_rank_changed": [2.1, 2.4],
 }
-
-
-def _key_fields(key) -> dict:
-    return (
-        {"condition": "base", "seed": None, "step": None}
-        if key is None
-        else {"condition": key[0], "seed": key[1], "step": key[2]}
-    )
-
-
-def model_label(key) -> str:
-    return "base" if key is None else f"{key[0]} s{key[1]} step {key[2]}"
-
-
-def _ordered(design: Design, docs: dict, step: int | None = None) -> list[tuple]:
-    """The keys of docs in the design's order (conditions as registered, then seeds, then steps)."""
-    return [k for k in design.expected() if k in docs and (step is None or k[2] == step)]
 
 
 def find_twins(settings: dict[str, dict], varied: str, is_treated) -> list[tuple[str, str]]:
@@ -93,13 +61,13 @@ def find_twins(settings: dict[str, dict], varied: str, is_treated) -> list[tuple
 # ============================================================================= controls: H4-H6
 
 
-def analyze_controls(design: Design, base: dict, rl: dict, entries: list[dict], inf: Inference, last: int) -> dict:
+def analyze_controls(inputs: RunInputs, entries: list[dict], inf: Inference) -> dict:
     """H4-H6 (PLAN.md section 7b), each asked of every registered pair its settings define
     (find_twins), at the last checkpoint; a hypothesis whose conditions are not registered, or whose
     evaluations are missing, is listed as skipped with the reason. Seeds of the two conditions are
     drawn independently (compare_conditions), problems shared."""
-    c = Controls(design, base, rl, {(e["condition"], e["step"], e["scoring"]): e for e in entries}, inf, last)
-    st = design.settings
+    c = Controls(inputs, {(e["condition"], e["step"], e["scoring"]): e for e in entries}, inf)
+    st = inputs.design.settings
     for h, varied, treated, ask, none in (
         (
             "H4",
@@ -145,19 +113,20 @@ def _holds(bn_a: dict, bn_b: dict) -> bool | None:
 class Controls:
     """What H4-H6 share: the run's evaluations at the last checkpoint, the entries, the bootstrap."""
 
-    def __init__(self, design: Design, base: dict, rl: dict, by_key: dict, inf: Inference, last: int):
-        self.design, self.base, self.rl, self.by_key, self.inf, self.last = design, base, rl, by_key, inf, last
-        self.out = {"step": last, "scorings": dict(CONTROL_SCORING), "h4": [], "h5": [], "h6": [], "skipped": []}
+    def __init__(self, inputs: RunInputs, by_key: dict, inf: Inference):
+        self.inputs, self.design, self.base, self.by_key, self.inf = inputs, inputs.design, inputs.base, by_key, inf
+        self.last = inputs.last
+        self.out = {"step": self.last, "scorings": dict(CONTROL_SCORING), "h4": [], "h5": [], "h6": [], "skipped": []}
 
     def seeds_of(self, c: str) -> list[int]:
-        return [s for s in self.design.seeds_of(c) if (c, s, self.last) in self.rl]
+        return self.inputs.seeds_at(c)
 
     def contrast(self, sc: str, a: str, b: str):
         sa, sb = self.seeds_of(a), self.seeds_of(b)
         inf = self.inf
         summ, ra, rb = compare_conditions(
-            [counts(self.rl[(a, s, self.last)], sc) for s in sa],
-            [counts(self.rl[(b, s, self.last)], sc) for s in sb],
+            [counts(d, sc) for d in self.inputs.docs_at(a)],
+            [counts(d, sc) for d in self.inputs.docs_at(b)],
             counts(self.base, sc),
             inf.n,
             inf.k,
@@ -247,200 +216,7 @@ class Controls:
         }
 
 
-# ============================================================================= beyond n, diversity, out of distribution, tokens
-
-
-def _largest_set(design: Design, sets: dict, n_test: int) -> str | None:
-    """The set on the trained task with the most samples per problem, if it has more than the test set."""
-    cands = [
-        (spec["n"], name) for name, spec in design.eval_sets.items() if not spec["ood"] and sets[name][0] is not None
-    ]
-    return max(cands)[1] if cands and max(cands)[0] > n_test else None
-
-
-def analyze_beyond(
-    design: Design, base: dict, rl: dict, sets: dict, last: int, n_base: int, n_test: int, ci: float
-) -> dict:
-    """pass@k beyond n (PLAN.md section 7c): the beta-binomial fits, per model and scoring, on the
-    largest-n set, each model-based curve with a parametric-bootstrap band (analyze.beyond_resamples
-    refits); the model checked on the study's own data, fitted on the test set's counts of the large
-    set's problems (the base's n_base samples, a trained model's n_test): (1) each model's level,
-    pass@n_large, and (2) the contrast the question is about, Delta pass@n_large RL - base, with a
-    paired bootstrap interval over problems (passmodel.contrast_check) and whether the measured contrast
-    lies in it, with the intervals' median width and the mean error; and the boundary counts at that n
-    against the null of chance alone (passmodel.boundary_null, the test set's base counts as the fresh
-    samples)."""
-    big = _largest_set(design, sets, n_test)
-    if big:
-        bdoc, brl, n, prefix = sets[big][0], sets[big][1], design.eval_sets[big]["n"], f"evalsets/{big}/"
-    else:
-        bdoc, brl, n, prefix = base, rl, n_base, ""
-    an = design.cfg.analyze
-    ext, B, seed = an.extrapolate_to, an.beyond_resamples, an.seed
-    models = [(None, bdoc)] + [(k, brl[k]) for k in _ordered(design, brl, last)]
-    sub = skipped = None
-    if big:
-        pos = {p["id"]: i for i, p in enumerate(base["problems"])}
-        ids = [p["id"] for p in bdoc["problems"]]
-        if design.eval_sets[big]["ood"] or any(i not in pos for i in ids):
-            skipped = "the large set's problems are not all test problems"
-        else:
-            sub = [pos[i] for i in ids]
-    else:
-        skipped = "no evaluation set has more samples per problem than the test set"
-    fits, curves_out, bound = fits_and_boundary(models, bdoc, base, prefix, sub, n_base, ext, B, seed, ci)
-    check, contrasts = (
-        checks(models, base, rl, sub, prefix, n_base, n_test, n, B, seed, ci) if sub is not None else ([], [])
-    )
-    covered = [r["covered"] for r in contrasts]
-    return {
-        "set": big or "test",
-        "n": n,
-        "extrapolate_to": ext,
-        "resamples": B,
-        "model_used": "beta-binomial",
-        "fits": fits,
-        "check": check,
-        "contrasts": contrasts,
-        "contrast_coverage": {
-            "covered": int(sum(covered)),
-            "of": len(covered),
-            "median_width": float(np.median([r["error_ci"][1] - r["error_ci"][0] for r in contrasts])),
-            "mean_error": float(np.mean([r["error"] for r in contrasts])),
-            "mean_error_by_scoring": {
-                sc: float(np.mean([r["error"] for r in contrasts if r["scoring"] == sc]))
-                for sc in SCORINGS
-                if any(r["scoring"] == sc for r in contrasts)
-            },
-        }
-        if covered
-        else None,
-        "check_skipped": skipped,
-        "boundary": bound,
-        "_curves": curves_out,
-    }
-
-
-def fits_and_boundary(
-    models: list, bdoc: dict, base: dict, prefix: str, sub, n_base: int, ext: int, B: int, seed: int, ci: float
-):
-    """Per model and scoring on the large set: the beta-binomial fit with its parametric band, and the
-    boundary counts against chance (the test set's base counts of the same problems as fresh samples)."""
-    fits, curves_out, bound = [], {}, []
-    for j, (key, d) in enumerate(models):
-        nd = d["sampling"]["n"]
-        ks = np.unique(np.geomspace(nd, max(ext, nd), 64).round().astype(int))
-        for sc in SCORINGS:
-            c = counts(d, sc)
-            f = fit_pass_model(c, nd)
-            reps = parametric_replicates(f, nd, len(c), ks, B, seed + 7919 * j + (sc == "loose"))
-            lo, hi = np.quantile(reps, [(1 - ci) / 2, (1 + ci) / 2], axis=0)
-            curves_out[(key, sc)] = {
-                "measured": pass_at_k_curves(c, nd, nd).mean(axis=0),
-                "ks_model": ks,
-                "model": model_pass_at_k(f, ks),
-                "band": (lo, hi),
-            }
-            fits.append(
-                {
-                    **_key_fields(key),
-                    "model": model_label(key),
-                    "scoring": sc,
-                    "file": prefix + d["_file"],
-                    "n": nd,
-                    "n_problems": len(c),
-                    "used": f["chosen"],
-                    "aic_prefers": f["aic_prefers"],
-                    "alpha": f["alpha"],
-                    "beta": f["beta"],
-                    "aic": {m: g["aic"] for m, g in f["fits"].items()},
-                    "loglik": {m: g["loglik"] for m, g in f["fits"].items()},
-                    "at_bound": f["at_bound"],
-                    "measured_pass_at_n": float(per_problem(c, nd, nd).mean()),
-                    "model_pass_at_n": float(model_pass_at_k(f, [nd])[0]),
-                    "extrapolate_to": ext,
-                    "model_pass_at_extrapolated": float(model_pass_at_k(f, [ext])[0]),
-                    "extrapolated_ci": [float(lo[-1]), float(hi[-1])],
-                }
-            )
-            if key is None:
-                continue
-            row = {
-                **_key_fields(key),
-                "model": model_label(key),
-                "scoring": sc,
-                "n": nd,
-                "file": prefix + d["_file"],
-                "base_file": prefix + bdoc["_file"],
-                **boundary(counts(bdoc, sc), c, [p["id"] for p in d["problems"]]),
-            }
-            if sub is not None:
-                row["null"] = boundary_null(counts(bdoc, sc), c, nd, counts(base, sc)[sub], n_base, seed=seed + 31 * j)
-            bound.append(row)
-    return fits, curves_out, bound
-
-
-def checks(
-    models: list,
-    base: dict,
-    rl: dict,
-    sub: list,
-    prefix: str,
-    n_base: int,
-    n_test: int,
-    n: int,
-    B: int,
-    seed: int,
-    ci: float,
-) -> tuple[list, list]:
-    """The model on the study's own data: fitted to the test set's counts of the large set's
-    problems, its pass@n (levels) and Delta pass@n (contrasts) against the large set's measurement.
-    models[0] is the base on the large set."""
-    check, contrasts = [], []
-    bdoc = models[0][1]
-    for key, d in models:
-        td = base if key is None else rl.get(key)
-        if td is None:
-            continue
-        n_small = n_base if key is None else n_test
-        for sc in SCORINGS:
-            r = extrapolation_check(counts(td, sc)[sub], n_small, counts(d, sc), n)
-            check.append(
-                {
-                    **_key_fields(key),
-                    "model": model_label(key),
-                    "scoring": sc,
-                    "fit_file": td["_file"],
-                    "target_file": prefix + d["_file"],
-                    "n_problems": len(sub),
-                    **r,
-                }
-            )
-            if key is not None:
-                r = contrast_check(
-                    counts(base, sc)[sub],
-                    n_base,
-                    counts(td, sc)[sub],
-                    n_test,
-                    counts(bdoc, sc),
-                    counts(d, sc),
-                    n,
-                    B,
-                    seed,
-                    ci,
-                )
-                contrasts.append(
-                    {
-                        **_key_fields(key),
-                        "model": model_label(key),
-                        "scoring": sc,
-                        "fit_file": td["_file"],
-                        "target_file": prefix + d["_file"],
-                        "n_problems": len(sub),
-                        **r,
-                    }
-                )
-    return check, contrasts
+# ============================================================================= diversity, out of distribution, tokens
 
 
 def _diversity_means(doc: dict) -> dict:
@@ -452,21 +228,20 @@ def _diversity_means(doc: dict) -> dict:
     return out
 
 
-def analyze_diversity(design: Design, base: dict, rl: dict, sets: dict) -> dict:
+def analyze_diversity(inputs: RunInputs) -> dict:
     """Per model (every set that carries the fields) the mean over problems of distinct answers,
     answer entropy and token entropy; per set, condition and checkpoint the mean over seeds."""
-    models, conds = [], []
-    for name, (b, docs, prefix) in [("test", (base, rl, ""))] + [
-        (s, (v[0], v[1], f"evalsets/{s}/")) for s, v in sets.items()
-    ]:
+    design, models, conds = inputs.design, [], []
+    for name, es in [("test", inputs.test), *inputs.sets.items()]:
+        b, docs, prefix = es.base, es.trained, es.prefix
         if b is None:
             continue
-        rows = [(None, b)] + [(k, docs[k]) for k in _ordered(design, docs)]
+        rows = [(None, b)] + [(k, docs[k]) for k in ordered_keys(design, docs)]
         got = [(k, d, _diversity_means(d)) for k, d in rows]
         if all(v is None for _, _, m in got for v in m.values()):
             continue  # files from before the diversity fields
         for k, d, m in got:
-            models.append({"set": name, **_key_fields(k), "model": model_label(k), "file": prefix + d["_file"], **m})
+            models.append({"set": name, **key_fields(k), "model": model_label(k), "file": prefix + d["_file"], **m})
         conds.append({"set": name, "condition": "base", "step": None, "seeds": [], **got[0][2]})
         for c in design.conditions:
             for st in design.checkpoints:
@@ -491,26 +266,17 @@ def analyze_diversity(design: Design, base: dict, rl: dict, sets: dict) -> dict:
     return {"models": models, "conditions": conds, "fields": {k: w for k, w in DIVERSITY}}
 
 
-def analyze_ood(
-    design: Design,
-    sets: dict,
-    entries: list[dict],
-    curves: dict,
-    B: int,
-    bseed: int,
-    ci: float,
-    draws,
-    last: int,
-    k_test: int,
-) -> dict:
+def analyze_ood(inputs: RunInputs, entries: list[dict], curves: dict, inf: Inference) -> dict:
     """Test vs each out-of-distribution set (a set whose task is not the trained one), per condition at
     the last checkpoint and scoring: pass@1 and pass@k_max with Delta vs base; the test side from the
     registered entries, the out-of-distribution side from its own crossed bootstrap (its problems
     drawn by resample_indices(N_ood, B, seed)), percentile intervals, not adjusted: descriptive."""
+    design, last, k_test, ci = inputs.design, inputs.last, inf.k, inf.levels.ci
+    B, bseed, draws = inf.draws.resamples, inf.draws.seed, inf.seed_draws
     by_key = {(e["condition"], e["step"], e["scoring"]): e for e in entries}
     out = {}
     for name, spec in design.eval_sets.items():
-        b, docs, _ = sets[name]
+        b, docs = inputs.sets[name].base, inputs.sets[name].trained
         if not spec["ood"] or b is None:
             continue
         n, K = spec["n"], spec["k_max"]
@@ -532,7 +298,7 @@ def analyze_ood(
                 }
             )
             for c in design.conditions:
-                keys = [k for k in _ordered(design, docs, last) if k[0] == c]
+                keys = [k for k in ordered_keys(design, docs, last) if k[0] == c]
                 e = by_key.get((c, last, sc))
                 if not keys or e is None:
                     continue
@@ -571,10 +337,11 @@ def analyze_ood(
     return out
 
 
-def analyze_tokens(design: Design, docs: dict, warnings: list[str]) -> dict:
+def analyze_tokens(inputs: RunInputs) -> dict:
     """One row per token file (condition x seed x checkpoint), its summary recomputed from the
     per-problem detail, beside the paper's ranges."""
-    rows = [{**_key_fields(k), "file": docs[k]["_file"], **docs[k]["_summary"]} for k in _ordered(design, docs)]
+    design, docs, warnings = inputs.design, inputs.tokens, inputs.token_warnings
+    rows = [{**key_fields(k), "file": docs[k]["_file"], **docs[k]["_summary"]} for k in ordered_keys(design, docs)]
     return {"enabled": design.tokens_enabled, "rows": rows, "paper": PAPER_TABLE2, "warnings": warnings}
 
 
@@ -650,11 +417,13 @@ def _model_strategies(c: dict) -> dict:
     }
 
 
-def analyze_strategies(design: Design, base: dict, rl: dict, idx: np.ndarray, draws, ci: float) -> dict:
+def analyze_strategies(inputs: RunInputs, inf: Inference) -> dict:
     """Which strategy each response to the test set uses, per model and per condition x checkpoint
     (pooled over seeds): shares, accuracy (loose) and the share of the correct answers each carries;
     RL - base per strategy share with the crossed bootstrap's percentile interval (the same problem
     draws as every entry); and the registered reading (PLAN.md section 7d), descriptive."""
+    design, base, rl = inputs.design, inputs.base, inputs.trained
+    idx, draws, ci = inf.draws.idx, inf.seed_draws, inf.levels.ci
     bc = strategy_counts(base)
     if bc is None:
         return {
@@ -665,15 +434,15 @@ def analyze_strategies(design: Design, base: dict, rl: dict, idx: np.ndarray, dr
         }
     n_base = base["sampling"]["n"]  # the base may have more samples per problem than the trained models
     by_model = {k: strategy_counts(d) for k, d in rl.items()}
-    models = [{**_key_fields(None), "file": base["_file"], **_model_strategies(bc)}]
+    models = [{**key_fields(None), "file": base["_file"], **_model_strategies(bc)}]
     models += [
-        {**_key_fields(k), "file": rl[k]["_file"], **_model_strategies(by_model[k])} for k in _ordered(design, rl)
+        {**key_fields(k), "file": rl[k]["_file"], **_model_strategies(by_model[k])} for k in ordered_keys(design, rl)
     ]
     conds, reading = [], []
     base_m = models[0]  # the base row: its shares and accuracies
     for c in design.conditions:
         for st in design.checkpoints:
-            keys = [k for k in _ordered(design, rl, st) if k[0] == c]
+            keys = [k for k in ordered_keys(design, rl, st) if k[0] == c]
             if not keys:
                 continue
             row = {"condition": c, "step": st, "seeds": [k[1] for k in keys], "share": {}, "delta": {}, "delta_ci": {}}
@@ -697,7 +466,7 @@ def analyze_strategies(design: Design, base: dict, rl: dict, idx: np.ndarray, dr
     strata = problem_strata(base)
     comps = computation_table("base", bc, strata)
     for c in design.conditions:
-        keys = [k for k in _ordered(design, rl, design.checkpoints[-1]) if k[0] == c]
+        keys = [k for k in ordered_keys(design, rl, design.checkpoints[-1]) if k[0] == c]
         if keys:
             comps += computation_table(c, {f: sum(by_model[k][f] for k in keys) for f in COMPUTATION_ROWS}, strata)
     return {
@@ -743,12 +512,13 @@ def problem_strata(doc: dict) -> np.ndarray:
     )
 
 
-def analyze_strata(design: Design, base: dict, rl: dict, conditions: list[str], inf: Inference, last: int) -> dict:
+def analyze_strata(inputs: RunInputs, conditions: list[str], inf: Inference) -> dict:
     """Per stratum and scoring: pass@1 and pass@k of the base and of each condition at the last
     checkpoint (mean over seeds), Delta vs the base with the crossed bootstrap's percentile interval
     over the stratum's own problems (its problems redrawn within it). Secondary and descriptive."""
     from analysis.verdict import Draws
 
+    design, base, rl, last = inputs.design, inputs.base, inputs.trained, inputs.last
     n_base, n, k, draws, ci = inf.n_base, inf.n, inf.k, inf.draws, inf.levels.ci
     labels = problem_strata(base)
     if all(x is None for x in labels):
@@ -768,7 +538,7 @@ def analyze_strata(design: Design, base: dict, rl: dict, conditions: list[str], 
                 }
             }
             for c in conditions:
-                keys = [x for x in _ordered(design, rl, last) if x[0] == c]
+                keys = [x for x in ordered_keys(design, rl, last) if x[0] == c]
                 if not keys:
                     continue
                 pr = np.stack(

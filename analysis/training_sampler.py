@@ -18,6 +18,7 @@ import numpy as np
 
 from analysis import within_correct
 from analysis.inference import counts
+from analysis.run_inputs import RunInputs
 from analysis.strategies import classify_computation
 from analysis.within_correct import Responses
 from orchestration import study
@@ -97,14 +98,15 @@ def on_problems(r: Responses, keep: np.ndarray) -> Responses:
     return Responses(r.seed[m], r.problem[m], r.base_logp[m], r.self_logp[m], r.length[m], r.outside[m])
 
 
-def analyze(design, base: dict, sets: dict, inf) -> dict:
+def analyze(inputs: RunInputs, inf) -> dict:
     """Section 7e's answer per condition at the last checkpoint; skipped, with the reason, when not registered
     or the files lack the records."""
+    design, base = inputs.design, inputs.base
     spec = design.cfg.analyze.within_correct
     if spec is None:
         return {"skipped": "not registered (analyze.within_correct)"}
     tol, last = design.cfg.analyze.base_support.tolerance, design.checkpoints[-1]
-    pool, matched = sets[spec.pool][0], sets[spec.matched][1]
+    pool = inputs.sets[spec.pool].base
     if pool is None or not recorded(pool):
         return {"skipped": f"the base's {spec.pool} file holds no within-correct records (eval.within_correct)"}
     N, level, level_one_sided = len(pool["problems"]), inf.levels.ci, inf.levels.one_sided
@@ -120,8 +122,7 @@ def analyze(design, base: dict, sets: dict, inf) -> dict:
         "conditions": {},
     }
     for cond in design.conditions:
-        seeds = [s for s in design.seeds_of(cond) if (cond, s, last) in matched]
-        docs = [matched[(cond, s, last)] for s in seeds]
+        seeds, docs = inputs.seeds_at(cond, name=spec.matched), inputs.docs_at(cond, name=spec.matched)
         if not docs:
             continue
         if not all(recorded(d) for d in docs):

@@ -13,7 +13,7 @@ import scipy.stats
 from analysis_runs import FAST, B, analyze_cli, axes_drawn, entry, set_json, write_run, write_train_log
 from test_stats import ref_pass1
 
-from analysis import assemble, figures, report, run_files, stats
+from analysis import assemble, entries as registered, figures, report, run_files, stats
 from orchestration import provenance
 
 pytestmark = pytest.mark.slow  # whole pipelines or real weights: left out of the fast loop
@@ -136,19 +136,19 @@ def test_end_to_end_layout_order_and_families(main_run):
         assert e["passk_ci"][0] <= e["passk_ci90"][0] <= e["passk_ci90"][1] <= e["passk_ci"][1]
         assert e["vs_null"]["ci"][0] <= e["vs_null"]["diff"] <= e["vs_null"]["ci"][1]
         for t, x in e["adjusted"].items():  # adjusted p-values are never below the raw ones
-            raw = assemble.raw_p(e)[t]
+            raw = registered.raw_p(e)[t]
             assert (x is None) == (raw is None) and (x is None or x >= raw - 1e-15)
     [prim] = [e for e in out["entries"] if e["primary"]]
     assert (prim["condition"], prim["step"], prim["scoring"], prim["family"]) == ("many", 150, "loose", "primary")
-    assert prim["adjusted"] == assemble.raw_p(prim)
+    assert prim["adjusted"] == registered.raw_p(prim)
     fam = out["families"]
     assert set(fam) == {"secondary-loose", "secondary-strict"}
     for sc, f in fam.items():  # every asked test of every secondary entry of the scoring, no more
         es = [e for e in out["entries"] if e["family"] == sc]
-        assert f["size"] == sum(x is not None for e in es for x in assemble.raw_p(e).values())
-        p = [assemble.raw_p(e)[t] for e in es for t in assemble.TESTS if assemble.raw_p(e)[t] is not None]
-        lv = [f["levels"][t] for e in es for t in assemble.TESTS if assemble.raw_p(e)[t] is not None]
-        adj = [e["adjusted"][t] for e in es for t in assemble.TESTS if assemble.raw_p(e)[t] is not None]
+        assert f["size"] == sum(x is not None for e in es for x in registered.raw_p(e).values())
+        p = [registered.raw_p(e)[t] for e in es for t in registered.TESTS if registered.raw_p(e)[t] is not None]
+        lv = [f["levels"][t] for e in es for t in registered.TESTS if registered.raw_p(e)[t] is not None]
+        adj = [e["adjusted"][t] for e in es for t in registered.TESTS if registered.raw_p(e)[t] is not None]
         assert adj == pytest.approx(list(stats.holm(p, lv)), abs=1e-15)
     assert "many/150" not in fam["secondary-loose"]["entries"] and "many/150" in fam["secondary-strict"]["entries"]
     assert out["levels"] == {

@@ -10,6 +10,7 @@ import pytest
 
 import countdown
 from analysis import base_support, report_base_support, verdict
+from analysis.run_inputs import EvalSet, RunInputs
 from orchestration import config
 
 N_BASE, N = 64, 16
@@ -90,7 +91,7 @@ def inference(resamples=2000):
 def test_a_taught_unreachable_subset_beside_reachable_z_reads_expanded():
     unreachable = set(range(8))  # 8 of Z's 20 problems: correct answers only beyond the base's nucleus
     base, rl = world(lambda s, i: 0.2 if i in unreachable else -0.3)
-    out = base_support.analyze(design(), base, rl, {}, inference())
+    out = base_support.analyze(RunInputs(design(), EvalSet(base, rl)), inference())
     c = out["conditions"]["many"]
     assert out["gate"]["passed"] and c["test"]["answer"] == "expanded" and out["answer"] == "expanded"
     assert c["z"]["share"] == pytest.approx(8 / 20) and c["off_z"]["share"] == 0
@@ -104,21 +105,21 @@ def test_a_selection_of_the_base_reads_kept_and_rounding_is_not_outside():
     for s in rl:  # a few exactly at the edge: dropped by the exact rule, not beyond the tolerance
         rl[s]["problems"][3]["base_support"]["excess"][0] = 0.0
         rl[s]["problems"][3]["base_support"]["outside"][0] = True
-    out = base_support.analyze(design(), base, rl, {}, inference())
+    out = base_support.analyze(RunInputs(design(), EvalSet(base, rl)), inference())
     c = out["conditions"]["many"]
     assert c["test"]["answer"] == "kept" and c["all"]["outside"] == 0 and c["all"]["exact"] == 6
 
 
 def test_one_seeds_stray_answers_do_not_read_expanded():
     base, rl = world(lambda s, i: 0.2 if (s, i) == (2, 5) else -0.3)
-    c = base_support.analyze(design(), base, rl, {}, inference())["conditions"]["many"]
+    c = base_support.analyze(RunInputs(design(), EvalSet(base, rl)), inference())["conditions"]["many"]
     assert c["all"]["outside"] == 8 and c["test"]["answer"] != "expanded"
     assert c["test"]["above"]["p"] > 0.025
 
 
 def test_a_failed_gate_answers_nothing():
     base, rl = world(lambda s, i: 0.2 if i < 8 else -0.3, base_excess=0.01)  # the base's own answers read outside
-    out = base_support.analyze(design(), base, rl, {}, inference())
+    out = base_support.analyze(RunInputs(design(), EvalSet(base, rl)), inference())
     assert not out["gate"]["passed"]
     assert (
         out["conditions"]["many"]["test"]["answer"] == "not shown" and out["conditions"]["many"]["test"]["gate_failed"]
@@ -143,9 +144,8 @@ def test_the_training_sampler_reads_log_probabilities_and_the_tilt_curve():
     d = design()
     d.cfg.eval_sets = {"pool-train": config.EvalSetCfg(models="base"), "matched": config.EvalSetCfg(models="final")}
     d.cfg.analyze.base_support.matched = "matched"
-    out = base_support.analyze(
-        d, base, rl, {"pool-train": (pool, {}, ""), "matched": (None, matched, "")}, inference(500)
-    )
+    sets = {"pool-train": EvalSet(pool, {}), "matched": EvalSet(None, matched)}
+    out = base_support.analyze(RunInputs(d, EvalSet(base, rl), sets), inference(500))
     tr = out["train"]
     assert tr["base"]["all"]["quantiles"]["0.5"] == -2.0 and tr["conditions"]["many"]["all"]["quantiles"]["0.5"] == -9.0
     assert tr["conditions"]["many"]["all"]["beyond"]["1024"] == 1.0  # e^9 > 1,024 draws for each exact response
@@ -202,7 +202,7 @@ def test_a_condition_without_the_measure_is_skipped_not_fatal():
         }
         for (_, s, _), v in rl.items()
     }
-    out = base_support.analyze(d, base, rl | unmeasured, {}, inference(500))
+    out = base_support.analyze(RunInputs(d, EvalSet(base, rl | unmeasured)), inference(500))
     assert out["conditions"]["other"]["skipped"] and out["answer"] == "expanded"
     text = "\n".join(report_base_support.base_support_section({"base_support": out}))
     assert "its files hold no base_support record" in text

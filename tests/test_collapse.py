@@ -5,6 +5,7 @@ import pytest
 from scipy import stats as st
 
 from analysis import collapse
+from analysis.run_inputs import EvalSet, RunInputs, read_inputs
 
 
 def log(no_signal):
@@ -47,8 +48,8 @@ def test_smollm2_studys_collapsed_seed_is_the_one_the_rule_names():
     run = Path(__file__).resolve().parents[1] / "results" / "smollm2_study"
     cfg = config.load(None, ["analyze.collapse={}", "conditions={many: {}, sft: {method: sft}, rft: {method: rft}}"])
     seeds = {"many": [0, 1, 2, 3], "sft": [0, 1], "rft": [0, 1]}
-    design = SimpleNamespace(cfg=cfg, conditions=list(seeds), seeds_of=seeds.get)
-    out = collapse.analyze(run, design)
+    design = SimpleNamespace(cfg=cfg, conditions=list(seeds), seeds_of=seeds.get, checkpoints=[30])
+    out = collapse.analyze(RunInputs(design, EvalSet(None, {}), run=run))  # the logs alone
     assert [s for s, r in out["conditions"]["many"]["per_seed"].items() if r["collapsed"]] == ["0"]
     assert out["conditions"]["many"]["collapsed"] == 1 and out["conditions"]["many"]["seeds"] == 4
     assert "sft" not in out["conditions"] and out["conditions"]["rft"]["collapsed"] == 0
@@ -60,14 +61,11 @@ def test_lock_in_sits_beside_the_collapse_rate_on_smollm2_v2s_files():
     and --summary name it."""
     from pathlib import Path
 
-    from analysis import assemble
     from analysis.report_base_support import collapse_section
     from analysis.summary import measures
 
     run = Path(__file__).resolve().parents[1] / "results" / "smollm2_v2"
-    base, rl, _, design = assemble.find_evals(run)
-    sets = {name: assemble.find_set(run, design, name)[:2] for name in design.eval_sets}
-    c = collapse.analyze(run, design, rl, sets)["conditions"]["many"]
+    c = collapse.analyze(read_inputs(run))["conditions"]["many"]
     test, t1 = c["lock_in"]["test"], c["lock_in"]["matched"]
     assert (test["cells"], test["locked"], test["locked_wrong"]) == (2048, 1404, 528)
     assert t1["locked_wrong"] < test["locked_wrong"] and "pool-train" not in c["lock_in"]  # the base's set: no seeds

@@ -93,3 +93,45 @@ def test_bench_readme_lists_every_bench_file_once_as_a_tool_or_one_decision():
         f.name for f in (ROOT / "bench").glob("*.py")
     }
     assert len(rows) == len(set(rows))
+
+
+# analysis/'s rooms: statistics (pure functions on counts and arrays), reading (a run's files into RunInputs),
+# measures (each asks one question of RunInputs) and the document (verdicts.json's vocabulary and its printers);
+# analysis.assemble wires them and is in none.
+STATISTICS = {
+    "stats",
+    "power",
+    "passmodel",
+    "reweight",
+    "verdict",
+    "support",
+    "calibration",
+    "within_correct",
+    "synthetic",
+    "concentration",
+    "token_tree",
+    "strategies",
+    "recipe",
+    "inference",
+}
+READING = {"run_files", "run_inputs", "inputs"}
+DOCUMENT = {"document", "compat", "report", "report_base_support", "report_format", "report_legacy"}
+DOCUMENT |= {"report_secondary", "figures", "summary"}
+
+
+def test_the_analysis_rooms_point_one_way():
+    """Statistics import only statistics; reading imports no measure and no printer; the document's printers
+    import no measure (they print verdicts.json; the figures also read the training logs); every analysis module
+    is in a room."""
+    g = graph()
+    rooms = {m.split(".")[1]: deps for m, deps in g.items() if m.startswith("analysis.")}
+    measures = set(rooms) - STATISTICS - READING - DOCUMENT - {"assemble"}
+    known = {"entries", "primary_checks", "base_support", "training_sampler", "baselines", "collapse", "secondary"}
+    assert measures == known | {"beyond"}, measures  # a new module is put in a room here
+    analysis = {name: {d.split(".")[1] for d in deps if d.startswith("analysis.")} for name, deps in rooms.items()}
+    for name in STATISTICS:
+        assert analysis[name] <= STATISTICS, (name, analysis[name] - STATISTICS)
+    for name in READING:
+        assert analysis[name] <= STATISTICS | READING, (name, analysis[name] - STATISTICS - READING)
+    for name in DOCUMENT:
+        assert not analysis[name] & measures, (name, analysis[name] & measures)

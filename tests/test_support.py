@@ -241,6 +241,7 @@ def _design(seeds="own"):
     return SimpleNamespace(
         primary_scoring="loose",
         checkpoints=[10],
+        seeds_of=lambda c: [0, 1],
         cfg=SimpleNamespace(analyze=analyze, eval_sets={"pool": SimpleNamespace(seeds=seeds)}),
     )
 
@@ -248,13 +249,14 @@ def _design(seeds="own"):
 def test_the_analysis_runs_the_post_hoc_test_on_the_pool():
     """The analysis runs the post hoc test on the pool and refuses test seeds.
 
-    assemble.support_tests: --support-post-hoc on a run without analyze.support uses its calibration
+    primary_checks.support_tests: --support-post-hoc on a run without analyze.support uses its calibration
     pool at the evaluation sampler, says post hoc, and gives the numbers support_test gives; a pool sampled
     with the test set's seeds is one InputError."""
     from types import SimpleNamespace
 
-    from analysis import assemble
+    from analysis import primary_checks
     from analysis.run_files import InputError
+    from analysis.run_inputs import EvalSet, RunInputs
 
     rng = np.random.default_rng(0)
     base_c, pool_c, rl_c = np.array([0, 0, 3, 8] * 10), rng.binomial(64, 0.01, 40), rng.binomial(8, 0.4, (2, 40))
@@ -273,15 +275,12 @@ def test_the_analysis_runs_the_post_hoc_test_on_the_pool():
         "adjusted": {"rises": 0.001, "falls": 0.9, "below": 0.5},
     }
     inf = SimpleNamespace(n=8, levels=SimpleNamespace(one_sided=0.025), draws=SimpleNamespace(resamples=500, seed=3))
-    got = assemble.support_tests(
-        _design(), base, rl, {"pool": (pool, {}, "evalsets/pool/")}, [entry], inf, post_hoc_w=5.0
-    )
+    inputs = lambda design: RunInputs(design, EvalSet(base, rl), {"pool": EvalSet(pool, {}, "evalsets/pool/")})  # noqa: E731
+    got = primary_checks.support_tests(inputs(_design()), [entry], inf, post_hoc_w=5.0)
     want = support.support_test(base_c, pool_c, 64, rl_c, 8, 5.0, 0.025, 500, 3, "test", "pool")
     assert got["registered"] is False and got["w_star"] == 5.0
     assert got["conditions"]["many"]["tests"]["eval"] == want
     assert got["conditions"]["many"]["axes"] == {"sharpening": "pass@1 up", "support": {"eval": want["answer"]}}
-    assert assemble.support_tests(_design(), base, rl, {"pool": (pool, {}, "")}, [entry], inf)[
-        "skipped"
-    ]  # not registered
+    assert primary_checks.support_tests(inputs(_design()), [entry], inf)["skipped"]  # not registered
     with pytest.raises(InputError, match="seeds: own"):
-        assemble.support_tests(_design("test"), base, rl, {"pool": (pool, {}, "")}, [entry], inf, post_hoc_w=5.0)
+        primary_checks.support_tests(inputs(_design("test")), [entry], inf, post_hoc_w=5.0)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from analysis import report_base_support, training_sampler, verdict
+from analysis.run_inputs import EvalSet, RunInputs
 from orchestration import config
 from orchestration.analysis_settings import WithinCorrectCfg
 
@@ -37,7 +38,7 @@ def row(strict: int, strict_out: int, loose: int, loose_out: int, self_shift, se
     }
 
 
-def docs():
+def docs() -> RunInputs:
     """Strict answers: the trained models reweight them (a constant shift) with the base's outside share (3 of
     10 against 6 of 20); loose-only answers: all outside and favoured where the base finds them unlikely."""
     t1 = {"n": 32, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
@@ -52,7 +53,7 @@ def docs():
         "sampling": {"n": 32, "temperature": 0.6, "top_p": 0.95, "top_k": 0},
         "problems": [{"correct_strict": 3 * (i > 4), "correct_loose": 4 * (i > 4)} for i in range(P)],
     }
-    return test, {"pool-train": (pool, {}, ""), "matched": (None, trained, "")}
+    return RunInputs(design(), EvalSet(test, {}), {"pool-train": EvalSet(pool, {}), "matched": EvalSet(None, trained)})
 
 
 def design():
@@ -75,8 +76,7 @@ def inference():
 
 
 def test_correct_is_the_reward_the_condition_trained_on():
-    test, sets = docs()
-    out = training_sampler.analyze(design(), test, sets, inference())
+    out = training_sampler.analyze(docs(), inference())
     strict, loose = out["conditions"]["many"], out["conditions"]["loosely"]
     assert strict["scoring"] == "strict" and loose["scoring"] == "loose"
     assert strict["exponent"]["alpha"] == pytest.approx(1.0) and strict["gap"]["gap"] == pytest.approx(0.0)
@@ -88,15 +88,15 @@ def test_correct_is_the_reward_the_condition_trained_on():
 
 
 def test_files_without_the_records_are_skipped_with_the_reason():
-    test, sets = docs()
-    for p in sets["pool-train"][0]["problems"]:
+    inputs = docs()
+    for p in inputs.sets["pool-train"].base["problems"]:
         del p["base_support"]["logp_self"]
-    out = training_sampler.analyze(design(), test, sets, inference())
+    out = training_sampler.analyze(inputs, inference())
     assert out["skipped"] and "pool-train" in out["skipped"]
-    test, sets = docs()
-    for d in sets["matched"][1].values():
+    inputs = docs()
+    for d in inputs.sets["matched"].trained.values():
         del d["problems"][0]["base_support"]["excess_eval"]
-    out = training_sampler.analyze(design(), test, sets, inference())
+    out = training_sampler.analyze(inputs, inference())
     assert "records" in out["conditions"]["many"]["skipped"]
 
 
@@ -108,8 +108,7 @@ def test_the_config_refuses_the_measure_without_its_records():
 
 
 def test_the_report_prints_the_answer_with_its_deciding_numbers():
-    test, sets = docs()
-    wc = training_sampler.analyze(design(), test, sets, inference())
+    wc = training_sampler.analyze(docs(), inference())
     doc = {"within_correct": wc, "primary": {"condition": "many"}}
     text = "\n".join(report_base_support.within_correct_section(doc))
     assert "**reweighting**" in text and "1.000" in text and "| loosely | loose | 3 | toward-rare |" in text
