@@ -1,4 +1,4 @@
-"""The 0.5B study's GPU path measured in one run of about five minutes; each phase writes its JSON
+"""The 0.5B study's GPU path measured in one run of about five to eight minutes; each phase writes its JSON
 as it finishes, so a run cut short still returns what it measured.
 
     python bench/gpu_check.py --out DIR           # on a CUDA machine: DIR/00_setup.json ... DIR/summary.json
@@ -65,19 +65,25 @@ none starts once --budget-s has passed):
                       Zipf-shaped, the top 1,024 tokens holding ~97% of the mass) at 128 and 256 rows:
                       ms per token through sampling.tail sort and cut (method/cut_tail.py) over 20
                       calls, the same uniforms for both, and the draws that differ.
+  10 decode_paths     whole decode calls at the evaluation sampler, 128 new tokens, no stop: graph and eager
+                      decode x top-p tail by sort and by cut x LoRA folded and not, seconds per decode step
+                      (under the cut the graph decode's steps run eagerly: no capture; gpu_step.decode_paths).
+  11 step_host        objective.policy_gradient on 8 fixed rows of 128 tokens in micro-batches of 1, 2, 4
+                      and 8: the fixed seconds per micro-batch (launches, host time) from a least-squares
+                      line, beside the cost model's floor (its kernels x EAGER_OP_S; gpu_step.step_host).
 
 Sizes on a GPU (--dry): rows 16 x 8 = 128 (2 x 4 = 8, compacting down to 2 rows); new tokens 64
 in phase 01 and the capture-failure child (24), 384 in phases 03-05 (8, 16, 16), 128 in phase 06
 and the determinism runs (8); kernels profiled over 16 tokens (8); evaluation: the base's largest call, 256 rows (4);
 phase 08: 4 x 64 samples at max_rows 256 and 64, 128 tokens (2 x 4 at 8 and 2, 8 tokens); phase 09: 128
-and 256 rows, 20 timed calls (4 and 8 rows, 2 calls).
+and 256 rows, 20 timed calls (4 and 8 rows, 2 calls); phases 10-11: 128 tokens (2).
 
 Time on one H200-class GPU, estimated by reading (no GPU has run this version): an eager decode
 step of the 24-layer model with LoRA ~20-25 ms (launch-bound), a graph step ~3-6 ms at 128-256 rows
 (the sorted top-p tail included), a captured bucket ~0.5 s, a training micro-batch of 2 ~0.15 s:
-  setup 20 s   01 30 s   02 25 s   03 40 s   04 65 s   05 25 s   06 15 s   07 5 s   08 15 s   09 10 s
+  setup 20 s   01 30 s   02 25 s   03 40 s   04 65 s   05 25 s   06 15 s   07 5 s   08 15 s   09 10 s   10 50 s   11 10 s
 (02: a child process's imports and its 2-layer model; 03: three steps; 09: the logits drawn on the
-host): 250 s in all, 6.3 minutes at 1.5 x these. --budget-s (default 360) starts no phase after
+host; 10: eight paths, two calls each): 310 s in all, 7.8 minutes at 1.5 x these. --budget-s (default 360) starts no phase after
 6 minutes, so a slower run ends within 8: its last phase starts before 360 s and the longest (04)
 takes ~100 s at 1.5 x (tests/test_rehearsal.py reads these figures back).
 """
@@ -117,6 +123,7 @@ from gpu_context import (
     sync,
 )
 from gpu_sampling import batch_invariance, tail_timing
+from gpu_step import decode_paths, step_host
 
 from common import ROOT  # noqa: F401  (puts the repo on sys.path)
 
@@ -795,6 +802,8 @@ PHASES = (
     "device_speed",
     "batch_invariance",
     "tail_timing",
+    "decode_paths",
+    "step_host",
 )
 
 
@@ -855,6 +864,8 @@ def main(argv=None) -> int:
         "device_speed": lambda: device_speed(ctx),
         "batch_invariance": lambda: batch_invariance(ctx),
         "tail_timing": lambda: tail_timing(ctx),
+        "decode_paths": lambda: decode_paths(ctx),
+        "step_host": lambda: step_host(ctx),
     }
     for name in a.phases.split(","):
         runner.run(name, fns[name])

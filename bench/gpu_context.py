@@ -58,6 +58,7 @@ class Sizes:
     invariance_rows: tuple = (256, 64)
     tail_rows: tuple = (128, 256)  # phase 09: rows of the full vocabulary
     tail_reps: int = 20
+    tokens_paths: int = 128  # phases 10 and 11
 
 
 DRY_SIZES = Sizes(
@@ -72,6 +73,7 @@ DRY_SIZES = Sizes(
     invariance_rows=(8, 2),
     tail_rows=(4, 8),
     tail_reps=2,
+    tokens_paths=2,
 )
 
 

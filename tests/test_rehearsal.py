@@ -268,6 +268,8 @@ def test_gpu_check_dry_runs_every_phase_and_writes(tmp_path):
         "device_speed",
         "batch_invariance",
         "tail_timing",
+        "decode_paths",
+        "step_host",
     ]
     assert [p["phase"] for p in summary["phases"]] == names and all(p["status"] == "ok" for p in summary["phases"])
     files = (
@@ -345,6 +347,11 @@ def test_gpu_check_dry_runs_every_phase_and_writes(tmp_path):
             and 0 <= tt["differing_draws"] <= tt["draws"]
         )
     assert ph["tail_timing"]["vocab"] == 151936
+    paths = ph["decode_paths"]["paths"]  # 2 decodes x 2 tails x folded or not; the cut's graph decode captures nothing
+    assert len(paths) == 8 and all(p["seconds_per_step"] > 0 for p in paths.values())
+    assert [k for k, p in paths.items() if p["captures"]] == ["graph_sort_unfolded", "graph_sort_folded"]
+    h = ph["step_host"]
+    assert list(h["seconds_by_micro_batch"]) == ["1", "2", "4", "8"] and h["cost_model_kernels_per_micro_batch"] > 0
 
 
 def test_gpu_check_measures_the_laptops_budget_whatever_the_config(tmp_path):
