@@ -171,7 +171,7 @@ def test_the_training_sampler_reads_log_probabilities_and_the_tilt_curve():
 
 
 def test_change_42s_test_prints_the_interval_of_the_part_that_decided():
-    from analysis import report, support
+    from analysis import report_checks, support
 
     rng = np.random.default_rng(1)
     base = np.r_[np.zeros(20, int), rng.integers(1, 30, 40)]
@@ -180,9 +180,9 @@ def test_change_42s_test_prints_the_interval_of_the_part_that_decided():
     t = support.support_test(base, np.zeros(60, int), 192, rl, 32, 5.0, 0.025, 2000, 0, "test", "pool")
     part = t["above"] if t["answer"] != "kept" else t["below"]
     assert t["decided_by"] == ("t" if part["p_t"] >= part["p_boot"] else "bootstrap")
-    assert report.deciding_interval(t) == (t["rl_ci_t"] if t["decided_by"] == "t" else t["rl_ci"])
+    assert report_checks.deciding_interval(t) == (t["rl_ci_t"] if t["decided_by"] == "t" else t["rl_ci"])
     assert t["rl_ci_t"][0] < t["rl_rate"] < t["rl_ci_t"][1] and t["rl_ci_t"] != t["rl_ci"]
-    assert report.deciding_interval({"rl_ci": [0.1, 0.2]}) == [
+    assert report_checks.deciding_interval({"rl_ci": [0.1, 0.2]}) == [
         0.1,
         0.2,
     ]  # a document from before keeps its bootstrap interval
