@@ -4,7 +4,8 @@ prints is the one verdicts.json holds, and `analyze_b.py --report-only RUN` prin
 again from its verdicts.json. Every sentence of the analysis is made here or in the other report_*.py
 modules. One function per section, in PLAN.md's order (this file: the primary question and section 7's
 verdicts, and render() putting every section in order; report_checks.py: the calibration, the support test,
-power; report_base_support.py: change 57's measure, 7e, baselines, collapse; report_secondary.py: the rest);
+power; report_base_support.py: change 57's measure, 7e, baselines, collapse; report_beyond.py: 7c's model;
+report_secondary.py: the rest);
 report_format.table makes every markdown table.
 """
 
@@ -22,6 +23,7 @@ from analysis.report_base_support import (
     primary_sentence as support_sentence,
     within_correct_section,
 )
+from analysis.report_beyond import beyond_section, boundary_section
 from analysis.report_checks import (
     calibration_section,
     calibration_words,
@@ -31,8 +33,6 @@ from analysis.report_checks import (
 )
 from analysis.report_format import ci3, crossover_words, f3, p4, table, yn
 from analysis.report_secondary import (
-    beyond_section,
-    boundary_section,
     controls_section,
     diversity_section,
     inputs_section,

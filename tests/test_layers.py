@@ -116,7 +116,7 @@ STATISTICS = {
 }
 READING = {"run_files", "run_inputs", "inputs"}
 DOCUMENT = {"document", "compat", "report", "report_base_support", "report_format", "report_legacy"}
-DOCUMENT |= {"report_secondary", "report_checks", "figures", "summary"}
+DOCUMENT |= {"report_secondary", "report_checks", "report_beyond", "figures", "summary"}
 
 
 def test_the_analysis_rooms_point_one_way():

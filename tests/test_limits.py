@@ -12,11 +12,9 @@ MODULE_LINES, FUNCTION_LINES, PARAMETERS = 600, 80, 8
 MODULES = {  # path: lines today
     "runner/stages.py": 642,
     "orchestration/config.py": 638,
-    "analysis/report_secondary.py": 627,
     "orchestration/provenance.py": 611,
 }
 FUNCTIONS = {  # path:function: lines today
-    "analysis/report_secondary.py:beyond_section": 125,
     "analysis/report_secondary.py:controls_section": 95,
     "method/objective.py:policy_gradient": 90,
     "method/training.py:lr_sweep": 88,
