@@ -12,99 +12,114 @@ from analysis.report_format import ci3, crossover_words, f3, opt, p4, table, yn
 OLD = "not in this verdicts.json (written before the analysis kept the run's inputs in it): `analyze_b.py --run RUN` reads them again"
 
 
+def _h4_lines(c: dict, k: int, m: float) -> list[str]:
+    """H4: anchoring keeps the ceiling, per anchored condition and its unanchored twin."""
+    L = [
+        f"**H4 (anchoring, {c['scorings']['H4']} scoring):** with the KL anchor the ceiling pass@{k} is equivalent to the base's "
+        f"(TOST within ±{m:g}, the base-null reading's Holm-adjusted test), without it the ceiling falls. The contrast of the two "
+        f"is descriptive.",
+        "",
+    ]
+    L += table(
+        [
+            "anchored (β)",
+            f"Δpass@{k} 90% CI",
+            "p equiv (adj)",
+            "equivalent",
+            "unanchored",
+            f"Δpass@{k} [95% CI]",
+            "p falls (adj)",
+            "falls",
+            "H4 holds",
+            "Δ(anchored) − Δ(unanchored) [95% CI]",
+        ],
+        [
+            [
+                f"{h['anchored']} ({h['kl']:g})",
+                f"{h['anchored_passk_diff']:+.3f} {ci3(h['anchored_passk_ci90'])}",
+                "not asked" if h["anchored_p_equiv_adj"] is None else p4(h["anchored_p_equiv_adj"]),
+                yn(h["anchored_ceiling_equivalent"]),
+                h["unanchored"],
+                f"{h['unanchored_passk_diff']:+.3f} {ci3(h['unanchored_passk_ci'])}",
+                p4(h["unanchored_p_falls_adj"]),
+                yn(h["unanchored_ceiling_falls"]),
+                f"**{yn(h['holds'])}**",
+                f"{h['contrast']:+.3f} {ci3(h['contrast_ci'])}",
+            ]
+            for h in c["h4"]
+        ],
+    ) + [""]
+    return L
+
+
+def _h5_lines(c: dict, k: int, m: float) -> list[str]:
+    """H5: the share of the reference's pass@1 gain a format-only reward reaches."""
+    L = [
+        f"**H5 (format share, {c['scorings']['H5']} scoring):** the share of the reference's pass@1 gain that a reward for the "
+        "format alone reaches; an estimate (the percentile interval of the replicate ratios), not a test; not estimable when the "
+        "reference gain's 95% interval contains 0.",
+        "",
+    ]
+    L += table(
+        ["format-only condition", "Δpass@1 [95% CI]", "reference", "Δpass@1 [95% CI]", "share [95% CI]"],
+        [
+            [
+                h["condition"],
+                f"{h['gain']:+.3f} {ci3(h['gain_ci'])}",
+                h["reference"],
+                f"{h['reference_gain']:+.3f} {ci3(h['reference_gain_ci'])}",
+                f"{h['share']:.2f} [{h['ci'][0]:.2f}, {h['ci'][1]:.2f}]"
+                if h["estimable"]
+                else f"not estimable ({h['why']})",
+            ]
+            for h in c["h5"]
+        ],
+    ) + [""]
+    return L
+
+
+def _h6_lines(c: dict, k: int, m: float) -> list[str]:
+    """H6: GRPO against RFT and SFT over k, with a simultaneous band."""
+    L = [
+        f"**H6 (RL vs RFT and SFT, {c['scorings']['H6']} scoring):** Δ_k = pass@k(GRPO) − pass@k(other), k = 1…{k}, with a "
+        "simultaneous 95% band (max-|t|; figure `controls_h6.png`). Descriptive, secondary, not adjusted.",
+        "",
+    ]
+    L += table(
+        [
+            "GRPO",
+            "other (method)",
+            "Δpass@1 [95% CI]",
+            f"Δpass@{k} [95% CI]",
+            f"band half-width at k = 1, {k}",
+            "above at k = 1",
+            "where the curves cross",
+        ],
+        [
+            [
+                h["rl"],
+                f"{h['other']} ({h['method']})",
+                f"{h['diff_pass1']:+.3f} {ci3(h['ci_pass1'])}",
+                f"{h['diff_passk']:+.3f} {ci3(h['ci_passk'])}",
+                f"{(h['hi'][0] - h['lo'][0]) / 2:.3f}, {(h['hi'][-1] - h['lo'][-1]) / 2:.3f}",
+                h["crossover"]["leader_at_k1"],
+                "—"
+                if h["crossover"]["leader_at_k1"] == "tie"
+                else f"{h['crossover']['leader_at_k1']} leads: " + crossover_words(h["crossover"]),
+            ]
+            for h in c["h6"]
+        ],
+    ) + [""]
+    return L
+
+
 def controls_section(doc: dict) -> list[str]:
     """PLAN.md section 7b: H4-H6."""
     c, k, m = doc["controls"], doc["sizes"]["k_max"], doc["levels"]["margin"]
     L = [f"## Controls and baselines: H4–H6 (step {c['step']})", ""]
-    if c["h4"]:
-        L += [
-            f"**H4 (anchoring, {c['scorings']['H4']} scoring):** with the KL anchor the ceiling pass@{k} is equivalent to the base's "
-            f"(TOST within ±{m:g}, the base-null reading's Holm-adjusted test), without it the ceiling falls. The contrast of the two "
-            f"is descriptive.",
-            "",
-        ]
-        L += table(
-            [
-                "anchored (β)",
-                f"Δpass@{k} 90% CI",
-                "p equiv (adj)",
-                "equivalent",
-                "unanchored",
-                f"Δpass@{k} [95% CI]",
-                "p falls (adj)",
-                "falls",
-                "H4 holds",
-                "Δ(anchored) − Δ(unanchored) [95% CI]",
-            ],
-            [
-                [
-                    f"{h['anchored']} ({h['kl']:g})",
-                    f"{h['anchored_passk_diff']:+.3f} {ci3(h['anchored_passk_ci90'])}",
-                    "not asked" if h["anchored_p_equiv_adj"] is None else p4(h["anchored_p_equiv_adj"]),
-                    yn(h["anchored_ceiling_equivalent"]),
-                    h["unanchored"],
-                    f"{h['unanchored_passk_diff']:+.3f} {ci3(h['unanchored_passk_ci'])}",
-                    p4(h["unanchored_p_falls_adj"]),
-                    yn(h["unanchored_ceiling_falls"]),
-                    f"**{yn(h['holds'])}**",
-                    f"{h['contrast']:+.3f} {ci3(h['contrast_ci'])}",
-                ]
-                for h in c["h4"]
-            ],
-        ) + [""]
-    if c["h5"]:
-        L += [
-            f"**H5 (format share, {c['scorings']['H5']} scoring):** the share of the reference's pass@1 gain that a reward for the "
-            "format alone reaches; an estimate (the percentile interval of the replicate ratios), not a test; not estimable when the "
-            "reference gain's 95% interval contains 0.",
-            "",
-        ]
-        L += table(
-            ["format-only condition", "Δpass@1 [95% CI]", "reference", "Δpass@1 [95% CI]", "share [95% CI]"],
-            [
-                [
-                    h["condition"],
-                    f"{h['gain']:+.3f} {ci3(h['gain_ci'])}",
-                    h["reference"],
-                    f"{h['reference_gain']:+.3f} {ci3(h['reference_gain_ci'])}",
-                    f"{h['share']:.2f} [{h['ci'][0]:.2f}, {h['ci'][1]:.2f}]"
-                    if h["estimable"]
-                    else f"not estimable ({h['why']})",
-                ]
-                for h in c["h5"]
-            ],
-        ) + [""]
-    if c["h6"]:
-        L += [
-            f"**H6 (RL vs RFT and SFT, {c['scorings']['H6']} scoring):** Δ_k = pass@k(GRPO) − pass@k(other), k = 1…{k}, with a "
-            "simultaneous 95% band (max-|t|; figure `controls_h6.png`). Descriptive, secondary, not adjusted.",
-            "",
-        ]
-        L += table(
-            [
-                "GRPO",
-                "other (method)",
-                "Δpass@1 [95% CI]",
-                f"Δpass@{k} [95% CI]",
-                f"band half-width at k = 1, {k}",
-                "above at k = 1",
-                "where the curves cross",
-            ],
-            [
-                [
-                    h["rl"],
-                    f"{h['other']} ({h['method']})",
-                    f"{h['diff_pass1']:+.3f} {ci3(h['ci_pass1'])}",
-                    f"{h['diff_passk']:+.3f} {ci3(h['ci_passk'])}",
-                    f"{(h['hi'][0] - h['lo'][0]) / 2:.3f}, {(h['hi'][-1] - h['lo'][-1]) / 2:.3f}",
-                    h["crossover"]["leader_at_k1"],
-                    "—"
-                    if h["crossover"]["leader_at_k1"] == "tie"
-                    else f"{h['crossover']['leader_at_k1']} leads: " + crossover_words(h["crossover"]),
-                ]
-                for h in c["h6"]
-            ],
-        ) + [""]
+    L += _h4_lines(c, k, m) if c["h4"] else []
+    L += _h5_lines(c, k, m) if c["h5"] else []
+    L += _h6_lines(c, k, m) if c["h6"] else []
     L += [f"- {s['hypothesis']} not asked: {s['why']}." for s in c["skipped"]]
     return L + ([""] if c["skipped"] else [])
 
@@ -276,23 +291,28 @@ def strategies_section(doc: dict) -> list[str]:
         ],
     )
     if sg.get("computations"):  # runs analysed before change 44 have none
-        C = sg["computation_rows"]
-        L += [
-            "",
-            "**How the correct answers were computed** (`analysis/strategies.classify_computation`, from the last subtraction "
-            "`P - c = V`): *clean*, the right product and the right subtraction; *compensating*, a wrong product cancelled by a "
-            "wrong subtraction (a product 10 too small and a forgotten borrow); *other correct*, no subtraction written or a slip "
-            "after it. Response counts, trained models pooled over seeds at the last checkpoint. Descriptive.",
-            "",
-        ]
-        L += table(
-            ["model", "stratum"] + list(C) + ["compensating / correct"],
-            [
-                [r["model"], r["stratum"]] + [f"{r[k]:,}" for k in C] + [opt(r["compensating_share_of_correct"])]
-                for r in sg["computations"]
-            ],
-        )
+        L += _computation_lines(sg)
     return L + [""]
+
+
+def _computation_lines(sg: dict) -> list[str]:
+    """How the correct answers were computed, per model and stratum (response counts)."""
+    C = sg["computation_rows"]
+    L = [
+        "",
+        "**How the correct answers were computed** (`analysis/strategies.classify_computation`, from the last subtraction "
+        "`P - c = V`): *clean*, the right product and the right subtraction; *compensating*, a wrong product cancelled by a "
+        "wrong subtraction (a product 10 too small and a forgotten borrow); *other correct*, no subtraction written or a slip "
+        "after it. Response counts, trained models pooled over seeds at the last checkpoint. Descriptive.",
+        "",
+    ]
+    return L + table(
+        ["model", "stratum"] + list(C) + ["compensating / correct"],
+        [
+            [r["model"], r["stratum"]] + [f"{r[k]:,}" for k in C] + [opt(r["compensating_share_of_correct"])]
+            for r in sg["computations"]
+        ],
+    )
 
 
 def tokens_section(doc: dict) -> list[str]:

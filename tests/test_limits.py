@@ -15,13 +15,11 @@ MODULES = {  # path: lines today
     "orchestration/provenance.py": 611,
 }
 FUNCTIONS = {  # path:function: lines today
-    "analysis/report_secondary.py:controls_section": 95,
     "method/objective.py:policy_gradient": 90,
     "method/training.py:lr_sweep": 88,
     "analysis/assemble.py:verdicts_json": 87,
     "runner/preview.py:dry_run": 85,
     "orchestration/memory.py:estimate_memory": 85,
-    "analysis/report_secondary.py:strategies_section": 81,
 }
 PARAMETER_LISTS = {  # path:function: parameters today
     "orchestration/memory.py:estimate_memory": 13,
