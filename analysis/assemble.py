@@ -46,7 +46,7 @@ from analysis.inference import counts
 from analysis.inputs import collect as collect_inputs, files as input_files, warnings as input_warnings
 from analysis.reweight import selection_null
 from analysis.run_files import DEV_COLUMNS, DEV_REQUIRED, InputError, read_csv, read_json
-from analysis.run_inputs import read_inputs
+from analysis.run_inputs import RunInputs, read_inputs
 from analysis.stats import (
     TIE,
 )
@@ -138,32 +138,14 @@ REGISTERED_ONLY = ("base_support", "within_correct", "collapse", "baselines")  #
 def verdicts_json(res: dict) -> dict:
     """What verdicts.json holds: every number and label of the result (the bulky per-k band stays in;
     the raw replicates and the loaded files do not)."""
-    d, inf, prim, ri = res["design"], res["inference"], res["primary"], res["inputs"]
+    d, inf, ri = res["design"], res["inference"], res["inputs"]
     label, question = registered_question(res, d)
     doc = {
-        "primary": {
-            "condition": d.primary_condition,
-            "scoring": d.primary_scoring,
-            "step": d.checkpoints[-1],
-            "label": label,
-            "label_selection_null": prim["label"] if prim else None,
-            "label_base_null": verdict.base_null_label(prim) if prim else None,
-            "reason": prim["reason"] if prim else None,
-            "ceiling_null": d.cfg.analyze.ceiling_null,
-            "answer_base_null": prim["base_null"]["selection"] if prim else None,
-            "calibrated": res["calibration"].get("calibrated"),
-        },
+        "primary": primary_record(res, label),
         "calibration": res["calibration"],
         "support": res["support"],
         "stratum_null": res["stratum_null"],
-        "levels": {
-            "ci": inf.levels.ci,
-            "one_sided": inf.levels.one_sided,
-            "tost": inf.levels.tost,
-            "margin": inf.levels.margin,
-            "selection_margin": inf.levels.selection_margin,
-            "headroom_fraction": inf.levels.headroom_fraction,
-        },
+        "levels": {k: getattr(inf.levels, k) for k in LEVELS},
         "bootstrap": {
             "resamples": inf.draws.resamples,
             "seed": inf.draws.seed,
@@ -190,25 +172,7 @@ def verdicts_json(res: dict) -> dict:
         "entries": res["entries"],
         "strata": res["strata"],
         "controls": res["controls"],
-        "eval_sets": {
-            "test": {
-                "task": ri.base.get("task"),
-                "n": inf.n,
-                "n_base": inf.n_base,
-                "k_max": inf.k,
-                "n_problems": res["n_problems"],
-                "models": "all",
-                "files": ["eval_base.json"] + [x["_file"] for x in ri.trained.values()],
-            },
-            **{
-                name: {
-                    **spec,
-                    "files": ([f"evalsets/{name}/eval_base.json"] if ri.sets[name].base is not None else [])
-                    + [f"evalsets/{name}/{x['_file']}" for x in ri.sets[name].trained.values()],
-                }
-                for name, spec in d.eval_sets.items()
-            },
-        },
+        "eval_sets": eval_sets_record(ri, inf),
         "beyond_n": {k: v for k, v in res["beyond"].items() if not k.startswith("_") and k != "boundary"},
         "boundary": {"set": res["beyond"]["set"], "n": res["beyond"]["n"], "rows": res["beyond"]["boundary"]},
         "diversity": res["diversity"],
@@ -222,6 +186,50 @@ def verdicts_json(res: dict) -> dict:
     if question:
         doc["primary"]["question"] = question
     return doc
+
+
+LEVELS = ("ci", "one_sided", "tost", "margin", "selection_margin", "headroom_fraction")  # verdicts.json's levels
+
+
+def primary_record(res: dict, label: str | None) -> dict:
+    """verdicts.json's `primary`: the registered question's condition, scoring, step and label, and the primary
+    entry's readings beside it (before `question` is added)."""
+    d, prim = res["design"], res["primary"]
+    return {
+        "condition": d.primary_condition,
+        "scoring": d.primary_scoring,
+        "step": d.checkpoints[-1],
+        "label": label,
+        "label_selection_null": prim["label"] if prim else None,
+        "label_base_null": verdict.base_null_label(prim) if prim else None,
+        "reason": prim["reason"] if prim else None,
+        "ceiling_null": d.cfg.analyze.ceiling_null,
+        "answer_base_null": prim["base_null"]["selection"] if prim else None,
+        "calibrated": res["calibration"].get("calibrated"),
+    }
+
+
+def eval_sets_record(ri: RunInputs, inf) -> dict:
+    """verdicts.json's `eval_sets`: the test set's sizes and each registered set's settings, with the files read."""
+    d = ri.design
+    test = {
+        "task": ri.base.get("task"),
+        "n": inf.n,
+        "n_base": inf.n_base,
+        "k_max": inf.k,
+        "n_problems": len(ri.base["problems"]),
+        "models": "all",
+        "files": ["eval_base.json"] + [x["_file"] for x in ri.trained.values()],
+    }
+    sets = {
+        name: {
+            **spec,
+            "files": ([f"evalsets/{name}/eval_base.json"] if ri.sets[name].base is not None else [])
+            + [f"evalsets/{name}/{x['_file']}" for x in ri.sets[name].trained.values()],
+        }
+        for name, spec in d.eval_sets.items()
+    }
+    return {"test": test, **sets}
 
 
 def registered_question(res: dict, design) -> tuple[str | None, str | None]:

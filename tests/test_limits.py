@@ -17,7 +17,6 @@ MODULES = {  # path: lines today
 FUNCTIONS = {  # path:function: lines today
     "method/objective.py:policy_gradient": 90,
     "method/training.py:lr_sweep": 88,
-    "analysis/assemble.py:verdicts_json": 87,
     "runner/preview.py:dry_run": 85,
     "orchestration/memory.py:estimate_memory": 85,
 }
