@@ -107,7 +107,10 @@ def parse_args(argv: list[str] | None):
     )
     part.add_argument("--hours", type=float, default=None, help="one part of a long study, this many hours from now")
     p.add_argument(
-        "--seed-hours", type=float, default=1.25, help="with --until/--hours: a seed's length until a part measured one"
+        "--train-hours",
+        type=float,
+        default=1.0,
+        help="with --until/--hours: a training run's length until a part measured one",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument(
@@ -204,7 +207,7 @@ def one_part(a, run: Path) -> int:
         return 2
     when = ["--until", a.until] if a.until is not None else ["--hours", str(a.hours)]
     return parts.main(
-        ["--config", a.config, "--run", str(run), "--jobs", str(a.jobs), "--seed-hours", str(a.seed_hours), *when]
+        ["--config", a.config, "--run", str(run), "--jobs", str(a.jobs), "--train-hours", str(a.train_hours), *when]
     )
 
 

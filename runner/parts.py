@@ -7,15 +7,16 @@ part, in a fresh clone, continues from what was committed.
     python bench/study_part.py ... (the same, at the path PLAN_CHANGES.md changes 62-64 and 77 cite)
 
 The units: the stages of step 1 first (each skips what is done; in a fresh clone the base is built
-again); then a *seed*, a training run and its adapter's evaluations, one after another, started only
-where its length (the longest seed this run's parts have measured, this one's included; else
---seed-hours) ends before the deadline: training's resume point and the adapter's weights are not
-committed, so a seed cut in the middle is lost; and the evaluations with no adapter (the base's),
-which resume call by call across parts (orchestration/eval_resume.py) and are stopped with SIGINT at
-the deadline. Worker 0 takes those first, the others seeds (with --jobs 1, seeds wait for the base's
-evaluations); a worker with no seed that fits takes what resumes. A part never runs the analysis: the
-pipeline does, in the last part, once nothing else is left. Ctrl-C starts no new job and stops a
-resumable one as the deadline does.
+again); then a *seed*, a training run and its adapter's evaluations and token comparisons, one after
+another, started only where its training (the longest training any part of this run has measured, else
+--train-hours) ends before the deadline: training's resume point is not committed, so a training run cut
+in the middle is lost; the seed's evaluations then resume call by call across parts
+(orchestration/eval_resume.py) and are stopped with SIGINT at the deadline, as are the evaluations with
+no adapter (the base's): a later part continues them where the adapter is committed (or made again the
+same); a seed whose training is done is its evaluations alone. Worker 0 takes the base's evaluations
+first, the others seeds (with --jobs 1, seeds wait for the base's evaluations); a worker with no seed
+that fits takes what resumes. A part never runs the analysis: the pipeline does, in the last part, once
+nothing else is left. Ctrl-C starts no new job and stops a resumable one as the deadline does.
 
 RUN/parts/part_<N>.log records the part: the code revision, the machine (orchestration/provenance.py's
 record) and each job's start, end and exit status, a line each as it happens. Each job's own output
@@ -83,20 +84,42 @@ def left(config: str, run: str) -> tuple[list[str], list[tuple[str, list[str]]],
     return first, list(seeds.items()), resumable
 
 
-SEED_LENGTH = re.compile(
-    r"seed \S+ (?:done )?in (\d+) s"
-)  # "seed many_s200 done in 4012 s" (part 1: "end seed 200 in 4012 s")
+START = re.compile(r"start (\S+): (.*)$")
+END = re.compile(r"end (\S+) rc=0 in (\d+) s$")
 
 
-def measured_seed_s(run: Path) -> float | None:
-    """The longest seed any earlier part of this run measured, in seconds (None before the first)."""
-    lengths = [float(m) for log in run.glob("parts/part_*.log") for m in SEED_LENGTH.findall(log.read_text())]
+def measured_train_s(run: Path) -> float | None:
+    """The longest training run any part of this run measured (a `grpo.py train` job that ended with
+    rc 0), in seconds; None before the first."""
+    lengths = []
+    for log in run.glob("parts/part_*.log"):
+        started = {}
+        for line in log.read_text().splitlines():
+            if m := START.search(line):
+                started[m[1]] = m[2]
+            elif (m := END.search(line)) and " grpo.py train " in f" {started.get(m[1], '')} ":
+                lengths.append(float(m[2]))
     return max(lengths) if lengths else None
 
 
+def trains(commands: list[str]) -> bool:
+    """Does a seed's unit still hold its training run (its first command)?"""
+    return bool(commands) and commands[0].startswith("python grpo.py train ")
+
+
+def admits(commands: list[str], now: float, deadline: float, train_s: float) -> bool:
+    """May a seed start now? Where it still trains, only if its training ends before the deadline."""
+    return now + (train_s if trains(commands) else 0) <= deadline
+
+
+def resumes(command: str) -> bool:
+    """An evaluation resumes call by call across parts; a training run or a token comparison does not."""
+    return command.startswith("python grpo.py eval ")
+
+
 class Part:
-    def __init__(self, run: Path, deadline: float, seed_s: float):
-        self.deadline, self.seed_s, self.lock, self.failed = deadline, seed_s, threading.Lock(), False
+    def __init__(self, run: Path, deadline: float, train_s: float):
+        self.deadline, self.train_s, self.lock, self.failed = deadline, train_s, threading.Lock(), False
         self.stop = threading.Event()  # Ctrl-C: no new job; a resumable one is stopped as at the deadline
         # Started in the background of a non-interactive shell (nohup ... &), this process and so its jobs
         # would ignore SIGINT, and grpo.py could not be stopped at the deadline: Python's handler again, so
@@ -166,17 +189,22 @@ def main(argv: list[str] | None = None) -> int:
     when.add_argument("--hours", type=float, help="the deadline as hours from now (a night: --hours 10)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument(
-        "--seed-hours", type=float, default=1.25, help="a seed's length until a part of this run has measured one"
+        "--train-hours",
+        type=float,
+        default=1.0,
+        help="a training run's length until a part of this run has measured one",
     )
     args = ap.parse_args(argv)
     deadline = deadline_of(args.until, args.hours, dt.datetime.now(dt.timezone.utc))
 
     first, units, resumable = left(args.config, args.run)
-    seed_s = measured_seed_s(ROOT / args.run) or args.seed_hours * 3600
-    part = Part(ROOT / args.run, deadline.timestamp(), seed_s)
+    train_s = measured_train_s(ROOT / args.run) or args.train_hours * 3600
+    part = Part(ROOT / args.run, deadline.timestamp(), train_s)
     part.note(f"part of {args.run} until {deadline:%Y-%m-%d %H:%M} UTC, {args.jobs} jobs")
     part.note(f"revision {provenance.code_revision()}; machine {json.dumps(provenance.machine())}")
-    part.note(f"left: {len(units)} seeds, {len(resumable)} evaluations that resume; a seed is taken as {seed_s:.0f} s")
+    part.note(
+        f"left: {len(units)} seeds, {len(resumable)} evaluations that resume; a training run is taken as {train_s:.0f} s"
+    )
     for i, command in enumerate(first):
         if not part.job(command, f"step1_{i}", resumable=False):
             return 1
@@ -185,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         with part.lock:
             if prefer_resumable and resumable:
                 return resumable.pop(0), True
-            if units and time.time() + part.seed_s <= part.deadline:
+            if units and admits(units[0][1], time.time(), part.deadline, part.train_s):
                 return units.pop(0), False
             if resumable:
                 return resumable.pop(0), True
@@ -201,12 +229,17 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             t0 = time.time()
             name, commands = unit
-            if not all(part.job(c, f"{name}_{i}", resumable=False) for i, c in enumerate(commands)):
-                return
-            took = time.time() - t0
-            with part.lock:
-                part.seed_s = max(took, measured_seed_s(part.log_file.parents[1]) or 0)
-            part.note(f"seed {name} done in {took:.0f} s")
+            for i, c in enumerate(commands):
+                if i and (time.time() >= part.deadline or part.stop.is_set()):
+                    part.note(f"seed {name}: {len(commands) - i} of its jobs left for a later part")
+                    return
+                if not part.job(c, f"{name}_{i}", resumable=resumes(c)):
+                    return
+                if i == 0 and trains(commands):
+                    with part.lock:
+                        part.train_s = max(time.time() - t0, part.train_s)
+            if time.time() < part.deadline and not part.stop.is_set():
+                part.note(f"seed {name} done in {time.time() - t0:.0f} s")
 
     threads = [threading.Thread(target=worker, args=(w,)) for w in range(args.jobs)]
     for t in threads:
@@ -216,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(1)
     except KeyboardInterrupt:  # the jobs got the terminal's SIGINT too: let them end, start none
         part.stop.set()
-        part.note("stopped by Ctrl-C: no new job; the running ones end (a seed under way is lost)")
+        part.note("stopped by Ctrl-C: no new job; the running ones end (a training run under way is lost)")
         for t in threads:
             t.join()
     part.note(f"part over: {len(units)} seeds and {len(resumable)} resumable evaluations not started")

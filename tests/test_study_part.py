@@ -34,7 +34,7 @@ def test_a_resumable_job_gets_sigint_at_the_deadline_and_the_part_log_says_so(tm
     names each."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job of a script starts: SIGINT ignored
     try:
-        part = study_part.Part(tmp_path / "run", deadline=time.time() + 1, seed_s=3600)
+        part = study_part.Part(tmp_path / "run", deadline=time.time() + 1, train_s=3600)
     finally:
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored, so its jobs stop
     dies = "python -c 'import time; time.sleep(60)'"
@@ -57,17 +57,38 @@ def test_a_resumable_job_gets_sigint_at_the_deadline_and_the_part_log_says_so(tm
     assert study_part.Part(tmp_path / "run", time.time(), 1).log_file.name == "part_2.log"
 
 
-def test_a_seed_is_taken_as_long_as_the_longest_an_earlier_part_measured(tmp_path):
-    """The first part's shell log ("end seed 200 in N s") and this tool's ("seed many_s201 done in N s")
-    both count; the longest is the estimate; none before the first seed."""
+def test_a_training_run_is_taken_as_long_as_the_longest_a_part_measured(tmp_path):
+    """Only `grpo.py train` jobs that ended well count (part 2 of smollm2_v3's log, shortened): an evaluation,
+    a failed training run and a stopped one do not; none before the first."""
     parts = tmp_path / "run" / "parts"
     parts.mkdir(parents=True)
-    assert study_part.measured_seed_s(tmp_path / "run") is None
-    (parts / "part_1.log").write_text("01:24:04 start seed 200\n02:31:00 end seed 200 in 4016 s\n")
-    (parts / "part_2.log").write_text(
-        "2026-12-07 10:00:00 seed many_s201 done in 4410 s\nseed many_s202 done in 3900 s\n"
+    assert study_part.measured_train_s(tmp_path / "run") is None
+    (parts / "part_1.log").write_text(
+        "2026-12-07 17:44:43 start eval_base_matched: python grpo.py eval --config c.yaml --run r --eval-set matched\n"
+        "2026-12-07 17:44:43 start many_s300_0: python grpo.py train --config c.yaml --run r --condition many --seed 300\n"
+        "2026-12-07 18:05:40 end eval_base_matched rc=0 in 1257 s\n"
+        "2026-12-07 18:05:40 start many_s301_0: python grpo.py train --config c.yaml --run r --condition many --seed 301\n"
+        "2026-12-07 18:23:05 end many_s300_0 rc=0 in 2303 s\n"
+        "2026-12-07 18:45:42 end many_s301_0 rc=0 in 2402 s\n"
     )
-    assert study_part.measured_seed_s(tmp_path / "run") == 4410
+    (parts / "part_2.log").write_text(
+        "x start many_s302_0: python grpo.py train --config c.yaml --run r --condition many --seed 302\n"
+        "x end many_s302_0 rc=1 in 9000 s\n"
+        "x start eval_base: python grpo.py eval --config c.yaml --run r\nx end eval_base rc=0 in 9999 s\n"
+    )
+    assert study_part.measured_train_s(tmp_path / "run") == 2402
+
+
+def test_a_seed_is_admitted_by_its_training_and_its_evaluations_resume():
+    """A seed still to train needs its training's length before the deadline; one already trained needs none.
+    Its evaluations resume across parts (SIGINT at the deadline); its training and token comparisons do not."""
+    train = "python grpo.py train --config c.yaml --run r --condition many --seed 300"
+    ev = "python grpo.py eval --config c.yaml --run r --adapter r/train_many_s300/step_030"
+    tok = "python grpo.py tokens --config c.yaml --run r --adapter r/train_many_s300/step_030"
+    assert study_part.trains([train, ev]) and not study_part.trains([ev]) and not study_part.trains([])
+    assert [study_part.resumes(c) for c in (train, ev, tok)] == [False, True, False]
+    assert study_part.admits([train, ev], 0, 2400, 2400) and not study_part.admits([train, ev], 1, 2400, 2400)
+    assert study_part.admits([ev], 2399, 2400, 2400)  # trained: its evaluations start while time is left
 
 
 def test_token_comparisons_go_with_their_seed_and_the_analysis_is_not_a_job(tmp_path):
@@ -93,7 +114,7 @@ def test_pipeline_until_runs_a_part_and_refuses_what_a_part_cannot_take(tmp_path
     run = str(tmp_path / "r")
     assert pipeline.main(["--config", "configs/smoke.yaml", "--run", run, "--until", "03:48", "--jobs", "2"]) == 0
     assert seen == [
-        ["--config", "configs/smoke.yaml", "--run", run, "--jobs", "2", "--seed-hours", "1.25", "--until", "03:48"]
+        ["--config", "configs/smoke.yaml", "--run", run, "--jobs", "2", "--train-hours", "1.0", "--until", "03:48"]
     ]
     assert (
         pipeline.main(["--config", "configs/smoke.yaml", "--run", run, "--hours", "2", "--set", "train.lr=0.001"]) == 2
