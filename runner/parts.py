@@ -1,4 +1,4 @@
-"""One part of a study that does not fit one sitting (PLAN_CHANGES.md changes 62 and 63): what
+"""One part of a study that does not fit one sitting (PLAN_CHANGES.md changes 62, 63 and 78): what
 `pipeline.py --print-jobs` says is left, run on --jobs workers until a deadline, in units that a later
 part, in a fresh clone, continues from what was committed.
 
