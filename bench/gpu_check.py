@@ -67,7 +67,7 @@ none starts once --budget-s has passed):
                       calls, the same uniforms for both, and the draws that differ.
   10 decode_paths     whole decode calls at the evaluation sampler, 128 new tokens, no stop: graph and eager
                       decode x top-p tail by sort and by cut x LoRA folded and not, seconds per decode step
-                      (under the cut the graph decode's steps run eagerly: no capture; gpu_step.decode_paths).
+                      and the calls the cut's graph steps had to redo eagerly (gpu_step.decode_paths).
   11 step_host        objective.policy_gradient on 8 fixed rows of 128 tokens in micro-batches of 1, 2, 4
                       and 8: the fixed seconds per micro-batch (launches, host time) from a least-squares
                       line, beside the cost model's floor (its kernels x EAGER_OP_S; gpu_step.step_host).
@@ -532,8 +532,8 @@ def eval_batch(ctx: Ctx) -> dict:
         "decode_auto_takes": sampler.decode_mode(replace(s, decode="auto"), device),
         "estimate_sampling_gib": round(est["sampling"] / GIB, 3),
     }
-    # the graph run's decoder: its step's temporaries twice where its steps are captured (not under tail cut's host branch)
-    graphs = not (s.temperature > 0 and s.tail == "cut" and top)
+    # the graph run's decoder: its step's temporaries twice, its steps captured (either tail)
+    graphs = True
     dec = {
         g: memory.decoder_bytes(ctx.model.config, rows, prompt_len + s.max_new_tokens, top, wb, keyed, graphs=g) / GIB
         for g in (graphs, False)

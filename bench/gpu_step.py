@@ -29,7 +29,8 @@ def decode_paths(ctx: Ctx) -> dict:
     """Seconds per decode step of a whole sampling call at the evaluation sampler (the rows of phase 04, no
     stop: every row runs max_new_tokens), for the graph and the eager decode, the tail by sort and by cut,
     LoRA folded and unfolded; a warm-up call first (with graphs: the captures), then the timed one. Under the
-    cut the graph decode's steps run eagerly (its fallback reads the host): they capture nothing."""
+    cut the graph decode's steps take the fallback on the device (cut_tail.cut_draw_static) and capture too;
+    a call that needs more fallback rows than a step holds is redone eagerly (`redone`)."""
     cfg, G = ctx.cfg, ctx.cfg.train.group_size
     steps, backend = ctx.sizes.tokens_paths, static_decode.graph_backend(ctx.device)
     rows, out = len(ctx.prompts) * G, {}
@@ -38,7 +39,7 @@ def decode_paths(ctx: Ctx) -> dict:
             for folded in (False, True):
                 s = replace(cfg.eval.sampling, max_new_tokens=steps, decode=decode, tail=tail)
                 fresh_graphs()
-                before = backend.captures
+                before, redone = backend.captures, static_decode.REDONE["calls"]
                 with lora_folded(ctx.model) if folded else torch.no_grad():
 
                     def call(seed):
@@ -50,7 +51,8 @@ def decode_paths(ctx: Ctx) -> dict:
                 out[key] = {
                     "seconds_per_step": round(sec / steps, 6),
                     "tokens_per_s": round(rows * steps / sec, 1),
-                    "captures": backend.captures - before,  # none under the cut: its steps run eagerly
+                    "captures": backend.captures - before,
+                    "redone": static_decode.REDONE["calls"] - redone,  # calls the cut's graph steps could not hold
                     "graphs_off": static_decode.StaticStep.graphs_off,
                 }
     fastest = min(out, key=lambda k: out[k]["seconds_per_step"])

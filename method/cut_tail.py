@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 
 CUT = 1024  # candidates per row: a nucleus of top-p 0.95 rarely holds more in a trained model
+FALLBACK_ROWS = 8  # cut_draw_static: rows per token redrawn through the full sort; more flags the token
 
 
 def tail_probs(x: torch.Tensor, top_k: int) -> torch.Tensor:
@@ -120,6 +121,35 @@ def cut_draw(
         fidx, fw = full_candidates(p[rows], top_p)
         tok[rows] = draw(fidx, fw, u[rows] if u is not None else None, q[rows] if q is not None else None)
     return tok, exact
+
+
+def cut_draw_static(
+    x: torch.Tensor,
+    top_k: int,
+    top_p: float,
+    u: torch.Tensor | None = None,
+    gen: torch.Generator | None = None,
+    cut: int | None = None,
+    spare: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens (b,), over ()): cut_draw's tokens with no host read. The first `spare` rows (default
+    FALLBACK_ROWS) that the cut does not hold are redrawn through the full sort, found on the device
+    (torch.nonzero_static: a fixed shape); over is True when more rows needed it, and then the tokens
+    of the rows beyond are the cut's, not cut_draw's: the caller must redraw the token with cut_draw."""
+    p = tail_probs(x, top_k)  # (b, V)
+    q = None if u is not None else torch.empty_like(p).exponential_(1, generator=gen)
+    idx, w, exact = cut_candidates(p, top_p, cut)
+    tok = draw(idx, w, u, q)  # (b,)
+    b = p.shape[0]
+    f = min(spare or FALLBACK_ROWS, b)
+    need = ~exact  # (b,)
+    rows = torch.nonzero_static(need, size=f, fill_value=0).squeeze(-1)  # (f,) the first f rows that need it
+    fidx, fw = full_candidates(p[rows], top_p)
+    full = draw(fidx, fw, u[rows] if u is not None else None, q[rows] if q is not None else None)  # (f,)
+    slot = need.long().cumsum(0) - 1  # (b,) a row's place among the rows that need the full sort
+    take = need & (slot < f)
+    tok = torch.where(take, full.gather(0, slot.clamp(0, f - 1)), tok)
+    return tok, need.sum() > f
 
 
 def full_draw(

@@ -16,7 +16,8 @@ import weakref
 
 import torch
 
-from method.cut_tail import cut_draw
+from method import cut_tail
+from method.cut_tail import cut_draw, cut_draw_static
 from method.decoding import (
     NAN_MESSAGE,
     NONE,
@@ -37,6 +38,7 @@ TAIL_CHUNK = memory.TAIL_CHUNK  # vocabulary entries per chunk of the fused samp
 CAPACITY_STEP = (
     memory.CAPACITY_STEP
 )  # a decoder's positions, rounded up to this, so calls whose prompts differ a little share it
+REDONE = {"calls": 0}  # calls redone without graphs: a cut token needed more fallback rows than a graph holds
 GRAPHS = None  # the capture backend; None: CUDA graphs on a CUDA device, none on a CPU (tests and gpu_check --dry set EagerGraphs())
 
 
@@ -93,18 +95,17 @@ def _tempered(x: torch.Tensor, temperature: float) -> torch.Tensor:
 
 def fused_draw(
     logits: torch.Tensor,
-    temperature: float,
+    s: config.SamplingCfg,
     gen: torch.Generator | None,
     entropy: bool,
-    chunk: int | None = None,
-    top_k: int = 0,
-    top_p: float = 1.0,
     u: torch.Tensor | None = None,
-    tail: str = "sort",
+    over: torch.Tensor | None = None,
+    chunk: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The sampling tail in one pass over the vocabulary, a chunk at a time. logits: (b, V) in the
-    model's dtype. Returns the draw (b,), its log-probability under the untempered, unfiltered policy
-    (b,), and (entropy=True) that policy's entropy (b,), as sample_eager reports them.
+    model's dtype; s: the sampler (its temperature, top_k, top_p and tail). Returns the draw (b,), its
+    log-probability under the untempered, unfiltered policy (b,), and (entropy=True) that policy's entropy
+    (b,), as sample_eager reports them.
 
     The draw is the exponential race of sampler.multinomial: argmax_v p_v / q_v with q ~ Exp(1),
     here argmax_v (x_v / T - log q_v), the same ranking without the softmax (and without dividing
@@ -116,17 +117,22 @@ def fused_draw(
     shapes are static). Greedy (T = 0, gen None): argmax_v x_v, unfiltered, as sample_eager.
     u (b,): each row's uniform for this token (one stream per sample): the draw is then
     decoding.keyed_draw over the whole row's probabilities, the very draw sample_eager makes, and
-    `gen` is not read. tail cut (with a filter on): the draw is method/cut_tail.py's (its fallback
-    reads the host once), the draws sample_eager makes under tail cut.
+    `gen` is not read. tail cut (with a filter on): the draw is method/cut_tail.py's, the draws
+    sample_eager makes under tail cut: cut_draw (its fallback reads the host once), or with `over` (a
+    () bool buffer) cut_draw_static, which reads nothing and sets `over` where the token must be redrawn.
     The log-probability and entropy come from an online log-sum-exp: m = max x, s = sum exp(x - m),
     ent_u = sum exp(x - m) x; log Z = m + log s, H = log Z - ent_u / s."""
-    chunk = chunk or TAIL_CHUNK
+    chunk, temperature, top_k, top_p = chunk or TAIL_CHUNK, s.temperature, s.top_k, s.top_p
     b, V = logits.shape
     dev = logits.device
     filtered = None
-    cut = temperature > 0 and tail == "cut" and (top_k > 0 or top_p < 1.0)
+    cut = temperature > 0 and s.tail == "cut" and (top_k > 0 or top_p < 1.0)
     if cut:
-        tok = cut_draw(logits.float() / temperature, top_k, top_p, u=u, gen=gen)[0]  # (b,)
+        if over is None:
+            tok = cut_draw(logits.float() / temperature, top_k, top_p, u=u, gen=gen)[0]  # (b,)
+        else:
+            tok, flag = cut_draw_static(logits.float() / temperature, top_k, top_p, u=u, gen=gen)
+            over |= flag
     elif temperature > 0 and (top_k > 0 or top_p < 1.0):
         filtered = filter_logits(logits.float() / temperature, top_k, top_p)  # (b, V) fp32, -inf outside the kept set
     keyed = temperature > 0 and u is not None and not cut
@@ -269,6 +275,7 @@ class Decoder:
             "logp": torch.zeros((rows, capacity), device=device),
             "ent": torch.zeros(rows, device=device),
             "nan": torch.zeros((), dtype=torch.bool, device=device),
+            "over": torch.zeros((), dtype=torch.bool, device=device),  # a cut token needed more fallback rows
         }
         self.stops: dict[tuple, torch.Tensor] = {}  # one device tensor per stop set: a graph reads its address
         self.steps: dict[tuple, StaticStep] = {}
@@ -294,7 +301,7 @@ class Decoder:
         st["pos"].copy_(pos[:, -1:].repeat_interleave(n, 0) + 1)
         st["slot"].fill_(Lp)
         st["alive"].copy_(torch.arange(self.rows, device=self.device))
-        for k in ("tok", "done", "t", "logp", "ent", "nan"):
+        for k in ("tok", "done", "t", "logp", "ent", "nan", "over"):
             st[k].zero_()
         st["out"].fill_(NONE)
         if isinstance(seed, list):
@@ -374,8 +381,6 @@ class StaticStep:
     def __init__(self, dec: Decoder, rows: int, s: config.SamplingCfg, entropy: bool, graphs, keyed: bool = False):
         self.dec, self.rows, self.s, self.entropy, self.graphs = dec, rows, s, entropy, graphs
         self.keyed = keyed and s.temperature > 0  # draw from each sample's uniforms (st["u"]), not the generator
-        # tail cut's fallback is a host branch, which a graph cannot hold: its steps run eagerly
-        self.host_branch = s.temperature > 0 and s.tail == "cut" and (s.top_k > 0 or s.top_p < 1.0)
         self.replay, self.checked, self.off = None, False, None  # off: why this step gave graphs up
 
     def generator(self) -> torch.Generator | None:
@@ -393,18 +398,13 @@ class StaticStep:
             use_cache=True,
         ).logits[:, -1]  # (r, V)
         u = st["u"][st["alive"][:r], st["t"].expand(r)] if self.keyed else None  # (r,) this token's uniform per row
-        record(
-            st,
-            r,
-            *fused_draw(
-                logits, s.temperature, self.generator(), self.entropy, top_k=s.top_k, top_p=s.top_p, u=u, tail=s.tail
-            ),
-        )
+        over = st["over"] if self.graphs is not None else None  # a graph holds no host read: the cut's static fallback
+        record(st, r, *fused_draw(logits, s, self.generator(), self.entropy, u=u, over=over))
         st["pos"][:r] += 1
         st["slot"] += 1
 
     def __call__(self, model) -> None:
-        if self.graphs is None or self.off is not None or self.host_branch:
+        if self.graphs is None or self.off is not None:
             return self.eager(model)
         if self.replay is None:
             self.eager(model)  # this token, and the capture's warm-up
@@ -435,7 +435,16 @@ class StaticStep:
             self.give_up("its first replay drew other tokens than the eager step")
         return None
 
-    SMALL = ("pos", "slot", "t", "tok", "done", "ent", "nan")  # what a step changes other than by idempotent writes
+    SMALL = (
+        "pos",
+        "slot",
+        "t",
+        "tok",
+        "done",
+        "ent",
+        "nan",
+        "over",
+    )  # what a step changes other than by idempotent writes
 
     def snapshot(self) -> dict:
         return {**{k: self.dec.st[k].clone() for k in self.SMALL}, "gen": self.dec.st["gen"].get_state()}
@@ -497,7 +506,9 @@ def sample_static(
     CHECK_EVERY tokens compacts it to the smallest of a few fixed sizes (buckets) that holds every
     unfinished row; the tail is fused_draw, top-k and top-p included. graphs: a capture backend
     (CudaGraphs, EagerGraphs) or None (every step eager); tests/test_sampler.py holds the plain
-    per-token loop with this schedule that they equal token for token."""
+    per-token loop with this schedule that they equal token for token. Under tail cut a captured step
+    takes the cut's fallback on the device for up to cut_tail.FALLBACK_ROWS rows a token; a call that
+    needed more is redone with graphs None (the host-read fallback), the same tokens (REDONE counts them)."""
     device = next(model.parameters()).device
     ids, mask = left_pad(prompts, pad)  # (P, Lp)
     ids, mask = ids.to(device), mask.to(device)
@@ -518,20 +529,8 @@ def sample_static(
     del grown
     st = dec.st
     keyed = isinstance(seed, list) and s.temperature > 0
-    record(
-        st,
-        B,
-        *fused_draw(
-            logits.repeat_interleave(n, 0),
-            s.temperature,
-            st["gen"] if s.temperature > 0 and not keyed else None,
-            entropy,
-            top_k=s.top_k,
-            top_p=s.top_p,
-            u=st["u"][:B, 0] if keyed else None,
-            tail=s.tail,
-        ),
-    )
+    gen, u = st["gen"] if s.temperature > 0 and not keyed else None, st["u"][:B, 0] if keyed else None
+    record(st, B, *fused_draw(logits.repeat_interleave(n, 0), s, gen, entropy, u=u))
     rows = B
     for t in range(1, T):
         if t % CHECK_EVERY == 0:
@@ -543,9 +542,29 @@ def sample_static(
                 compact(st, rows, fit)
                 rows = fit
         dec.step(rows, s, entropy, graphs, keyed)(model)
-    if st["nan"].item():
+    nan, over = torch.stack([st["nan"], st["over"]]).tolist()  # one host read
+    if nan:
         raise RuntimeError(NAN_MESSAGE)
+    if over:
+        redo_note()
+        return sample_static(model, prompts, n, s, seed, stops, pad, entropy, graphs=None)
     return collect(st["out"][:, :T], st["ent"] if entropy else None, st["logp"][:, :T] if entropy else None, stops)
+
+
+def redo_note() -> None:
+    """Count a call redone without graphs (a cut top-p token needed more fallback rows than a graph step
+    holds), with one line on stderr the first time in a process."""
+    REDONE["calls"] += 1
+    if REDONE["calls"] == 1:
+        import sys
+
+        print(
+            "sampler: a cut top-p token needed more fallback rows than a graph step holds "
+            f"(cut_tail.FALLBACK_ROWS {cut_tail.FALLBACK_ROWS}): the call is redone without graphs, the same "
+            "tokens (static_decode.REDONE counts the calls; this line once a process)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def compact(st: dict, rows: int, fit: int) -> None:

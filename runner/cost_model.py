@@ -13,7 +13,8 @@ average; *tail*, the sampling tail moves tail_bytes per row and vocabulary entry
 costs more than the weights at 128 rows); *launch*, a decoded token launches token_kernels kernels, each at
 least EAGER_OP_S from the host (GRAPH_OP_S inside a CUDA graph), and only what that floor adds over the device's
 own work is counted; *host*, a training micro-batch's kernels launched eagerly, beyond its compute. The cut
-top-p reads the host every token, so under it the static decode runs eagerly. Prompts are PROMPT_TOKENS long;
+top-p's graph steps take its fallback on the device (cut_tail.cut_draw_static), so graphs stay on under it; a
+call that needs more fallback rows than a step holds is redone eagerly, not priced (gpu_check counts them). Prompts are PROMPT_TOKENS long;
 every response is priced at max_new_tokens. The same model gives the laptop's hours and an H200's class.
 """
 
@@ -172,9 +173,8 @@ class CostModel:
         return CostModel(self.cfg, self.shape, self.source, device)
 
     def graph(self, s: config.SamplingCfg | None) -> bool:
-        """Whether the decode replays a CUDA graph: decode graph (or auto, on a GPU config), and not the cut
-        top-p, which reads the host every token."""
-        return s is not None and s.decode in ("graph", "auto") and not (s.tail == "cut" and filtered(s))
+        """Whether the decode replays a CUDA graph: decode graph (or auto, on a GPU config), either tail."""
+        return s is not None and s.decode in ("graph", "auto")
 
     def token_kernels(self, lora: bool) -> float:
         """Kernels one decoded token launches; lora: unfolded LoRA on every target."""
@@ -183,7 +183,7 @@ class CostModel:
 
     def kv_bytes(self, rows: int, s: config.SamplingCfg | None, static: bool) -> float:
         """Bytes of keys and values one decoded token reads over every layer: the fixed cache's every slot
-        under the static decode (graphs or not: the cut top-p runs it without), the filled half under the eager one."""
+        under the static decode (graphs or not), the filled half under the eager one."""
         sh, new = self.shape, (s.max_new_tokens if s is not None else 0)
         head_dim = sh["hidden_size"] // sh["num_attention_heads"]
         per_position = 2 * sh["num_hidden_layers"] * sh["num_key_value_heads"] * head_dim * self.dtype_bytes
@@ -352,7 +352,7 @@ def breakdown(cost: CostModel, jobs) -> list[str]:
         f"{PROMPT_TOKENS}; a kernel {EAGER_OP_S * 1e6:g} us launched eagerly, {GRAPH_OP_S * 1e6:g} us in a CUDA "
         f"graph; {cost.token_kernels(False):.0f} kernels a decoded token ({cost.token_kernels(True):.0f} with LoRA "
         f"unfolded; counted at dispatch on a CPU, bench/op_counts.py); training micro-batch {cost.micro_batch}; graphs "
-        "off under the cut top-p"
+        "on under either top-p tail"
     )
     return out
 

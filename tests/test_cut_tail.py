@@ -49,6 +49,42 @@ def test_the_cut_draws_the_full_sorts_tokens(top_k, top_p, step):
     assert (False in exact_seen) == (top_k != 40 or step is not None)  # 40 always do, unless ties at the k-th pass 64
 
 
+@pytest.mark.parametrize("keyed", [True, False])
+@pytest.mark.parametrize("spare", [1, 4, 48])
+def test_the_static_cut_draws_cut_draws_tokens_and_flags_what_it_cannot_hold(keyed, spare):
+    """cut_draw_static (no host read) against cut_draw: the same tokens for every row it holds, `over`
+    exactly when more rows than `spare` need the full sort, and then only the rows beyond differ."""
+    over_seen = set()
+    for seed in range(4):
+        for step in (None, 0.5):
+            x = logits(seed, step=step)
+            u = torch.rand(len(x), generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+            kw = {"u": u} if keyed else {}
+            g1, g2 = (
+                (None, None) if keyed else (torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed))
+            )
+            ref, exact = cut_tail.cut_draw(x, 0, 0.9, gen=g1, cut=64, **kw)
+            tok, over = cut_tail.cut_draw_static(x, 0, 0.9, gen=g2, cut=64, spare=spare, **kw)
+            need = (~exact).nonzero().squeeze(-1)
+            assert bool(over) == (len(need) > spare)
+            held = torch.ones(len(x), dtype=torch.bool)
+            held[need[spare:]] = False
+            assert torch.equal(tok[held], ref[held])
+            over_seen.add(bool(over))
+    assert over_seen == ({True} if spare < 16 else {False})  # the 16 flat rows of 48 always need the full sort
+
+
+def test_the_static_cut_reads_nothing_from_the_device_and_cut_draw_does():
+    from method.sampler import count_host_reads
+
+    x = logits(0)
+    u = torch.rand(len(x), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    reads, (tok, over) = count_host_reads(lambda: cut_tail.cut_draw_static(x, 0, 0.9, u=u, cut=64, spare=len(x)))
+    ref_reads, (ref, exact) = count_host_reads(lambda: cut_tail.cut_draw(x, 0, 0.9, u=u, cut=64))
+    assert reads == 0 and ref_reads >= 1
+    assert not bool(exact.all()) and not bool(over) and torch.equal(tok, ref)  # the fallback ran, on the device
+
+
 def test_the_cut_keeps_the_full_sorts_nucleus_with_ties_at_its_border():
     """Ties straddling the cut's border, and a nucleus that ends inside the tie: the row must fall
     back (topk keeps an arbitrary subset of tied tokens), and its kept set is the full sort's."""
@@ -144,31 +180,35 @@ def fitted(fitted_dir, smoke_cfg):
 
 @pytest.mark.parametrize("keyed", [True, False])
 def test_a_decode_under_tail_cut_does_not_depend_on_the_cut_nor_on_the_decode(fitted, monkeypatch, keyed):
-    """sample_eager and the static decode under tail cut, with a cut of 2 tokens (most rows fall back),
-    of 16 and the default: the same tokens, so the fallback is exact inside a real decode too."""
+    """sample_eager (the host-read fallback) and the static decode with its steps captured (EagerGraphs: the
+    device-side fallback of cut_tail.cut_draw_static) under tail cut, with a cut of 2 tokens (most rows fall
+    back), of 16 and the default, and 1, 8 or 64 fallback rows a step holds (1: calls are redone): the same tokens,
+    so the fallback is exact inside a real decode, whichever path took it."""
     from method import sampler, static_decode
     from orchestration import config
 
     model, prompts, stops, pad = fitted
     s = config.SamplingCfg(temperature=1.3, top_p=0.9, top_k=0, max_new_tokens=12, tail="cut")
     seed = list(range(100, 100 + 3 * len(prompts))) if keyed else 5
-    got, fell = [], []
-    real = cut_tail.cut_draw
-    for cut in (2, 16, None):
+    real, got, fell, redone = cut_tail.cut_candidates, [], [], []
 
-        def counting(*a, _cut=cut, **kw):
-            tok, exact = real(*a, **{**kw, "cut": _cut})
-            fell.append(int((~exact).sum()))
-            return tok, exact
+    def counting(*a, **kw):
+        idx, w, exact = real(*a, **kw)
+        fell[-1] += int((~exact).sum())
+        return idx, w, exact
 
-        monkeypatch.setattr(sampler, "cut_draw", counting)
-        monkeypatch.setattr(static_decode, "cut_draw", counting)
+    monkeypatch.setattr(cut_tail, "cut_candidates", counting)
+    for cut, spare in ((2, 1), (2, 64), (16, 8), (cut_tail.CUT, 8)):
+        monkeypatch.setattr(cut_tail, "CUT", cut)
+        monkeypatch.setattr(cut_tail, "FALLBACK_ROWS", spare)
+        fell.append(0)
         got.append(sampler.sample_eager(model, prompts, 3, s, seed, stops, pad).tokens)
-        got.append(
-            static_decode.sample_static(
-                model, prompts, 3, s, seed, stops, pad, graphs=static_decode.EagerGraphs()
-            ).tokens
-        )
+        before = static_decode.REDONE["calls"]
+        graphs = static_decode.EagerGraphs()
+        got.append(static_decode.sample_static(model, prompts, 3, s, seed, stops, pad, graphs=graphs).tokens)
+        redone.append(static_decode.REDONE["calls"] - before)
+        assert graphs.captures > 0  # the cut's steps are captured
     assert all(g == got[0] for g in got)
-    assert sum(fell) > 0 and min(fell) == 0  # both paths ran
+    assert min(fell) == 0 < fell[1]  # both paths ran
+    assert redone == [1, 0, 0, 0]  # one fallback row a step is too few for a cut of 2; 64 hold every row
     assert len({tuple(t) for t in got[0]}) > 1  # really sampled

@@ -37,7 +37,6 @@ PARAMETER_LISTS = {  # path:function: parameters today
     "analysis/base_support.py:tilt_curve": 10,
     "method/training.py:rollouts": 9,
     "method/static_decode.py:sample_static": 9,
-    "method/static_decode.py:fused_draw": 9,
     "method/evaluate.py:sample_problems": 9,
     "analysis/verdict.py:stratum_null": 9,
     "analysis/stats.py:compare_conditions": 9,

@@ -143,9 +143,7 @@ def test_fused_tail_draws_what_the_softmax_race_draws():
             s = config.SamplingCfg(temperature=T, top_k=k, top_p=p)
             for chunk in (1000, 97):
                 a, b = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
-                tok, logp, ent = static_decode.fused_draw(
-                    logits, T, a if T > 0 else None, True, chunk=chunk, top_k=k, top_p=p
-                )
+                tok, logp, ent = static_decode.fused_draw(logits, s, a if T > 0 else None, True, chunk=chunk)
                 x = logits.float()
                 if T == 0:
                     ref = x.argmax(-1)
