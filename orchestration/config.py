@@ -166,7 +166,8 @@ class SamplingCfg:
     # What top-k / top-p and the draw run on (with a filter on): sort (decoding.filter_logits: a sort of the
     # whole row, as every run so far) or cut (method/cut_tail.py: the top 1,024 tokens first, the full sort
     # only for a row whose nucleus they do not hold; another rounding of the nucleus and the draw, so a
-    # rare token falls the other way: a registered change before any run uses it).
+    # rare token falls the other way: the registered study's evaluation sampler since change 79, where the
+    # eval section's default is cut; every CPU world's config writes sort).
     tail: str = "sort"
 
 
@@ -265,7 +266,9 @@ class EvalCfg:
     # The base's samples per test problem (None: n). More than n shrinks the base's own sampling noise,
     # which at n = 32 is as large as the problems' spread in Delta pass@32 (PLAN.md section 6).
     n_base: int | None = 256
-    sampling: SamplingCfg = field(default_factory=lambda: SamplingCfg(temperature=0.6, top_p=0.95, decode="auto"))
+    sampling: SamplingCfg = field(
+        default_factory=lambda: SamplingCfg(temperature=0.6, top_p=0.95, decode="auto", tail="cut")
+    )  # tail cut: the registered study's (PLAN_CHANGES.md change 79); every CPU world's config writes tail: sort
     problems_per_batch: int = 4  # problems decoded together (each with its n samples)
     # How every evaluation sampling call (this section's, eval_sets', the dev checks', probe's, select's)
     # draws (PLAN_CHANGES.md change 52): sample, each sample from its own stream keyed by (task.seed, tag,

@@ -79,6 +79,7 @@ REPORT_DESIGN = {
     "eval.n_base": None,
     "eval.max_rows": None,
     "eval.sampling.decode": "eager",
+    "eval.sampling.tail": "sort",
     "eval_sets": {},
     "tokens.enabled": False,
     "lr_sweep.rule": "reward",

@@ -22,7 +22,7 @@ def qwen():
 
 def test_the_tail_adds_its_bytes_to_every_decoded_token(qwen):
     cfg, cm = qwen
-    s = cfg.eval.sampling
+    s = replace(cfg.eval.sampling, tail="sort")  # the sorted top-p (the registered study's is the cut, change 79)
     rows, V = 256, cm.vocab
     per_token = cm.decode(rows, 2, s, keyed=True) - cm.decode(rows, 1, s, keyed=True)
     weights = max(cm.weight_bytes / cost_model.LAPTOP.bytes_per_s, 2 * cm.params * rows / cost_model.LAPTOP.flops)
@@ -35,7 +35,7 @@ def test_the_tail_adds_its_bytes_to_every_decoded_token(qwen):
 
 def test_the_static_decode_reads_its_whole_cache_and_the_eager_one_the_filled_half(qwen):
     cfg, cm = qwen
-    s = cfg.eval.sampling  # decode: auto, the sort: graphs
+    s = replace(cfg.eval.sampling, tail="sort")  # decode: auto: graphs
     sh = cost_model.REGISTERED_SHAPES[cfg.model.path]
     per_position = 2 * sh["num_hidden_layers"] * sh["num_key_value_heads"] * (896 // 14) * 2  # K and V, bf16
     assert cm.graph(s) and cm.kv_bytes(4, s, True) == 4 * per_position * (cost_model.PROMPT_TOKENS + 384)
@@ -81,11 +81,9 @@ def test_the_breakdown_adds_up_to_the_bound(qwen):
 def test_the_tail_bytes_by_settings(qwen):
     cfg, _ = qwen
     e, t = cfg.eval.sampling, cfg.train.sampling
-    tb = cost_model.tail_bytes
-    assert (
-        tb(e, True) == 265 and tb(e, False) == 241
-    )  # the registered evaluation: sorted top-p, keyed (eval.draw: sample)
-    assert tb(replace(e, tail="cut"), True) == 72 < tb(e, True) / 3
+    tb, sort = cost_model.tail_bytes, replace(cfg.eval.sampling, tail="sort")
+    assert tb(sort, True) == 265 and tb(sort, False) == 241  # sorted top-p, keyed (eval.draw: sample) or not
+    assert tb(e, True) == 72 < tb(sort, True) / 3  # the registered evaluation: the cut top-p (change 79), keyed
     assert tb(t, False) == cost_model.LSE_BYTES + cost_model.RACE_BYTES  # rollouts: no filter, one generator
     assert tb(replace(e, temperature=0.0), True) == cost_model.LSE_BYTES
 
@@ -160,3 +158,4 @@ def test_a_training_step_reads_the_device_once_a_micro_batch_at_most():
     one, four = (op_counts.micro_batch_ops(model, 4, 4, micro_batch=m)[1] for m in (4, 1))
     per_micro_batch = (four - one) / 3
     assert per_micro_batch <= 1 and one - per_micro_batch <= 3  # the step's sums: loss, KL, policy gap
+
