@@ -452,9 +452,10 @@ def probe(cfg: config.Config, base: str, run: Path, progress: bool = True) -> li
             else (cfg.probe.arith_problems, cfg.probe.arith_samples)
         )
         _, problems = countdown.make_splits(task, 0, n_prob, cfg.task.seed)
-        texts, _ = sample_problems(
+        tokens, _ = sample_problem_tokens(
             model, tok, cfg, problems, n, cfg.eval.sampling, f"probe-{task}", cfg.eval.problems_per_batch, progress
         )
+        texts = decode_texts(tok, tokens)
         rows = score_problems(problems, texts, keep_responses=False)
         res = {
             "task": task,
@@ -462,6 +463,9 @@ def probe(cfg: config.Config, base: str, run: Path, progress: bool = True) -> li
             **summarize(rows, n, n),
             "examples": [t[0] for t in texts[:3]],
             "problems": rows,
+            "response_tokens": [
+                [len(r) for r in rs] for rs in tokens
+            ],  # new tokens, EOS included: --dry-run prices them
             "provenance": record(cfg, "probe", None, str(device)),
         }
         path = run / f"probe_{task}.json"

@@ -14,8 +14,12 @@ costs more than the weights at 128 rows); *launch*, a decoded token launches tok
 least EAGER_OP_S from the host (GRAPH_OP_S inside a CUDA graph), and only what that floor adds over the device's
 own work is counted; *host*, a training micro-batch's kernels launched eagerly, beyond its compute. The cut
 top-p's graph steps take its fallback on the device (cut_tail.cut_draw_static), so graphs stay on under it; a
-call that needs more fallback rows than a step holds is redone eagerly, not priced (gpu_check counts them). Prompts are PROMPT_TOKENS long;
-every response is priced at max_new_tokens. The same model gives the laptop's hours and an H200's class.
+call that needs more fallback rows than a step holds is redone eagerly, not priced (gpu_check counts them). Prompts are PROMPT_TOKENS long.
+Every response is priced at max_new_tokens, but where the run's probe has measured the base's responses at the
+evaluation sampler on the study's task (probe_<task>.json, `response_tokens`): then a call at that sampler runs as
+many steps as its longest row is expected to take (E max of `rows` draws from those lengths) with the rows still
+decoding on average (rows x mean length / steps) in each (compaction in steps of CHECK_EVERY and buckets left out).
+The same model gives the laptop's hours and an H200's class.
 """
 
 from __future__ import annotations
@@ -154,8 +158,11 @@ def model_shape(cfg: config.Config, run: Path) -> tuple[dict | None, str]:
 class CostModel:
     """Seconds at the bound for each stage and job of one config, on the assumed device."""
 
-    def __init__(self, cfg: config.Config, shape: dict, source: str, device: Device = LAPTOP):
+    def __init__(
+        self, cfg: config.Config, shape: dict, source: str, device: Device = LAPTOP, lengths: list[int] | None = None
+    ):
         self.cfg, self.shape, self.source, self.device, self.vocab = cfg, shape, source, device, shape["vocab_size"]
+        self.lengths = lengths  # the probe's response lengths at the evaluation sampler, or None (max_new_tokens)
         mc = SimpleNamespace(**shape)
         self.params = memory.estimate_memory(mc, cfg.lora.r, len(cfg.lora.targets), PROMPT_TOKENS, 1, 1, 1)["params"]
         self.dtype_bytes = 4 if cfg.model.dtype == "float32" else 2
@@ -170,7 +177,7 @@ class CostModel:
 
     def on(self, device: Device) -> "CostModel":
         """The same model on another device."""
-        return CostModel(self.cfg, self.shape, self.source, device)
+        return CostModel(self.cfg, self.shape, self.source, device, self.lengths)
 
     def graph(self, s: config.SamplingCfg | None) -> bool:
         """Whether the decode replays a CUDA graph: decode graph (or auto, on a GPU config), either tail."""
@@ -190,17 +197,24 @@ class CostModel:
         return rows * per_position * (PROMPT_TOKENS + (new if static else new / 2))
 
     def decode_parts(
-        self, rows: int, new_tokens: int, s: config.SamplingCfg | None = None, keyed: bool = False, lora: bool = False
+        self,
+        rows: int,
+        new_tokens: float,
+        s: config.SamplingCfg | None = None,
+        keyed: bool = False,
+        lora: bool = False,
+        alive: float | None = None,
     ) -> dict:
-        """One batch of `rows` sequences, in Parts: the prompt's forward, then new_tokens decode steps, each
-        reading the weights (or doing the FLOPs), the KV cache and the sampling tail of settings s, with the
-        kernels' launch floor where it exceeds that work."""
+        """One batch of `rows` sequences, in Parts: the prompt's forward, then new_tokens decode steps of `alive`
+        rows (default rows), each reading the weights (or doing the FLOPs), the KV cache and the sampling tail of
+        settings s, with the kernels' launch floor where it exceeds that work."""
+        prompt = 2 * self.params * rows * PROMPT_TOKENS / self.device.flops
+        rows = rows if alive is None else alive
         d, graph = self.device, self.graph(s)
         compute = max(self.weight_bytes / d.bytes_per_s, 2 * self.params * rows / d.flops)
         kv = self.kv_bytes(rows, s, s is not None and s.decode in ("graph", "auto")) / d.bytes_per_s
         tail = rows * self.vocab * tail_bytes(s, keyed) / d.bytes_per_s if s is not None else 0.0
         floor = self.token_kernels(lora) * (GRAPH_OP_S if graph else EAGER_OP_S)
-        prompt = 2 * self.params * rows * PROMPT_TOKENS / d.flops
         per_token = {"compute": compute, "kv": kv, "tail": tail, "launch": max(0.0, floor - compute - kv - tail)}
         return add({"compute": prompt}, scale(per_token, new_tokens))
 
@@ -214,7 +228,27 @@ class CostModel:
         """`problems` x `n` samples, per_batch problems at a time (within eval.max_rows under draw: sample)."""
         keyed = self.keyed if keyed is None else keyed
         calls = memory.sampling_calls(problems, n, per_batch, self.cfg.eval.max_rows if keyed else None)
-        return add(*(self.decode_parts(len(ps) * len(js), s.max_new_tokens, s, keyed, lora) for ps, js in calls))
+        parts = []
+        for ps, js in calls:
+            rows = len(ps) * len(js)
+            steps, alive = self.call_steps(rows, s)
+            parts.append(self.decode_parts(rows, steps, s, keyed, lora, alive))
+        return add(*parts)
+
+    def call_steps(self, rows: int, s: config.SamplingCfg) -> tuple[float, float]:
+        """(decode steps, rows decoding on average) of one call of `rows` samples at s: max_new_tokens steps of
+        every row; at the evaluation sampler with the probe's lengths, the expected longest of `rows` draws,
+        E max = sum over t < T of 1 - F(t)^rows, and rows x mean length / that."""
+        T = s.max_new_tokens
+        if not self.lengths or s != self.cfg.eval.sampling or T == 0:
+            return T, rows
+        L = sorted(min(max(x, 1), T) for x in self.lengths)
+        n, steps, i = len(L), 0.0, 0
+        for t in range(T):
+            while i < n and L[i] <= t:
+                i += 1
+            steps += 1 - (i / n) ** rows  # P(the longest of `rows` draws is longer than t)
+        return steps, rows * (sum(L) / n) / steps
 
     def sample(self, problems: int, n: int, per_batch: int, s: config.SamplingCfg, keyed: bool | None = None) -> float:
         return sum(self.sample_parts(problems, n, per_batch, s, keyed).values())
@@ -347,8 +381,15 @@ def breakdown(cost: CostModel, jobs) -> list[str]:
 
     out = ["  where the bound's hours go, the laptop GPU | an H200's class (hours by part):"]
     out += [f"    {k}: {words(a)} | {words(b)}" for k, (a, b) in sorted(rows.items())]
+    lengths = cost.lengths
+    said = (
+        f"the evaluation sampler's responses by the probe's {len(lengths)} lengths (mean "
+        f"{sum(lengths) / len(lengths):.0f} tokens; a call runs to its longest row), the rest"
+        if lengths
+        else "every response"
+    )
     out.append(
-        f"    assumed: every response {cost.cfg.eval.sampling.max_new_tokens} tokens (max_new_tokens), prompts "
+        f"    assumed: {said} {cost.cfg.eval.sampling.max_new_tokens} tokens (max_new_tokens), prompts "
         f"{PROMPT_TOKENS}; a kernel {EAGER_OP_S * 1e6:g} us launched eagerly, {GRAPH_OP_S * 1e6:g} us in a CUDA "
         f"graph; {cost.token_kernels(False):.0f} kernels a decoded token ({cost.token_kernels(True):.0f} with LoRA "
         f"unfolded; counted at dispatch on a CPU, bench/op_counts.py); training micro-batch {cost.micro_batch}; graphs "
@@ -369,4 +410,14 @@ def for_config(cfg: config.Config, run: Path) -> CostModel | None:
     if cfg.device == "cpu":
         return None
     shape, source = model_shape(cfg, run)
-    return CostModel(cfg, shape, source) if shape else None
+    return CostModel(cfg, shape, source, lengths=probe_lengths(cfg, run)) if shape else None
+
+
+def probe_lengths(cfg: config.Config, run: Path) -> list[int] | None:
+    """The base's response lengths (new tokens) the run's probe measured at the evaluation sampler on the
+    study's task, or None (no probe yet, or one made before it recorded them)."""
+    path = Path(run) / f"probe_{cfg.task.name}.json"
+    if not path.exists():
+        return None
+    lengths = [x for rs in json.loads(path.read_text()).get("response_tokens", []) for x in rs]
+    return lengths or None

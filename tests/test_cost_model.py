@@ -3,6 +3,7 @@ plain, top-p sorted or cut, keyed or one generator); the KV reads by decode; the
 training step's host time only beyond the device's work; the breakdown adds up to the bound; and the same model
 gives the laptop's and an H200's hours."""
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -159,3 +160,27 @@ def test_a_training_step_reads_the_device_once_a_micro_batch_at_most():
     per_micro_batch = (four - one) / 3
     assert per_micro_batch <= 1 and one - per_micro_batch <= 3  # the step's sums: loss, KL, policy gap
 
+
+def test_a_call_runs_to_its_longest_row_by_the_probes_lengths(qwen, tmp_path):
+    """With the probe's response lengths, a call at the evaluation sampler prices E max of its rows' lengths
+    steps (the closed form on two lengths) with rows x mean / steps decoding in each; other samplers, and a
+    run whose probe recorded no lengths, keep max_new_tokens."""
+    cfg, _ = qwen
+    shape, s = cost_model.REGISTERED_SHAPES[cfg.model.path], cfg.eval.sampling
+    T = s.max_new_tokens
+    cm = cost_model.CostModel(cfg, shape, "registered", lengths=[10, T])
+    steps, alive = cm.call_steps(2, s)
+    assert steps == pytest.approx(10 + (T - 10) * (1 - 0.5**2)) and alive == pytest.approx(2 * (10 + T) / 2 / steps)
+    assert cost_model.CostModel(cfg, shape, "r", lengths=[10] * 5).call_steps(64, s) == (10, 64)
+    assert cm.call_steps(2, cfg.train.sampling) == (cfg.train.sampling.max_new_tokens, 2)
+    got, (steps8, alive8) = cm.sample_parts(4, 2, 4, s), cm.call_steps(8, s)  # one call of 8 rows
+    assert got == cm.decode_parts(8, steps8, s, cm.keyed, False, alive8)
+    plain = cost_model.CostModel(cfg, shape, "registered")
+    assert sum(got.values()) < sum(plain.sample_parts(4, 2, 4, s).values())
+    assert cm.on(cost_model.H200).lengths == cm.lengths
+    probe = tmp_path / f"probe_{cfg.task.name}.json"
+    assert cost_model.probe_lengths(cfg, tmp_path) is None  # no probe yet
+    probe.write_text(json.dumps({"n": 2}))
+    assert cost_model.probe_lengths(cfg, tmp_path) is None  # a probe from before the lengths were recorded
+    probe.write_text(json.dumps({"response_tokens": [[3, 7], [T, 1]]}))
+    assert cost_model.for_config(cfg, tmp_path).lengths == [3, 7, T, 1]

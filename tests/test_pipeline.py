@@ -118,6 +118,21 @@ def test_end_to_end_writes_every_file(smoke_run):
         assert (smoke_run / f).stat().st_mode & 0o777 == 0o644, f
 
 
+def test_the_probe_records_each_responses_length_for_the_cost_model(smoke_run):
+    """probe_<task>.json holds every response's new tokens (EOS included), problem by problem, within
+    max_new_tokens; the cost model reads them."""
+    from orchestration import config
+    from runner import cost_model
+
+    cfg = config.load(str(SMOKE))
+    pr = json.loads((smoke_run / "probe_arith-1x1.json").read_text())
+    lengths = pr["response_tokens"]
+    T = cfg.eval.sampling.max_new_tokens
+    assert len(lengths) == cfg.probe.arith_problems and all(len(rs) == pr["n"] for rs in lengths)
+    assert all(1 <= x <= T for rs in lengths for x in rs) and len({x for rs in lengths for x in rs}) > 1
+    assert cost_model.probe_lengths(cfg, smoke_run) == [x for rs in lengths for x in rs]
+
+
 def test_second_run_skips_everything_and_dry_run_says_done(smoke_run):
     before = snapshot(smoke_run)
     r = pipeline("--config", str(SMOKE), "--out", str(smoke_run), "--quiet", timeout=300)

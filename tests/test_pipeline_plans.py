@@ -3,6 +3,7 @@ overrides, an unreachable model, --print-jobs, --dry-run on committed runs, GPU 
 and memory plans, help texts."""
 
 import json
+import math
 import os
 import re
 import shutil
@@ -331,6 +332,14 @@ def test_a_gpu_config_plans_without_its_weights_and_gives_hours(tmp_path):
         ).groups()
         == got
     )
+    # and its one-night plan: the report's design by the same estimate, the study in nights of --hours 10
+    night = re.search(r"the seed report's design fits one \(~([\d.]+)-([\d.]+) h", r.stdout).groups()
+    said = re.search(
+        r"report.yaml`, ~([\d.]+)–([\d.]+) h by the same\s+estimate\); the registered study takes (\d+)–(\d+)"
+        r" nights of `--hours 10`",
+        readme,
+    ).groups()
+    assert said == (*night, *(str(math.ceil(int(h) / 10)) for h in got[:2]))
     r = subprocess.run(
         [sys.executable, str(ROOT / "pipeline.py"), "--config", str(q), "--out", str(tmp_path / "q"), "--print-jobs"],
         cwd=ROOT,
