@@ -4,17 +4,18 @@ Every figure it gives is labelled an estimate; once a run has measured its own s
 times (jobs.estimate_seconds) those are used instead. No torch, no weights: the shape comes from a
 local config.json when there is one, else from the registered model's known shape.
 
-The bound (the README's Cost section), in the parts --dry-run prints (PARTS): *compute*, decoding reads
-the weights once per token for the whole batch (or, at large batches, does 2 x params FLOPs per row and
-token, whichever is slower), and a training step's forward and backward cost 4 x params FLOPs per token
-(LoRA: no weight gradients); *kv*, each decoded token reads every layer's keys and values: the static
-decode (graph) all PROMPT_TOKENS + max_new_tokens slots of its fixed cache, the eager one the filled half on
-average; *tail*, the sampling tail moves tail_bytes per row and vocabulary entry (the top-p sort of a whole row
-costs more than the weights at 128 rows); *launch*, a decoded token launches token_kernels kernels, each at
-least EAGER_OP_S from the host (GRAPH_OP_S inside a CUDA graph), and only what that floor adds over the device's
-own work is counted; *host*, a training micro-batch's kernels launched eagerly, beyond its compute. The cut
-top-p's graph steps take its fallback on the device (cut_tail.cut_draw_static), so graphs stay on under it; a
-call that needs more fallback rows than a step holds is redone eagerly, not priced (gpu_check counts them). Prompts are PROMPT_TOKENS long.
+The bound (the README's Cost section), in the parts --dry-run prints (PARTS): *compute*, decoding reads the weights
+once per token for the whole batch (or, at large batches, does 2 x params FLOPs per row and token, whichever is
+slower), and a training step's forward and backward cost 4 x params FLOPs per token (LoRA: no weight gradients; 6 x
+with train.gradient_checkpointing, which recomputes each layer's forward); *kv*, each decoded token reads every
+layer's keys and values: the static decode (graph) all PROMPT_TOKENS + max_new_tokens slots of its fixed cache, the
+eager one the filled half on average; *tail*, the sampling tail moves tail_bytes per row and vocabulary entry (the
+top-p sort of a whole row costs more than the weights at 128 rows); *launch*, a decoded token launches token_kernels
+kernels, each at least EAGER_OP_S from the host (GRAPH_OP_S inside a CUDA graph), and only what that floor adds over
+the device's own work is counted; *host*, a training micro-batch's kernels launched eagerly, beyond its compute. The
+cut top-p's graph steps take its fallback on the device (cut_tail.cut_draw_static), so graphs stay on under it; a
+call that needs more fallback rows than a step holds is redone eagerly, not priced (gpu_check counts them). Prompts
+are PROMPT_TOKENS long.
 Every response is priced at max_new_tokens, but where the run's probe has measured the base's responses at the
 evaluation sampler on the study's task (probe_<task>.json, `response_tokens`): then a call at that sampler runs as
 many steps as its longest row is expected to take (E max of `rows` draws from those lengths) with the rows still
@@ -258,7 +259,8 @@ class CostModel:
         the host time of the micro-batches' eagerly launched kernels beyond their compute."""
         t, lora = self.cfg.train, not self.cfg.lora.fold_for_sampling
         rows = t.problems_per_step * t.group_size
-        fwd_bwd = 4 * self.params * rows * (PROMPT_TOKENS + t.sampling.max_new_tokens) / self.device.flops
+        per_token = 6 if t.gradient_checkpointing else 4  # forward 2, backward 2 (no weight gradients), a recompute 2
+        fwd_bwd = per_token * self.params * rows * (PROMPT_TOKENS + t.sampling.max_new_tokens) / self.device.flops
         batches = math.ceil(rows / min(rows, self.micro_batch))
         launch = STEP_KERNELS * self.token_kernels(True) * EAGER_OP_S  # one micro-batch's kernels
         host = batches * max(0.0, launch - fwd_bwd / batches)

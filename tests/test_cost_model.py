@@ -184,3 +184,25 @@ def test_a_call_runs_to_its_longest_row_by_the_probes_lengths(qwen, tmp_path):
     assert cost_model.probe_lengths(cfg, tmp_path) is None  # a probe from before the lengths were recorded
     probe.write_text(json.dumps({"response_tokens": [[3, 7], [T, 1]]}))
     assert cost_model.for_config(cfg, tmp_path).lengths == [3, 7, T, 1]
+
+
+def test_checkpointing_trades_a_recompute_for_fewer_micro_batches(qwen):
+    """train.gradient_checkpointing: 6 x params FLOPs a token instead of 4, and the micro-batch the memory then
+    allows (16 at memory_gb 8, against 3): slower on the laptop, whose steps are FLOP-bound, and faster on an
+    H200's class, whose steps wait on the micro-batches' launches."""
+    cfg, cm = qwen
+    ck = cost_model.CostModel(
+        replace(cfg, train=replace(cfg.train, gradient_checkpointing=True)), cm.shape, "registered"
+    )
+    assert (cm.micro_batch, ck.micro_batch) == (3, 16)
+    plain, rec = cm.train_step_parts(), ck.train_step_parts()
+    assert rec["compute"] - plain["compute"] == pytest.approx(
+        0.5
+        * (
+            plain["compute"]
+            - cm.decode_parts(128, cfg.train.sampling.max_new_tokens, cfg.train.sampling, False, True)["compute"]
+        )
+    )
+    assert sum(rec.values()) > sum(plain.values())
+    fast = [sum(m.on(cost_model.H200).train_step_parts().values()) for m in (cm, ck)]
+    assert fast[1] < fast[0]
