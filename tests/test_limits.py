@@ -11,7 +11,6 @@ MODULE_LINES, FUNCTION_LINES, PARAMETERS = 600, 80, 8
 
 MODULES = {  # path: lines today
     "runner/stages.py": 642,
-    "orchestration/provenance.py": 611,
 }
 FUNCTIONS = {  # path:function: lines today
     "method/objective.py:policy_gradient": 90,
