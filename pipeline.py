@@ -55,7 +55,8 @@ from runner.folder import Refused
 from runner.jobs import assign_gpus, log, visible_gpus
 from runner.preview import plan_only
 from runner.session import Session, done_line
-from runner.stages import JOB_STAGES, STAGES, MissingInput, Plan, check_inputs, registered_stages
+from runner.stage_checks import MissingInput, check_inputs
+from runner.stages import JOB_STAGES, STAGES, Plan, registered_stages
 
 ROOT = Path(__file__).resolve().parent
 

@@ -16,7 +16,8 @@ from orchestration import cli, config, provenance, study
 from runner.folder import Aside, Lock, Refused
 from runner.jobs import Job, Runner, estimate_seconds, fmt_minutes, in_worker, log, now, run_grpo
 from runner.manifest import done_record, end_states, job_record, write_manifest
-from runner.stages import JOB_STAGES, MissingInput, Plan, check_inputs, check_stage, kept_weights_note, remake_note
+from runner.stage_checks import MissingInput, check_inputs, check_stage, remake_note
+from runner.stages import JOB_STAGES, Plan, kept_weights_note
 
 # ============================================================================= single stages
 

@@ -23,7 +23,7 @@ from analysis import secondary  # noqa: E402
 from bases import reuse  # noqa: E402
 from method import evaluate  # noqa: E402
 from orchestration import config, provenance, study  # noqa: E402
-from runner import stages  # noqa: E402
+from runner import stage_checks, stages  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -156,10 +156,10 @@ def test_tampered_weights_stop_every_stage_before_it_loads(v5, tmp_path):
     run = tmp_path / "run"
     reuse.copy_base(cfg, run / "base_model", h)
     plan = stages.Plan(cfg, run, "configs/tiny_v5.yaml", [])
-    stages.check_inputs(plan, "probe")  # whole: passes
+    stage_checks.check_inputs(plan, "probe")  # whole: passes
     fake_base(run / "base_model", h, value=2.0)  # whole, but other weights
-    with pytest.raises(stages.MissingInput, match="sha256"):
-        stages.check_inputs(plan, "probe")
+    with pytest.raises(stage_checks.MissingInput, match="sha256"):
+        stage_checks.check_inputs(plan, "probe")
     shutil.rmtree(run / "base_model")
 
 

@@ -18,7 +18,8 @@ from method.model import apply_lora, load_model, save_adapter
 from orchestration import config, eval_resume, provenance
 from runner import preview
 from runner.folder import Aside
-from runner.stages import Plan, check_stage
+from runner.stage_checks import check_stage
+from runner.stages import Plan
 
 SAMPLE = evaluate.sample  # the sampler itself, whatever a test has patched in since
 

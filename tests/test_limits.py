@@ -10,7 +10,6 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULE_LINES, FUNCTION_LINES, PARAMETERS = 600, 80, 8
 
 MODULES = {  # path: lines today
-    "runner/stages.py": 642,
 }
 FUNCTIONS = {  # path:function: lines today
     "method/objective.py:policy_gradient": 90,

@@ -226,7 +226,7 @@ def test_single_stages_run_in_a_worker_on_the_first_assigned_gpu(monkeypatch, tm
     seen = []
     monkeypatch.setattr(session, "in_worker", lambda fn, argv, gpu=None: seen.append((fn, argv[0], gpu)) or 0)
     monkeypatch.chdir(ROOT)
-    shutil.copytree(fitted_dir, tmp_path / "run" / "base_model")  # the probe reads the base (stages.check_inputs)
+    shutil.copytree(fitted_dir, tmp_path / "run" / "base_model")  # the probe reads the base (stage_checks.check_inputs)
     args = [
         "--config",
         str(SMOKE),
