@@ -35,57 +35,12 @@ def _outputs_state(states: list[str]) -> str:
 
 
 def dry_run(plan: Plan, todo: list[str], n: int) -> None:
+    """--dry-run: each stage's state (done, to do, out of date, made under other settings), then the jobs
+    left and their time (measured, the cost model's estimate, or a committed run's record)."""
     print(f"run folder: {plan.run}")
     found = foreign.foreign_outputs(plan)  # made under other settings: the run refuses before it writes
-    refuses = []  # stages whose outputs were made under other settings: the run stops there without --force
     for s in todo:
-        if s in JOB_STAGES:
-            outputs = plan.outputs(s)
-            states = [plan.state(s, m, h) for _, m, h in outputs]
-            if "weightless" in states:  # a finished run is remade only where a job still to do reads its weights
-                needed = plan.weights_needed()
-                states = [
-                    "unkept" if st == "weightless" and m.name == "done.json" and path not in needed else st
-                    for (path, m, _), st in zip(outputs, states)
-                ]
-            counts = {
-                k: states.count(k)
-                for k in ("done", "unkept", "missing", "damaged", "weightless", "stale", "foreign")
-                if states.count(k)
-            }
-            words = {
-                "foreign": "made under other settings (would refuse; --force)",
-                "unkept": "done without their weights (not committed; nothing still to do reads them)",
-                "weightless": "without their weights, which a job still to do reads (would be remade)",
-                "stale": "out of date",
-            }
-            state = (
-                "done"
-                if counts.get("done") == len(states)
-                else ", ".join(f"{v} {words.get(k, k)}" for k, v in counts.items())
-            )
-            if counts.get("unkept") and counts["unkept"] + counts.get("done", 0) == len(states):
-                state = kept_weights_note(plan, s, counts["unkept"]) or state
-            if counts.get("foreign"):
-                refuses.append(s)
-            if s == "eval" and (under := evals_under_way(plan)):
-                state += f"; under way, resumed by the next run: {', '.join(under)}"
-        elif s == "analyze":
-            if plan.analyze_done():
-                state = "done"
-            elif (plan.run / "verdicts.json").exists():
-                state = "out of date"
-            else:
-                state = "to do"
-        else:
-            states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
-            state = _outputs_state(states)
-            if states == ["weightless"]:
-                state = kept_weights_note(plan, s, 1) or state
-            if "foreign" in states:
-                refuses.append(s)
-            if s == "lr-sweep" and state != "done" and (bad := plan.sweep_damage()):
-                state += f"; {len(bad)} damaged candidate run(s) (would be moved aside and redone: {bad[0][1]})"
+        state = job_stage_state(plan, s) if s in JOB_STAGES else stage_state(plan, s)
         reads = foreign.foreign_reads(s, found)
         print(f"  {s:<9} {state}" + (f"; reads what {', '.join(reads)} made under other settings" if reads else ""))
     if found:
@@ -93,6 +48,62 @@ def dry_run(plan: Plan, todo: list[str], n: int) -> None:
             f"  the run would refuse before writing anything: {foreign.refusal_line(plan, found)}; "
             "the jobs below are what --force would run (it moves each such output aside and redoes it)"
         )
+    time_lines(plan, todo, n)
+
+
+STATE_WORDS = {
+    "foreign": "made under other settings (would refuse; --force)",
+    "unkept": "done without their weights (not committed; nothing still to do reads them)",
+    "weightless": "without their weights, which a job still to do reads (would be remade)",
+    "stale": "out of date",
+}
+
+
+def job_stage_state(plan: Plan, s: str) -> str:
+    """A job stage's outputs counted by state, in words."""
+    outputs = plan.outputs(s)
+    states = [plan.state(s, m, h) for _, m, h in outputs]
+    if "weightless" in states:  # a finished run is remade only where a job still to do reads its weights
+        needed = plan.weights_needed()
+        states = [
+            "unkept" if st == "weightless" and m.name == "done.json" and path not in needed else st
+            for (path, m, _), st in zip(outputs, states)
+        ]
+    counts = {
+        k: states.count(k)
+        for k in ("done", "unkept", "missing", "damaged", "weightless", "stale", "foreign")
+        if states.count(k)
+    }
+    state = (
+        "done"
+        if counts.get("done") == len(states)
+        else ", ".join(f"{v} {STATE_WORDS.get(k, k)}" for k, v in counts.items())
+    )
+    if counts.get("unkept") and counts["unkept"] + counts.get("done", 0) == len(states):
+        state = kept_weights_note(plan, s, counts["unkept"]) or state
+    if s == "eval" and (under := evals_under_way(plan)):
+        state += f"; under way, resumed by the next run: {', '.join(under)}"
+    return state
+
+
+def stage_state(plan: Plan, s: str) -> str:
+    """A stage run once (base, probe, select, lr-sweep, analyze), in words."""
+    if s == "analyze":
+        if plan.analyze_done():
+            return "done"
+        return "out of date" if (plan.run / "verdicts.json").exists() else "to do"
+    states = [plan.state(s, m, h) for _, m, h in plan.outputs(s)]
+    state = _outputs_state(states)
+    if states == ["weightless"]:
+        state = kept_weights_note(plan, s, 1) or state
+    if s == "lr-sweep" and state != "done" and (bad := plan.sweep_damage()):
+        state += f"; {len(bad)} damaged candidate run(s) (would be moved aside and redone: {bad[0][1]})"
+    return state
+
+
+def time_lines(plan: Plan, todo: list[str], n: int) -> None:
+    """The jobs left and their time: measured, else the cost model's bound and where it goes (a GPU config),
+    else a committed run's record (a CPU config); then the stages before the jobs."""
     left = plan.jobs(todo)
     cost = plan.cost_model()
     eta = estimate_seconds(plan.run, left, n, cost)
