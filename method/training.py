@@ -531,23 +531,8 @@ def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) ->
         means[name], devs[name], locks[name] = rewards, dev, locked
         chosen[name] = choose_rate(ls, dev if ls.rule.startswith("dev") else rewards, locked)
     first = next(iter(chosen))
-    what = "each condition's own recipe" if ls.per_condition else "the many condition"
-    rule = (
-        (
-            f"highest loose pass@1 on the {cfg.train.dev_problems} held-out dev problems x {cfg.train.dev_samples} samples after "
-            f"{ls.steps} steps of {what}"
-            if ls.rule.startswith("dev")
-            else f"highest mean reward over the last {ls.last} of {ls.steps} steps of {what}"
-        )
-        + (
-            f", among the rates with at most {ls.max_lock_in:g} of them locked on a wrong answer (none such: the smallest)"
-            if ls.rule == "dev-guarded"
-            else ""
-        )
-        + f", training seed {seed}; ties: the smaller rate"
-    )
     res = {
-        "rule": rule,
+        "rule": sweep_rule(cfg, seed),
         "rule_name": ls.rule,
         "mean_reward_last": means[first],
         "chosen": chosen[first],
@@ -561,6 +546,21 @@ def lr_sweep(cfg: config.Config, base: str, run: Path, progress: bool = True) ->
         res["per_condition"], res["mean_reward_by_condition"] = chosen, means
     atomic_write_json(run / "lr_choice.json", res)
     return res
+
+
+def sweep_rule(cfg: config.Config, seed: int) -> str:
+    """lr_choice.json's rule, in words."""
+    ls = cfg.lr_sweep
+    what = "each condition's own recipe" if ls.per_condition else "the many condition"
+    rule = (
+        f"highest loose pass@1 on the {cfg.train.dev_problems} held-out dev problems x {cfg.train.dev_samples} samples after "
+        f"{ls.steps} steps of {what}"
+        if ls.rule.startswith("dev")
+        else f"highest mean reward over the last {ls.last} of {ls.steps} steps of {what}"
+    )
+    if ls.rule == "dev-guarded":
+        rule += f", among the rates with at most {ls.max_lock_in:g} of them locked on a wrong answer (none such: the smallest)"
+    return rule + f", training seed {seed}; ties: the smaller rate"
 
 
 def choose_rate(ls: config.LrSweepCfg, score: dict, locked: dict) -> float:
