@@ -147,15 +147,7 @@ def policy_gradient(
     # the same bits. The token count comes from the completions' lengths (pack's mask is 1 on each token).
     zero = torch.zeros((), dtype=torch.float64, device=device)
     total, kl_sum, gap_sum, gap_max, n_tok = zero, zero, zero, None, 0.0
-
-    def micro_batches(idx):
-        for start in range(0, len(idx), micro_batch):
-            chunk = idx[start : start + micro_batch]
-            ids, attn, pos, cmask = pack([prompts[i] for i in chunk], [completions[i] for i in chunk], pad)
-            moved = (x.to(device, non_blocking=True) for x in (ids, attn, pos, cmask))
-            yield chunk, float(sum(len(completions[i]) for i in chunk)), *moved  # the mask's sum, from the lengths
-
-    for chunk, tokens, ids, attn, pos, cmask in micro_batches(rows):
+    for chunk, tokens, ids, attn, pos, cmask in micro_batches(prompts, completions, rows, micro_batch, pad, device):
         ref = None
         if kl > 0:
             with torch.no_grad(), lora_disabled(model):
@@ -192,16 +184,33 @@ def policy_gradient(
         "logp_gap_max": gap_max,
     }
     if measure_kl and kl == 0:  # a diagnostic only: no gradient, every sample
-        kl_sum, n_tok = zero, 0.0  # on the device, read once, as the step's sums (the same bits as per-batch reads)
-        with torch.no_grad():
-            for _, tokens, ids, attn, pos, cmask in micro_batches(order(range(len(completions)))):
-                logp, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])
-                with lora_disabled(model):
-                    ref, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])
-                kl_sum = kl_sum + (k3(logp, ref) * cmask).sum().double()
-                n_tok += tokens
-        out["kl_mean"] = kl_sum.item() / max(n_tok, 1)
+        every = order(range(len(completions)))
+        out["kl_mean"] = kl_to_base(model, micro_batches(prompts, completions, every, micro_batch, pad, device))
     return out
+
+
+def micro_batches(prompts, completions, idx: list[int], micro_batch: int, pad: int, device):
+    """The rows idx in micro-batches: (their indices, their completion tokens (the mask's sum, from the
+    lengths), and pack's ids, attention mask, positions and completion mask, moved to the device)."""
+    for start in range(0, len(idx), micro_batch):
+        chunk = idx[start : start + micro_batch]
+        ids, attn, pos, cmask = pack([prompts[i] for i in chunk], [completions[i] for i in chunk], pad)
+        moved = (x.to(device, non_blocking=True) for x in (ids, attn, pos, cmask))
+        yield chunk, float(sum(len(completions[i]) for i in chunk)), *moved
+
+
+def kl_to_base(model, batches) -> float:
+    """The mean per-token k3 KL of the model to its base (LoRA off) over micro_batches' `batches`, without a
+    gradient: summed on the device in float64 and read once (the same bits as one read per micro-batch)."""
+    kl_sum, n_tok = torch.zeros((), dtype=torch.float64, device=next(model.parameters()).device), 0.0
+    with torch.no_grad():
+        for _, tokens, ids, attn, pos, cmask in batches:
+            logp, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])
+            with lora_disabled(model):
+                ref, _ = completion_logprobs(model, ids, attn, pos, cmask.shape[1])
+            kl_sum = kl_sum + (k3(logp, ref) * cmask).sum().double()
+            n_tok += tokens
+    return kl_sum.item() / max(n_tok, 1)
 
 
 def pack_logprobs(rows: list[list[float]], Lc: int) -> torch.Tensor:
