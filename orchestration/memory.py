@@ -48,22 +48,7 @@ def estimate_memory(
     params = V * H + L * (H * H + H + 2 * (H * kv + kv) + H * H + 3 * H * I + 2 * H) + H  # tied embeddings
     lora_params = L * lora_r * (2 * (H + H) + 2 * (H + kv) + 3 * (H + I)) * n_targets / 7
     T, Lc, b, a = prompt_len + new_tokens, new_tokens, micro_batch, 2  # a: bytes per bf16 activation
-    per_token_layer = (
-        H * (a * 2 + 4)  # attention RMSNorm: its input and output (+ fp32 statistics, rounded up)
-        + H * 4
-        + H * a
-        + 2 * kv * a
-        + H * a
-        + 2 * kv * a  # the LoRA fp32 copy q, k, v share; q, k, v before and after RoPE
-        + H * a
-        + H * 4
-        + H * a  # attention output, o_proj's LoRA fp32 copy, residual
-        + H * (a * 2 + 4)  # MLP RMSNorm
-        + H * 4
-        + 4 * I * a
-        + I * 4  # the LoRA copy gate/up share; gate, up, silu(gate), product; down's LoRA copy
-        + 7 * lora_r * 4  # LoRA A outputs
-    )
+    per_token_layer = layer_bytes_per_token(H, I, kv, lora_r, a)
     # A padded micro-batch passes transformers' bool mask (b, 1, T, T) to SDPA, which then cannot do GQA itself:
     # repeat_kv expands K and V to all H heads in every layer, and SDPA keeps those instead of the kv-head ones
     # (and the mask, converted to the activation dtype, in every layer) for backward. Checked against the peak
@@ -100,6 +85,26 @@ def estimate_memory(
         "kv_cache": kv_cache,
         "sampling": static + kv_cache + sample_logits + folded,
     }
+
+
+def layer_bytes_per_token(H: int, I: int, kv: int, lora_r: int, a: int) -> int:
+    """What autograd keeps per token in one decoder layer (a: bytes per activation; hidden H, MLP I, kv width)."""
+    return (
+        H * (a * 2 + 4)  # attention RMSNorm: its input and output (+ fp32 statistics, rounded up)
+        + H * 4
+        + H * a
+        + 2 * kv * a
+        + H * a
+        + 2 * kv * a  # the LoRA fp32 copy q, k, v share; q, k, v before and after RoPE
+        + H * a
+        + H * 4
+        + H * a  # attention output, o_proj's LoRA fp32 copy, residual
+        + H * (a * 2 + 4)  # MLP RMSNorm
+        + H * 4
+        + 4 * I * a
+        + I * 4  # the LoRA copy gate/up share; gate, up, silu(gate), product; down's LoRA copy
+        + 7 * lora_r * 4  # LoRA A outputs
+    )
 
 
 # per row and vocabulary entry, live at once in decoding.keyed_draw: the fp32 probabilities, their fp64

@@ -12,7 +12,6 @@ MODULE_LINES, FUNCTION_LINES, PARAMETERS = 600, 80, 8
 MODULES = {  # path: lines today
 }
 FUNCTIONS = {  # path:function: lines today
-    "orchestration/memory.py:estimate_memory": 85,
 }
 PARAMETER_LISTS = {  # path:function: parameters today
     "orchestration/memory.py:estimate_memory": 13,
