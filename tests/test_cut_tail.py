@@ -212,3 +212,25 @@ def test_a_decode_under_tail_cut_does_not_depend_on_the_cut_nor_on_the_decode(fi
     assert min(fell) == 0 < fell[1]  # both paths ran
     assert redone == [1, 0, 0, 0]  # one fallback row a step is too few for a cut of 2; 64 hold every row
     assert len({tuple(t) for t in got[0]}) > 1  # really sampled
+
+
+def test_a_captured_cut_step_reads_nothing_from_the_device(fitted):
+    """One decode step of the static decode under tail cut, as captured (EagerGraphs replays the recorded
+    step) and as run without graphs: the captured one makes no host read, the one without reads the host
+    for its fallback (the profiler counts item, nonzero and equal)."""
+    from method import static_decode
+    from method.sampler import count_host_reads
+    from orchestration import config
+
+    model, prompts, stops, pad = fitted
+    s = config.SamplingCfg(temperature=1.3, top_p=0.9, top_k=0, max_new_tokens=12, tail="cut")
+    seeds = list(range(100, 100 + 3 * len(prompts)))
+    reads = {}
+    for name, graphs in (("captured", static_decode.EagerGraphs()), ("eager", None)):
+        static_decode.sample_static(model, prompts, 3, s, seeds, stops, pad, graphs=graphs)
+        dec = static_decode._DECODERS["by_rows"][3 * len(prompts)]
+        step = next(st for k, st in dec.steps.items() if k[7] == id(graphs))  # the key names its capture backend
+        assert (step.replay is not None) == (graphs is not None)
+        with torch.inference_mode():
+            reads[name] = count_host_reads(lambda: step(model))[0]
+    assert reads == {"captured": 0, "eager": reads["eager"]} and reads["eager"] >= 1
