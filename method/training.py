@@ -79,18 +79,9 @@ def step_problems(pool: list, step: int, per_step: int, seed: int, shuffle: bool
     return out
 
 
-def rollouts(
-    model,
-    tok,
-    cfg: config.Config,
-    run: TrainingRun,
-    problems: list,
-    prompts: list,
-    step: int,
-    stops: list[int],
-    pad: int,
-) -> tuple[Samples, list[dict]]:
+def rollouts(st: "Step", problems: list, prompts: list, step: int) -> tuple[Samples, list[dict]]:
     """G samples of the current policy per problem (seeded by the run and the step) and their scores."""
+    model, tok, cfg, run, stops, pad = st.model, st.tok, st.cfg, st.run, st.stops, st.pad
     G, s = cfg.train.group_size, cfg.train.sampling
     with lora_folded(model) if cfg.lora.fold_for_sampling else nullcontext():
         samples = sample(
@@ -264,7 +255,7 @@ def train(
             warning := no_signal_warning(rows, f"{run.stage} {run.name} s{run.seed}")
         ):
             bar.write(warning, file=sys.stdout)  # above the progress bar; stdout: stderr carries the one-line errors
-        keep(model, tok, opt, cfg, run, out, base, meta, step, rows, dev, dev_rows)
+        keep(st, base, meta, step, rows, dev, dev_rows)
         curves.row("train", rows[-1], step)
         if dev_rows and dev_rows[-1]["step"] == step:
             curves.row("dev", dev_rows[-1], step)
@@ -318,11 +309,7 @@ def one_step(st: Step, step: int) -> dict:
     problems = step_problems(run.pool, step, P, study.seed_for(run.seed, run.name), shuffle=shuffled)
     prompts = render_prompts(tok, problems, cfg.task.prompt_style, cfg.task.system_prompt)
     t0 = time.perf_counter()
-    samples, scored = (
-        rollouts(model, tok, cfg, run, problems, prompts, step, st.stops, st.pad)
-        if method.rollouts
-        else no_rollouts(P * G)
-    )
+    samples, scored = rollouts(st, problems, prompts, step) if method.rollouts else no_rollouts(P * G)
     t1 = time.perf_counter()
     rewards = torch.tensor([float(d[run.cond.reward]) for d in scored]).view(
         P, G
@@ -364,22 +351,10 @@ def one_step(st: Step, step: int) -> dict:
     )
 
 
-def keep(
-    model,
-    tok,
-    opt,
-    cfg: config.Config,
-    run: TrainingRun,
-    out: Path,
-    base: str,
-    meta: dict,
-    step: int,
-    rows: list,
-    dev: list,
-    dev_rows: list,
-) -> None:
+def keep(st: "Step", base: str, meta: dict, step: int, rows: list, dev: list, dev_rows: list) -> None:
     """What a step leaves once its update is made, as due: the dev check, the registered checkpoint,
     and the resume point with the logs (out/last/)."""
+    model, tok, opt, cfg, run, out = st.model, st.tok, st.opt, st.cfg, st.run, st.out
     if dev and step % run.dev_every == 0:
         dev_rows.append(evaluate.dev_check(model, tok, cfg, dev, step))
     if step in run.checkpoints:
