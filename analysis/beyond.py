@@ -5,6 +5,8 @@ and the boundary counts against chance. Secondary and descriptive; the model is 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from analysis.document import key_fields, model_label
@@ -22,6 +24,24 @@ from analysis.run_files import Design
 from analysis.run_inputs import EvalSet, RunInputs, ordered_keys
 from analysis.stats import pass_at_k_curves, per_problem
 from countdown import SCORINGS
+
+
+@dataclass(frozen=True)
+class Large:
+    """The largest-n set the section reads, and what its checks read beside it."""
+
+    models: list  # (key, evaluation file) on the large set, the base first
+    base: dict  # the test set's base evaluation
+    trained: dict  # the test set's trained evaluations, by key
+    sub: list | None  # the test set's rows of the large set's problems; None: the check is skipped
+    prefix: str  # the large set's folder, before its file names
+    n: int  # samples per problem on the large set
+    n_base: int  # the base's samples per test problem
+    n_test: int  # a trained model's samples per test problem
+    ext: int  # analyze.extrapolate_to
+    B: int  # analyze.beyond_resamples
+    seed: int
+    ci: float
 
 
 def _largest_set(design: Design, sets: dict[str, EvalSet], n_test: int) -> str | None:
@@ -63,10 +83,9 @@ def analyze_beyond(inputs: RunInputs, inf: Inference) -> dict:
             sub = [pos[i] for i in ids]
     else:
         skipped = "no evaluation set has more samples per problem than the test set"
-    fits, curves_out, bound = fits_and_boundary(models, bdoc, base, prefix, sub, n_base, ext, B, seed, ci)
-    check, contrasts = (
-        checks(models, base, rl, sub, prefix, n_base, n_test, n, B, seed, ci) if sub is not None else ([], [])
-    )
+    large = Large(models, base, rl, sub, prefix, n, n_base, n_test, ext, B, seed, ci)
+    fits, curves_out, bound = fits_and_boundary(large)
+    check, contrasts = checks(large) if sub is not None else ([], [])
     covered = [r["covered"] for r in contrasts]
     return {
         "set": big or "test",
@@ -96,11 +115,11 @@ def analyze_beyond(inputs: RunInputs, inf: Inference) -> dict:
     }
 
 
-def fits_and_boundary(
-    models: list, bdoc: dict, base: dict, prefix: str, sub, n_base: int, ext: int, B: int, seed: int, ci: float
-):
+def fits_and_boundary(large: Large):
     """Per model and scoring on the large set: the beta-binomial fit with its parametric band, and the
     boundary counts against chance (the test set's base counts of the same problems as fresh samples)."""
+    models, base, prefix, sub, n_base = large.models, large.base, large.prefix, large.sub, large.n_base
+    bdoc, ext, B, seed, ci = models[0][1], large.ext, large.B, large.seed, large.ci
     fits, curves_out, bound = [], {}, []
     for j, (key, d) in enumerate(models):
         nd = d["sampling"]["n"]
@@ -155,22 +174,12 @@ def fits_and_boundary(
     return fits, curves_out, bound
 
 
-def checks(
-    models: list,
-    base: dict,
-    rl: dict,
-    sub: list,
-    prefix: str,
-    n_base: int,
-    n_test: int,
-    n: int,
-    B: int,
-    seed: int,
-    ci: float,
-) -> tuple[list, list]:
+def checks(large: Large) -> tuple[list, list]:
     """The model on the study's own data: fitted to the test set's counts of the large set's
     problems, its pass@n (levels) and Delta pass@n (contrasts) against the large set's measurement.
     models[0] is the base on the large set."""
+    models, base, rl, sub, prefix, n = large.models, large.base, large.trained, large.sub, large.prefix, large.n
+    n_base, n_test, B, seed, ci = large.n_base, large.n_test, large.B, large.seed, large.ci
     check, contrasts = [], []
     bdoc = models[0][1]
     for key, d in models:
