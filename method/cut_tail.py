@@ -112,15 +112,25 @@ def cut_draw(
     the cut does not hold redrawn through the full sort (one host read: whether any row needs it).
     u: each row's uniform (keyed); else gen draws the row's Exp(1) numbers, b x V of them, as
     decoding.multinomial draws them, whichever path a row takes."""
+    p, q, tok, exact = cut_pass(x, top_k, top_p, u, gen, cut)
+    if not bool(exact.all()):
+        rows = (~exact).nonzero().squeeze(-1)
+        tok[rows] = full_rows(p, rows, top_p, u, q)
+    return tok, exact
+
+
+def cut_pass(x: torch.Tensor, top_k: int, top_p: float, u, gen, cut: int | None):
+    """(p (b, V), q (b, V) or None when keyed, the cut's tokens (b,), exact (b,)): what both fallbacks start from."""
     p = tail_probs(x, top_k)  # (b, V)
     q = None if u is not None else torch.empty_like(p).exponential_(1, generator=gen)
     idx, w, exact = cut_candidates(p, top_p, cut)
-    tok = draw(idx, w, u, q)
-    if not bool(exact.all()):
-        rows = (~exact).nonzero().squeeze(-1)
-        fidx, fw = full_candidates(p[rows], top_p)
-        tok[rows] = draw(fidx, fw, u[rows] if u is not None else None, q[rows] if q is not None else None)
-    return tok, exact
+    return p, q, draw(idx, w, u, q), exact
+
+
+def full_rows(p: torch.Tensor, rows: torch.Tensor, top_p: float, u, q) -> torch.Tensor:
+    """The full sort's tokens for the rows `rows` (indices) of p."""
+    fidx, fw = full_candidates(p[rows], top_p)
+    return draw(fidx, fw, u[rows] if u is not None else None, q[rows] if q is not None else None)
 
 
 def cut_draw_static(
@@ -136,16 +146,12 @@ def cut_draw_static(
     FALLBACK_ROWS) that the cut does not hold are redrawn through the full sort, found on the device
     (torch.nonzero_static: a fixed shape); over is True when more rows needed it, and then the tokens
     of the rows beyond are the cut's, not cut_draw's: the caller must redraw the token with cut_draw."""
-    p = tail_probs(x, top_k)  # (b, V)
-    q = None if u is not None else torch.empty_like(p).exponential_(1, generator=gen)
-    idx, w, exact = cut_candidates(p, top_p, cut)
-    tok = draw(idx, w, u, q)  # (b,)
+    p, q, tok, exact = cut_pass(x, top_k, top_p, u, gen, cut)
     b = p.shape[0]
     f = min(spare or FALLBACK_ROWS, b)
     need = ~exact  # (b,)
     rows = torch.nonzero_static(need, size=f, fill_value=0).squeeze(-1)  # (f,) the first f rows that need it
-    fidx, fw = full_candidates(p[rows], top_p)
-    full = draw(fidx, fw, u[rows] if u is not None else None, q[rows] if q is not None else None)  # (f,)
+    full = full_rows(p, rows, top_p, u, q)  # (f,)
     slot = need.long().cumsum(0) - 1  # (b,) a row's place among the rows that need the full sort
     take = need & (slot < f)
     tok = torch.where(take, full.gather(0, slot.clamp(0, f - 1)), tok)
