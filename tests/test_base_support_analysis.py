@@ -66,6 +66,7 @@ def design(seeds=6, matched=None):
         None,
         [
             "eval.base_support=true",
+            "eval.sampling.tail=sort",  # the measure's rule (change 79 made the default cut)
             "eval_sets={}",
             "analyze.support=null",
             "analyze.calibration=null",
@@ -308,7 +309,13 @@ def test_change_42s_test_is_the_primary_where_the_config_registers_it():
     assert assemble.registered_question({**res, "support": {"skipped": "no pool"}}, on) == ("selection", None)
     with pytest.raises(config.ConfigError, match="analyze.support.primary"):
         config.load(
-            None, ["analyze.support.primary=true", "eval.base_support=true", "analyze.base_support={primary: true}"]
+            None,
+            [
+                "analyze.support.primary=true",
+                "eval.base_support=true",
+                "eval.sampling.tail=sort",
+                "analyze.base_support={primary: true}",
+            ],
         )
 
 
