@@ -19,6 +19,17 @@ from runner.manifest import done_record, end_states, job_record, write_manifest
 from runner.stage_checks import MissingInput, check_inputs, check_stage, remake_note
 from runner.stages import JOB_STAGES, Plan, kept_weights_note
 
+# The training figure is drawn again as training runs finish, at most once a minute (a draw is ~1 s of
+# matplotlib), and always once the last one has: the same file as a draw after every run.
+FIGURE_EVERY_S = 60.0
+
+
+def figure_due(stage_done: bool, last_drawn: float, now: float) -> bool:
+    """Whether the training figure is drawn after a training run ends: the first time, when the stage is
+    done, and otherwise once FIGURE_EVERY_S have passed since the last draw."""
+    return stage_done or now - last_drawn >= FIGURE_EVERY_S
+
+
 # ============================================================================= single stages
 
 
@@ -314,6 +325,8 @@ def run_jobs(
         jobs_status[job.name] = job_record(run, job, "running", started=now())
         write_manifest(run, cfg, stages, jobs_status)
 
+    drawn = [-float("inf")]  # when the training figure was last drawn
+
     def on_done(job: Job) -> None:
         jobs_status[job.name] = job_record(run, job, "done")
         if all(jobs_status[j.name]["status"] == "done" for j in jobs if j.stage == job.stage):
@@ -321,11 +334,12 @@ def run_jobs(
                 **stages[job.stage],
                 "status": "done",
             }  # e.g. every training run: an interrupt now is eval's
-        if job.stage == "train":
+        if job.stage == "train" and figure_due(stages["train"]["status"] == "done", drawn[0], time.perf_counter()):
             from analysis import figures
 
             try:
                 figures.training_figure(run, plan.steps_of())  # look at it while evaluation runs
+                drawn[0] = time.perf_counter()
             except Exception as e:  # a figure must never stop the study; say so
                 log(f"training figure not written: {e}")
         write_manifest(run, cfg, stages, jobs_status)

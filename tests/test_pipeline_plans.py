@@ -622,3 +622,15 @@ def test_the_remake_command_is_one_pipeline_command_the_cli_reads_back(tmp_path)
     assert plan.command("probe") == cli.pipeline_command(str(SMOKE), run, ["eval.n=2"], "probe")
     assert shlex.split(cli.pipeline_command(None, run))[3] == cli.REGISTERED_CONFIG
     assert config.to_dict(config.load(cli.REGISTERED_CONFIG)) == config.to_dict(config.load(None))
+
+
+def test_the_training_figure_is_drawn_first_then_once_a_minute_and_at_the_end():
+    """Drawn after every training run it cost the smoke run ~16 s of its ~80; now the first run draws it,
+    a run within FIGURE_EVERY_S of the last draw does not, and the stage's last run always does."""
+    from runner.session import FIGURE_EVERY_S, figure_due
+
+    first = -float("inf")
+    assert figure_due(False, first, 5.0)
+    assert not figure_due(False, 5.0, 5.0 + FIGURE_EVERY_S - 1)
+    assert figure_due(False, 5.0, 5.0 + FIGURE_EVERY_S)
+    assert figure_due(True, 5.0, 6.0)  # the last training run: the figure the evaluations are read beside
