@@ -51,20 +51,14 @@ def random_dir(tmp_path_factory):
 def fitted_dir(tmp_path_factory, smoke_cfg, worker_id):
     """The smoke configuration's base, fitted for ~20 s on 1-digit traces: it sometimes answers
     right, so strict rewards vary inside groups and GRPO has signal. Built once per test session and
-    shared, read-only, by the xdist workers (the first to take the lock builds it; the build is
-    atomic, so a folder that exists is complete)."""
+    shared, read-only, by the xdist workers (`shared`)."""
 
     def build(d: Path) -> Path:
         # recorded with the base stage's hash, so the pipeline accepts a copy of it as its own base
         tiny_base.train_base(smoke_cfg, d, progress=False, stage_hash=provenance.stage_hash(smoke_cfg, "base"))
         return d
 
-    if worker_id == "master":  # no xdist
-        return build(tmp_path_factory.mktemp("fitted") / "base_model")
-    shared = tmp_path_factory.getbasetemp().parent  # the same folder for every worker of this session
-    d = shared / "fitted" / "base_model"
-    with FileLock(str(shared / "fitted.lock")):
-        return d if d.exists() else build(d)
+    return shared(tmp_path_factory, worker_id, "fitted", lambda f: build(f / "base_model")) / "base_model"
 
 
 def pytest_configure(config):
@@ -73,8 +67,26 @@ def pytest_configure(config):
     )
 
 
+def shared(tmp_path_factory, worker_id: str, name: str, build) -> Path:
+    """`build(folder)` made once per test session at one path that every xdist worker reads: the first worker
+    to take the lock builds it and marks it done; a folder left unmarked by a failed build is built again.
+    Without xdist, a folder of this process's own. The result is read only (a test that changes it copies it)."""
+    if worker_id == "master":
+        build(d := tmp_path_factory.mktemp(name))
+        return d
+    root = tmp_path_factory.getbasetemp().parent  # the same folder for every worker of this session
+    d, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir()
+            build(d)
+            done.touch()
+    return d
+
+
 @pytest.fixture(scope="session")
-def small_cfg(tmp_path_factory):
+def small_cfg(tmp_path_factory, worker_id):
     """The smoke config with three of its conditions (one control), no extra evaluation sets, no
     calibration and no token stage: the same hashes, so its training runs and evaluations must equal smoke's
     byte for byte, at a third of the cost (for the tests that run a study more than once)."""
@@ -85,20 +97,25 @@ def small_cfg(tmp_path_factory):
     d["eval_sets"] = {}  # left out, the registered study's sets would apply
     d["analyze"]["calibration"] = None  # its pool is an evaluation set
     d["tokens"]["enabled"] = False
-    path = tmp_path_factory.mktemp("cfg") / "small.yaml"
-    path.write_text(yaml.safe_dump(d, sort_keys=False))
-    return path
+    # one path for every worker: small_jobs2's manifest names it, and tests run the pipeline on copies of that run
+    folder = shared(
+        tmp_path_factory, worker_id, "cfg", lambda f: (f / "small.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
+    )
+    return folder / "small.yaml"
 
 
 @pytest.fixture(scope="session")
-def small_jobs2(small_cfg, fitted_dir, tmp_path_factory):
-    """The small study with --jobs 2 (worker processes)."""
-    run = tmp_path_factory.mktemp("jobs2") / "run"
-    run.mkdir()
-    shutil.copytree(fitted_dir, run / "base_model")
-    r = pipeline("--config", str(small_cfg), "--out", str(run), "--quiet", "--jobs", "2", timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return run
+def small_jobs2(small_cfg, fitted_dir, tmp_path_factory, worker_id):
+    """The small study with --jobs 2 (worker processes), run once for all the workers of a session."""
+
+    def build(folder: Path) -> None:
+        run = folder / "run"
+        run.mkdir()
+        shutil.copytree(fitted_dir, run / "base_model")
+        r = pipeline("--config", str(small_cfg), "--out", str(run), "--quiet", "--jobs", "2", timeout=900)
+        assert r.returncode == 0, r.stderr[-3000:]
+
+    return shared(tmp_path_factory, worker_id, "jobs2", build) / "run"
 
 
 @pytest.fixture
