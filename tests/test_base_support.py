@@ -222,3 +222,50 @@ def test_logp_all_records_every_response_of_the_base_at_t1(fitted_dir, smoke_cfg
         for k, j in enumerate(r["base_support"]["index"]):
             assert r["logp_t1_all"][j] == pytest.approx(r["base_support"]["logp_t1"][k], abs=1e-9)
     assert evaluate.base_distribution(s) and not evaluate.base_distribution(config.SamplingCfg(1.0, 0.95, 0, 24))
+
+
+def _every_position(model, ps, rs, sampler_, reference, pad):
+    """The measure as it was before it kept only a response's own positions: every padded position through the
+    rule and the log-softmax, masked afterwards (what the faster measure must equal, bit for bit)."""
+    from method.model import last_positions, pack
+
+    ids, attn, pos, cmask = pack(ps, rs, pad)
+    Lc = cmask.shape[1]
+    logits = (
+        model(
+            input_ids=ids,
+            attention_mask=attn,
+            position_ids=pos,
+            use_cache=False,
+            logits_to_keep=last_positions(ids.shape[1], Lc + 1, CPU),
+        )
+        .logits[:, :-1]
+        .float()
+    )
+    targets, valid = ids[:, -Lc:], cmask.bool()
+    logp = logits.log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1).double()
+    out = [(logp * valid).sum(-1).tolist()]
+    for s in (sampler_, reference):
+        dropped, excess = base_support.token_excess(logits, targets, *s)
+        out += [(dropped & valid).any(-1).tolist(), excess.masked_fill(~valid, float("-inf")).max(-1).values.tolist()]
+    return out
+
+
+def test_only_a_responses_own_positions_are_measured_and_nothing_changes(base):
+    """The base's own draws (inside) and random ids of 1 to 24 tokens (mostly outside) in one chunk: the measure
+    equals, exactly, the same rule applied at every padded position and masked after, at the sampler and at a
+    reference with top-k."""
+    model, tok = base
+    _, prompts = prompts_for(tok, 4)
+    here, there = (0.6, 0, 0.95), (1.0, 5, 0.9)
+    ps, rs = _draw(model, tok, prompts, 2, here[0], here[2])
+    g = torch.Generator().manual_seed(5)
+    V = model.get_output_embeddings().weight.shape[0]
+    rs += [torch.randint(0, V, (int(n),), generator=g).tolist() for n in torch.randint(1, 25, (8,), generator=g)]
+    ps += ps
+    m = base_support.measure(model, ps, rs, *here, pad_id(tok), reference=there)
+    logp, out, exc, out_ref, exc_ref = _every_position(model, ps, rs, here, there, pad_id(tok))
+    assert [x["logp_t1"] for x in m] == logp
+    assert [x["outside"] for x in m] == out and [x["excess"] for x in m] == exc
+    assert [x["outside_ref"] for x in m] == out_ref and [x["excess_ref"] for x in m] == exc_ref
+    assert not any(out[:8]) and all(out[8:]) and 0 < sum(out_ref)  # both readings occur
