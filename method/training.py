@@ -83,10 +83,11 @@ def rollouts(st: "Step", problems: list, prompts: list, step: int) -> tuple[Samp
     """G samples of the current policy per problem (seeded by the run and the step) and their scores."""
     model, tok, cfg, run, stops, pad = st.model, st.tok, st.cfg, st.run, st.stops, st.pad
     G, s = cfg.train.group_size, cfg.train.sampling
+    seed = study.seed_for(run.seed, run.stage, run.name, step)
+    if cfg.train.draw == "sample":  # each rollout its own stream: its tokens depend on its problem and index alone
+        seed = [study.seed_for(seed, p.id, j) for p in problems for j in range(G)]
     with lora_folded(model) if cfg.lora.fold_for_sampling else nullcontext():
-        samples = sample(
-            model, prompts, G, s, study.seed_for(run.seed, run.stage, run.name, step), stops, pad, entropy=True
-        )
+        samples = sample(model, prompts, G, s, seed, stops, pad, entropy=True)
     texts = tok.batch_decode(samples.tokens, skip_special_tokens=True)
     return samples, [countdown.score(problems[i // G], x) for i, x in enumerate(texts)]
 

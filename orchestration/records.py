@@ -63,6 +63,7 @@ ADDED_OFF = {
     "analyze.baselines": None,
     "train.sampling.tail": "sort",
     "eval.sampling.tail": "sort",
+    "train.draw": "batch",
 }
 
 # The seed report's design where it departs from the defaults (the registered study's, PLAN.md

@@ -181,6 +181,11 @@ def _check_sampling(cfg: Config) -> None:
 
 def _check_train(cfg: Config) -> None:
     """train (its sampling apart)."""
+    _need(
+        cfg.train.draw in ("sample", "batch"),
+        "train.draw",
+        "must be batch (one generator per rollout call, as before) or sample (each rollout its own keyed stream)",
+    )
     t = cfg.train
     _need(t.problems_per_step >= 1, "train.problems_per_step", "must be >= 1")
     _need(t.group_size >= 2, "train.group_size", "must be >= 2 (advantages are relative to the group)")

@@ -114,3 +114,20 @@ def test_a_mistyped_key_gets_a_did_you_mean():
         config.load(None, ["train.setps=3"])
     with pytest.raises(config.ConfigError, match=r"unknown key 'zzz' \(known here"):  # nothing near: no guess
         config.load(None, ["zzz=3"])
+
+
+def test_train_draw_is_batch_or_sample_and_hashed_only_where_it_draws():
+    """train.draw: batch (every run so far) is out of every hash, so no run made before the key changes; sample is
+    in the hashes of the stages that draw rollouts (the sweep and training), and anything else is one line."""
+    from orchestration import provenance
+
+    base = config.load(None)
+    made = config.to_dict(base)
+    del made["train"]["draw"]
+    for stage in provenance.STAGE_KEYS:
+        assert provenance.hashed_settings(made, stage) == provenance.hashed_settings(config.to_dict(base), stage)
+    other = config.load(None, ["train.draw=sample"])
+    changed = {s for s in provenance.STAGE_KEYS if provenance.stage_hash(other, s) != provenance.stage_hash(base, s)}
+    assert changed == {"lr-sweep", "train"}
+    with pytest.raises(config.ConfigError, match=r"train\.draw: must be batch .* or sample"):
+        config.load(None, ["train.draw=keyed"])

@@ -22,6 +22,7 @@ from method.model import (
     pack,
     pad_id,
     render_prompts,
+    stop_ids,
 )
 from orchestration import config, provenance, study
 
@@ -808,3 +809,23 @@ def test_the_kl_diagnostic_is_the_per_micro_batch_sum_read_once(fitted_dir, smok
             by_hand += (objective.k3(logp, ref) * cmask).sum().item()
             tokens += int(cmask.sum().item())
     assert by_hand > 0 and got["kl_mean"] == by_hand / tokens
+
+
+@pytest.mark.parametrize("draw", ["batch", "sample"])
+def test_rollouts_under_train_draw_sample_do_not_depend_on_their_call(draw, fitted_dir, smoke_cfg):
+    """train.draw: sample keys each rollout's stream by (run, step, problem id, index): a problem's G rollouts are
+    the same tokens whether it is sampled alone or beside another problem; under batch (one generator per call,
+    every run so far) they are not, and the two draws differ."""
+    from types import SimpleNamespace
+
+    cfg = cfg_for(smoke_cfg, **{"train.draw": draw})
+    model, tok = load_model(cfg, str(fitted_dir), CPU)
+    problems, prompts = prompts_for(tok, 2)
+    run = training.TrainingRun("many", cfg.conditions["many"], 0, problems, 1e-3, 1, [1])
+    st = SimpleNamespace(model=model, tok=tok, cfg=cfg, run=run, stops=stop_ids(model, tok), pad=pad_id(tok))
+    G = cfg.train.group_size
+    both, _ = training.rollouts(st, problems, prompts, 3)
+    alone, _ = training.rollouts(st, problems[1:], prompts[1:], 3)
+    assert (both.tokens[G:] == alone.tokens) is (draw == "sample")
+    batch, _ = training.rollouts(SimpleNamespace(**{**vars(st), "cfg": cfg_for(smoke_cfg)}), problems, prompts, 3)
+    assert (both.tokens == batch.tokens) is (draw == "batch")
