@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import functools
 import hashlib
 import io
 import json
@@ -112,6 +113,30 @@ def plan_hashes() -> dict:
     return {"plan_sha256": file_sha256(ROOT / "PLAN.md"), "changes_sha256": file_sha256(ROOT / "PLAN_CHANGES.md")}
 
 
+_REMEMBERED: dict = {}
+
+
+def remembered(fn):
+    """fn(path, *args) kept while the file is unchanged (the same inode, size, modification and change times):
+    one command's checks read a run folder's records many times (a look-ahead parsed each evaluation file three
+    or four times). For functions that return a string or None, never something a caller could change."""
+
+    @functools.wraps(fn)
+    def wrapper(path, *args):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return fn(path, *args)
+        key = (fn.__name__, os.path.abspath(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, args)
+        if key not in _REMEMBERED:
+            if len(_REMEMBERED) > 100_000:
+                _REMEMBERED.clear()
+            _REMEMBERED[key] = fn(path, *args)
+        return _REMEMBERED[key]
+
+    return wrapper
+
+
 def read_json(path: str | Path) -> dict | None:
     """A JSON file's content, or None when it is missing or unreadable."""
     try:
@@ -120,6 +145,7 @@ def read_json(path: str | Path) -> dict | None:
         return None
 
 
+@remembered
 def recorded_hash(path: str | Path) -> str | None:
     d = read_json(path)
     try:
@@ -204,6 +230,7 @@ def safetensors_problem(path: str | Path) -> str | None:
     return None
 
 
+@remembered
 def json_problem(path: str | Path, keys: tuple = ()) -> str | None:
     """None when `path` holds a JSON object with every key in `keys`, else what is wrong."""
     try:
@@ -394,11 +421,14 @@ def _drop_if(picked: dict, key: str, off) -> None:
     ):  # the stage key that holds it: "train" for train.sampling.decode, "eval.sampling" for eval.sampling.decode
         if key.startswith(top + ".") and isinstance(picked[top], dict):
             *path, name = key[len(top) + 1 :].split(".")
-            node = picked[top] = copy.deepcopy(picked[top])
+            node = picked[top]
             for part in path:
                 node = node.get(part) if isinstance(node, dict) else None
-            if isinstance(node, dict) and node.get(name, off) == off:
-                node.pop(name, None)
+            if isinstance(node, dict) and name in node and node[name] == off:  # copied only where it changes
+                node = picked[top] = copy.deepcopy(picked[top])
+                for part in path:
+                    node = node[part]
+                del node[name]
             return
 
 

@@ -5,6 +5,7 @@ one's, and says so. Used by `--dry-run` where nothing of this run is measured an
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 from dataclasses import dataclass
@@ -24,11 +25,17 @@ class Reference:
     stage_seconds: dict  # single stage -> seconds
 
 
+@functools.lru_cache(maxsize=65536)
 def config_of(command: str) -> str | None:
-    try:
-        argv = shlex.split(command)
-    except ValueError:
-        return None
+    """The --config a job's command names, or None. A command without quotes or backslashes splits on white
+    space exactly as the shell would (shlex.split, ~0.1 ms a command, read for every job of every manifest)."""
+    if not any(c in command for c in "'\"\\"):
+        argv = command.split()
+    else:
+        try:
+            argv = shlex.split(command)
+        except ValueError:
+            return None
     return argv[argv.index("--config") + 1] if "--config" in argv[:-1] else None
 
 

@@ -203,8 +203,7 @@ class Plan:
             return "missing"
         if provenance.json_problem(marker):
             return "damaged"
-        rec = provenance.read_json(marker)
-        got = rec.get("stage_hash") if stage == "base" else provenance.recorded_hash(marker)
+        got = provenance.read_json(marker).get("stage_hash") if stage == "base" else provenance.recorded_hash(marker)
         if want is None or got != want:
             if self.other_settings(stage, marker):
                 return "foreign"

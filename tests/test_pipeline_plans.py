@@ -634,3 +634,35 @@ def test_the_training_figure_is_drawn_first_then_once_a_minute_and_at_the_end():
     assert not figure_due(False, 5.0, 5.0 + FIGURE_EVERY_S - 1)
     assert figure_due(False, 5.0, 5.0 + FIGURE_EVERY_S)
     assert figure_due(True, 5.0, 6.0)  # the last training run: the figure the evaluations are read beside
+
+
+def test_config_of_reads_a_command_as_the_shell_splits_it():
+    """The white-space fast path of reference_times.config_of against shlex.split on every job of every committed
+    manifest and on quoted, escaped, unbalanced and trailing cases."""
+    import shlex
+
+    from runner.reference_times import config_of
+
+    def want(c):
+        try:
+            a = shlex.split(c)
+        except ValueError:
+            return None
+        return a[a.index("--config") + 1] if "--config" in a[:-1] else None
+
+    commands = [
+        j.get("command", "")
+        for f in sorted((ROOT / "results").glob("*/manifest.json"))
+        for j in (json.loads(f.read_text()).get("jobs") or {}).values()
+    ]
+    commands += [
+        "python grpo.py eval --config 'configs/a b.yaml' --run r",
+        'python grpo.py eval --config "c d.yaml"',
+        r"python grpo.py eval --config e\ f.yaml",
+        "python grpo.py eval --config 'unbalanced",
+        "python grpo.py eval --config",
+        "python grpo.py eval --run r",
+    ]
+    assert len(commands) > 500
+    assert [config_of(c) for c in commands] == [want(c) for c in commands]
+    assert config_of("python grpo.py eval --config 'configs/a b.yaml' --run r") == "configs/a b.yaml"
