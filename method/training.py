@@ -117,23 +117,39 @@ def gold_completions(tok, problems: list, style: str) -> list[list[int]]:
     ]
 
 
+@dataclass
+class Drawn:
+    """What a step trained on: the samples (none under sft), their scores, the rewards (P, G) and the completions."""
+
+    samples: Samples
+    scored: list[dict]
+    rewards: torch.Tensor
+    completions: list[list[int]]
+
+
+@dataclass
+class Updated:
+    """The step's update: the gradients' global norm before and after clipping, and whether the optimizer stepped."""
+
+    gnorm: float
+    gnorm_after: float
+    updated: bool = True
+
+
 def log_row(
     step: int,
     lr: float,
     method: Method,
-    rewards: torch.Tensor,
-    scored: list[dict],
-    samples: Samples,
-    completions: list[list[int]],
+    drawn: Drawn,
     grad: dict,
-    gnorm: float,
-    gnorm_after: float,
+    upd: Updated,
     seconds: tuple[float, float],
     peak_mb: tuple[float, float],
-    updated: bool = True,
 ) -> dict:
-    """One row of train_log.csv (LOG_FIELDS). rewards: (P, G). no_signal: the gradient was exactly zero;
-    updated: the optimizer stepped (train.no_signal_update)."""
+    """One row of train_log.csv (LOG_FIELDS). no_signal: the gradient was exactly zero; updated: the optimizer
+    stepped (train.no_signal_update)."""
+    rewards, scored, samples, completions = drawn.rewards, drawn.scored, drawn.samples, drawn.completions
+    gnorm, gnorm_after, updated = upd.gnorm, upd.gnorm_after, upd.updated
     lens = [len(x) for x in completions]
     return {
         "step": step,
@@ -333,23 +349,10 @@ def one_step(st: Step, step: int) -> dict:
         sampled_logp=samples.logprobs if method.rollouts else None,
         importance_cap=tc.importance_cap,
     )
-    gnorm, gnorm_after, updated = update(st.opt, st.params, grad, step, tc, st.out)
+    upd = update(st.opt, st.params, grad, step, tc, st.out)
     t2 = time.perf_counter()
-    return log_row(
-        step,
-        run.lr,
-        method,
-        rewards,
-        scored,
-        samples,
-        completions,
-        grad,
-        gnorm,
-        gnorm_after,
-        (t1 - t0, t2 - t1),
-        peak_memory_mb(device),
-        updated,
-    )
+    drawn = Drawn(samples, scored, rewards, completions)
+    return log_row(step, run.lr, method, drawn, grad, upd, (t1 - t0, t2 - t1), peak_memory_mb(device))
 
 
 def keep(st: "Step", base: str, meta: dict, step: int, rows: list, dev: list, dev_rows: list) -> None:
@@ -397,7 +400,7 @@ def memory_plan(cfg: config.Config, model, tok, run: TrainingRun, device: torch.
     return micro_batch, mem, why
 
 
-def update(opt, params: list, grad: dict, step: int, tc: config.TrainCfg, out: Path) -> tuple[float, float, bool]:
+def update(opt, params: list, grad: dict, step: int, tc: config.TrainCfg, out: Path) -> Updated:
     """The step's one update ([D4]): the gradients' global norm before and after clipping, and whether
     the optimizer stepped (not on an exactly zero gradient under train.no_signal_update skip). Stops the
     run (Diverged) before the update when the loss or the norm is not finite, or when the logged
@@ -430,7 +433,7 @@ def update(opt, params: list, grad: dict, step: int, tc: config.TrainCfg, out: P
     if updated:
         opt.step()  # [D4] one update per sampling
     opt.zero_grad(set_to_none=True)
-    return gnorm, gnorm_after, updated
+    return Updated(gnorm, gnorm_after, updated)
 
 
 def training_run(cfg: config.Config, name: str, seed: int, run_folder: Path) -> TrainingRun:

@@ -625,28 +625,16 @@ def test_a_zero_gradient_steps_or_not_by_the_registered_rule(rule):
     tc = config.TrainCfg(no_signal_update=rule)
     grad = {"loss": 0.0, "logp_gap_mean": float("nan"), "logp_gap_max": float("nan")}
     w.grad = torch.ones(4)
-    assert training.update(opt, [w], grad, 1, tc, Path("."))[2] is True
+    assert training.update(opt, [w], grad, 1, tc, Path(".")).updated is True
     before, state = w.detach().clone(), opt.state_dict()["state"][0]["step"].item()
-    gnorm, _, updated = training.update(opt, [w], grad, 2, tc, Path("."))  # no .grad: every advantage was 0
-    assert gnorm == 0.0 and updated is (rule == "step")
+    upd = training.update(opt, [w], grad, 2, tc, Path("."))  # no .grad: every advantage was 0
+    assert upd.gnorm == 0.0 and upd.updated is (rule == "step")
     assert torch.equal(w.detach(), before) is (rule == "skip")
     assert opt.state_dict()["state"][0]["step"].item() == state + (rule == "step")
     samples = sampler.Samples([[1, 2]], [False], [0.5])
-    row = training.log_row(
-        2,
-        0.1,
-        objective.METHODS["grpo"],
-        torch.zeros(1, 1),
-        [{"format": 1.0}],
-        samples,
-        [[1, 2]],
-        {**grad, "kl_mean": 0.0},
-        gnorm,
-        gnorm,
-        (0.0, 0.0),
-        (0.0, 0.0),
-        updated,
-    )
+    drawn = training.Drawn(samples, [{"format": 1.0}], torch.zeros(1, 1), [[1, 2]])
+    grad = {**grad, "kl_mean": 0.0}
+    row = training.log_row(2, 0.1, objective.METHODS["grpo"], drawn, grad, upd, (0.0, 0.0), (0.0, 0.0))
     assert (row["no_signal"], row["updated"]) == (1, int(rule == "step"))
 
 

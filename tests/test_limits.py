@@ -15,7 +15,6 @@ FUNCTIONS = {  # path:function: lines today
 }
 PARAMETER_LISTS = {  # path:function: parameters today
     "orchestration/memory.py:estimate_memory": 13,
-    "method/training.py:log_row": 13,
     "method/objective.py:policy_gradient": 13,
     "runner/jobs.py:__init__": 11,
     "analysis/support.py:support_test": 11,
