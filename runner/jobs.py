@@ -57,6 +57,18 @@ def run_grpo(argv: list[str]) -> int:
         return 0 if e.code is None else 1
 
 
+@dataclass(frozen=True)
+class Workers:
+    """Where a Runner's jobs run: n at a time (1: in this process; more: n worker processes, or ray's tasks at
+    ray_address), each with `threads` threads (0: torch's default) and on GPUs one of `gpus` per worker."""
+
+    n: int = 1
+    threads: int = 0
+    executor: str = "local"
+    ray_address: str | None = None
+    gpus: tuple[str, ...] = ()
+
+
 class Runner:
     """Runs jobs in the registry's order, up to `n` at a time, each once the jobs it needs are
     done. n == 1 runs each job in this process; n > 1 in a pool of n worker processes. Either
@@ -66,22 +78,19 @@ class Runner:
     def __init__(
         self,
         run: Path,
-        threads: int,
-        n: int,
-        executor: str,
-        ray_address: str | None,
+        workers: Workers,
         quiet: bool,
         on_start,
         on_done,
-        gpus: list[str] | None = None,
         cost=None,
         train_flags: tuple[str, ...] = (),
     ):
-        self.folder, self.threads, self.n, self.executor, self.quiet = run, threads, n, executor, quiet
+        self.folder, self.quiet = run, quiet
+        self.threads, self.n, self.executor = workers.threads, workers.n, workers.executor
         self.train_flags = list(train_flags)  # added to every training job's command (--tensorboard)
         self.on_start, self.on_done = on_start, on_done
-        self.gpus = gpus or []  # one per worker (assign_gpus); none on a CPU
-        self.ray_address = ray_address
+        self.gpus = list(workers.gpus)  # one per worker (assign_gpus); none on a CPU
+        self.ray_address = workers.ray_address
         self.cost = cost  # cost_model.CostModel for what is not measured yet (GPU configs), or None
         self.report_every = 60.0  # seconds between progress lines (running, done, left, the ETA again)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from orchestration import cli, config, provenance, study
 from runner.folder import Aside, Lock, Refused
-from runner.jobs import Job, Runner, estimate_seconds, fmt_minutes, in_worker, log, now, run_grpo
+from runner.jobs import Job, Runner, Workers, estimate_seconds, fmt_minutes, in_worker, log, now, run_grpo
 from runner.manifest import done_record, end_states, job_record, write_manifest
 from runner.stage_checks import MissingInput, check_inputs, check_stage, remake_note
 from runner.stages import JOB_STAGES, Plan, kept_weights_note
@@ -344,16 +344,13 @@ def run_jobs(
                 log(f"training figure not written: {e}")
         write_manifest(run, cfg, stages, jobs_status)
 
+    workers = Workers(a.jobs, cfg.threads, a.executor, a.ray_address, tuple(gpu_slots or ()))
     status = Runner(
         run,
-        cfg.threads,
-        a.jobs,
-        a.executor,
-        a.ray_address,
+        workers,
         a.quiet,
         on_start,
         on_done,
-        gpu_slots,
         cost=plan.cost_model(),
         train_flags=("--tensorboard",) if getattr(a, "tensorboard", False) else (),
     ).run(jobs)

@@ -287,7 +287,7 @@ def test_the_eta_is_said_again_as_jobs_finish(tmp_path, monkeypatch, capsys):
 
     calls = []
     monkeypatch.setattr(jobs, "run_grpo", lambda argv: calls.append(argv) or 0)
-    runner = jobs.Runner(tmp_path, 1, 1, "local", None, True, lambda j: None, lambda j: None)
+    runner = jobs.Runner(tmp_path, jobs.Workers(n=1, threads=1), True, lambda j: None, lambda j: None)
     runner.report_every = 0.0
     todo = [jobs.Job("eval", f"eval base {i}", ["eval"], samples=8) for i in range(3)]
     status = runner.run(todo)
