@@ -286,10 +286,8 @@ def train_step(ctx: Ctx, opt, micro_batch: int, seed: int) -> dict:
         [ctx.prompts[i // G] for i in range(n)],
         completions,
         adv,
-        n * s.max_new_tokens,
-        micro_batch,
         ctx.pad,
-        sort_by_length=t.sort_by_length,
+        objective.Terms(n * s.max_new_tokens, micro_batch, sort_by_length=t.sort_by_length),
     )
     opt.step()
     opt.zero_grad(set_to_none=True)

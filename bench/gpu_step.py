@@ -85,7 +85,9 @@ def step_host(ctx: Ctx) -> dict:
         for mb in (1, 2, 4, 8):
 
             def step(mb=mb):
-                objective.policy_gradient(model, prompts, completions, adv, float(rows * length), mb, ctx.pad)
+                objective.policy_gradient(
+                    model, prompts, completions, adv, ctx.pad, objective.Terms(float(rows * length), mb)
+                )
                 for p in model.parameters():
                     p.grad = None
 

@@ -165,7 +165,12 @@ def measure(cfg, mc, prompt_len: int, mb: int) -> None:
     adv = torch.randn(n)
     comps = [x[:-1] if i % 2 else x for i, x in enumerate(smp.tokens)]  # ragged by one token: the masked attention path
     objective.policy_gradient(
-        model, [prompts[i // t.group_size] for i in range(n)], comps, adv, n * t.sampling.max_new_tokens, mb, 0
+        model,
+        [prompts[i // t.group_size] for i in range(n)],
+        comps,
+        adv,
+        0,
+        objective.Terms(n * t.sampling.max_new_tokens, mb),
     )
     opt.step()
     opt.zero_grad(set_to_none=True)
@@ -221,7 +226,7 @@ def cpu_check(a) -> None:
     with open("/proc/self/statm") as f:  # resident pages now (ru_maxrss would be the peak so far)
         before = int(f.read().split()[1]) * resource.getpagesize()
     t0 = time.perf_counter()
-    objective.policy_gradient(model, prompts, comps, torch.ones(b), b * Lc, b, 0)
+    objective.policy_gradient(model, prompts, comps, torch.ones(b), 0, objective.Terms(b * Lc, b))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     args = (mc, cfg.lora.r, len(cfg.lora.targets), a.prompt_len, Lc, b, b)
     new = memory.estimate_memory(*args, ragged=ragged, checkpointing=a.checkpointing)

@@ -93,7 +93,9 @@ def micro_batch_ops(model, rows: int, length: int, micro_batch: int | None = Non
     completions = [[9 + (i + j) % 50 for j in range(length)] for i in range(rows)]
     adv = torch.linspace(-1, 1, rows)
     with Count(host_side=(adv,)) as c:
-        objective.policy_gradient(model, prompts, completions, adv, float(rows * length), micro_batch or rows, 0)
+        objective.policy_gradient(
+            model, prompts, completions, adv, 0, objective.Terms(float(rows * length), micro_batch or rows)
+        )
     model.eval()
     return c.ops, c.reads
 

@@ -88,7 +88,7 @@ def main() -> None:
     adv = torch.linspace(-1, 1, len(comps))
     out["train"] = profiled(
         lambda: objective.policy_gradient(
-            model, rows, comps, adv, float(len(comps) * s.max_new_tokens), a.micro_batch, pad
+            model, rows, comps, adv, pad, objective.Terms(float(len(comps) * s.max_new_tokens), a.micro_batch)
         )
     )
     out["base_support"] = profiled(

@@ -112,20 +112,29 @@ def control_terms(
     return out
 
 
+@dataclass(frozen=True)
+class Terms:
+    """The loss's settings besides the samples: the constant the summed loss is divided by (Dr. GRPO's), the
+    micro-batch, the KL-to-base and entropy weights, whether the KL is measured where it is not trained
+    (train.log_kl_every), micro-batches by length (train.sort_by_length) and the importance cap."""
+
+    normalizer: float
+    micro_batch: int
+    kl: float = 0.0
+    entropy: float = 0.0
+    measure_kl: bool = False
+    sort_by_length: bool = False
+    importance_cap: float | None = None
+
+
 def policy_gradient(
     model,
     prompts,
     completions,
     adv: torch.Tensor,
-    normalizer: float,
-    micro_batch: int,
     pad: int,
-    kl: float = 0.0,
-    entropy: float = 0.0,
-    measure_kl: bool = False,
-    sort_by_length: bool = False,
+    terms: Terms,
     sampled_logp: list[list[float]] | None = None,
-    importance_cap: float | None = None,
 ) -> dict:
     """Accumulate the gradient over micro-batches (exact: the loss is a plain sum with a
     constant normalizer). Without a KL or entropy term, samples whose advantage is exactly 0 add
@@ -135,6 +144,8 @@ def policy_gradient(
     (trainer) - log pi (sampler)| over the trained tokens: the policy gap [D4] assumes is 0.
     importance_cap (with sampled_logp): the policy-gradient term's tokens weighed by
     importance_weights; the KL and entropy terms are not weighed."""
+    normalizer, micro_batch, kl, entropy = terms.normalizer, terms.micro_batch, terms.kl, terms.entropy
+    measure_kl, sort_by_length, importance_cap = terms.measure_kl, terms.sort_by_length, terms.importance_cap
     device = next(model.parameters()).device
     every_row = kl > 0 or entropy > 0
     rows = [i for i in range(len(completions)) if every_row or adv[i].item() != 0.0]

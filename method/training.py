@@ -34,7 +34,7 @@ from method.model import (
     setup_torch,
     stop_ids,
 )
-from method.objective import METHODS, Method, policy_gradient, unlikeliness_rewards
+from method.objective import METHODS, Method, Terms, policy_gradient, unlikeliness_rewards
 from method.sampler import Samples, decode_mode, sample
 from orchestration import config, provenance, study
 from orchestration.curves import Curves
@@ -334,21 +334,18 @@ def one_step(st: Step, step: int) -> dict:
     completions = samples.tokens if method.rollouts else gold_completions(tok, problems, cfg.task.prompt_style)
     adv = method.advantages(trained_rewards(rewards, samples, run.cond.unlikeliness))  # [D5] but `rare`; (P*G,) or (P,)
     copies = G if method.rollouts else 1
-    grad = policy_gradient(
-        model,
-        [prompts[i // copies] for i in range(P * copies)],
-        completions,
-        adv,
+    terms = Terms(
         st.normalizer,
         st.micro_batch,
-        st.pad,
         kl=run.cond.kl,
         entropy=run.cond.entropy,
         measure_kl=tc.log_kl_every > 0 and step % tc.log_kl_every == 0,
         sort_by_length=tc.sort_by_length,
-        sampled_logp=samples.logprobs if method.rollouts else None,
         importance_cap=tc.importance_cap,
     )
+    rows = [prompts[i // copies] for i in range(P * copies)]
+    sampled = samples.logprobs if method.rollouts else None
+    grad = policy_gradient(model, rows, completions, adv, st.pad, terms, sampled_logp=sampled)
     upd = update(st.opt, st.params, grad, step, tc, st.out)
     t2 = time.perf_counter()
     drawn = Drawn(samples, scored, rewards, completions)

@@ -135,9 +135,9 @@ def test_sft_one_gold_copy_of_weight_g_is_the_gradient_of_g(fitted_dir, smoke_cf
         gold = [[7, 8, 9], [10, tok.eos_token_id]]
         P = [prompts[i] for i in range(2) for _ in range(copies)]
         comps = [gold[i] for i in range(2) for _ in range(copies)]
-        loss = objective.policy_gradient(model, P, comps, torch.full((2 * copies,), weight), 8 * 10, 3, pad_id(tok))[
-            "loss"
-        ]
+        loss = objective.policy_gradient(
+            model, P, comps, torch.full((2 * copies,), weight), pad_id(tok), objective.Terms(8 * 10, 3)
+        )["loss"]
         grads.append((loss, torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad])))
     assert grads[1][0] == pytest.approx(grads[0][0], rel=1e-5)
     torch.testing.assert_close(grads[1][1], grads[0][1], rtol=1e-4, atol=1e-7)
@@ -163,7 +163,7 @@ def test_policy_gradient_is_microbatch_invariant_and_skips_zero(fitted_dir, smok
         real_pack = objective.pack
         objective.pack = lambda p, c, pad: packed.append(len(c)) or real_pack(p, c, pad)
         try:
-            loss = objective.policy_gradient(model, P, comps, adv, 6 * 5, mb, pad_id(tok))["loss"]
+            loss = objective.policy_gradient(model, P, comps, adv, pad_id(tok), objective.Terms(6 * 5, mb))["loss"]
         finally:
             objective.pack = real_pack
         assert sum(packed) == 3  # only the three rows with a nonzero advantage go through the model
@@ -196,7 +196,7 @@ def test_length_sorted_micro_batches_give_the_same_gradient(fitted_dir, smoke_cf
             "pack",
             lambda p, c, pad: pads.append(len(c) * max(map(len, c)) - sum(map(len, c))) or real(p, c, pad),
         )
-        objective.policy_gradient(model, P, comps, adv, 8 * 10, 2, pad_id(tok), sort_by_length=sort)
+        objective.policy_gradient(model, P, comps, adv, pad_id(tok), objective.Terms(8 * 10, 2, sort_by_length=sort))
         monkeypatch.setattr(objective, "pack", real)
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad]))
         padding.append(sum(pads))
@@ -389,7 +389,9 @@ def test_the_gap_is_measured_against_what_the_sampler_reported(fitted_dir, smoke
     _, prompts = prompts_for(tok, n=2)
     comps = [[7, 8, tok.eos_token_id], [9, 10]]
     adv = torch.tensor([0.5, -0.5])
-    exact = objective.policy_gradient(model, prompts, comps, adv, 10.0, 2, pad_id(tok), sampled_logp=None)
+    exact = objective.policy_gradient(
+        model, prompts, comps, adv, pad_id(tok), objective.Terms(10.0, 2), sampled_logp=None
+    )
     assert math.isnan(exact["logp_gap_mean"])
     ids, attn, pos, cmask = pack(prompts, comps, pad_id(tok))
     with torch.no_grad():
@@ -397,7 +399,7 @@ def test_the_gap_is_measured_against_what_the_sampler_reported(fitted_dir, smoke
     true = [lp[0, :3].tolist(), lp[1, :2].tolist()]
     off = [[x + 0.25 for x in true[0]], true[1]]  # one sample's log-probs off by 0.25 nats
     model.zero_grad()
-    g = objective.policy_gradient(model, prompts, comps, adv, 10.0, 2, pad_id(tok), sampled_logp=off)
+    g = objective.policy_gradient(model, prompts, comps, adv, pad_id(tok), objective.Terms(10.0, 2), sampled_logp=off)
     assert g["logp_gap_max"] == pytest.approx(0.25, abs=1e-5) and g["logp_gap_mean"] == pytest.approx(
         0.25 * 3 / 5, abs=1e-5
     )
@@ -511,7 +513,7 @@ def test_importance_weights_correct_a_bf16_sampler_against(fitted_dir, smoke_cfg
     def grad(**kw):
         trainer.zero_grad()
         out = objective.policy_gradient(
-            trainer, P, smp.tokens, adv, 12 * 12, 12, pad_id(tok), sampled_logp=smp.logprobs, **kw
+            trainer, P, smp.tokens, adv, pad_id(tok), objective.Terms(12 * 12, 12, **kw), sampled_logp=smp.logprobs
         )
         return out, torch.cat([p.grad.flatten() for p in params])
 
@@ -727,7 +729,9 @@ def test_policy_gradient_reads_the_device_once_per_step_not_per_micro_batch(fitt
         reads.clear()
         model.zero_grad()
         results.append(
-            objective.policy_gradient(model, P, comps, adv, 30, mb, pad_id(tok), kl=0.01, sampled_logp=sampled)
+            objective.policy_gradient(
+                model, P, comps, adv, pad_id(tok), objective.Terms(30, mb, kl=0.01), sampled_logp=sampled
+            )
         )
         results[-1]["reads"] = len(reads)
     assert results[0]["reads"] == results[1]["reads"] <= len(comps) + 4  # the advantages once each, the sums once
@@ -754,7 +758,7 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients_bit_for_bit(fi
         P = [prompts[0]] * 2 + [prompts[1]] * 2
         comps = [[7, 8, tok.eos_token_id], [9], [10, 11, 12, 13], [7, 7]]
         adv = torch.tensor([0.5, -0.5, 0.25, -0.25])
-        loss = objective.policy_gradient(model, P, comps, adv, 4 * 10, 2, pad_id(tok))["loss"]
+        loss = objective.policy_gradient(model, P, comps, adv, pad_id(tok), objective.Terms(4 * 10, 2))["loss"]
         hook.remove()
         out.append((loss, torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad])))
     assert calls.count(True) == 2 * calls.count(False)  # each micro-batch's layer ran twice: forward, recompute
@@ -786,7 +790,9 @@ def test_the_kl_diagnostic_is_the_per_micro_batch_sum_read_once(fitted_dir, smok
     prompts = render_prompts(tok, test, "bare")
     P = [prompts[0]] * 3 + [prompts[1]] * 3
     comps = [[7, 8, tok.eos_token_id], [9], [10, 11, 12, 13], [7, 7], [8], [9, 9, 9]]
-    got = objective.policy_gradient(model, P, comps, torch.zeros(6), 6 * 5, 2, pad_id(tok), measure_kl=True)
+    got = objective.policy_gradient(
+        model, P, comps, torch.zeros(6), pad_id(tok), objective.Terms(6 * 5, 2, measure_kl=True)
+    )
     by_hand, tokens = 0.0, 0
     with torch.no_grad():
         for a in range(0, 6, 2):

@@ -15,7 +15,6 @@ FUNCTIONS = {  # path:function: lines today
 }
 PARAMETER_LISTS = {  # path:function: parameters today
     "orchestration/memory.py:estimate_memory": 13,
-    "method/objective.py:policy_gradient": 13,
     "analysis/support.py:support_test": 11,
     "analysis/power.py:count_coverage": 11,
     "method/evaluate.py:sample_problem_tokens": 10,
