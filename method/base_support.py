@@ -95,11 +95,14 @@ def measure(
         )  # (b, Lc, V) predicts each response token, on the model's device: no per-response host work
         targets = ids[:, -Lc:].to(device)  # (b, Lc)
         valid = cmask.bool().to(device)  # (b, Lc) positions that hold a response token
+        # only those positions are measured (a padded position's row is wasted work, ~40% of a chunk where lengths
+        # vary); each row's softmax, filter and sums are its own, so the values are the same
+        own, tgt = logits[valid], targets[valid]  # (n, V), (n,)
         logp = torch.zeros(valid.shape, dtype=torch.float64, device=device)  # (b, Lc), 0 past each response
-        logp[valid] = logits[valid].log_softmax(-1).gather(-1, targets[valid][:, None]).squeeze(-1).double()
+        logp[valid] = own.log_softmax(-1).gather(-1, tgt[:, None]).squeeze(-1).double()
         logp_sum = logp.sum(-1).tolist()  # (b,): read once a chunk, as the excesses below (host())
-        here = host(response_excess(logits, targets, valid, (temperature, top_k, top_p), V))
-        there = host(response_excess(logits, targets, valid, reference, V)) if reference is not None else None
+        here = host(response_excess(own, tgt, valid, (temperature, top_k, top_p), V))
+        there = host(response_excess(own, tgt, valid, reference, V)) if reference is not None else None
         for i in range(len(rs)):
             row = {"outside": False, "excess": None, "logp_t1": logp_sum[i]}
             if here is not None and len(rs[i]):
@@ -118,16 +121,15 @@ def host(pair: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[list[bool], li
 
 
 def response_excess(
-    logits: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor, sampler: tuple[float, int, float], V: int
+    own: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor, sampler: tuple[float, int, float], V: int
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Per response (b,): whether a token is dropped at sampler (temperature, top_k, top_p) and the largest
-    token excess; None where that sampler truncates nothing."""
+    token excess, from the logits (n, V) and targets (n,) of the n positions where valid (b, L) holds a
+    response token; None where that sampler truncates nothing."""
     temperature, top_k, top_p = sampler
     if not (temperature > 0 and ((0 < top_k < V) or top_p < 1.0)):
         return None
-    # only the positions that hold a response token (a padded position's row is wasted work, ~40% of a chunk
-    # where lengths vary); each row's filter, softmax and sums are its own, so the values are the same
-    d, x = token_excess(logits[valid][None], targets[valid][None], temperature, top_k, top_p)  # (1, n) each
+    d, x = token_excess(own[None], targets[None], temperature, top_k, top_p)  # (1, n) each
     dropped = torch.zeros(valid.shape, dtype=torch.bool, device=valid.device)
     excess = torch.full(valid.shape, float("-inf"), dtype=torch.float64, device=valid.device)
     dropped[valid], excess[valid] = d[0], x[0]
