@@ -186,8 +186,8 @@ class TrainCfg:
     # How a step's rollouts are drawn: batch, one generator per call, seeded by the run and the step (every run
     # so far; a row's tokens depend on the whole call); sample, each rollout its own stream of uniforms keyed by
     # (run, step, problem id, index) and drawn by its inverse CDF, as eval.draw: sample (PLAN_CHANGES.md change
-    # 52): one uniform per token instead of an exponential per vocabulary entry (bench/README.md: 1.25x the
-    # tokens/s of a SmolLM2 rollout call on the CPU). The same distribution, other draws: a setting.
+    # 52): one uniform per token instead of an exponential per vocabulary entry (bench/README.md: faster per
+    # sampling call on the CPU; within noise over a whole step). The same distribution, other draws: a setting.
     draw: str = "batch"
     # The sampler-trainer mismatch ([D4]: the ratio is 1 only where the sampler's log pi equals the
     # trainer's). importance_cap C: weigh each trained token by min(pi_trainer / pi_sampler, C), detached

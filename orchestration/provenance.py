@@ -117,9 +117,9 @@ _REMEMBERED: dict = {}
 
 
 def remembered(fn):
-    """fn(path, *args) kept while the file is unchanged (the same inode, size, modification and change times):
-    one command's checks read a run folder's records many times (a look-ahead parsed each evaluation file three
-    or four times). For functions that return a string or None, never something a caller could change."""
+    """fn(path, *args) kept while the file is unchanged (the same inode, size, modification and change times),
+    since one command's checks read the same records many times. Only for functions that return a string or
+    None: nothing a caller could change."""
 
     @functools.wraps(fn)
     def wrapper(path, *args):
