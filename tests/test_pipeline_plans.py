@@ -625,8 +625,8 @@ def test_the_remake_command_is_one_pipeline_command_the_cli_reads_back(tmp_path)
 
 
 def test_the_training_figure_is_drawn_first_then_once_a_minute_and_at_the_end():
-    """Drawn after every training run it cost the smoke run ~16 s of its ~80; now the first run draws it,
-    a run within FIGURE_EVERY_S of the last draw does not, and the stage's last run always does."""
+    """The first training run draws the figure, a run within FIGURE_EVERY_S of the last draw does not, a run
+    after it does, and the stage's last run always does."""
     from runner.session import FIGURE_EVERY_S, figure_due
 
     first = -float("inf")
